@@ -1,0 +1,42 @@
+// Bundles: portable, verifiable files of cache entries.
+//
+// Layout (all integers little-endian):
+//   offset  0  8 bytes  magic "KTUNEBDL"
+//   offset  8  u32      format version (kBundleFormatVersion)
+//   offset 12  u64      payload length in bytes
+//   offset 20  32 bytes SHA-256 of the payload
+//   offset 52  payload: a serialized v1::Bundle
+// Nothing may follow the payload. DecodeBundle checks all of it, then every
+// entry (ValidateEntry) and that no key appears twice, before returning, so an
+// import can write nothing unless the whole file is good.
+// Thread-safe: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ktune/v1/ktune.pb.h"
+
+namespace ktune {
+
+inline constexpr char kBundleMagic[8] = {'K', 'T', 'U', 'N', 'E', 'B', 'D', 'L'};
+inline constexpr uint32_t kBundleFormatVersion = 1;
+inline constexpr size_t kBundleHeaderBytes = 52;
+inline constexpr uint64_t kMaxBundleBytes = uint64_t{256} << 20;
+
+// Encodes entries (cubins stripped) into a bundle file.
+std::string EncodeBundle(const std::vector<v1::Entry>& entries, const std::string& created_by,
+                         int64_t created_at_unix);
+
+// INVALID_ARGUMENT saying exactly what is wrong: "not a ktune bundle (bad
+// magic)", "truncated: header says 812 payload bytes, file has 400", "checksum
+// mismatch", "unsupported format version 7 (this ktune reads 1)", "entry 3:
+// problem.n: ...", "entry 5 duplicates entry 2". Entries are numbered from 0,
+// as in Bundle.entries. An entry carrying a cubin is refused (EncodeBundle
+// never writes one).
+absl::StatusOr<v1::Bundle> DecodeBundle(std::string_view file);
+
+}  // namespace ktune

@@ -1,0 +1,355 @@
+// ktune: the command-line client of ktuned.
+//
+//   ktune [--server ADDR] status|get|tune|ls|export|import ...
+//
+// Every read command takes --json and then prints exactly one JSON document on
+// stdout. Any error exits non-zero with a one-line reason on stderr.
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/time.h"
+#include "client/client.h"
+#include "google/protobuf/util/json_util.h"
+#include "tuner/paths.h"
+#include "tuner/problem.h"
+#include "tuner/wire.h"
+
+namespace {
+
+using ktune::v1::GetConfigResponse;
+
+struct ProblemFlags {
+  std::string op;
+  int64_t m = 0, n = 0, k = 0;
+  std::string dtype = "bf16";
+  std::string out_dtype;
+  bool no_weight = false;
+  float eps = 0;
+};
+
+void AddProblemFlags(CLI::App* cmd, ProblemFlags* f) {
+  cmd->add_option("op", f->op, "rmsnorm.fwd, rmsnorm.bwd, layernorm.fwd, layernorm.bwd or gemm")
+      ->required();
+  cmd->add_option("--m", f->m, "rows (norms) / M (gemm)")->required();
+  cmd->add_option("--n", f->n, "normalized width (norms) / N (gemm)")->required();
+  cmd->add_option("--k", f->k, "K (gemm only)");
+  cmd->add_option("--dtype", f->dtype, "bf16, fp16 or fp32")->capture_default_str();
+  cmd->add_option("--out-dtype", f->out_dtype, "output dtype (default: --dtype)");
+  cmd->add_flag("--no-weight", f->no_weight, "the norm has no weight (gamma)");
+  cmd->add_option("--eps", f->eps, "epsilon (default 1e-6)");
+}
+
+absl::StatusOr<ktune::v1::Problem> BuildProblem(const ProblemFlags& f) {
+  ktune::v1::Problem problem;
+  absl::StatusOr<ktune::DType> dtype = ktune::ParseDType(f.dtype);
+  if (!dtype.ok()) return absl::InvalidArgumentError(absl::StrCat("--dtype: ", dtype.status().message()));
+  ktune::DType out = *dtype;
+  if (!f.out_dtype.empty()) {
+    absl::StatusOr<ktune::DType> parsed = ktune::ParseDType(f.out_dtype);
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--out-dtype: ", parsed.status().message()));
+    }
+    out = *parsed;
+  }
+  if (f.op == "gemm") {
+    if (f.k == 0) return absl::InvalidArgumentError("--k: required for gemm");
+    ktune::v1::GemmProblem* g = problem.mutable_gemm();
+    g->set_m(f.m);
+    g->set_n(f.n);
+    g->set_k(f.k);
+    g->set_batch(1);
+    g->set_a_dtype(ktune::DTypeToProto(*dtype));
+    g->set_b_dtype(ktune::DTypeToProto(*dtype));
+    g->set_d_dtype(ktune::DTypeToProto(out));
+    return problem;
+  }
+  ktune::NormProblem p;
+  if (absl::Status s = ktune::ParseNormOpName(f.op, &p.op, &p.pass); !s.ok()) return s;
+  if (f.k != 0) return absl::InvalidArgumentError("--k: only gemm takes K");
+  p.m = f.m;
+  p.n = f.n;
+  p.input_dtype = *dtype;
+  p.output_dtype = out;
+  p.has_weight = !f.no_weight;
+  p.eps = f.eps == 0 ? ktune::kDefaultNormEps : f.eps;
+  *problem.mutable_norm() = ktune::NormProblemToProto(p);
+  return problem;
+}
+
+std::string ToJson(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.always_print_primitive_fields = true;
+  options.preserve_proto_field_names = true;
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
+  return out;
+}
+
+std::string ConfigText(const ktune::v1::Config& config) {
+  if (!config.has_norm()) return "-";
+  const ktune::v1::NormConfig& c = config.norm();
+  return absl::StrFormat("xb=%d rb=%d warps=%d vec=%d depth=%d %s", c.x_block(), c.r_block(),
+                         c.num_warps(), c.vec(), c.pipeline_depth(),
+                         c.persistent() ? "persistent" : "looped");
+}
+
+std::string ProblemText(const ktune::v1::Problem& problem) {
+  if (!problem.has_norm()) return "gemm";
+  absl::StatusOr<ktune::NormProblem> p = ktune::NormProblemFromProto(problem.norm());
+  if (!p.ok()) return "?";
+  return absl::StrFormat("%s %dx%d %s%s", ktune::OpName(*p), p->m, p->n,
+                         ktune::DTypeName(p->input_dtype), p->has_weight ? "" : " no-weight");
+}
+
+void PrintAnswer(const GetConfigResponse& r) {
+  std::printf("source       %s\n", ktune::v1::Source_Name(r.source()).c_str());
+  std::printf("config       %s\n", ConfigText(r.config()).c_str());
+  if (r.source() == ktune::v1::TUNED) {
+    std::printf("time         %.2f us (spread %.1f%%, %d reps), %.3f %s\n", r.measurement().time_us(),
+                100 * r.measurement().spread(), r.measurement().repetitions(),
+                r.measurement().throughput(), r.measurement().throughput_unit().c_str());
+  }
+  std::printf("device       %s\n", r.device().name().c_str());
+  const ktune::v1::LaunchRecipe& recipe = r.recipe();
+  std::printf("template     %s (%s)\n", recipe.template_id().c_str(),
+              recipe.template_hash().substr(0, 16).c_str());
+  for (const auto& k : recipe.kernels()) {
+    std::printf("kernel       %s\n", k.lowered_name().c_str());
+    std::printf("  grid       %u,%u,%u  block %u,%u,%u  smem %u B\n", k.grid(0), k.grid(1), k.grid(2),
+                k.block(0), k.block(1), k.block(2), k.dynamic_smem_bytes());
+  }
+  if (!recipe.cubin().empty()) std::printf("cubin        %zu bytes\n", recipe.cubin().size());
+}
+
+// One line per answer, under the header "problem source config time_us TB/s".
+void PrintRow(const ktune::v1::Problem& problem, const GetConfigResponse& r) {
+  if (r.source() == ktune::v1::TUNED) {
+    std::printf("%-32s %-9s %-44s %9.2f %7.3f\n", ProblemText(problem).c_str(), "TUNED",
+                ConfigText(r.config()).c_str(), r.measurement().time_us(), r.measurement().throughput());
+  } else {
+    std::printf("%-32s %-9s %-44s %9s %7s\n", ProblemText(problem).c_str(),
+                ktune::v1::Source_Name(r.source()).c_str(), ConfigText(r.config()).c_str(), "-", "-");
+  }
+}
+
+absl::Status WriteFile(const std::string& path, const std::string& data) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return absl::InvalidArgumentError(absl::StrCat("cannot write ", path));
+  out.write(data.data(), static_cast<std::streamsize>(data.size()));
+  if (!out) return absl::InternalError(absl::StrCat("short write to ", path));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ktune: talk to ktuned, the kernel autotuning daemon"};
+  app.require_subcommand(1);
+  std::string server = ktune::DefaultServerAddress();
+  double timeout_s = 600;
+  app.add_option("--server", server, "ktuned address (unix:/path or host:port)")->capture_default_str();
+  app.add_option("--timeout", timeout_s, "seconds per call")->check(CLI::Range(0.1, 86400.0));
+
+  bool json = false;
+  CLI::App* status_cmd = app.add_subcommand("status", "daemon version, GPU or compile-only, entries");
+  status_cmd->add_flag("--json", json, "print JSON");
+
+  ProblemFlags get_flags;
+  std::string policy = "heuristic";
+  std::string cubin_out;
+  CLI::App* get_cmd = app.add_subcommand("get", "the config for one problem");
+  AddProblemFlags(get_cmd, &get_flags);
+  get_cmd->add_option("--policy", policy, "cached, heuristic or tune")
+      ->check(CLI::IsMember({"cached", "heuristic", "tune"}))
+      ->capture_default_str();
+  get_cmd->add_option("--cubin-out", cubin_out, "also fetch the cubin and write it here");
+  get_cmd->add_flag("--json", json, "print JSON");
+  bool brief = false;
+  get_cmd->add_flag("--brief", brief, "print one table row: problem, source, config, time, TB/s");
+
+  ProblemFlags tune_flags;
+  int repetitions = 0;
+  bool force = false;
+  CLI::App* tune_cmd = app.add_subcommand("tune", "tune one problem now, showing progress");
+  AddProblemFlags(tune_cmd, &tune_flags);
+  tune_cmd->add_option("--repetitions", repetitions, "timed repetitions per candidate (>= 20)");
+  tune_cmd->add_flag("--force", force, "re-tune even if an entry exists");
+  tune_cmd->add_flag("--json", json, "print JSON");
+
+  std::string ls_op;
+  CLI::App* ls_cmd = app.add_subcommand("ls", "list tuned entries");
+  ls_cmd->add_option("--op", ls_op, "only this op (rmsnorm.fwd, ...)");
+  ls_cmd->add_flag("--json", json, "print JSON");
+
+  std::string export_path;
+  CLI::App* export_cmd = app.add_subcommand("export", "write every entry to a bundle file");
+  export_cmd->add_option("-o,--output", export_path, "bundle file to write")->required();
+
+  std::string import_path;
+  CLI::App* import_cmd = app.add_subcommand("import", "import a bundle file (all or nothing)");
+  import_cmd->add_option("file", import_path, "bundle file")->required()->check(CLI::ExistingFile);
+  import_cmd->add_flag("--json", json, "print JSON");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "ktune: error: %s\n", e.what());
+    return 2;
+  }
+
+  auto client = ktune::Client::Create(server, timeout_s);
+  auto fail = [](const absl::Status& s) {
+    std::fprintf(stderr, "ktune: error: %s: %s\n", absl::StatusCodeToString(s.code()).c_str(),
+                 std::string(s.message()).c_str());
+    return 1;
+  };
+
+  if (status_cmd->parsed()) {
+    auto r = client->GetStatus();
+    if (!r.ok()) return fail(r.status());
+    if (json) {
+      std::printf("%s\n", ToJson(*r).c_str());
+      return 0;
+    }
+    std::printf("ktuned %s at %s\n", r->version().c_str(), server.c_str());
+    if (r->compile_only()) {
+      std::printf("mode         compile-only (%s)\n", r->compile_only_reason().c_str());
+    }
+    for (const auto& d : r->devices()) {
+      std::printf("gpu          %s (sm_%d%d, %d SMs, driver %d)\n", d.name().c_str(), d.cc_major(),
+                  d.cc_minor(), d.sm_count(), d.driver_version());
+    }
+    std::printf("nvrtc        %d\n", r->nvrtc_version());
+    std::printf("database     %s\n", r->db_path().c_str());
+    std::printf("entries      %lld\n", static_cast<long long>(r->entries()));
+    for (const auto& [op, n] : r->entries_by_op()) {
+      std::printf("  %-11s %lld\n", op.c_str(), static_cast<long long>(n));
+    }
+    std::printf("uptime       %.0f s\n", r->uptime_s());
+    return 0;
+  }
+
+  if (get_cmd->parsed()) {
+    auto problem = BuildProblem(get_flags);
+    if (!problem.ok()) return fail(problem.status());
+    ktune::v1::GetConfigRequest request;
+    *request.mutable_problem() = *problem;
+    request.set_policy(policy == "cached"  ? ktune::v1::CACHED_ONLY
+                       : policy == "tune" ? ktune::v1::TUNE_ON_MISS
+                                          : ktune::v1::HEURISTIC_ON_MISS);
+    request.set_include_cubin(!cubin_out.empty());
+    auto r = client->GetConfig(request);
+    if (!r.ok()) return fail(r.status());
+    if (!cubin_out.empty()) {
+      if (absl::Status s = WriteFile(cubin_out, r->recipe().cubin()); !s.ok()) return fail(s);
+      r->mutable_recipe()->clear_cubin();
+    }
+    if (json) {
+      std::printf("%s\n", ToJson(*r).c_str());
+    } else if (brief) {
+      PrintRow(*problem, *r);
+    } else {
+      PrintAnswer(*r);
+    }
+    return 0;
+  }
+
+  if (tune_cmd->parsed()) {
+    auto problem = BuildProblem(tune_flags);
+    if (!problem.ok()) return fail(problem.status());
+    ktune::v1::TuneRequest request;
+    *request.mutable_problem() = *problem;
+    request.mutable_options()->set_repetitions(repetitions);
+    request.mutable_options()->set_force(force);
+    const bool live = !json && isatty(STDERR_FILENO);
+    auto r = client->Tune(request, [&](const ktune::v1::TuneEvent& e) {
+      if (json || !e.has_progress()) return;
+      const auto& p = e.progress();
+      std::string best = p.best_time_us() > 0 ? absl::StrFormat("  best %.2f us", p.best_time_us()) : "";
+      if (live) {
+        std::fprintf(stderr, "\r\033[K%-9s %4d/%-4d%s  %s", p.stage().c_str(), p.done(), p.total(),
+                     best.c_str(), p.message().c_str());
+        std::fflush(stderr);
+      } else if (p.done() == p.total()) {
+        std::fprintf(stderr, "%s %d/%d%s %s\n", p.stage().c_str(), p.done(), p.total(), best.c_str(),
+                     p.message().c_str());
+      }
+    });
+    if (live) std::fprintf(stderr, "\n");
+    if (!r.ok()) return fail(r.status());
+    if (json) {
+      std::printf("%s\n", ToJson(*r).c_str());
+    } else {
+      PrintAnswer(*r);
+    }
+    return 0;
+  }
+
+  if (ls_cmd->parsed()) {
+    ktune::v1::ListEntriesRequest request;
+    request.set_op(ls_op);
+    auto r = client->ListEntries(request);
+    if (!r.ok()) return fail(r.status());
+    if (json) {
+      std::printf("%s\n", ToJson(*r).c_str());
+      return 0;
+    }
+    std::printf("%-34s %-20s %-44s %10s %8s  %s\n", "problem", "device", "config", "time_us", "TB/s",
+                "tuned_at (UTC)");
+    for (const auto& e : r->entries()) {
+      std::printf("%-34s %-20s %-44s %10.2f %8.3f  %s\n", ProblemText(e.problem()).c_str(),
+                  e.device().name().c_str(), ConfigText(e.config()).c_str(), e.measurement().time_us(),
+                  e.measurement().throughput(),
+                  absl::FormatTime("%Y-%m-%d %H:%M", absl::FromUnixSeconds(e.tuned_at_unix()),
+                                   absl::UTCTimeZone())
+                      .c_str());
+    }
+    std::printf("%d entries\n", r->entries_size());
+    return 0;
+  }
+
+  if (export_cmd->parsed()) {
+    auto r = client->ExportBundle();
+    if (!r.ok()) return fail(r.status());
+    if (absl::Status s = WriteFile(export_path, r->bundle()); !s.ok()) return fail(s);
+    std::printf("exported %d entries (%zu bytes) to %s\n", r->entries(), r->bundle().size(),
+                export_path.c_str());
+    return 0;
+  }
+
+  if (import_cmd->parsed()) {
+    auto data = ReadFile(import_path);
+    if (!data.ok()) return fail(data.status());
+    auto r = client->ImportBundle(std::move(*data));
+    if (!r.ok()) return fail(r.status());
+    if (json) {
+      std::printf("%s\n", ToJson(*r).c_str());
+    } else {
+      std::printf("imported %s: %d added, %d replaced, %d unchanged\n", import_path.c_str(), r->added(),
+                  r->replaced(), r->unchanged());
+    }
+    return 0;
+  }
+  return 0;
+}

@@ -1,0 +1,102 @@
+// ktuned: the ktune daemon. Parses flags, opens the store and the GPU (if
+// any), serves gRPC until SIGTERM or SIGINT, then drains and exits 0.
+#include <signal.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "cache/store.h"
+#include "daemon/server.h"
+#include "daemon/service.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
+#include "tuner/device.h"
+#include "tuner/nvrtc_compiler.h"
+#include "tuner/paths.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"ktuned: kernel autotuning daemon (RMSNorm forward today; norms and GEMM next)"};
+  std::vector<std::string> listen;
+  std::string db_path = ktune::DefaultDatabasePath();
+  std::string log_level = "info";
+  std::string tls_cert, tls_key;
+  double drain_s = 30;
+  app.add_option("--listen", listen,
+                 "unix:/path or host:port; repeatable (default " + ktune::DefaultServerAddress() + ")");
+  app.add_option("--db", db_path, "SQLite cache database")->capture_default_str();
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
+      ->capture_default_str();
+  app.add_option("--tls-cert", tls_cert, "PEM certificate for TCP listeners")->check(CLI::ExistingFile);
+  app.add_option("--tls-key", tls_key, "PEM private key for TCP listeners")->check(CLI::ExistingFile);
+  app.add_option("--drain-seconds", drain_s, "grace period for in-flight calls at shutdown")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  if (listen.empty()) listen.push_back(ktune::DefaultServerAddress());
+
+  // Logs go to stderr (journald and kubectl logs pick it up); stdout stays quiet.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("ktuned"));
+  spdlog::set_level(spdlog::level::from_str(log_level));
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e%z ktuned level=%l %v");
+
+  // Block the shutdown signals before any thread starts, so that only the
+  // sigwait below receives them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  // Bad flags change nothing: check every address before touching the database.
+  const bool have_tls = !tls_cert.empty() && !tls_key.empty();
+  for (const std::string& address : listen) {
+    if (absl::Status s = ktune::ValidateListenAddress(address, have_tls); !s.ok()) {
+      spdlog::critical("event=bad_flag error=\"{}\"", std::string(s.message()));
+      return 2;
+    }
+  }
+
+  absl::StatusOr<std::unique_ptr<ktune::Store>> store = ktune::Store::Open(db_path);
+  if (!store.ok()) {
+    spdlog::critical("event=store_open_failed db=\"{}\" error=\"{}\"", db_path, std::string(store.status().message()));
+    return 1;
+  }
+
+  std::string compile_only_reason;
+  absl::StatusOr<std::unique_ptr<ktune::Device>> device = ktune::OpenCudaDevice(0);
+  std::unique_ptr<ktune::Device> gpu;
+  if (device.ok()) {
+    gpu = std::move(*device);
+    const ktune::DeviceInfo& info = gpu->info();
+    spdlog::info("event=device name=\"{}\" cc={}.{} sms={} driver={}", info.name, info.cc_major,
+                 info.cc_minor, info.sm_count, info.driver_version);
+  } else {
+    compile_only_reason = std::string(device.status().message());
+    spdlog::warn("event=compile_only reason=\"{}\" note=\"serving cached and heuristic answers; "
+                 "tuning is refused\"", compile_only_reason);
+  }
+
+  ktune::KtuneServiceImpl service(store->get(), std::move(gpu), compile_only_reason);
+  ktune::ServerOptions options{listen, tls_cert, tls_key};
+  absl::StatusOr<std::unique_ptr<ktune::Server>> server = ktune::Server::Start(options, &service);
+  if (!server.ok()) {
+    spdlog::critical("event=listen_failed error=\"{}\"", std::string(server.status().message()));
+    return 1;
+  }
+  for (const std::string& address : listen) {
+    spdlog::info("event=listening address=\"{}\" db=\"{}\" mode={} nvrtc={}", address, db_path,
+                 service.compile_only() ? "compile-only" : "gpu", ktune::NvrtcVersion());
+  }
+  std::fflush(nullptr);
+
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  spdlog::info("event=shutdown signal={} drain_seconds={}", signal_number, drain_s);
+  (*server)->Shutdown(drain_s);
+  spdlog::info("event=stopped");
+  return 0;
+}

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The whole set-up of ktune on a fresh Debian 12 machine with the CUDA toolkit
+# under /usr/local/cuda:
+#
+#   deploy/setup.sh run    install what is missing, build, run the main job
+#   deploy/setup.sh test   install what is missing, build, run every test
+#
+# Environment: BUILD_DIR (default build), JOBS (default: all cores).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-}
+case "$mode" in run|test|build) ;; *) echo "usage: deploy/setup.sh run|test|build" >&2; exit 2;; esac
+build_dir=${BUILD_DIR:-build}
+jobs=${JOBS:-$(nproc)}
+
+packages=(build-essential cmake ninja-build pkg-config
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
+  libsqlite3-dev libspdlog-dev catch2 libcli11-dev libssl-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "== installing: ${missing[*]}"
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+[ -x /usr/local/cuda/bin/nvcc ] || [ -e /usr/local/cuda/include/nvrtc.h ] || {
+  echo "error: the CUDA toolkit (NVRTC) was not found under /usr/local/cuda" >&2; exit 1; }
+
+echo "== building in $build_dir"
+start=$(date +%s)
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCUDAToolkit_ROOT=/usr/local/cuda >/dev/null
+cmake --build "$build_dir" -j "$jobs"
+echo "== built in $(( $(date +%s) - start )) s"
+
+case "$mode" in
+  run)  exec deploy/main-job.sh "$build_dir" ;;
+  test) exec ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" ;;
+esac

@@ -1,0 +1,109 @@
+// Global-memory loads and stores of packed vectors (common/types.cuh) with
+// explicit cache hints, as inline PTX so the width (2, 4, 8 or 16 bytes per
+// access, 32 as two 16-byte stores) and the cache policy are exactly what the
+// kernel asks for.
+//
+//   kReuse  : read-only path, default caching (weights, data read again soon)
+//   kStream : read once: evict-first in L1 and L2 so it does not push out
+//             data that is reused (the weight, or x between two passes)
+// Stores are always streaming (written once, never read back by the kernel).
+//
+// REQUIRES: every address is aligned to the access width.
+#pragma once
+
+#include "common/types.cuh"
+
+namespace ktune {
+
+enum class LoadHint { kReuse, kStream };
+
+template <int BYTES, LoadHint HINT>
+struct GlobalAccess;
+
+template <LoadHint HINT>
+struct GlobalAccess<2, HINT> {
+  __device__ __forceinline__ static void load(const void* p, unsigned int* w) {
+    unsigned short h;
+    if (HINT == LoadHint::kStream) {
+      asm volatile("ld.global.cs.u16 %0, [%1];" : "=h"(h) : "l"(p));
+    } else {
+      asm volatile("ld.global.nc.u16 %0, [%1];" : "=h"(h) : "l"(p));
+    }
+    w[0] = h;
+  }
+  __device__ __forceinline__ static void store(void* p, const unsigned int* w) {
+    const unsigned short h = static_cast<unsigned short>(w[0]);
+    asm volatile("st.global.cs.u16 [%0], %1;" ::"l"(p), "h"(h) : "memory");
+  }
+};
+
+template <LoadHint HINT>
+struct GlobalAccess<4, HINT> {
+  __device__ __forceinline__ static void load(const void* p, unsigned int* w) {
+    if (HINT == LoadHint::kStream) {
+      asm volatile("ld.global.cs.u32 %0, [%1];" : "=r"(w[0]) : "l"(p));
+    } else {
+      asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(w[0]) : "l"(p));
+    }
+  }
+  __device__ __forceinline__ static void store(void* p, const unsigned int* w) {
+    asm volatile("st.global.cs.u32 [%0], %1;" ::"l"(p), "r"(w[0]) : "memory");
+  }
+};
+
+template <LoadHint HINT>
+struct GlobalAccess<8, HINT> {
+  __device__ __forceinline__ static void load(const void* p, unsigned int* w) {
+    if (HINT == LoadHint::kStream) {
+      asm volatile("ld.global.cs.v2.u32 {%0, %1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(p));
+    } else {
+      asm volatile("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(p));
+    }
+  }
+  __device__ __forceinline__ static void store(void* p, const unsigned int* w) {
+    asm volatile("st.global.cs.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(w[0]), "r"(w[1])
+                 : "memory");
+  }
+};
+
+template <LoadHint HINT>
+struct GlobalAccess<16, HINT> {
+  __device__ __forceinline__ static void load(const void* p, unsigned int* w) {
+    if (HINT == LoadHint::kStream) {
+      asm volatile("ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+                   : "l"(p));
+    } else {
+      asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+                   : "l"(p));
+    }
+  }
+  __device__ __forceinline__ static void store(void* p, const unsigned int* w) {
+    asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w[0]), "r"(w[1]),
+                 "r"(w[2]), "r"(w[3])
+                 : "memory");
+  }
+};
+
+template <LoadHint HINT>
+struct GlobalAccess<32, HINT> {
+  __device__ __forceinline__ static void store(void* p, const unsigned int* w) {
+    GlobalAccess<16, HINT>::store(p, w);
+    GlobalAccess<16, HINT>::store(static_cast<char*>(p) + 16, w + 4);
+  }
+};
+
+// Loads VEC elements of T starting at p into `v`.
+template <LoadHint HINT, typename T, int VEC>
+__device__ __forceinline__ void load_packed(const T* p, Packed<T, VEC>& v) {
+  GlobalAccess<Packed<T, VEC>::kBytes, HINT>::load(p, v.w);
+}
+
+// Stores VEC elements of T from `v` to p (streaming).
+template <typename T, int VEC>
+__device__ __forceinline__ void store_packed(T* p, const Packed<T, VEC>& v) {
+  GlobalAccess<Packed<T, VEC>::kBytes, LoadHint::kStream>::store(p, v.w);
+}
+
+}  // namespace ktune

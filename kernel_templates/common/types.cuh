@@ -1,0 +1,203 @@
+// Element types and conversions for kernels compiled by NVRTC with no headers
+// at all (not even cuda_bf16.h / cuda_fp16.h): the 16-bit types are plain bit
+// containers and every conversion is one PTX instruction, so the kernels do
+// not depend on which CUDA headers a machine has.
+//
+// Values travel through registers packed in 32-bit words (two 16-bit elements
+// per word, element 0 in the low half), which is how they are loaded and stored.
+#pragma once
+
+namespace ktune {
+
+struct bf16 {
+  unsigned short bits;
+};
+struct fp16 {
+  unsigned short bits;
+};
+
+static_assert(sizeof(bf16) == 2, "bf16 must be 2 bytes");
+static_assert(sizeof(fp16) == 2, "fp16 must be 2 bytes");
+
+// ---- scalar conversions -----------------------------------------------------
+
+__device__ __forceinline__ float bf16_bits_to_float(unsigned int bits16) {
+  return __uint_as_float(bits16 << 16);  // bf16 is the high half of an f32
+}
+
+// The two bf16 halves of a packed word as floats. Volatile so the compiler
+// converts again at each use instead of keeping a float copy of every element
+// alive: the kernels hold rows in registers, packed, and one ALU op per use is
+// cheaper than halving the CTAs that fit on an SM.
+__device__ __forceinline__ float bf16_lo_to_float(unsigned int word) {
+  float r;
+  asm volatile("shl.b32 %0, %1, 16;" : "=f"(r) : "r"(word));
+  return r;
+}
+
+__device__ __forceinline__ float bf16_hi_to_float(unsigned int word) {
+  float r;
+  asm volatile("and.b32 %0, %1, 0xffff0000;" : "=f"(r) : "r"(word));
+  return r;
+}
+
+// The same conversions through another instruction (a byte permute). The
+// kernels convert each held element twice (sum of squares, then output); if
+// both used one instruction, ptxas would merge them and keep a float copy of
+// the whole row alive after all.
+__device__ __forceinline__ float bf16_lo_to_float_alt(unsigned int word) {
+  float r;
+  asm volatile("prmt.b32 %0, %1, 0, 0x1044;" : "=f"(r) : "r"(word));
+  return r;
+}
+
+__device__ __forceinline__ float bf16_hi_to_float_alt(unsigned int word) {
+  float r;
+  asm volatile("prmt.b32 %0, %1, 0, 0x3244;" : "=f"(r) : "r"(word));
+  return r;
+}
+
+__device__ __forceinline__ unsigned short float_to_bf16_bits(float v) {
+  unsigned short r;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(v));
+  return r;
+}
+
+// The two fp16 halves of a packed word as floats; the half is extracted inside
+// the asm so no unpacked 16-bit copies stay alive (see bf16_lo_to_float).
+__device__ __forceinline__ float fp16_lo_to_float(unsigned int word) {
+  float r;
+  asm volatile("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, %1; cvt.f32.f16 %0, lo; }"
+               : "=f"(r)
+               : "r"(word));
+  return r;
+}
+
+__device__ __forceinline__ float fp16_hi_to_float(unsigned int word) {
+  float r;
+  asm volatile("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, %1; cvt.f32.f16 %0, hi; }"
+               : "=f"(r)
+               : "r"(word));
+  return r;
+}
+
+__device__ __forceinline__ float fp16_lo_to_float_alt(unsigned int word) {
+  float r;
+  asm volatile("{ .reg .b16 h; cvt.u16.u32 h, %1; cvt.f32.f16 %0, h; }" : "=f"(r) : "r"(word));
+  return r;
+}
+
+__device__ __forceinline__ float fp16_hi_to_float_alt(unsigned int word) {
+  float r;
+  asm volatile("{ .reg .b32 t; .reg .b16 h; shr.b32 t, %1, 16; cvt.u16.u32 h, t; "
+               "cvt.f32.f16 %0, h; }"
+               : "=f"(r)
+               : "r"(word));
+  return r;
+}
+
+__device__ __forceinline__ unsigned short float_to_fp16_bits(float v) {
+  unsigned short r;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(v));
+  return r;
+}
+
+// Two floats to one word of two 16-bit values: lo in bits 0..15, hi in 16..31.
+__device__ __forceinline__ unsigned int pack_bf16x2(float lo, float hi) {
+  unsigned int r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+__device__ __forceinline__ unsigned int pack_fp16x2(float lo, float hi) {
+  unsigned int r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// ---- element traits -----------------------------------------------------------
+// ElementTraits<T>::get(words, i) reads element i of a packed array of words,
+// ElementTraits<T>::pack(values, words) writes COUNT elements. `i` is a
+// compile-time constant after unrolling, so the arrays stay in registers.
+
+template <typename T>
+struct ElementTraits;
+
+template <>
+struct ElementTraits<float> {
+  static constexpr int kBytes = 4;
+  __device__ __forceinline__ static float get(const unsigned int* words, int i) {
+    return __uint_as_float(words[i]);
+  }
+  __device__ __forceinline__ static float get_alt(const unsigned int* words, int i) {
+    return __uint_as_float(words[i]);
+  }
+  template <int COUNT>
+  __device__ __forceinline__ static void pack(const float* values, unsigned int* words) {
+#pragma unroll
+    for (int i = 0; i < COUNT; ++i) words[i] = __float_as_uint(values[i]);
+  }
+};
+
+template <>
+struct ElementTraits<bf16> {
+  static constexpr int kBytes = 2;
+  __device__ __forceinline__ static float get(const unsigned int* words, int i) {
+    return (i & 1) ? bf16_hi_to_float(words[i >> 1]) : bf16_lo_to_float(words[i >> 1]);
+  }
+  __device__ __forceinline__ static float get_alt(const unsigned int* words, int i) {
+    return (i & 1) ? bf16_hi_to_float_alt(words[i >> 1]) : bf16_lo_to_float_alt(words[i >> 1]);
+  }
+  template <int COUNT>
+  __device__ __forceinline__ static void pack(const float* values, unsigned int* words) {
+    if (COUNT == 1) {
+      words[0] = float_to_bf16_bits(values[0]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < COUNT / 2; ++i) words[i] = pack_bf16x2(values[2 * i], values[2 * i + 1]);
+    }
+  }
+};
+
+template <>
+struct ElementTraits<fp16> {
+  static constexpr int kBytes = 2;
+  __device__ __forceinline__ static float get(const unsigned int* words, int i) {
+    return (i & 1) ? fp16_hi_to_float(words[i >> 1]) : fp16_lo_to_float(words[i >> 1]);
+  }
+  __device__ __forceinline__ static float get_alt(const unsigned int* words, int i) {
+    return (i & 1) ? fp16_hi_to_float_alt(words[i >> 1]) : fp16_lo_to_float_alt(words[i >> 1]);
+  }
+  template <int COUNT>
+  __device__ __forceinline__ static void pack(const float* values, unsigned int* words) {
+    if (COUNT == 1) {
+      words[0] = float_to_fp16_bits(values[0]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < COUNT / 2; ++i) words[i] = pack_fp16x2(values[2 * i], values[2 * i + 1]);
+    }
+  }
+};
+
+// VEC consecutive elements of T packed in 32-bit words; a single 16-bit
+// element occupies the low half of one word.
+template <typename T, int VEC>
+struct Packed {
+  static constexpr int kBytes = VEC * ElementTraits<T>::kBytes;  // bytes in memory
+  static constexpr int kWords = kBytes >= 4 ? kBytes / 4 : 1;     // registers
+  static_assert(VEC >= 1 && (VEC & (VEC - 1)) == 0, "VEC must be a power of two");
+  unsigned int w[kWords];
+
+  __device__ __forceinline__ void clear() {
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) w[i] = 0u;
+  }
+  __device__ __forceinline__ float get(int i) const { return ElementTraits<T>::get(w, i); }
+  // Element i again, through different instructions (see bf16_lo_to_float_alt).
+  __device__ __forceinline__ float get_alt(int i) const { return ElementTraits<T>::get_alt(w, i); }
+  __device__ __forceinline__ void set(const float (&values)[VEC]) {
+    ElementTraits<T>::template pack<VEC>(values, w);
+  }
+};
+
+}  // namespace ktune

@@ -1,0 +1,198 @@
+// RMSNorm forward, one template for every tuned variant:
+//
+//   rstd[i] = 1 / sqrt(mean_j(x[i, j]^2) + eps)
+//   y[i, j] = x[i, j] * rstd[i] * w[j]          (w[j] = 1 without a weight)
+//
+// Inputs and outputs are bf16, fp16 or fp32 (the weight has the input's type);
+// all arithmetic is fp32. A CTA of NUM_WARPS warps handles XBLOCK rows at a
+// time, THREADS / XBLOCK threads per row ("row group"); each thread touches
+// CHUNKS vectors of VEC elements per pass, so one pass covers
+// R_BLOCK = threads_per_row * VEC * CHUNKS elements of a row:
+//
+//   PERSISTENT (N <= R_BLOCK): the row stays in registers, x is read once.
+//     The thread's weight columns are loaded once per CTA and kept.
+//   looped (any N): pass 1 sums squares over R_BLOCK chunks, pass 2 reads the
+//     chunks again (from L2 when they are still there) and writes y.
+//
+// CTAS_PER_SM is not a tuning knob: the host derives it from the others (an
+// estimate of the registers they need) and sizes pipelined grids by it; here
+// it caps the registers so that many CTAs really fit on an SM.
+//
+// CTAs walk row blocks in a grid-stride loop, so any grid size is correct.
+// PIPELINE == 2 (persistent only) issues the next row block's loads before the
+// current one is reduced and stored: with a grid of about one wave per SM the
+// load latency is hidden inside each CTA instead of by other CTAs.
+//
+// Kernel arguments, in order (the recipe's `params`):
+//   x     const TIn*  (M, N) row-major
+//   w     const TIn*  (N)    read only when HAS_WEIGHT (may be null otherwise)
+//   y     TOut*       (M, N) row-major
+//   rstd  float*      (M)    written when not null
+//   M     int         rows, >= 1
+//   N     int         row length, >= 1, N % VEC == 0
+//   eps   float
+// REQUIRES: x, w and y aligned to 16 bytes (any cudaMalloc'ed tensor).
+#pragma once
+
+#include "common/memory.cuh"
+#include "common/reduce.cuh"
+#include "common/types.cuh"
+
+namespace ktune {
+namespace rmsnorm_fwd_detail {
+
+// Loads this thread's CHUNKS vectors of one row pass: chunk c covers columns
+// base + (c * TPR + lane) * VEC .. + VEC. Vectors outside the row (or of a row
+// past M) are zero, which adds nothing to the sum of squares.
+template <LoadHint HINT, int TPR, typename T, int VEC, int CHUNKS>
+__device__ __forceinline__ void load_chunks(const T* row_ptr, bool row_ok, int lane, int n,
+                                            int base, Packed<T, VEC> (&dst)[CHUNKS]) {
+#pragma unroll
+  for (int c = 0; c < CHUNKS; ++c) {
+    const int col = base + (c * TPR + lane) * VEC;  // element column of the vector
+    dst[c].clear();
+    if (row_ok && col < n) load_packed<HINT>(row_ptr + col, dst[c]);
+  }
+}
+
+// Sum of squares of the thread's elements, two independent accumulators.
+template <typename T, int VEC, int CHUNKS>
+__device__ __forceinline__ float sum_squares(const Packed<T, VEC> (&v)[CHUNKS]) {
+  float even = 0.0f;
+  float odd = 0.0f;
+#pragma unroll
+  for (int c = 0; c < CHUNKS; ++c) {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+      const float f = v[c].get(i);
+      if (((c * VEC + i) & 1) == 0) {
+        even = fmaf(f, f, even);
+      } else {
+        odd = fmaf(f, f, odd);
+      }
+    }
+  }
+  return even + odd;
+}
+
+// y = x * r (* w), rounded to TOut and stored with a streaming hint.
+template <bool HAS_WEIGHT, typename TIn, typename TOut, int VEC>
+__device__ __forceinline__ void normalize_store(const Packed<TIn, VEC>& xv,
+                                                const Packed<TIn, VEC>& wv, float r, TOut* dst) {
+  float out[VEC];  // (VEC) f32
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) {
+    float v = xv.get_alt(i) * r;  // not get(): see Packed::get_alt
+    if constexpr (HAS_WEIGHT) v *= wv.get(i);
+    out[i] = v;
+  }
+  Packed<TOut, VEC> yv;
+  yv.set(out);
+  store_packed(dst, yv);
+}
+
+}  // namespace rmsnorm_fwd_detail
+
+template <typename TIn, typename TOut, bool HAS_WEIGHT, int NUM_WARPS, int XBLOCK, int VEC,
+          int CHUNKS, bool PERSISTENT, int PIPELINE, int CTAS_PER_SM>
+__global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
+    rmsnorm_fwd(const TIn* __restrict__ x, const TIn* __restrict__ w, TOut* __restrict__ y,
+                float* __restrict__ rstd, int M, int N, float eps) {
+  constexpr int kThreads = NUM_WARPS * 32;
+  constexpr int kTpr = kThreads / XBLOCK;       // threads per row
+  constexpr int kRBlock = kTpr * VEC * CHUNKS;  // row elements per pass
+  static_assert(NUM_WARPS >= 1 && NUM_WARPS <= 32, "NUM_WARPS must be in [1, 32]");
+  static_assert(XBLOCK >= 1 && kThreads % XBLOCK == 0, "XBLOCK must divide the CTA's threads");
+  static_assert((kTpr & (kTpr - 1)) == 0, "threads per row must be a power of two");
+  static_assert(VEC >= 1 && (VEC & (VEC - 1)) == 0, "VEC must be a power of two");
+  static_assert(VEC * ElementTraits<TIn>::kBytes <= 16, "input vectors are at most 16 bytes");
+  static_assert(CHUNKS >= 1, "CHUNKS must be >= 1");
+  static_assert(PIPELINE == 1 || PIPELINE == 2, "PIPELINE is 1 or 2");
+  static_assert(PERSISTENT || PIPELINE == 1, "the looped variant is not pipelined");
+  static_assert(CTAS_PER_SM >= 1 && CTAS_PER_SM * kThreads <= 2048, "occupancy target out of range");
+  using rmsnorm_fwd_detail::load_chunks;
+  using rmsnorm_fwd_detail::normalize_store;
+  using rmsnorm_fwd_detail::sum_squares;
+  using XVec = Packed<TIn, VEC>;
+
+  __shared__ float scratch[2 * NUM_WARPS];  // (2, NUM_WARPS) f32 cross-warp partial sums
+
+  const int row_in_block = threadIdx.x / kTpr;                   // [0, XBLOCK)
+  const int lane = threadIdx.x % kTpr;                           // [0, kTpr)
+  const unsigned int row_blocks = (M + XBLOCK - 1) / XBLOCK;     // row blocks in the problem
+  const float inv_n = 1.0f / static_cast<float>(N);
+  int parity = 0;  // alternates the cross-warp scratch slot
+
+  if constexpr (PERSISTENT) {
+    XVec wv[CHUNKS];  // (CHUNKS, VEC) TIn, this thread's weight columns for every row
+    if constexpr (HAS_WEIGHT) {
+      load_chunks<LoadHint::kReuse, kTpr>(w, true, lane, N, 0, wv);
+    }
+    XVec xa[CHUNKS];  // (CHUNKS, VEC) TIn, the row block being normalized
+    XVec xb[CHUNKS];  // (CHUNKS, VEC) TIn, the next row block (PIPELINE == 2)
+    unsigned int rb = blockIdx.x;  // row block index
+    if constexpr (PIPELINE == 2) {
+      const int row = static_cast<int>(rb) * XBLOCK + row_in_block;  // [0, M + XBLOCK)
+      load_chunks<LoadHint::kStream, kTpr>(x + static_cast<long long>(row) * N,
+                                           rb < row_blocks && row < M, lane, N, 0, xa);
+    }
+    for (; rb < row_blocks; rb += gridDim.x) {
+      const int row = static_cast<int>(rb) * XBLOCK + row_in_block;  // [0, M + XBLOCK)
+      const bool row_ok = row < M;
+      if constexpr (PIPELINE == 1) {
+        load_chunks<LoadHint::kStream, kTpr>(x + static_cast<long long>(row) * N, row_ok, lane, N,
+                                             0, xa);
+      } else {
+        const unsigned int next = rb + gridDim.x;                          // next row block
+        const int next_row = static_cast<int>(next) * XBLOCK + row_in_block;  // row of `next`
+        load_chunks<LoadHint::kStream, kTpr>(x + static_cast<long long>(next_row) * N,
+                                             next < row_blocks && next_row < M, lane, N, 0, xb);
+      }
+      float ss = sum_squares(xa);  // this thread's part of sum(x^2)
+      ss = group_sum<kTpr, kThreads>(ss, scratch, parity);
+      parity ^= 1;
+      const float r = rsqrtf(ss * inv_n + eps);  // rstd of `row`
+      if (rstd != nullptr && lane == 0 && row_ok) rstd[row] = r;
+      TOut* y_row = y + static_cast<long long>(row) * N;  // (N) TOut
+#pragma unroll
+      for (int c = 0; c < CHUNKS; ++c) {
+        const int col = (c * kTpr + lane) * VEC;  // element column
+        if (row_ok && col < N) normalize_store<HAS_WEIGHT>(xa[c], wv[c], r, y_row + col);
+      }
+      if constexpr (PIPELINE == 2) {
+#pragma unroll
+        for (int c = 0; c < CHUNKS; ++c) xa[c] = xb[c];
+      }
+    }
+  } else {
+    for (unsigned int rb = blockIdx.x; rb < row_blocks; rb += gridDim.x) {
+      const int row = static_cast<int>(rb) * XBLOCK + row_in_block;  // [0, M + XBLOCK)
+      const bool row_ok = row < M;
+      const TIn* x_row = x + static_cast<long long>(row) * N;  // (N) TIn
+      float ss = 0.0f;  // this thread's part of sum(x^2)
+      for (int base = 0; base < N; base += kRBlock) {
+        XVec xv[CHUNKS];  // (CHUNKS, VEC) TIn; kept in L2 for pass 2
+        load_chunks<LoadHint::kReuse, kTpr>(x_row, row_ok, lane, N, base, xv);
+        ss += sum_squares(xv);
+      }
+      ss = group_sum<kTpr, kThreads>(ss, scratch, parity);
+      parity ^= 1;
+      const float r = rsqrtf(ss * inv_n + eps);  // rstd of `row`
+      if (rstd != nullptr && lane == 0 && row_ok) rstd[row] = r;
+      TOut* y_row = y + static_cast<long long>(row) * N;  // (N) TOut
+      for (int base = 0; base < N; base += kRBlock) {
+        XVec xv[CHUNKS];  // (CHUNKS, VEC) TIn, last use
+        XVec wv[CHUNKS];  // (CHUNKS, VEC) TIn
+        load_chunks<LoadHint::kStream, kTpr>(x_row, row_ok, lane, N, base, xv);
+        if constexpr (HAS_WEIGHT) load_chunks<LoadHint::kReuse, kTpr>(w, true, lane, N, base, wv);
+#pragma unroll
+        for (int c = 0; c < CHUNKS; ++c) {
+          const int col = base + (c * kTpr + lane) * VEC;  // element column
+          if (row_ok && col < N) normalize_store<HAS_WEIGHT>(xv[c], wv[c], r, y_row + col);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace ktune

@@ -1,0 +1,220 @@
+#include "cache/bundle.h"
+
+#include <google/protobuf/util/message_differencer.h>
+#include <openssl/evp.h>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "tests/cache/test_entries.h"
+
+namespace ktune {
+namespace {
+
+using testutil::MakeTestEntry;
+
+constexpr int64_t kCreatedAt = 1764400000;
+
+std::vector<v1::Entry> ThreeEntries() {
+  return {MakeTestEntry(1024, 4096), MakeTestEntry(2048, 4096), MakeTestEntry(4096, 8192)};
+}
+
+std::string Message(const absl::Status& status) { return std::string(status.message()); }
+
+// A bundle file around an arbitrary payload, framed correctly, so that a test
+// can reach the checks behind the frame.
+std::string Frame(const std::string& payload, uint32_t version = kBundleFormatVersion) {
+  std::string file(kBundleMagic, sizeof(kBundleMagic));
+  for (int i = 0; i < 4; ++i) file.push_back(static_cast<char>(version >> (8 * i)));
+  const uint64_t size = payload.size();
+  for (int i = 0; i < 8; ++i) file.push_back(static_cast<char>(size >> (8 * i)));
+  unsigned char digest[32];
+  unsigned int digest_size = 0;
+  REQUIRE(EVP_Digest(payload.data(), payload.size(), digest, &digest_size, EVP_sha256(), nullptr) ==
+          1);
+  file.append(reinterpret_cast<const char*>(digest), sizeof(digest));
+  return file + payload;
+}
+
+std::string FrameBundle(const v1::Bundle& bundle) { return Frame(bundle.SerializeAsString()); }
+
+v1::Bundle BundleOf(const std::vector<v1::Entry>& entries) {
+  v1::Bundle bundle;
+  bundle.set_format_version(kBundleFormatVersion);
+  bundle.set_created_by("test");
+  bundle.set_created_at_unix(kCreatedAt);
+  for (const v1::Entry& e : entries) *bundle.add_entries() = e;
+  return bundle;
+}
+
+absl::Status DecodeStatus(std::string_view file) { return DecodeBundle(file).status(); }
+
+TEST_CASE("Bundle: encode then decode gives the entries back", "[cache]") {
+  const std::vector<v1::Entry> entries = ThreeEntries();
+  const std::string file = EncodeBundle(entries, "ktune 0.1.0", kCreatedAt);
+
+  absl::StatusOr<v1::Bundle> bundle = DecodeBundle(file);
+  INFO(bundle.status().ToString());
+  REQUIRE(bundle.ok());
+  CHECK(bundle->format_version() == static_cast<int32_t>(kBundleFormatVersion));
+  CHECK(bundle->created_by() == "ktune 0.1.0");
+  CHECK(bundle->created_at_unix() == kCreatedAt);
+  REQUIRE(bundle->entries_size() == 3);
+  for (int i = 0; i < 3; ++i) {
+    CHECK(google::protobuf::util::MessageDifferencer::Equals(bundle->entries(i), entries[i]));
+  }
+  CHECK(EncodeBundle(entries, "ktune 0.1.0", kCreatedAt) == file);  // deterministic
+}
+
+TEST_CASE("Bundle: an empty bundle round-trips", "[cache]") {
+  absl::StatusOr<v1::Bundle> bundle = DecodeBundle(EncodeBundle({}, "ktune", kCreatedAt));
+  REQUIRE(bundle.ok());
+  CHECK(bundle->entries_size() == 0);
+}
+
+TEST_CASE("Bundle: the header has the documented layout", "[cache]") {
+  const std::string file = EncodeBundle(ThreeEntries(), "ktune", kCreatedAt);
+  REQUIRE(file.size() > kBundleHeaderBytes);
+  CHECK(file.substr(0, 8) == "KTUNEBDL");
+  CHECK(file.substr(8, 4) == std::string("\x01\x00\x00\x00", 4));
+  uint64_t length = 0;
+  for (int i = 0; i < 8; ++i) {
+    length |= uint64_t{static_cast<unsigned char>(file[12 + i])} << (8 * i);
+  }
+  CHECK(length == file.size() - kBundleHeaderBytes);
+  CHECK(Frame(file.substr(kBundleHeaderBytes)) == file);  // the checksum is SHA-256
+}
+
+TEST_CASE("Bundle: cubins are stripped on export", "[cache]") {
+  std::vector<v1::Entry> entries = ThreeEntries();
+  entries[1].mutable_recipe()->set_cubin(std::string(4096, '\x7f'));
+  absl::StatusOr<v1::Bundle> bundle = DecodeBundle(EncodeBundle(entries, "ktune", kCreatedAt));
+  REQUIRE(bundle.ok());
+  for (const v1::Entry& e : bundle->entries()) CHECK(e.recipe().cubin().empty());
+}
+
+TEST_CASE("Bundle: every truncation is refused", "[cache]") {
+  const std::string file = EncodeBundle(ThreeEntries(), "ktune", kCreatedAt);
+  for (size_t size = 0; size < file.size(); size += 7) {
+    CAPTURE(size);
+    absl::Status s = DecodeStatus(std::string_view(file).substr(0, size));
+    CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(Message(s), Catch::StartsWith("truncated"));
+  }
+  absl::Status s = DecodeStatus(std::string_view(file).substr(0, file.size() - 1));
+  CHECK_THAT(Message(s), Catch::Equals("truncated: header says " +
+                                       std::to_string(file.size() - kBundleHeaderBytes) +
+                                       " payload bytes, file has " +
+                                       std::to_string(file.size() - kBundleHeaderBytes - 1)));
+  CHECK_THAT(Message(DecodeStatus("KTUNE")),
+             Catch::Equals("truncated: 5 bytes, shorter than the 52-byte header"));
+}
+
+TEST_CASE("Bundle: every corrupted header byte and sampled payload bytes are refused", "[cache]") {
+  const std::string file = EncodeBundle(ThreeEntries(), "ktune", kCreatedAt);
+  std::vector<size_t> offsets;
+  for (size_t i = 0; i < kBundleHeaderBytes; ++i) offsets.push_back(i);
+  for (size_t i = kBundleHeaderBytes; i < file.size(); i += 11) offsets.push_back(i);
+  offsets.push_back(file.size() - 1);
+  for (size_t offset : offsets) {
+    for (unsigned char flip : {0x01, 0x80, 0xff}) {
+      CAPTURE(offset, static_cast<int>(flip));
+      std::string bad = file;
+      bad[offset] = static_cast<char>(static_cast<unsigned char>(bad[offset]) ^ flip);
+      absl::Status s = DecodeStatus(bad);
+      CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+    }
+  }
+}
+
+TEST_CASE("Bundle: each framing error says what is wrong", "[cache]") {
+  const std::string file = EncodeBundle(ThreeEntries(), "ktune", kCreatedAt);
+
+  SECTION("bad magic") {
+    std::string bad = file;
+    bad[0] = 'X';
+    CHECK(Message(DecodeStatus(bad)) == "not a ktune bundle (bad magic)");
+    CHECK(Message(DecodeStatus(std::string(200, '\0'))) == "not a ktune bundle (bad magic)");
+  }
+  SECTION("unsupported version") {
+    std::string bad = file;
+    bad[8] = 7;
+    CHECK(Message(DecodeStatus(bad)) == "unsupported format version 7 (this ktune reads 1)");
+    CHECK(Message(DecodeStatus(Frame(file.substr(kBundleHeaderBytes), 2))) ==
+          "unsupported format version 2 (this ktune reads 1)");
+  }
+  SECTION("trailing bytes") {
+    absl::Status s = DecodeStatus(file + "garbage");
+    CHECK_THAT(Message(s),
+               Catch::StartsWith("trailing bytes: header says") &&
+                   Catch::Contains(std::to_string(file.size() - kBundleHeaderBytes + 7)));
+  }
+  SECTION("a declared length over the limit is refused before anything is read") {
+    std::string bad = file;
+    for (int i = 0; i < 8; ++i) bad[12 + i] = '\xff';
+    CHECK_THAT(Message(DecodeStatus(bad)), Catch::StartsWith("too large"));
+    const uint64_t just_over = kMaxBundleBytes - kBundleHeaderBytes + 1;
+    for (int i = 0; i < 8; ++i) bad[12 + i] = static_cast<char>(just_over >> (8 * i));
+    CHECK_THAT(Message(DecodeStatus(bad)), Catch::StartsWith("too large"));
+  }
+  SECTION("checksum mismatch") {
+    std::string bad = file;
+    bad[kBundleHeaderBytes + 3] ^= 0x20;
+    CHECK_THAT(Message(DecodeStatus(bad)), Catch::StartsWith("checksum mismatch"));
+  }
+}
+
+TEST_CASE("Bundle: a well-framed payload is still checked", "[cache]") {
+  SECTION("a payload that does not parse") {
+    CHECK(Message(DecodeStatus(Frame("\xff\xff\xff\xff not protobuf"))) ==
+          "payload does not parse as a ktune.v1.Bundle");
+  }
+  SECTION("a payload format version that disagrees with the header") {
+    v1::Bundle bundle = BundleOf(ThreeEntries());
+    bundle.set_format_version(2);
+    CHECK(Message(DecodeStatus(FrameBundle(bundle))) ==
+          "payload format_version 2 does not match the header's 1");
+    bundle.clear_format_version();
+    CHECK_THAT(Message(DecodeStatus(FrameBundle(bundle))),
+               Catch::StartsWith("payload format_version 0"));
+  }
+  SECTION("an invalid entry is named by its index") {
+    std::vector<v1::Entry> entries = ThreeEntries();
+    entries[2].mutable_problem()->mutable_norm()->set_n(0);
+    CHECK_THAT(Message(DecodeStatus(FrameBundle(BundleOf(entries)))),
+               Catch::StartsWith("entry 2: problem.n: must be in [1, "));
+    entries = ThreeEntries();
+    entries[1].mutable_measurement()->set_time_us(-1);
+    CHECK(Message(DecodeStatus(FrameBundle(BundleOf(entries)))) ==
+          "entry 1: measurement.time_us: must be finite and > 0, got -1");
+  }
+  SECTION("a cubin is refused") {
+    std::vector<v1::Entry> entries = ThreeEntries();
+    entries[0].mutable_recipe()->set_cubin(
+        "\x7f"
+        "ELF");
+    CHECK(Message(DecodeStatus(FrameBundle(BundleOf(entries)))) ==
+          "entry 0: recipe.cubin: bundles carry no cubins");
+  }
+  SECTION("duplicate keys") {
+    std::vector<v1::Entry> entries = ThreeEntries();
+    v1::Entry again = entries[0];
+    again.mutable_measurement()->set_time_us(3);  // a different winner for the same key
+    entries.push_back(again);
+    CHECK_THAT(Message(DecodeStatus(FrameBundle(BundleOf(entries)))),
+               Catch::StartsWith("entry 3 duplicates entry 0 (rmsnorm.fwd "));
+  }
+  SECTION("equivalent spellings of one key are duplicates too") {
+    std::vector<v1::Entry> entries = ThreeEntries();
+    v1::Entry again = entries[1];
+    again.mutable_problem()->mutable_norm()->set_eps(0);  // the default, 1e-6
+    entries.push_back(again);
+    CHECK_THAT(Message(DecodeStatus(FrameBundle(BundleOf(entries)))),
+               Catch::StartsWith("entry 3 duplicates entry 1"));
+  }
+}
+
+}  // namespace
+}  // namespace ktune

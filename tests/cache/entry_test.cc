@@ -1,0 +1,269 @@
+#include "cache/entry.h"
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "tests/cache/test_entries.h"
+
+namespace ktune {
+namespace {
+
+using testutil::MakeTestEntry;
+
+EntryKey KeyOrFail(const v1::Entry& entry) {
+  absl::StatusOr<EntryKey> key = KeyOf(entry);
+  INFO(key.status().ToString());
+  REQUIRE(key.ok());
+  return *key;
+}
+
+TEST_CASE("KeyOf: the same entry gives the same key", "[cache]") {
+  const EntryKey a = KeyOrFail(MakeTestEntry());
+  const EntryKey b = KeyOrFail(MakeTestEntry());
+  CHECK(a == b);
+  CHECK(FlatKey(a) == FlatKey(b));
+  CHECK(a.op == "rmsnorm.fwd");
+  CHECK(a.problem_key.find("m=4096") != std::string::npos);
+  CHECK(a.device_key.find("NVIDIA H200") != std::string::npos);
+  CHECK(a.software_key.find(testutil::kTestTemplateHash) != std::string::npos);
+}
+
+TEST_CASE("KeyOf: what was measured is not part of the key", "[cache]") {
+  const EntryKey base = KeyOrFail(MakeTestEntry());
+  v1::Entry e = MakeTestEntry();
+  e.mutable_measurement()->set_time_us(99);
+  e.mutable_config()->mutable_norm()->set_num_warps(8);
+  e.set_tuned_at_unix(1800000000);
+  e.set_candidates_measured(3);
+  CHECK(KeyOrFail(e) == base);
+}
+
+TEST_CASE("KeyOf: equivalent spellings of one problem share a key", "[cache]") {
+  const EntryKey base = KeyOrFail(MakeTestEntry());
+  v1::Entry e = MakeTestEntry();
+  e.mutable_problem()->mutable_norm()->set_output_dtype(v1::DTYPE_UNSPECIFIED);  // = input
+  e.mutable_problem()->mutable_norm()->set_eps(0);                               // = default
+  CHECK(KeyOrFail(e) == base);
+}
+
+TEST_CASE("KeyOf: each part of the key separates what it should", "[cache]") {
+  const EntryKey base = KeyOrFail(MakeTestEntry());
+  struct Case {
+    const char* name;
+    std::function<void(v1::Entry&)> change;
+    std::string EntryKey::*part;
+  };
+  const std::vector<Case> cases = {
+      {"m", [](v1::Entry& e) { e.mutable_problem()->mutable_norm()->set_m(8192); },
+       &EntryKey::problem_key},
+      {"n", [](v1::Entry& e) { e.mutable_problem()->mutable_norm()->set_n(8192); },
+       &EntryKey::problem_key},
+      {"dtype",
+       [](v1::Entry& e) {
+         e.mutable_problem()->mutable_norm()->set_input_dtype(v1::FP16);
+         e.mutable_problem()->mutable_norm()->set_output_dtype(v1::FP16);
+       },
+       &EntryKey::problem_key},
+      {"eps", [](v1::Entry& e) { e.mutable_problem()->mutable_norm()->set_eps(1e-5f); },
+       &EntryKey::problem_key},
+      {"weight", [](v1::Entry& e) { e.mutable_problem()->mutable_norm()->set_has_weight(false); },
+       &EntryKey::problem_key},
+      {"device name", [](v1::Entry& e) { e.mutable_device()->set_name("NVIDIA H100 80GB HBM3"); },
+       &EntryKey::device_key},
+      {"compute capability", [](v1::Entry& e) { e.mutable_device()->set_cc_major(10); },
+       &EntryKey::device_key},
+      {"SM count", [](v1::Entry& e) { e.mutable_device()->set_sm_count(114); },
+       &EntryKey::device_key},
+      {"memory", [](v1::Entry& e) { e.mutable_device()->set_memory_bytes(85520809984); },
+       &EntryKey::device_key},
+      {"driver", [](v1::Entry& e) { e.mutable_device()->set_driver_version(12080); },
+       &EntryKey::device_key},
+      {"template hash",
+       [](v1::Entry& e) { e.mutable_software()->set_template_hash(std::string(64, 'a')); },
+       &EntryKey::software_key},
+      {"nvrtc", [](v1::Entry& e) { e.mutable_software()->set_nvrtc_version(12080); },
+       &EntryKey::software_key},
+      {"schema", [](v1::Entry& e) { e.mutable_software()->set_schema_version(kSchemaVersion + 1); },
+       &EntryKey::software_key},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.name);
+    v1::Entry e = MakeTestEntry();
+    c.change(e);
+    const EntryKey key = KeyOrFail(e);
+    CHECK_FALSE(key == base);
+    CHECK(key.*c.part != base.*c.part);
+    CHECK(FlatKey(key) != FlatKey(base));
+    // Only the part that names the change moves.
+    for (auto part :
+         {&EntryKey::op, &EntryKey::problem_key, &EntryKey::device_key, &EntryKey::software_key}) {
+      if (part != c.part) CHECK(key.*part == base.*part);
+    }
+  }
+}
+
+TEST_CASE("ValidateEntry: the test entry is valid", "[cache]") {
+  absl::Status s = ValidateEntry(MakeTestEntry());
+  INFO(s.ToString());
+  CHECK(s.ok());
+}
+
+TEST_CASE("ValidateEntry: each bad field is named", "[cache]") {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  struct Case {
+    std::function<void(v1::Entry&)> change;
+    std::string expected;  // the start of the message
+  };
+  const std::vector<Case> cases = {
+      // problem
+      {[](v1::Entry& e) { e.clear_problem(); },
+       "entry.problem: only norm problems are stored by this version"},
+      {[](v1::Entry& e) { e.mutable_problem()->mutable_gemm()->set_m(1); },
+       "entry.problem: only norm problems are stored by this version"},
+      {[](v1::Entry& e) { e.mutable_problem()->mutable_norm()->set_m(0); }, "entry.problem.m:"},
+      {[](v1::Entry& e) { e.mutable_problem()->mutable_norm()->set_n(-4); }, "entry.problem.n:"},
+      {[](v1::Entry& e) { e.mutable_problem()->mutable_norm()->set_op(v1::NORM_OP_UNSPECIFIED); },
+       "entry.problem.op:"},
+      {[](v1::Entry& e) { e.mutable_problem()->mutable_norm()->set_input_dtype(v1::FP8_E4M3); },
+       "entry.problem.input_dtype:"},
+      {[](v1::Entry& e) { e.mutable_problem()->mutable_norm()->set_eps(-1); },
+       "entry.problem.eps:"},
+      {[](v1::Entry& e) { e.mutable_problem()->mutable_norm()->set_op(v1::LAYERNORM); },
+       "entry.problem: op layernorm.fwd is not served"},
+      // device
+      {[](v1::Entry& e) { e.clear_device(); }, "entry.device: missing"},
+      {[](v1::Entry& e) { e.mutable_device()->set_name(""); },
+       "entry.device.name: must not be empty"},
+      {[](v1::Entry& e) { e.mutable_device()->set_name("H200\n"); },
+       "entry.device.name: must not contain control characters"},
+      {[](v1::Entry& e) { e.mutable_device()->set_name(std::string(300, 'x')); },
+       "entry.device.name: must be at most 256 bytes, got 300"},
+      {[](v1::Entry& e) { e.mutable_device()->set_cc_major(0); },
+       "entry.device.cc_major: must be in [1, 99], got 0"},
+      {[](v1::Entry& e) { e.mutable_device()->set_cc_minor(-1); }, "entry.device.cc_minor:"},
+      {[](v1::Entry& e) { e.mutable_device()->set_sm_count(0); },
+       "entry.device.sm_count: must be in [1, 100000], got 0"},
+      {[](v1::Entry& e) { e.mutable_device()->set_driver_version(-1); },
+       "entry.device.driver_version:"},
+      // software
+      {[](v1::Entry& e) { e.clear_software(); }, "entry.software: missing"},
+      {[](v1::Entry& e) { e.mutable_software()->set_template_hash("abc"); },
+       "entry.software.template_hash: must be 64 lowercase hex digits"},
+      {[](v1::Entry& e) { e.mutable_software()->set_template_hash(std::string(64, 'A')); },
+       "entry.software.template_hash:"},
+      {[](v1::Entry& e) { e.mutable_software()->set_nvrtc_version(0); },
+       "entry.software.nvrtc_version: must be >= 1, got 0"},
+      {[](v1::Entry& e) { e.mutable_software()->set_schema_version(0); },
+       "entry.software.schema_version:"},
+      // config
+      {[](v1::Entry& e) { e.clear_config(); },
+       "entry.config.norm: a norm problem needs a norm config"},
+      {[](v1::Entry& e) { e.mutable_config()->mutable_gemm(); }, "entry.config.norm:"},
+      {[](v1::Entry& e) { e.mutable_config()->mutable_norm()->set_x_block(0); },
+       "entry.config.norm.x_block: must be >= 1, got 0"},
+      {[](v1::Entry& e) { e.mutable_config()->mutable_norm()->set_r_block(-8); },
+       "entry.config.norm.r_block:"},
+      {[](v1::Entry& e) { e.mutable_config()->mutable_norm()->set_num_warps(0); },
+       "entry.config.norm.num_warps:"},
+      {[](v1::Entry& e) { e.mutable_config()->mutable_norm()->set_num_warps(64); },
+       "entry.config.norm.num_warps: must be <= 32"},
+      {[](v1::Entry& e) { e.mutable_config()->mutable_norm()->set_vec(0); },
+       "entry.config.norm.vec:"},
+      {[](v1::Entry& e) { e.mutable_config()->mutable_norm()->set_pipeline_depth(0); },
+       "entry.config.norm.pipeline_depth:"},
+      {[](v1::Entry& e) { e.mutable_config()->mutable_norm()->set_x_block(256); },
+       "entry.config.norm.x_block: must be <= num_warps * 32 = 128, got 256"},
+      {[](v1::Entry& e) { e.mutable_config()->mutable_norm()->set_split_size(4); },
+       "entry.config.norm.split_size: must be 0 for a forward problem, got 4"},
+      // recipe
+      {[](v1::Entry& e) { e.clear_recipe(); }, "entry.recipe: missing"},
+      {[](v1::Entry& e) { e.mutable_recipe()->set_template_id(""); },
+       "entry.recipe.template_id: must not be empty"},
+      {[](v1::Entry& e) { e.mutable_recipe()->set_template_hash(""); },
+       "entry.recipe.template_hash:"},
+      {[](v1::Entry& e) { e.mutable_recipe()->set_arch("sm_80"); },
+       "entry.recipe.arch: must be \"sm_90\" or \"sm_90a\" for a cc 9.0 device, got \"sm_80\""},
+      {[](v1::Entry& e) { e.mutable_recipe()->set_nvrtc_options(0, ""); },
+       "entry.recipe.nvrtc_options[0]: must not be empty"},
+      {[](v1::Entry& e) { e.mutable_recipe()->clear_kernels(); },
+       "entry.recipe.kernels: must have 1 to 16 kernels, got 0"},
+      {[](v1::Entry& e) { e.mutable_recipe()->mutable_kernels(0)->set_name_expression(""); },
+       "entry.recipe.kernels[0].name_expression: must not be empty"},
+      {[](v1::Entry& e) { e.mutable_recipe()->mutable_kernels(0)->clear_grid(); },
+       "entry.recipe.kernels[0].grid: must have 3 values, got 0"},
+      {[](v1::Entry& e) { e.mutable_recipe()->mutable_kernels(0)->mutable_block()->RemoveLast(); },
+       "entry.recipe.kernels[0].block: must have 3 values, got 2"},
+      {[](v1::Entry& e) { e.mutable_recipe()->mutable_kernels(0)->set_grid(1, 0); },
+       "entry.recipe.kernels[0].grid[1]: must be >= 1"},
+      {[](v1::Entry& e) { e.mutable_recipe()->mutable_kernels(0)->set_block(2, 0); },
+       "entry.recipe.kernels[0].block[2]: must be >= 1"},
+      {[](v1::Entry& e) {
+         e.mutable_recipe()->mutable_kernels(0)->set_block(0, 4000000000u);
+         e.mutable_recipe()->mutable_kernels(0)->set_block(1, 4000000000u);
+         e.mutable_recipe()->mutable_kernels(0)->set_block(2, 4000000000u);
+       },
+       "entry.recipe.kernels[0].block: must have at most 1024 threads"},
+      {[](v1::Entry& e) { e.mutable_recipe()->mutable_kernels(0)->set_params(1, ""); },
+       "entry.recipe.kernels[0].params[1]: must not be empty"},
+      // measurement
+      {[](v1::Entry& e) { e.clear_measurement(); }, "entry.measurement: missing"},
+      {[](v1::Entry& e) { e.mutable_measurement()->set_time_us(-1); },
+       "entry.measurement.time_us: must be finite and > 0, got -1"},
+      {[](v1::Entry& e) { e.mutable_measurement()->set_time_us(0); },
+       "entry.measurement.time_us: must be finite and > 0, got 0"},
+      {[nan](v1::Entry& e) { e.mutable_measurement()->set_time_us(nan); },
+       "entry.measurement.time_us: must be finite and > 0, got nan"},
+      {[inf](v1::Entry& e) { e.mutable_measurement()->set_time_us(inf); },
+       "entry.measurement.time_us:"},
+      {[](v1::Entry& e) { e.mutable_measurement()->set_spread(-0.1); },
+       "entry.measurement.spread: must be finite and >= 0, got -0.1"},
+      {[nan](v1::Entry& e) { e.mutable_measurement()->set_spread(nan); },
+       "entry.measurement.spread:"},
+      {[](v1::Entry& e) { e.mutable_measurement()->set_repetitions(0); },
+       "entry.measurement.repetitions: must be >= 1, got 0"},
+      {[](v1::Entry& e) { e.mutable_measurement()->set_throughput(-2); },
+       "entry.measurement.throughput:"},
+      // provenance
+      {[](v1::Entry& e) { e.set_tuned_at_unix(0); }, "entry.tuned_at_unix: must be > 0, got 0"},
+      {[](v1::Entry& e) { e.set_candidates_measured(0); },
+       "entry.candidates_measured: must be >= 1, got 0"},
+      {[](v1::Entry& e) { e.set_ktune_version(std::string("0.1\x07", 4)); },
+       "entry.ktune_version:"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.expected);
+    v1::Entry e = MakeTestEntry();
+    c.change(e);
+    absl::Status s = ValidateEntry(e);
+    CAPTURE(s.ToString());
+    CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+    CHECK(std::string(s.message()).rfind(c.expected, 0) == 0);
+  }
+}
+
+TEST_CASE("ValidateEntry: a prefix replaces \"entry.\"", "[cache]") {
+  v1::Entry e = MakeTestEntry();
+  e.mutable_problem()->mutable_norm()->set_n(0);
+  absl::Status s = ValidateEntry(e, "entry 3: ");
+  CHECK(std::string(s.message()).rfind("entry 3: problem.n: ", 0) == 0);
+}
+
+TEST_CASE("ValidateEntry: the arch-specific target of the device is accepted", "[cache]") {
+  v1::Entry e = MakeTestEntry();
+  e.mutable_recipe()->set_arch("sm_90a");
+  CHECK(ValidateEntry(e).ok());
+}
+
+TEST_CASE("FlatKey: parts cannot run into each other", "[cache]") {
+  EntryKey a{"rmsnorm.fwd", "p", "d x", "s"};
+  EntryKey b{"rmsnorm.fwd", "p", "d", "x s"};
+  CHECK(FlatKey(a) != FlatKey(b));
+}
+
+}  // namespace
+}  // namespace ktune

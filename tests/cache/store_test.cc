@@ -1,0 +1,458 @@
+#include "cache/store.h"
+
+#include <google/protobuf/util/message_differencer.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/cache/test_entries.h"
+#include "tuner/fingerprint.h"
+
+namespace ktune {
+namespace {
+
+using testutil::MakeTestEntry;
+
+// A fresh directory, removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "ktune-store-test-XXXXXX");
+    REQUIRE(mkdtemp(pattern.data()) != nullptr);
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  std::string File(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// Direct access to the database file, bypassing Store, for what a test must
+// observe or tamper with from outside (another process, an older build).
+class RawDb {
+ public:
+  explicit RawDb(const std::string& path) {
+    REQUIRE(sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE, nullptr) == SQLITE_OK);
+    sqlite3_busy_timeout(db_, 5000);
+  }
+  ~RawDb() { sqlite3_close_v2(db_); }
+  void Exec(const std::string& sql) {
+    char* error = nullptr;
+    int rc = sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &error);
+    INFO(sql << ": " << (error ? error : ""));
+    sqlite3_free(error);
+    REQUIRE(rc == SQLITE_OK);
+  }
+  std::string QueryText(const std::string& sql) {
+    sqlite3_stmt* stmt = nullptr;
+    REQUIRE(sqlite3_prepare_v2(db_, sql.c_str(), -1, &stmt, nullptr) == SQLITE_OK);
+    REQUIRE(sqlite3_step(stmt) == SQLITE_ROW);
+    std::string text(reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0)));
+    sqlite3_finalize(stmt);
+    return text;
+  }
+  sqlite3* get() { return db_; }
+
+ private:
+  sqlite3* db_ = nullptr;
+};
+
+std::unique_ptr<Store> OpenOrFail(const std::string& path) {
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
+  INFO(store.status().ToString());
+  REQUIRE(store.ok());
+  return *std::move(store);
+}
+
+EntryKey KeyOrFail(const v1::Entry& entry) {
+  absl::StatusOr<EntryKey> key = KeyOf(entry);
+  REQUIRE(key.ok());
+  return *key;
+}
+
+bool Same(const v1::Entry& a, const v1::Entry& b) {
+  return google::protobuf::util::MessageDifferencer::Equals(a, b);
+}
+
+int64_t CountAll(Store& store) {
+  absl::StatusOr<std::vector<v1::Entry>> all = store.List();
+  REQUIRE(all.ok());
+  return static_cast<int64_t>(all->size());
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST_CASE("Store: put then get returns the entry", "[cache]") {
+  TempDir dir;
+  auto store = OpenOrFail(dir.File("cache.db"));
+  const v1::Entry entry = MakeTestEntry();
+  REQUIRE(store->Put(entry).ok());
+
+  absl::StatusOr<std::optional<v1::Entry>> got = store->Get(KeyOrFail(entry));
+  REQUIRE(got.ok());
+  REQUIRE(got->has_value());
+  CHECK(Same(**got, entry));
+
+  SECTION("another key is a miss, not an error") {
+    absl::StatusOr<std::optional<v1::Entry>> miss = store->Get(KeyOrFail(MakeTestEntry(8, 4096)));
+    REQUIRE(miss.ok());
+    CHECK_FALSE(miss->has_value());
+  }
+  SECTION("the path is the one opened") { CHECK(store->path() == dir.File("cache.db")); }
+}
+
+TEST_CASE("Store: a cubin is never stored", "[cache]") {
+  TempDir dir;
+  auto store = OpenOrFail(dir.File("cache.db"));
+  v1::Entry entry = MakeTestEntry();
+  entry.mutable_recipe()->set_cubin(std::string(1000, '\x7f'));
+  REQUIRE(store->Put(entry).ok());
+  absl::StatusOr<std::optional<v1::Entry>> got = store->Get(KeyOrFail(entry));
+  REQUIRE(got.ok());
+  REQUIRE(got->has_value());
+  CHECK((*got)->recipe().cubin().empty());
+}
+
+TEST_CASE("Store: an invalid entry is refused", "[cache]") {
+  TempDir dir;
+  auto store = OpenOrFail(dir.File("cache.db"));
+  v1::Entry entry = MakeTestEntry();
+  entry.mutable_measurement()->set_time_us(-1);
+  absl::Status s = store->Put(entry);
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(CountAll(*store) == 0);
+}
+
+TEST_CASE("Store: Open creates parent directories", "[cache]") {
+  TempDir dir;
+  const std::string path = dir.File("a/b/c/cache.db");
+  auto store = OpenOrFail(path);
+  CHECK(std::filesystem::exists(path));
+}
+
+TEST_CASE("Store: an existing empty file becomes a new database", "[cache]") {
+  TempDir dir;
+  const std::string path = dir.File("cache.db");
+  std::ofstream(path, std::ios::binary).flush();  // as `touch` leaves it
+  auto store = OpenOrFail(path);
+  REQUIRE(store->Put(MakeTestEntry()).ok());
+  CHECK(CountAll(*store) == 1);
+}
+
+TEST_CASE("Store: a file that cannot be written is refused at Open", "[cache]") {
+  if (geteuid() == 0) {
+    WARN("skipped: root writes regardless of permissions");
+    return;
+  }
+  TempDir dir;
+  const std::string path = dir.File("cache.db");
+  OpenOrFail(path).reset();
+  std::filesystem::permissions(
+      path, std::filesystem::perms::owner_read | std::filesystem::perms::group_read);
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
+  REQUIRE_FALSE(store.ok());
+  CHECK(store.status().code() == absl::StatusCode::kPermissionDenied);
+  CHECK_THAT(std::string(store.status().message()), Catch::Contains("read-only"));
+}
+
+TEST_CASE("Store: the database is in WAL mode with the current schema", "[cache]") {
+  TempDir dir;
+  const std::string path = dir.File("cache.db");
+  auto store = OpenOrFail(path);
+  RawDb raw(path);
+  CHECK(raw.QueryText("PRAGMA journal_mode") == "wal");
+  CHECK(raw.QueryText("PRAGMA user_version") == std::to_string(kSchemaVersion));
+}
+
+TEST_CASE("Store: entries survive a reopen", "[cache]") {
+  TempDir dir;
+  const std::string path = dir.File("cache.db");
+  std::vector<v1::Entry> entries = {MakeTestEntry(1024, 4096), MakeTestEntry(2048, 4096),
+                                    MakeTestEntry(4096, 8192)};
+  {
+    auto store = OpenOrFail(path);
+    REQUIRE(store->PutAll(entries).ok());
+  }
+  auto store = OpenOrFail(path);
+  for (const v1::Entry& entry : entries) {
+    absl::StatusOr<std::optional<v1::Entry>> got = store->Get(KeyOrFail(entry));
+    REQUIRE(got.ok());
+    REQUIRE(got->has_value());
+    CHECK(Same(**got, entry));
+  }
+  CHECK(CountAll(*store) == 3);
+}
+
+TEST_CASE("Store: acknowledged entries survive a process that dies without closing", "[cache]") {
+  TempDir dir;
+  const std::string path = dir.File("cache.db");
+  const std::vector<v1::Entry> entries = {MakeTestEntry(1024, 4096), MakeTestEntry(2048, 4096)};
+  pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    // No destructors, no close, no WAL checkpoint: as if killed right after
+    // the Put returned.
+    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
+    bool ok = store.ok() && (*store)->Put(entries[0]).ok() && (*store)->Put(entries[1]).ok();
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  CHECK(std::filesystem::exists(path + "-wal"));  // the entries are still only in the WAL
+
+  auto store = OpenOrFail(path);
+  for (const v1::Entry& entry : entries) {
+    absl::StatusOr<std::optional<v1::Entry>> got = store->Get(KeyOrFail(entry));
+    REQUIRE(got.ok());
+    REQUIRE(got->has_value());
+    CHECK(Same(**got, entry));
+  }
+}
+
+TEST_CASE("Store: a database from a newer schema is refused and left alone", "[cache]") {
+  TempDir dir;
+  const std::string path = dir.File("cache.db");
+  {
+    auto store = OpenOrFail(path);
+    REQUIRE(store->Put(MakeTestEntry()).ok());
+  }
+  RawDb(path).Exec("PRAGMA user_version = " + std::to_string(kSchemaVersion + 1));
+
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
+  REQUIRE_FALSE(store.ok());
+  CHECK(store.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(store.status().message()),
+             Catch::Contains(path) && Catch::Contains("newer ktune") &&
+                 Catch::Contains("schema version " + std::to_string(kSchemaVersion + 1)));
+  CHECK(RawDb(path).QueryText("PRAGMA user_version") == std::to_string(kSchemaVersion + 1));
+}
+
+TEST_CASE("Store: a file that is not SQLite is refused and left alone", "[cache]") {
+  TempDir dir;
+  const std::string path = dir.File("cache.db");
+  const std::string text = "this is a config file, not a database\n" + std::string(4096, '#');
+  std::ofstream(path, std::ios::binary) << text;
+
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
+  REQUIRE_FALSE(store.ok());
+  CHECK(store.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(store.status().message()), Catch::Contains(path) &&
+                                                        Catch::Contains("not a ktune database") &&
+                                                        Catch::Contains("not an SQLite file"));
+  CHECK(ReadFile(path) == text);
+}
+
+TEST_CASE("Store: another program's SQLite database is refused and left alone", "[cache]") {
+  TempDir dir;
+  const std::string path = dir.File("other.db");
+  {
+    sqlite3* db = nullptr;
+    REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+    REQUIRE(sqlite3_exec(db, "CREATE TABLE notes (text TEXT)", nullptr, nullptr, nullptr) ==
+            SQLITE_OK);
+    sqlite3_close(db);
+  }
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
+  REQUIRE_FALSE(store.ok());
+  CHECK(store.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(store.status().message()), Catch::Contains("not a ktune database"));
+  RawDb raw(path);
+  CHECK(raw.QueryText("PRAGMA journal_mode") == "delete");  // not switched to WAL
+  CHECK(raw.QueryText("SELECT count(*) FROM sqlite_schema") == "1");
+}
+
+TEST_CASE("Store: PutAll counts added, replaced and unchanged", "[cache]") {
+  TempDir dir;
+  auto store = OpenOrFail(dir.File("cache.db"));
+  const v1::Entry a = MakeTestEntry(1024, 4096);
+  const v1::Entry b = MakeTestEntry(2048, 4096);
+  v1::Entry b_faster = b;
+  b_faster.mutable_measurement()->set_time_us(10.5);
+  const v1::Entry c = MakeTestEntry(4096, 4096);
+
+  absl::StatusOr<PutAllStats> first = store->PutAll({a, b});
+  REQUIRE(first.ok());
+  CHECK(first->added == 2);
+  CHECK(first->replaced == 0);
+  CHECK(first->unchanged == 0);
+
+  absl::StatusOr<PutAllStats> second = store->PutAll({a, b_faster, c});
+  REQUIRE(second.ok());
+  CHECK(second->added == 1);
+  CHECK(second->replaced == 1);
+  CHECK(second->unchanged == 1);
+
+  absl::StatusOr<std::optional<v1::Entry>> got = store->Get(KeyOrFail(b));
+  REQUIRE(got.ok());
+  REQUIRE(got->has_value());
+  CHECK((*got)->measurement().time_us() == 10.5);
+  CHECK(CountAll(*store) == 3);
+
+  SECTION("an empty PutAll writes nothing") {
+    absl::StatusOr<PutAllStats> none = store->PutAll({});
+    REQUIRE(none.ok());
+    CHECK(none->added + none->replaced + none->unchanged == 0);
+  }
+}
+
+TEST_CASE("Store: PutAll is all or nothing", "[cache]") {
+  TempDir dir;
+  const std::string path = dir.File("cache.db");
+  auto store = OpenOrFail(path);
+  const v1::Entry kept = MakeTestEntry(512, 4096);
+  REQUIRE(store->Put(kept).ok());
+  v1::Entry kept_changed = kept;
+  kept_changed.mutable_measurement()->set_time_us(1);
+
+  SECTION("an invalid entry in the middle") {
+    v1::Entry bad = MakeTestEntry(2048, 4096);
+    bad.mutable_measurement()->set_time_us(-1);
+    absl::StatusOr<PutAllStats> stats =
+        store->PutAll({MakeTestEntry(1024, 4096), kept_changed, bad, MakeTestEntry(4096, 4096)});
+    REQUIRE_FALSE(stats.ok());
+    CHECK(stats.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(stats.status().message()),
+               Catch::StartsWith("entry 2: measurement.time_us: must be finite and > 0"));
+  }
+  SECTION("SQLite failing in the middle") {
+    // A trigger makes the third insert fail inside the transaction, after two
+    // rows (one new, one replacing) have been written.
+    RawDb(path).Exec(
+        "CREATE TRIGGER fail_on_777 BEFORE INSERT ON entries WHEN NEW.time_us = 777 "
+        "BEGIN SELECT RAISE(ABORT, 'injected failure'); END");
+    v1::Entry poisoned = MakeTestEntry(2048, 4096);
+    poisoned.mutable_measurement()->set_time_us(777);
+    absl::StatusOr<PutAllStats> stats = store->PutAll(
+        {MakeTestEntry(1024, 4096), kept_changed, poisoned, MakeTestEntry(4096, 4096)});
+    REQUIRE_FALSE(stats.ok());
+    CHECK_THAT(std::string(stats.status().message()),
+               Catch::StartsWith("entry 2: ") && Catch::Contains("injected failure"));
+    RawDb(path).Exec("DROP TRIGGER fail_on_777");
+  }
+
+  // Nothing of the failed batch is visible, to this connection or another.
+  absl::StatusOr<std::vector<v1::Entry>> all = store->List();
+  REQUIRE(all.ok());
+  REQUIRE(all->size() == 1);
+  CHECK(Same(all->front(), kept));
+  CHECK(RawDb(path).QueryText("SELECT count(*) FROM entries") == "1");
+
+  // The store is not left inside a transaction.
+  absl::StatusOr<PutAllStats> after = store->PutAll({MakeTestEntry(1024, 4096)});
+  REQUIRE(after.ok());
+  CHECK(after->added == 1);
+  CHECK(CountAll(*OpenOrFail(path)) == 2);
+}
+
+TEST_CASE("Store: List filters by op and is ordered by key; CountByOp", "[cache]") {
+  TempDir dir;
+  const std::string path = dir.File("cache.db");
+  auto store = OpenOrFail(path);
+  REQUIRE(store
+              ->PutAll(
+                  {MakeTestEntry(4096, 4096), MakeTestEntry(1024, 4096), MakeTestEntry(2048, 4096)})
+              .ok());
+  // Only rmsnorm.fwd validates in this version, so a row of another op is
+  // written directly, to see that the filter uses the op column.
+  {
+    RawDb raw(path);
+    sqlite3_stmt* stmt = nullptr;
+    REQUIRE(sqlite3_prepare_v2(raw.get(),
+                               "INSERT INTO entries SELECT 'layernorm.fwd', problem_key, "
+                               "device_key, software_key, entry, tuned_at_unix, time_us FROM "
+                               "entries WHERE problem_key LIKE '% m=1024 %'",
+                               -1, &stmt, nullptr) == SQLITE_OK);
+    REQUIRE(sqlite3_step(stmt) == SQLITE_DONE);
+    sqlite3_finalize(stmt);
+  }
+
+  absl::StatusOr<std::vector<v1::Entry>> rms = store->List("rmsnorm.fwd");
+  REQUIRE(rms.ok());
+  REQUIRE(rms->size() == 3);
+  std::vector<std::string> keys;
+  for (const v1::Entry& e : *rms) keys.push_back(KeyOrFail(e).problem_key);
+  CHECK(std::is_sorted(keys.begin(), keys.end()));
+
+  absl::StatusOr<std::vector<v1::Entry>> ln = store->List("layernorm.fwd");
+  REQUIRE(ln.ok());
+  CHECK(ln->size() == 1);
+
+  absl::StatusOr<std::vector<v1::Entry>> none = store->List("rmsnorm.bwd");
+  REQUIRE(none.ok());
+  CHECK(none->empty());
+
+  CHECK(CountAll(*store) == 4);
+
+  absl::StatusOr<std::map<std::string, int64_t>> counts = store->CountByOp();
+  REQUIRE(counts.ok());
+  CHECK(*counts == std::map<std::string, int64_t>{{"layernorm.fwd", 1}, {"rmsnorm.fwd", 3}});
+}
+
+TEST_CASE("Store: an empty store lists and counts nothing", "[cache]") {
+  TempDir dir;
+  auto store = OpenOrFail(dir.File("cache.db"));
+  CHECK(CountAll(*store) == 0);
+  absl::StatusOr<std::map<std::string, int64_t>> counts = store->CountByOp();
+  REQUIRE(counts.ok());
+  CHECK(counts->empty());
+}
+
+TEST_CASE("Store: two stores on one file see each other's writes", "[cache]") {
+  TempDir dir;
+  const std::string path = dir.File("cache.db");
+  auto first = OpenOrFail(path);
+  auto second = OpenOrFail(path);
+  REQUIRE(first->Put(MakeTestEntry(1024, 4096)).ok());
+  REQUIRE(second->Put(MakeTestEntry(2048, 4096)).ok());
+  CHECK(CountAll(*first) == 2);
+  CHECK(CountAll(*second) == 2);
+}
+
+TEST_CASE("Store: concurrent puts and gets from many threads", "[cache]") {
+  TempDir dir;
+  auto store = OpenOrFail(dir.File("cache.db"));
+  constexpr int kThreads = 4;
+  constexpr int kPerThread = 20;
+  std::vector<std::thread> threads;
+  std::vector<int> failures(kThreads, 0);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        const v1::Entry e = MakeTestEntry(1 + t * kPerThread + i, 4096);
+        absl::StatusOr<EntryKey> key = KeyOf(e);
+        if (!key.ok() || !store->Put(e).ok()) {
+          ++failures[t];
+          continue;
+        }
+        absl::StatusOr<std::optional<v1::Entry>> got = store->Get(*key);
+        if (!got.ok() || !got->has_value()) ++failures[t];
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  CHECK(failures == std::vector<int>(kThreads, 0));
+  CHECK(CountAll(*store) == kThreads * kPerThread);
+}
+
+}  // namespace
+}  // namespace ktune

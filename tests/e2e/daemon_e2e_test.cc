@@ -1,0 +1,425 @@
+// End-to-end: a real ktuned on a temporary socket and database, driven through
+// the client library and the ktune CLI. Runs without a GPU (the daemon is then
+// compile-only); nothing here executes a kernel.
+#include <sys/stat.h>
+
+#include <catch2/catch.hpp>
+
+#include "absl/time/clock.h"
+#include "cache/bundle.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "tests/e2e/daemon_process.h"
+#include "tuner/wire.h"
+
+namespace ktune {
+namespace {
+
+using testing::DaemonProcess;
+using testing::RunCommand;
+using testing::TempDir;
+
+v1::Problem RmsNormProblem(int64_t m, int64_t n, v1::DType dtype = v1::BF16) {
+  v1::Problem p;
+  v1::NormProblem* norm = p.mutable_norm();
+  norm->set_op(v1::RMSNORM);
+  norm->set_pass(v1::FWD);
+  norm->set_m(m);
+  norm->set_n(n);
+  norm->set_input_dtype(dtype);
+  norm->set_has_weight(true);
+  return p;
+}
+
+// A well-formed tuned entry as another machine would have stored it.
+v1::Entry TunedEntry(int64_t m, int64_t n) {
+  v1::Entry e;
+  *e.mutable_problem() = RmsNormProblem(m, n);
+  e.mutable_problem()->mutable_norm()->set_output_dtype(v1::BF16);
+  e.mutable_problem()->mutable_norm()->set_eps(1e-6f);
+  v1::DeviceFingerprint* d = e.mutable_device();
+  d->set_name("NVIDIA H200");
+  d->set_cc_major(9);
+  d->set_cc_minor(0);
+  d->set_sm_count(132);
+  d->set_memory_bytes(150754820096ull);
+  d->set_driver_version(13000);
+  v1::SoftwareFingerprint* s = e.mutable_software();
+  s->set_template_hash(std::string(64, 'a'));
+  s->set_nvrtc_version(13000);
+  s->set_schema_version(1);
+  v1::NormConfig* c = e.mutable_config()->mutable_norm();
+  c->set_x_block(1);
+  c->set_r_block(static_cast<int32_t>(n));
+  c->set_num_warps(4);
+  c->set_vec(8);
+  c->set_pipeline_depth(1);
+  c->set_persistent(true);
+  v1::LaunchRecipe* r = e.mutable_recipe();
+  r->set_template_id("norm/rmsnorm_fwd");
+  r->set_template_hash(std::string(64, 'a'));
+  r->add_nvrtc_options("--gpu-architecture=sm_90");
+  r->set_arch("sm_90");
+  v1::KernelLaunch* k = r->add_kernels();
+  k->set_name_expression("ktune::rmsnorm_fwd<...>");
+  k->set_lowered_name("_Z10rmsnorm_fwd");
+  for (uint32_t v : {static_cast<uint32_t>(m), 1u, 1u}) k->add_grid(v);
+  for (uint32_t v : {128u, 1u, 1u}) k->add_block(v);
+  v1::Measurement* meas = e.mutable_measurement();
+  meas->set_time_us(40.5);
+  meas->set_spread(0.02);
+  meas->set_repetitions(30);
+  meas->set_throughput(3.9);
+  meas->set_throughput_unit("TB/s");
+  e.set_tuned_at_unix(1795000000);
+  e.set_candidates_measured(24);
+  e.set_ktune_version("0.1.0");
+  return e;
+}
+
+std::vector<v1::Entry> ListAll(DaemonProcess& daemon) {
+  auto r = daemon.NewClient()->ListEntries(v1::ListEntriesRequest());
+  REQUIRE(r.ok());
+  return {r->entries().begin(), r->entries().end()};
+}
+
+bool SameEntries(const std::vector<v1::Entry>& a, const std::vector<v1::Entry>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!google::protobuf::util::MessageDifferencer::Equals(a[i], b[i])) return false;
+  }
+  return true;
+}
+
+std::string Cli(const DaemonProcess& daemon) {
+  return std::string(KTUNE_CLI_PATH) + " --server " + daemon.address() + " ";
+}
+
+TEST_CASE("ktuned serves status, heuristic answers and refuses what it cannot do", "[e2e]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.path(), dir.path() + "/db/cache.db");
+  REQUIRE(daemon.Start());
+  auto client = daemon.NewClient();
+
+  auto status = client->GetStatus();
+  REQUIRE(status.ok());
+  CHECK(status->version() == KTUNE_VERSION);
+  CHECK(status->entries() == 0);
+  CHECK(status->nvrtc_version() >= 12000);
+  if (status->compile_only()) {
+    CHECK_FALSE(status->compile_only_reason().empty());
+    CHECK(status->devices_size() == 0);
+    CHECK(daemon.Log().find("compile_only") != std::string::npos);
+  } else {
+    CHECK(status->devices_size() == 1);
+  }
+
+  SECTION("the socket is private to the user and group") {
+    struct stat st{};
+    REQUIRE(stat(daemon.socket_path().c_str(), &st) == 0);
+    CHECK((st.st_mode & 0777) == 0660);
+  }
+
+  SECTION("a miss gets a compiled heuristic recipe") {
+    v1::GetConfigRequest request;
+    *request.mutable_problem() = RmsNormProblem(4096, 4096);
+    request.set_policy(v1::HEURISTIC_ON_MISS);
+    request.set_include_cubin(true);
+    auto r = client->GetConfig(request);
+    REQUIRE(r.ok());
+    CHECK(r->source() == v1::HEURISTIC);
+    REQUIRE(r->config().has_norm());
+    CHECK(r->config().norm().num_warps() >= 1);
+    CHECK(r->recipe().template_id() == "norm/rmsnorm_fwd");
+    CHECK(r->recipe().template_hash().size() == 64);
+    REQUIRE(r->recipe().kernels_size() == 1);
+    CHECK_FALSE(r->recipe().kernels(0).lowered_name().empty());
+    CHECK(r->recipe().kernels(0).block(0) >= 32);
+    CHECK(r->recipe().kernels(0).grid(0) >= 1);
+    REQUIRE(r->recipe().cubin().size() > 4);
+    CHECK(r->recipe().cubin().substr(0, 4) == "\x7f" "ELF");
+    // A heuristic answer stores nothing.
+    CHECK(ListAll(daemon).empty());
+  }
+
+  SECTION("CACHED_ONLY misses with NOT_FOUND") {
+    v1::GetConfigRequest request;
+    *request.mutable_problem() = RmsNormProblem(4096, 4096);
+    request.set_policy(v1::CACHED_ONLY);
+    auto r = client->GetConfig(request);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == absl::StatusCode::kNotFound);
+  }
+
+  SECTION("a compile-only daemon refuses to tune, clearly") {
+    if (!status->compile_only()) return;
+    v1::GetConfigRequest request;
+    *request.mutable_problem() = RmsNormProblem(4096, 4096);
+    request.set_policy(v1::TUNE_ON_MISS);
+    auto r = client->GetConfig(request);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == absl::StatusCode::kFailedPrecondition);
+    CHECK(r.status().message().find("compile-only") != std::string::npos);
+    v1::TuneRequest tune;
+    *tune.mutable_problem() = RmsNormProblem(4096, 4096);
+    auto t = client->Tune(tune, nullptr);
+    REQUIRE_FALSE(t.ok());
+    CHECK(t.status().code() == absl::StatusCode::kFailedPrecondition);
+  }
+
+  SECTION("GEMM is defined but not served yet") {
+    v1::GetConfigRequest request;
+    v1::GemmProblem* g = request.mutable_problem()->mutable_gemm();
+    g->set_m(128);
+    g->set_n(128);
+    g->set_k(128);
+    auto r = client->GetConfig(request);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == absl::StatusCode::kUnimplemented);
+  }
+
+  CHECK(daemon.Stop() == 0);
+}
+
+TEST_CASE("invalid problems get INVALID_ARGUMENT and store nothing", "[e2e]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.path(), dir.path() + "/cache.db");
+  REQUIRE(daemon.Start());
+  auto client = daemon.NewClient();
+
+  struct Case {
+    const char* name;
+    v1::Problem problem;
+    const char* field;
+  };
+  v1::Problem unknown_dtype = RmsNormProblem(128, 128);
+  unknown_dtype.mutable_norm()->set_input_dtype(static_cast<v1::DType>(99));
+  v1::Problem no_op = RmsNormProblem(128, 128);
+  no_op.mutable_norm()->set_op(v1::NORM_OP_UNSPECIFIED);
+  v1::Problem bad_eps = RmsNormProblem(128, 128);
+  bad_eps.mutable_norm()->set_eps(-1);
+  const std::vector<Case> cases = {
+      {"M=0", RmsNormProblem(0, 4096), "problem.m"},
+      {"N=-1", RmsNormProblem(4096, -1), "problem.n"},
+      {"N above the limit", RmsNormProblem(16, kMaxNormN + 1), "problem.n"},
+      {"unknown dtype", unknown_dtype, "problem.input_dtype"},
+      {"no op", no_op, "problem.op"},
+      {"negative eps", bad_eps, "problem.eps"},
+      {"empty problem", v1::Problem(), "problem"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.name);
+    for (v1::Policy policy : {v1::CACHED_ONLY, v1::HEURISTIC_ON_MISS, v1::TUNE_ON_MISS}) {
+      v1::GetConfigRequest request;
+      *request.mutable_problem() = c.problem;
+      request.set_policy(policy);
+      auto r = client->GetConfig(request);
+      REQUIRE_FALSE(r.ok());
+      CHECK(r.status().code() == absl::StatusCode::kInvalidArgument);
+      CHECK(r.status().message().find(c.field) != std::string::npos);
+    }
+    v1::TuneRequest tune;
+    *tune.mutable_problem() = c.problem;
+    auto t = client->Tune(tune, nullptr);
+    REQUIRE_FALSE(t.ok());
+    CHECK(t.status().code() == absl::StatusCode::kInvalidArgument);
+  }
+  CHECK(ListAll(daemon).empty());
+  auto status = client->GetStatus();
+  REQUIRE(status.ok());
+  CHECK(status->entries() == 0);
+  CHECK(daemon.Stop() == 0);
+}
+
+TEST_CASE("bundles move entries between daemons; bad bundles change nothing", "[e2e]") {
+  TempDir dir;
+  DaemonProcess a(dir.path() + "/a", dir.path() + "/a/cache.db");
+  DaemonProcess b(dir.path() + "/b", dir.path() + "/b/cache.db");
+  std::filesystem::create_directories(dir.path() + "/a");
+  std::filesystem::create_directories(dir.path() + "/b");
+  REQUIRE(a.Start());
+  REQUIRE(b.Start());
+
+  const std::vector<v1::Entry> seed = {TunedEntry(4096, 4096), TunedEntry(32768, 1024),
+                                       TunedEntry(16384, 8192)};
+  auto imported = a.NewClient()->ImportBundle(EncodeBundle(seed, "test", 1795000000));
+  REQUIRE(imported.ok());
+  CHECK(imported->added() == 3);
+  const std::vector<v1::Entry> in_a = ListAll(a);
+  REQUIRE(in_a.size() == 3);
+
+  auto exported = a.NewClient()->ExportBundle();
+  REQUIRE(exported.ok());
+  CHECK(exported->entries() == 3);
+  auto into_b = b.NewClient()->ImportBundle(exported->bundle());
+  REQUIRE(into_b.ok());
+  CHECK(into_b->added() == 3);
+  CHECK(SameEntries(ListAll(b), in_a));
+
+  SECTION("importing the same bundle again changes nothing") {
+    auto again = b.NewClient()->ImportBundle(exported->bundle());
+    REQUIRE(again.ok());
+    CHECK(again->added() == 0);
+    CHECK(again->unchanged() == 3);
+    CHECK(SameEntries(ListAll(b), in_a));
+  }
+
+  SECTION("truncated and corrupted bundles are refused and the store is unchanged") {
+    const std::string good = EncodeBundle({TunedEntry(8192, 16384)}, "test", 1795000000);
+    std::vector<std::pair<std::string, std::string>> bad = {
+        {"empty", ""},
+        {"truncated header", good.substr(0, 20)},
+        {"truncated payload", good.substr(0, good.size() - 7)},
+        {"trailing bytes", good + "x"},
+        {"foreign file", std::string("PK\x03\x04 this is a zip file, not a bundle at all......"
+                                     "..................................")},
+    };
+    std::string flipped = good;
+    flipped[flipped.size() / 2 + 30] ^= 0x40;
+    bad.push_back({"corrupted payload", flipped});
+    std::string version = good;
+    version[8] = 9;
+    bad.push_back({"unknown format version", version});
+    for (const auto& [name, bytes] : bad) {
+      INFO(name);
+      auto r = b.NewClient()->ImportBundle(bytes);
+      REQUIRE_FALSE(r.ok());
+      CHECK(r.status().code() == absl::StatusCode::kInvalidArgument);
+      CHECK(r.status().message().find("nothing imported") != std::string::npos);
+      CHECK(SameEntries(ListAll(b), in_a));
+    }
+  }
+
+  SECTION("a restart keeps every entry") {
+    REQUIRE(b.Stop() == 0);
+    REQUIRE(b.Start());
+    CHECK(SameEntries(ListAll(b), in_a));
+    auto status = b.NewClient()->GetStatus();
+    REQUIRE(status.ok());
+    CHECK(status->entries() == 3);
+    CHECK(status->entries_by_op().at("rmsnorm.fwd") == 3);
+  }
+
+  CHECK(a.Stop() == 0);
+  CHECK(b.Stop() == 0);
+}
+
+TEST_CASE("the ktune CLI drives a daemon and fails with one-line reasons", "[e2e][cli]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.path(), dir.path() + "/cache.db");
+  REQUIRE(daemon.Start());
+  const std::string cli = Cli(daemon);
+
+  auto status = RunCommand(cli + "status --json", dir.path());
+  REQUIRE(status.exit_code == 0);
+  CHECK(status.out.find("\"compile_only\"") != std::string::npos);
+  CHECK(status.out.find("\"version\": \"" KTUNE_VERSION "\"") != std::string::npos);
+
+  auto get = RunCommand(cli + "get rmsnorm.fwd --m 4096 --n 5120 --dtype fp16 --policy heuristic --json",
+                        dir.path());
+  REQUIRE(get.exit_code == 0);
+  CHECK(get.out.find("\"source\": \"HEURISTIC\"") != std::string::npos);
+  CHECK(get.out.find("\"config\"") != std::string::npos);
+  CHECK(get.out.find("\"lowered_name\"") != std::string::npos);
+
+  auto human = RunCommand(cli + "get rmsnorm.fwd --m 4096 --n 4096", dir.path());
+  REQUIRE(human.exit_code == 0);
+  CHECK(human.out.find("HEURISTIC") != std::string::npos);
+
+  auto cached = RunCommand(cli + "get rmsnorm.fwd --m 4096 --n 4096 --policy cached", dir.path());
+  CHECK(cached.exit_code != 0);
+  CHECK(cached.err.find("NOT_FOUND") != std::string::npos);
+
+  auto bad_m = RunCommand(cli + "get rmsnorm.fwd --m 0 --n 4096", dir.path());
+  CHECK(bad_m.exit_code != 0);
+  CHECK(bad_m.err.find("problem.m") != std::string::npos);
+  CHECK(std::count(bad_m.err.begin(), bad_m.err.end(), '\n') == 1);
+
+  auto bad_dtype = RunCommand(cli + "get rmsnorm.fwd --m 16 --n 16 --dtype int7", dir.path());
+  CHECK(bad_dtype.exit_code != 0);
+  CHECK(bad_dtype.err.find("int7") != std::string::npos);
+  CHECK(std::count(bad_dtype.err.begin(), bad_dtype.err.end(), '\n') == 1);
+
+  auto bad_op = RunCommand(cli + "get softmax --m 16 --n 16", dir.path());
+  CHECK(bad_op.exit_code != 0);
+  CHECK(bad_op.err.find("softmax") != std::string::npos);
+
+  auto bad_flag = RunCommand(cli + "ls --frobnicate", dir.path());
+  CHECK(bad_flag.exit_code != 0);
+  CHECK(std::count(bad_flag.err.begin(), bad_flag.err.end(), '\n') == 1);
+
+  auto no_daemon = RunCommand(std::string(KTUNE_CLI_PATH) + " --server unix:" + dir.path() +
+                                  "/nobody.sock --timeout 2 status",
+                              dir.path());
+  CHECK(no_daemon.exit_code != 0);
+  CHECK(no_daemon.err.find("cannot reach ktuned") != std::string::npos);
+
+  // Bundles through the CLI: import, list, export, re-import elsewhere.
+  const std::string seed_path = dir.path() + "/seed.ktb";
+  {
+    std::ofstream out(seed_path, std::ios::binary);
+    out << EncodeBundle({TunedEntry(4096, 4096), TunedEntry(65536, 2048)}, "test", 1795000000);
+  }
+  auto imported = RunCommand(cli + "import " + seed_path + " --json", dir.path());
+  REQUIRE(imported.exit_code == 0);
+  CHECK(imported.out.find("\"added\": 2") != std::string::npos);
+
+  auto ls = RunCommand(cli + "ls --json", dir.path());
+  REQUIRE(ls.exit_code == 0);
+  CHECK(ls.out.find("\"entries\"") != std::string::npos);
+  CHECK(ls.out.find("\"m\": \"65536\"") != std::string::npos);  // int64 is a JSON string
+  auto ls_text = RunCommand(cli + "ls", dir.path());
+  REQUIRE(ls_text.exit_code == 0);
+  CHECK(ls_text.out.find("2 entries") != std::string::npos);
+  auto ls_bad = RunCommand(cli + "ls --op rmsnorm.sideways", dir.path());
+  CHECK(ls_bad.exit_code != 0);
+
+  const std::string out_path = dir.path() + "/out.ktb";
+  auto exported = RunCommand(cli + "export -o " + out_path, dir.path());
+  REQUIRE(exported.exit_code == 0);
+  CHECK(std::filesystem::file_size(out_path) > kBundleHeaderBytes);
+
+  const std::string broken_path = dir.path() + "/broken.ktb";
+  {
+    std::ofstream out(broken_path, std::ios::binary);
+    out << "not a bundle";
+  }
+  auto broken = RunCommand(cli + "import " + broken_path, dir.path());
+  CHECK(broken.exit_code != 0);
+  CHECK(broken.err.find("nothing imported") != std::string::npos);
+  auto ls_after = RunCommand(cli + "ls", dir.path());
+  CHECK(ls_after.out.find("2 entries") != std::string::npos);
+
+  CHECK(daemon.Stop() == 0);
+}
+
+TEST_CASE("a second ktuned on a live socket refuses to start", "[e2e]") {
+  TempDir dir;
+  DaemonProcess first(dir.path(), dir.path() + "/one.db");
+  REQUIRE(first.Start());
+  auto second = RunCommand("timeout 20 " + std::string(KTUNED_PATH) + " --listen " + first.address() +
+                               " --db " + dir.path() + "/two.db",
+                           dir.path());
+  CHECK(second.exit_code == 1);
+  CHECK(second.err.find("already serving") != std::string::npos);
+  CHECK(first.NewClient()->GetStatus().ok());
+  CHECK(first.Stop() == 0);
+}
+
+TEST_CASE("ktuned rejects bad flags with a clear message", "[e2e]") {
+  TempDir dir;
+  const std::string ktuned = std::string(KTUNED_PATH);
+  auto tcp = RunCommand(ktuned + " --listen 0.0.0.0:7070 --db " + dir.path() + "/x.db", dir.path());
+  CHECK(tcp.exit_code != 0);
+  CHECK(tcp.err.find("needs TLS") != std::string::npos);
+  auto relative = RunCommand(ktuned + " --listen unix:relative.sock --db " + dir.path() + "/x.db",
+                             dir.path());
+  CHECK(relative.exit_code != 0);
+  CHECK(relative.err.find("absolute path") != std::string::npos);
+  auto level = RunCommand(ktuned + " --log-level loud", dir.path());
+  CHECK(level.exit_code != 0);
+  CHECK(level.err.find("loud") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir.path() + "/x.db"));
+}
+
+}  // namespace
+}  // namespace ktune

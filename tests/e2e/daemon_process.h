@@ -1,0 +1,132 @@
+// A real ktuned child process on a private Unix socket and database, for
+// integration tests. Start() waits until it answers GetStatus; Stop() sends
+// SIGTERM and returns its exit status (0 expected: a clean drain).
+#pragma once
+
+#include <signal.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/client.h"
+
+namespace ktune::testing {
+
+// A fresh directory under /tmp, removed with everything in it at destruction.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "ktune-test-XXXXXX").string();
+    path_ = mkdtemp(pattern.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+class DaemonProcess {
+ public:
+  DaemonProcess(std::string dir, std::string db_path)
+      : dir_(std::move(dir)), db_path_(std::move(db_path)) {}
+  ~DaemonProcess() {
+    if (pid_ > 0) Stop();
+  }
+
+  std::string socket_path() const { return dir_ + "/ktuned.sock"; }
+  std::string address() const { return "unix:" + socket_path(); }
+  std::string log_path() const { return dir_ + "/ktuned.log"; }
+  const std::string& db_path() const { return db_path_; }
+
+  // Starts ktuned; true once it answers GetStatus (within 20 s).
+  bool Start() {
+    pid_ = fork();
+    if (pid_ == 0) {
+      const std::string log = log_path();
+      FILE* out = std::freopen(log.c_str(), "a", stderr);
+      (void)out;
+      dup2(fileno(stderr), STDOUT_FILENO);
+      execl(KTUNED_PATH, KTUNED_PATH, "--listen", address().c_str(), "--db", db_path_.c_str(),
+            "--log-level", "debug", "--drain-seconds", "1", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (std::chrono::steady_clock::now() < deadline) {
+      // A fresh channel per attempt: a channel that failed to connect backs
+      // off for seconds before it tries again.
+      if (std::filesystem::exists(socket_path()) && Client::Create(address(), 2)->GetStatus().ok()) {
+        return true;
+      }
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  }
+
+  // SIGTERM, then waits; returns the exit code (-1 if it died of a signal).
+  int Stop() {
+    if (pid_ <= 0) return -1;
+    kill(pid_, SIGTERM);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+
+  std::string Log() const {
+    std::ifstream in(log_path());
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+
+  std::unique_ptr<Client> NewClient() const { return Client::Create(address(), 60); }
+
+ private:
+  std::string dir_;
+  std::string db_path_;
+  pid_t pid_ = -1;
+};
+
+// Runs a command through the shell; returns its exit code and stdout/stderr.
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+inline CommandResult RunCommand(const std::string& command, const std::string& scratch_dir) {
+  const std::string out_path = scratch_dir + "/cmd.out", err_path = scratch_dir + "/cmd.err";
+  const int raw = std::system((command + " >" + out_path + " 2>" + err_path).c_str());
+  CommandResult r;
+  r.exit_code = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  auto slurp = [](const std::string& p) {
+    std::ifstream in(p);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  r.out = slurp(out_path);
+  r.err = slurp(err_path);
+  return r;
+}
+
+}  // namespace ktune::testing

@@ -1,0 +1,132 @@
+// The measurement protocol without a GPU: percentiles, the rotation count,
+// and Measure's warm-up / rotation / repetition sequence against a fake Device.
+#include <catch2/catch.hpp>
+
+#include <vector>
+
+#include "tuner/measure.h"
+
+namespace ktune {
+namespace {
+
+TEST_CASE("Summarize reports median, p10, p90 and spread in microseconds", "[tuner][measure]") {
+  SECTION("ten samples, unsorted") {
+    const Timing t = Summarize({7, 1, 10, 3, 5, 2, 9, 4, 8, 6});  // ms
+    CHECK(t.repetitions == 10);
+    CHECK(t.median_us == Approx(5500));
+    CHECK(t.p10_us == Approx(1900));  // rank 0.9 between 1 and 2 ms
+    CHECK(t.p90_us == Approx(9100));  // rank 8.1 between 9 and 10 ms
+    CHECK(t.spread == Approx((9100.0 - 1900.0) / 5500.0));
+  }
+  SECTION("odd count: the middle sample") {
+    const Timing t = Summarize({0.030f, 0.010f, 0.020f});
+    CHECK(t.median_us == Approx(20));
+    CHECK(t.p10_us == Approx(12));
+    CHECK(t.p90_us == Approx(28));
+  }
+  SECTION("one sample has no spread") {
+    const Timing t = Summarize({0.25f});
+    CHECK(t.median_us == Approx(250));
+    CHECK(t.p10_us == Approx(250));
+    CHECK(t.p90_us == Approx(250));
+    CHECK(t.spread == 0);
+  }
+  SECTION("no samples") {
+    const Timing t = Summarize({});
+    CHECK(t.repetitions == 0);
+    CHECK(t.median_us == 0);
+  }
+}
+
+TEST_CASE("RotationCount moves at least three times the L2 per sweep", "[tuner][measure]") {
+  DeviceInfo d;
+  d.l2_bytes = 50 << 20;
+  CHECK(RotationCount(d, int64_t{1} << 30) == 1);            // one set is 20x L2
+  CHECK(RotationCount(d, int64_t{150} << 20) == 1);          // exactly 3x
+  CHECK(RotationCount(d, int64_t{64} << 20) == 3);           // ceil(150 / 64)
+  CHECK(RotationCount(d, int64_t{32} << 20) == 5);           // ceil(150 / 32)
+  CHECK(RotationCount(d, 1024) == 64);                       // capped
+  CHECK(RotationCount(d, 0) == 1);
+  d.l2_bytes = 0;
+  CHECK(RotationCount(d, 1024) == 1);  // unknown L2: nothing to defeat
+}
+
+// Records the sets launched and answers TimeEach with fixed samples.
+class FakeDevice : public Device {
+ public:
+  const DeviceInfo& info() const override { return info_; }
+  absl::StatusOr<DevicePtr> Alloc(size_t) override { return DevicePtr{0}; }
+  void Free(DevicePtr) override {}
+  absl::Status CopyToDevice(DevicePtr, const void*, size_t) override { return absl::OkStatus(); }
+  absl::Status CopyToHost(void*, DevicePtr, size_t) override { return absl::OkStatus(); }
+  absl::Status Fill(DevicePtr, uint8_t, size_t) override { return absl::OkStatus(); }
+  absl::StatusOr<LoadedKernel> LoadKernel(const std::string&, const std::string&) override {
+    return LoadedKernel{};
+  }
+  void UnloadKernel(const LoadedKernel&) override {}
+  absl::Status Launch(const LoadedKernel&, const KernelLaunch&, void**) override {
+    return absl::OkStatus();
+  }
+  absl::Status Synchronize() override {
+    ++syncs;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::vector<float>> TimeEach(const std::function<absl::Status(int)>& launch,
+                                              int repetitions) override {
+    timed_from = static_cast<int>(launched.size());
+    std::vector<float> ms;
+    for (int i = 0; i < repetitions; ++i) {
+      if (absl::Status s = launch(i); !s.ok()) return s;
+      ms.push_back(sample_ms);
+    }
+    return ms;
+  }
+
+  DeviceInfo info_;
+  std::vector<int> launched;
+  int timed_from = -1;
+  int syncs = 0;
+  float sample_ms = 0.01f;
+};
+
+TEST_CASE("Measure warms up, rotates input sets and times every repetition", "[tuner][measure]") {
+  FakeDevice device;
+  auto launch = [&](int set) {
+    device.launched.push_back(set);
+    return absl::OkStatus();
+  };
+  MeasureOptions options;
+  options.warmup = 2;
+  options.repetitions = 20;
+
+  absl::StatusOr<Timing> t = Measure(&device, launch, 3, options);
+  REQUIRE(t.ok());
+  CHECK(t->repetitions == 20);
+  CHECK(t->median_us == Approx(10));
+  // Warm-up covers every set at least once (3 > warmup 2), then 20 timed.
+  REQUIRE(device.timed_from == 3);
+  REQUIRE(device.launched.size() == 23);
+  CHECK(std::vector<int>(device.launched.begin(), device.launched.begin() + 3) ==
+        std::vector<int>{0, 1, 2});
+  for (int i = 0; i < 20; ++i) CHECK(device.launched[3 + i] == i % 3);
+  CHECK(device.syncs >= 1);
+}
+
+TEST_CASE("Measure refuses too few repetitions and passes launch errors on", "[tuner][measure]") {
+  FakeDevice device;
+  MeasureOptions options;
+  options.repetitions = 5;
+  CHECK(Measure(&device, [](int) { return absl::OkStatus(); }, 1, options).status().code() ==
+        absl::StatusCode::kInvalidArgument);
+  options.repetitions = 20;
+  CHECK(Measure(&device, [](int) { return absl::OkStatus(); }, 0, options).status().code() ==
+        absl::StatusCode::kInvalidArgument);
+  CHECK(Measure(&device, [](int) { return absl::AbortedError("fault"); }, 1, options)
+            .status()
+            .code() == absl::StatusCode::kAborted);
+  device.sample_ms = -1;
+  CHECK_FALSE(Measure(&device, [](int) { return absl::OkStatus(); }, 1, options).ok());
+}
+
+}  // namespace
+}  // namespace ktune

@@ -1,0 +1,211 @@
+// NVRTC compiles every config the space offers for a representative problem
+// set (the bench shapes, odd N, every dtype, and every problem of the space
+// invariants test), for sm_90, with no GPU: the half of the contract in norm_space.h that
+// CI can check. Identical kernels (same name expression) compile once. Also
+// checks the register model: no candidate spills (ptxas's report).
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "tuner/kernel_source.h"
+#include "tuner/norm_space.h"
+#include "tuner/nvrtc_compiler.h"
+
+namespace ktune {
+namespace {
+
+NormProblem Rms(int64_t m, int64_t n, DType in, DType out, bool weight) {
+  NormProblem p;
+  p.op = NormOp::kRMSNorm;
+  p.pass = NormPass::kForward;
+  p.m = m;
+  p.n = n;
+  p.input_dtype = in;
+  p.output_dtype = out;
+  p.has_weight = weight;
+  return p;
+}
+
+std::vector<NormProblem> RepresentativeProblems() {
+  std::vector<NormProblem> out;
+  const DType bf16 = DType::kBF16;
+  // The bench shapes.
+  for (auto [m, n] : std::vector<std::pair<int64_t, int64_t>>{
+           {32768, 1024}, {32768, 4096}, {16384, 8192}, {8192, 16384}, {65536, 2048},
+           {4096, 4096}}) {
+    out.push_back(Rms(m, n, bf16, bf16, true));
+  }
+  // Odd and extreme row lengths, tiny M.
+  out.push_back(Rms(4096, 1, bf16, bf16, true));
+  out.push_back(Rms(4096, 3000, bf16, bf16, true));
+  out.push_back(Rms(4096, 262144, bf16, bf16, true));
+  out.push_back(Rms(1, 3000, bf16, bf16, true));
+  out.push_back(Rms(7, 3, bf16, bf16, true));
+  // Other dtypes, without weight, and mixed output types.
+  out.push_back(Rms(32768, 4096, DType::kFP16, DType::kFP16, true));
+  out.push_back(Rms(32768, 4096, DType::kFP32, DType::kFP32, true));
+  out.push_back(Rms(4096, 3000, DType::kFP32, DType::kFP32, false));
+  out.push_back(Rms(4096, 262144, DType::kFP32, DType::kFP32, true));
+  out.push_back(Rms(4096, 5120, DType::kFP16, DType::kFP16, false));
+  out.push_back(Rms(4096, 1000, DType::kBF16, DType::kFP32, true));
+  out.push_back(Rms(7, 3, DType::kFP16, DType::kBF16, true));
+  return out;
+}
+
+// Every problem of tests/tuner/space_invariants_test.cc too.
+std::vector<NormProblem> SweepProblems() {
+  std::vector<NormProblem> out;
+  for (int64_t m : {1, 7, 4096, 65536}) {
+    for (int64_t n : {1, 3, 1000, 1024, 3000, 4096, 5120, 8192, 16384, 262144}) {
+      for (DType d : {DType::kBF16, DType::kFP16, DType::kFP32}) {
+        for (bool w : {true, false}) {
+          NormProblem p = Rms(m, n, d, d, w);
+          if (ValidateNormProblem(p).ok()) out.push_back(p);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+void CompileEverything(const std::vector<NormProblem>& problems) {
+  const DeviceInfo device = CompileOnlyTarget();
+  std::map<std::string, std::string> owner;  // name expression -> first problem/config
+  std::vector<LaunchRecipe> recipes;
+  for (const NormProblem& p : problems) {
+    for (const NormConfig& c : NormSearchSpace(p, device)) {
+      absl::StatusOr<LaunchRecipe> r = NormLaunchRecipe(p, c, device);
+      INFO(CanonicalKey(p) << " " << ToString(c));
+      REQUIRE(r.ok());
+      const std::string& name = r->kernels[0].name_expression;
+      if (!owner.emplace(name, CanonicalKey(p) + " " + ToString(c)).second) continue;
+      r->nvrtc_options.push_back("--ptxas-options=--verbose");  // register report in the log
+      recipes.push_back(*std::move(r));
+    }
+  }
+  REQUIRE(recipes.size() > 100);
+
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<CompileResult> results = CompileAll(&recipes);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("compiled %zu distinct kernels in %.1f s\n", recipes.size(), seconds);
+
+  const std::regex spill(R"((\d+) bytes spill stores)");
+  int failed = 0;
+  int spilled = 0;
+  for (size_t i = 0; i < recipes.size(); ++i) {
+    const LaunchRecipe& r = recipes[i];
+    INFO(r.kernels[0].name_expression << " (from " << owner[r.kernels[0].name_expression]
+                                      << ")\n"
+                                      << results[i].log);
+    if (!results[i].ok) ++failed;
+    CHECK(results[i].ok);
+    if (!results[i].ok) continue;
+    CHECK_FALSE(r.cubin.empty());
+    CHECK_FALSE(r.kernels[0].lowered_name.empty());
+    std::smatch m;
+    const bool has_report = std::regex_search(results[i].log, m, spill);
+    CHECK(has_report);
+    if (has_report && m[1] != "0") {
+      ++spilled;
+      FAIL_CHECK("spills under the register model");
+    }
+  }
+  CHECK(failed == 0);
+  CHECK(spilled == 0);
+}
+
+// About 900 distinct kernels: ~30 s on 2 cores.
+TEST_CASE("NVRTC compiles every config of the space for sm_90", "[tuner][nvrtc][slow]") {
+  std::vector<NormProblem> problems = RepresentativeProblems();
+  for (const NormProblem& p : SweepProblems()) problems.push_back(p);
+  CompileEverything(problems);
+}
+
+TEST_CASE("Compile reports errors as values with the NVRTC log", "[tuner][nvrtc]") {
+  const DeviceInfo device = CompileOnlyTarget();
+  const NormProblem p = Rms(4096, 4096, DType::kBF16, DType::kBF16, true);
+  absl::StatusOr<LaunchRecipe> r = NormLaunchRecipe(p, HeuristicNormConfig(p, device), device);
+  REQUIRE(r.ok());
+
+  SECTION("a good recipe compiles and gets its lowered name") {
+    const CompileResult c = Compile(&*r);
+    INFO(c.log);
+    REQUIRE(c.ok);
+    CHECK(r->kernels[0].lowered_name.rfind("_ZN5ktune11rmsnorm_fwd", 0) == 0);
+    CHECK(r->cubin.size() > 1000);
+    CHECK(c.compile_seconds > 0);
+  }
+  SECTION("a bad instantiation fails with the static_assert in the log") {
+    r->kernels[0].name_expression = "ktune::rmsnorm_fwd<ktune::bf16, ktune::bf16, true, 4, 1, 16, "
+                                    "1, true, 1, 1>";  // 32-byte bf16 vectors
+    const CompileResult c = Compile(&*r);
+    CHECK_FALSE(c.ok);
+    CHECK(c.log.find("nvrtcCompileProgram") != std::string::npos);
+    CHECK(c.log.find("16 bytes") != std::string::npos);
+    CHECK(r->cubin.empty());
+  }
+  SECTION("an unknown template is an error value") {
+    r->template_id = "norm/no_such_kernel";
+    const CompileResult c = Compile(&*r);
+    CHECK_FALSE(c.ok);
+    CHECK(c.log.find("no_such_kernel") != std::string::npos);
+  }
+  SECTION("a recipe made from other template text is refused") {
+    r->template_hash = std::string(64, '0');
+    const CompileResult c = Compile(&*r);
+    CHECK_FALSE(c.ok);
+    CHECK(c.log.find("template hash") != std::string::npos);
+  }
+}
+
+TEST_CASE("CompileAll keeps results in order and reports progress", "[tuner][nvrtc]") {
+  const DeviceInfo device = CompileOnlyTarget();
+  std::vector<LaunchRecipe> recipes;
+  for (int64_t n : {1024, 3000, 5}) {
+    const NormProblem p = Rms(64, n, DType::kBF16, DType::kBF16, true);
+    absl::StatusOr<LaunchRecipe> r = NormLaunchRecipe(p, HeuristicNormConfig(p, device), device);
+    REQUIRE(r.ok());
+    recipes.push_back(*r);
+  }
+  recipes[1].kernels[0].name_expression = "ktune::rmsnorm_fwd<int>";  // fails
+  std::vector<int> done;
+  const std::vector<CompileResult> results =
+      CompileAll(&recipes, 2, [&](int finished) { done.push_back(finished); });
+  REQUIRE(results.size() == 3);
+  CHECK(results[0].ok);
+  CHECK_FALSE(results[1].ok);
+  CHECK(results[2].ok);
+  CHECK(done == std::vector<int>{1, 2, 3});
+}
+
+TEST_CASE("Kernel sources are embedded and hashed with their includes", "[tuner][nvrtc]") {
+  CHECK(Sha256Hex("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  CHECK(Sha256Hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+
+  absl::StatusOr<const KernelSource*> s = FindKernelSource("norm/rmsnorm_fwd");
+  REQUIRE(s.ok());
+  CHECK((*s)->path == "norm/rmsnorm_fwd.cuh");
+  CHECK((*s)->hash.size() == 64);
+  CHECK((*s)->hash != Sha256Hex((*s)->text));  // covers the includes too
+  CHECK((*s)->text.find("rmsnorm_fwd") != std::string::npos);
+  CHECK((*s)->header_names.size() == (*s)->header_texts.size());
+  bool has_types = false;
+  for (const std::string& h : (*s)->header_names) has_types |= h == "common/types.cuh";
+  CHECK(has_types);
+  // Templates include no host or CUDA headers: only each other.
+  for (const std::string& text : (*s)->header_texts) {
+    CHECK(text.find("#include <") == std::string::npos);
+  }
+  CHECK(FindKernelSource("norm/nope").status().code() == absl::StatusCode::kNotFound);
+  CHECK(NvrtcVersion() >= 12000);
+}
+
+}  // namespace
+}  // namespace ktune

@@ -1,0 +1,198 @@
+// Problems, their validation and canonical keys, and the proto <-> domain
+// conversions of tuner/wire.h.
+#include <catch2/catch.hpp>
+
+#include "google/protobuf/util/message_differencer.h"
+#include "tuner/fingerprint.h"
+#include "tuner/problem.h"
+#include "tuner/wire.h"
+
+namespace ktune {
+namespace {
+
+NormProblem Rms(int64_t m, int64_t n) {
+  NormProblem p;
+  p.m = m;
+  p.n = n;
+  return p;
+}
+
+TEST_CASE("ValidateNormProblem accepts the served range and names bad fields", "[tuner][problem]") {
+  CHECK(ValidateNormProblem(Rms(1, 1)).ok());
+  CHECK(ValidateNormProblem(Rms(kMaxNormM, 128)).ok());
+  CHECK(ValidateNormProblem(Rms(8192, kMaxNormN)).ok());
+
+  struct Case {
+    NormProblem problem;
+    absl::StatusCode code;
+    const char* mentions;
+  };
+  NormProblem fp8 = Rms(16, 16);
+  fp8.input_dtype = DType::kFP8E4M3;
+  NormProblem nan_eps = Rms(16, 16);
+  nan_eps.eps = std::nanf("");
+  NormProblem bias = Rms(16, 16);
+  bias.has_bias = true;
+  NormProblem layernorm = Rms(16, 16);
+  layernorm.op = NormOp::kLayerNorm;
+  NormProblem backward = Rms(16, 16);
+  backward.pass = NormPass::kBackward;
+  const std::vector<Case> cases = {
+      {Rms(0, 16), absl::StatusCode::kInvalidArgument, "problem.m"},
+      {Rms(-5, 16), absl::StatusCode::kInvalidArgument, "problem.m"},
+      {Rms(kMaxNormM + 1, 16), absl::StatusCode::kInvalidArgument, "problem.m"},
+      {Rms(16, 0), absl::StatusCode::kInvalidArgument, "problem.n"},
+      {Rms(16, kMaxNormN + 1), absl::StatusCode::kInvalidArgument, "problem.n"},
+      {Rms(kMaxNormM, kMaxNormN), absl::StatusCode::kInvalidArgument, "m * n"},
+      {fp8, absl::StatusCode::kInvalidArgument, "problem.input_dtype"},
+      {nan_eps, absl::StatusCode::kInvalidArgument, "problem.eps"},
+      {bias, absl::StatusCode::kInvalidArgument, "has_bias"},
+      {layernorm, absl::StatusCode::kUnimplemented, "layernorm.fwd"},
+      {backward, absl::StatusCode::kUnimplemented, "rmsnorm.bwd"},
+  };
+  for (const Case& c : cases) {
+    absl::Status s = ValidateNormProblem(c.problem);
+    INFO(CanonicalKey(c.problem) << " -> " << s.ToString());
+    CHECK(s.code() == c.code);
+    CHECK(s.message().find(c.mentions) != std::string::npos);
+  }
+}
+
+TEST_CASE("canonical keys are stable and separate every field", "[tuner][problem]") {
+  const NormProblem base = Rms(4096, 4096);
+  CHECK(CanonicalKey(base) == "rmsnorm.fwd m=4096 n=4096 in=bf16 out=bf16 w=1 b=0 eps=9.99999997e-07");
+  std::vector<NormProblem> variants(8, base);
+  variants[1].m = 4097;
+  variants[2].n = 4095;
+  variants[3].input_dtype = DType::kFP16;
+  variants[4].output_dtype = DType::kFP32;
+  variants[5].has_weight = false;
+  variants[6].eps = 1e-5f;
+  variants[7].pass = NormPass::kBackward;
+  std::set<std::string> keys;
+  for (const NormProblem& p : variants) keys.insert(CanonicalKey(p));
+  CHECK(keys.size() == variants.size());
+}
+
+TEST_CASE("op names and dtypes parse back", "[tuner][problem]") {
+  for (NormOp op : {NormOp::kRMSNorm, NormOp::kLayerNorm}) {
+    for (NormPass pass : {NormPass::kForward, NormPass::kBackward}) {
+      NormOp o;
+      NormPass p;
+      REQUIRE(ParseNormOpName(OpName(op, pass), &o, &p).ok());
+      CHECK(o == op);
+      CHECK(p == pass);
+    }
+  }
+  NormOp o;
+  NormPass p;
+  CHECK(ParseNormOpName("gemm", &o, &p).code() == absl::StatusCode::kInvalidArgument);
+  CHECK(ParseNormOpName("rmsnorm", &o, &p).message().find("unknown op") != std::string::npos);
+  for (DType d : {DType::kBF16, DType::kFP16, DType::kFP32, DType::kFP8E4M3}) {
+    auto parsed = ParseDType(DTypeName(d));
+    REQUIRE(parsed.ok());
+    CHECK(*parsed == d);
+  }
+  CHECK_FALSE(ParseDType("float").ok());
+  CHECK(DTypeBytes(DType::kBF16) == 2);
+  CHECK(DTypeBytes(DType::kFP32) == 4);
+}
+
+TEST_CASE("MinimumBytes counts x, w and y once", "[tuner][problem]") {
+  NormProblem p = Rms(32768, 4096);
+  CHECK(MinimumBytes(p) == 32768LL * 4096 * 4 + 4096 * 2);
+  p.has_weight = false;
+  p.output_dtype = DType::kFP32;
+  CHECK(MinimumBytes(p) == 32768LL * 4096 * 6);
+}
+
+TEST_CASE("norm problems and configs round-trip through the wire format", "[tuner][wire]") {
+  NormProblem p = Rms(65536, 3000);
+  p.input_dtype = DType::kFP16;
+  p.output_dtype = DType::kFP32;
+  p.has_weight = false;
+  p.eps = 1e-5f;
+  auto back = NormProblemFromProto(NormProblemToProto(p));
+  REQUIRE(back.ok());
+  CHECK(*back == p);
+
+  v1::NormProblem defaults;
+  defaults.set_op(v1::RMSNORM);
+  defaults.set_pass(v1::FWD);
+  defaults.set_m(2);
+  defaults.set_n(3);
+  defaults.set_input_dtype(v1::BF16);
+  auto d = NormProblemFromProto(defaults);
+  REQUIRE(d.ok());
+  CHECK(d->output_dtype == DType::kBF16);  // unspecified: same as input
+  CHECK(d->eps == kDefaultNormEps);        // 0: the default
+
+  defaults.set_pass(v1::NORM_PASS_UNSPECIFIED);
+  CHECK(NormProblemFromProto(defaults).status().message().find("problem.pass") != std::string::npos);
+  defaults.set_pass(v1::FWD);
+  defaults.set_output_dtype(static_cast<v1::DType>(42));
+  CHECK(NormProblemFromProto(defaults).status().message().find("problem.output_dtype") !=
+        std::string::npos);
+
+  NormConfig c;
+  c.x_block = 2;
+  c.r_block = 1024;
+  c.num_warps = 8;
+  c.vec = 8;
+  c.pipeline_depth = 2;
+  c.persistent = false;
+  auto cback = NormConfigFromProto(NormConfigToProto(c));
+  REQUIRE(cback.ok());
+  CHECK(*cback == c);
+  v1::NormConfig bad = NormConfigToProto(c);
+  bad.set_num_warps(0);
+  CHECK(NormConfigFromProto(bad).status().message().find("num_warps") != std::string::npos);
+}
+
+TEST_CASE("fingerprints and recipes round-trip; keys separate environments", "[tuner][wire]") {
+  DeviceInfo d;
+  d.name = "NVIDIA H200";
+  d.cc_major = 9;
+  d.cc_minor = 0;
+  d.sm_count = 132;
+  d.memory_bytes = 150754820096ull;
+  d.driver_version = 13000;
+  const DeviceInfo dback = DeviceFromProto(DeviceToProto(d));
+  CHECK(DeviceKey(dback) == DeviceKey(d));
+  CHECK(Arch(d) == "sm_90");
+  DeviceInfo other = d;
+  other.driver_version = 12080;
+  CHECK(DeviceKey(other) != DeviceKey(d));
+  CHECK(DeviceKey(CompileOnlyTarget()) != DeviceKey(d));
+
+  SoftwareFingerprint s{std::string(64, 'f'), 13000, kSchemaVersion};
+  CHECK(SoftwareKey(SoftwareFromProto(SoftwareToProto(s))) == SoftwareKey(s));
+  SoftwareFingerprint s2 = s;
+  s2.template_hash[0] = 'e';
+  CHECK(SoftwareKey(s2) != SoftwareKey(s));
+
+  LaunchRecipe r;
+  r.template_id = "norm/rmsnorm_fwd";
+  r.template_hash = std::string(64, 'a');
+  r.nvrtc_options = {"--gpu-architecture=sm_90", "-std=c++17"};
+  r.arch = "sm_90";
+  KernelLaunch k;
+  k.name_expression = "ktune::rmsnorm_fwd<ktune::bf16>";
+  k.lowered_name = "_Z3foo";
+  k.grid = {1024, 1, 1};
+  k.block = {256, 1, 1};
+  k.dynamic_smem_bytes = 64;
+  k.params = {"x", "w", "y"};
+  r.kernels.push_back(k);
+  r.workspace_bytes = 12;
+  r.cubin = std::string("\x7f" "ELF\0\1", 6);
+  const LaunchRecipe with = RecipeFromProto(RecipeToProto(r, true));
+  CHECK(with.cubin == r.cubin);
+  CHECK(with.kernels[0].grid == k.grid);
+  CHECK(with.kernels[0].params == k.params);
+  CHECK(with.nvrtc_options == r.nvrtc_options);
+  CHECK(RecipeFromProto(RecipeToProto(r, false)).cubin.empty());
+}
+
+}  // namespace
+}  // namespace ktune

@@ -1,0 +1,83 @@
+// The GPU as the tuner uses it: memory, modules, launches and event timing.
+//
+// CudaDevice loads libcuda.so.1 with dlopen at run time, so a binary that
+// includes it still starts on a machine with no driver (CI, laptops): Open()
+// then fails with FAILED_PRECONDITION and a reason, which is the compile-only
+// signal. Tests may implement Device to inject faults.
+// Thread-compatible: one thread uses a Device at a time.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "tuner/fingerprint.h"
+#include "tuner/launch_recipe.h"
+
+namespace ktune {
+
+using DevicePtr = uint64_t;  // CUdeviceptr
+
+// A function loaded from a cubin; owned by the Device that loaded it and valid
+// until UnloadModule or the Device's destruction.
+struct LoadedKernel {
+  void* module = nullptr;    // CUmodule
+  void* function = nullptr;  // CUfunction
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  virtual const DeviceInfo& info() const = 0;
+
+  virtual absl::StatusOr<DevicePtr> Alloc(size_t bytes) = 0;
+  virtual void Free(DevicePtr ptr) = 0;
+  virtual absl::Status CopyToDevice(DevicePtr dst, const void* src, size_t bytes) = 0;
+  virtual absl::Status CopyToHost(void* dst, DevicePtr src, size_t bytes) = 0;
+  // Sets every byte to `value` (used to poison outputs before verification).
+  virtual absl::Status Fill(DevicePtr dst, uint8_t value, size_t bytes) = 0;
+
+  // Loads `cubin` and finds `lowered_name` in it.
+  virtual absl::StatusOr<LoadedKernel> LoadKernel(const std::string& cubin,
+                                                  const std::string& lowered_name) = 0;
+  virtual void UnloadKernel(const LoadedKernel& kernel) = 0;
+
+  // Launches asynchronously on the device's stream. `args` as cuLaunchKernel's.
+  virtual absl::Status Launch(const LoadedKernel& kernel, const KernelLaunch& geometry,
+                              void** args) = 0;
+  // Waits for all work; returns the first asynchronous error (a faulting kernel).
+  virtual absl::Status Synchronize() = 0;
+
+  // Times `launch(i)` for i in [0, repetitions) with a pair of events around
+  // each call; returns the elapsed milliseconds of each. `launch` enqueues work.
+  virtual absl::StatusOr<std::vector<float>> TimeEach(
+      const std::function<absl::Status(int)>& launch, int repetitions) = 0;
+};
+
+// Opens GPU `ordinal` through the CUDA driver API, loaded at run time.
+// FAILED_PRECONDITION with the reason if there is no driver or no such GPU.
+absl::StatusOr<std::unique_ptr<Device>> OpenCudaDevice(int ordinal = 0);
+
+// RAII device allocation.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  static absl::StatusOr<DeviceBuffer> Create(Device* device, size_t bytes);
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  ~DeviceBuffer();
+
+  DevicePtr get() const { return ptr_; }
+  size_t size() const { return bytes_; }
+
+ private:
+  Device* device_ = nullptr;
+  DevicePtr ptr_ = 0;
+  size_t bytes_ = 0;
+};
+
+}  // namespace ktune

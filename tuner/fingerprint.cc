@@ -1,0 +1,32 @@
+#include "tuner/fingerprint.h"
+
+#include "absl/strings/str_format.h"
+
+namespace ktune {
+
+std::string Arch(const DeviceInfo& d) { return absl::StrFormat("sm_%d%d", d.cc_major, d.cc_minor); }
+
+DeviceInfo CompileOnlyTarget() {
+  DeviceInfo d;
+  d.name = "compile-only (sm_90 target)";
+  d.cc_major = 9;
+  d.cc_minor = 0;
+  d.sm_count = 132;
+  d.l2_bytes = 50 << 20;
+  d.max_threads_per_sm = 2048;
+  d.max_smem_per_block_optin = 227 << 10;
+  d.regs_per_sm = 65536;
+  return d;
+}
+
+std::string DeviceKey(const DeviceInfo& d) {
+  return absl::StrFormat("cc=%d.%d name=%s sms=%d mem=%d driver=%d", d.cc_major, d.cc_minor,
+                         d.name, d.sm_count, d.memory_bytes, d.driver_version);
+}
+
+std::string SoftwareKey(const SoftwareFingerprint& s) {
+  return absl::StrFormat("tpl=%s nvrtc=%d schema=%d", s.template_hash, s.nvrtc_version,
+                         s.schema_version);
+}
+
+}  // namespace ktune

@@ -1,0 +1,31 @@
+// What a caller needs to launch a tuned kernel without ktune: which template
+// and options produced the cubin, the entry points and their launch geometry.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ktune {
+
+struct KernelLaunch {
+  std::string name_expression;  // "ktune::rmsnorm_fwd<ktune::bf16, ...>"
+  std::string lowered_name;     // mangled name in the cubin ("" until compiled)
+  std::array<uint32_t, 3> grid{1, 1, 1};
+  std::array<uint32_t, 3> block{1, 1, 1};
+  uint32_t dynamic_smem_bytes = 0;
+  std::vector<std::string> params;  // argument order, e.g. {"x", "w", "y", "rstd", "M", "N", "eps"}
+};
+
+struct LaunchRecipe {
+  std::string template_id;    // "norm/rmsnorm_fwd"
+  std::string template_hash;  // sha256 hex
+  std::vector<std::string> nvrtc_options;
+  std::string arch;           // "sm_90"
+  std::vector<KernelLaunch> kernels;  // in launch order
+  uint64_t workspace_bytes = 0;
+  std::string cubin;          // filled once compiled
+};
+
+}  // namespace ktune

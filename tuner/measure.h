@@ -1,0 +1,40 @@
+// The one measurement protocol, shared by the tuner and bench/:
+// warm-up; input sets rotated so that their total exceeds the L2 several times
+// (the cache does not flatter small shapes); CUDA events around each launch;
+// the median of many repetitions, and the spread stored with it.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "tuner/device.h"
+
+namespace ktune {
+
+struct MeasureOptions {
+  int warmup = 5;
+  int repetitions = 30;  // >= 20
+};
+
+struct Timing {
+  double median_us = 0;
+  double p10_us = 0;
+  double p90_us = 0;
+  double spread = 0;  // (p90 - p10) / median
+  int repetitions = 0;
+};
+
+// How many input sets of `bytes_per_set` to rotate through so that one sweep
+// moves at least three times the device's L2 (at least 1, at most 64).
+int RotationCount(const DeviceInfo& device, int64_t bytes_per_set);
+
+// Runs `launch(set)` warmup times, then `repetitions` times each timed by
+// events, with set = repetition % rotation. `launch` enqueues one kernel run.
+absl::StatusOr<Timing> Measure(Device* device, const std::function<absl::Status(int)>& launch,
+                               int rotation, const MeasureOptions& options);
+
+// Median and percentiles of samples in milliseconds, reported in microseconds.
+Timing Summarize(std::vector<float> samples_ms);
+
+}  // namespace ktune

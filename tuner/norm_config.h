@@ -1,0 +1,28 @@
+// The tuning knobs of the norm kernels. See kernel_templates/norm/ for how the
+// kernel reads them and tuner/norm_space.h for which combinations are legal.
+#pragma once
+
+#include <string>
+
+namespace ktune {
+
+struct NormConfig {
+  int x_block = 1;         // rows per CTA at a time
+  int r_block = 0;         // row elements covered per pass: threads_per_row * vec * chunks
+  int num_warps = 4;       // warps per CTA
+  int vec = 1;             // elements per vector access (16 bytes at most)
+  int pipeline_depth = 1;  // 1, or 2: the next rows' loads issue before this row is reduced
+  int split_size = 0;      // backward only
+  bool persistent = true;  // whole row in registers (r_block >= n), else looped over r_block
+
+  int threads() const { return num_warps * 32; }
+  int threads_per_row() const { return threads() / x_block; }
+  int chunks() const { return r_block / (threads_per_row() * vec); }
+};
+
+bool operator==(const NormConfig& a, const NormConfig& b);
+
+// "xb=1 rb=4096 w=4 v=8 pd=1 persistent", stable: used in logs and tie-breaks.
+std::string ToString(const NormConfig& config);
+
+}  // namespace ktune

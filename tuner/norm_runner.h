@@ -1,0 +1,62 @@
+// Runs norm kernels on a Device: allocates inputs (random, never zeros) and
+// poisoned outputs, verifies a candidate against the float64 host reference,
+// and times it with the protocol of tuner/measure.h.
+//
+// One NormRunner per (problem, device): it owns the device buffers, sized for
+// the rotation the measurement needs, and reuses them for every candidate.
+// Thread-compatible.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "tuner/device.h"
+#include "tuner/launch_recipe.h"
+#include "tuner/measure.h"
+#include "tuner/problem.h"
+
+namespace ktune {
+
+struct VerifyResult {
+  bool ok = false;
+  std::string detail;  // first mismatch, unwritten element, or NaN when !ok
+  double max_error = 0;  // max |out - ref| / (atol + rtol * |ref|) over the outputs
+};
+
+class NormRunner {
+ public:
+  // REQUIRES: ValidateNormProblem(problem).ok(). Allocates device memory.
+  static absl::StatusOr<std::unique_ptr<NormRunner>> Create(const NormProblem& problem,
+                                                            Device* device, uint64_t seed = 1);
+  ~NormRunner();
+
+  // Loads recipe's cubin, poisons outputs, launches once on input set 0 and
+  // checks every output element against the float64 reference. A wrong answer
+  // is a value (ok == false); a launch failure or fault is an error status.
+  absl::StatusOr<VerifyResult> Verify(const LaunchRecipe& recipe);
+
+  // Times the recipe (inputs rotated past L2). REQUIRES: Verify passed.
+  absl::StatusOr<Timing> Time(const LaunchRecipe& recipe, const MeasureOptions& options);
+
+ private:
+  struct Impl;
+  explicit NormRunner(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// The float64 host reference of RMSNorm forward on host-side float inputs
+// (already rounded to the input dtype): y[i, j] = x[i, j] * rstd[i] * w[j].
+void RmsNormForwardReference(const std::vector<double>& x, const std::vector<double>* w,
+                             int64_t m, int64_t n, double eps, std::vector<double>* y,
+                             std::vector<double>* rstd);
+
+// Tolerances for comparing an output of `dtype` against a float64 reference.
+struct Tolerance {
+  double atol;
+  double rtol;
+};
+Tolerance ToleranceFor(DType output_dtype);
+
+}  // namespace ktune

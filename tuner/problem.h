@@ -1,0 +1,69 @@
+// Problems ktune tunes, as plain domain values, and their validation.
+//
+// A NormProblem is what a caller asks about; it is validated once at the edge
+// (ValidateNormProblem) and is then trusted by the rest of the tuner. Canonical
+// keys are stable text: they are stored in the cache and compared across
+// processes and machines, so changing their format needs a schema migration.
+// Thread-safe: values and pure functions only.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace ktune {
+
+enum class DType { kBF16, kFP16, kFP32, kFP8E4M3 };
+enum class NormOp { kRMSNorm, kLayerNorm };
+enum class NormPass { kForward, kBackward };
+
+// Bounds on what a request may ask for. They keep a single request's device
+// memory (inputs rotated past L2 for timing) and host reference cost bounded.
+inline constexpr int64_t kMaxNormM = int64_t{1} << 24;      // 16M rows
+inline constexpr int64_t kMaxNormN = int64_t{1} << 18;      // 262144
+inline constexpr int64_t kMaxNormElements = int64_t{1} << 31;  // M * N
+
+inline constexpr float kDefaultNormEps = 1e-6f;
+
+struct NormProblem {
+  NormOp op = NormOp::kRMSNorm;
+  NormPass pass = NormPass::kForward;
+  int64_t m = 0;
+  int64_t n = 0;
+  DType input_dtype = DType::kBF16;
+  DType output_dtype = DType::kBF16;
+  bool has_weight = true;
+  bool has_bias = false;
+  float eps = kDefaultNormEps;
+
+};
+
+bool operator==(const NormProblem& a, const NormProblem& b);
+
+// "bf16", "fp16", "fp32", "fp8e4m3".
+std::string DTypeName(DType dtype);
+absl::StatusOr<DType> ParseDType(absl::string_view name);
+int DTypeBytes(DType dtype);
+
+// "rmsnorm.fwd", "rmsnorm.bwd", "layernorm.fwd", "layernorm.bwd".
+std::string OpName(NormOp op, NormPass pass);
+inline std::string OpName(const NormProblem& p) { return OpName(p.op, p.pass); }
+// Parses an op name as above; "gemm" is reported as not a norm op.
+absl::Status ParseNormOpName(absl::string_view name, NormOp* op, NormPass* pass);
+
+// OK, or INVALID_ARGUMENT naming the first field that is out of range or
+// unsupported by this version (only RMSNorm forward is served today).
+absl::Status ValidateNormProblem(const NormProblem& problem);
+
+// Stable text identifying the problem, e.g.
+// "rmsnorm.fwd m=4096 n=4096 in=bf16 out=bf16 w=1 b=0 eps=1e-06".
+std::string CanonicalKey(const NormProblem& problem);
+
+// The fewest bytes the op must move through device memory: forward reads x
+// (and weight, bias) and writes y. Throughput is reported against this count.
+int64_t MinimumBytes(const NormProblem& problem);
+
+}  // namespace ktune

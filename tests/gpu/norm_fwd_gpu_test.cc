@@ -106,6 +106,16 @@ TEST_CASE("TuneNorm: every candidate is correct and the winner relaunches from i
       REQUIRE(v.ok());
       INFO(v->detail);
       CHECK(v->ok);
+
+      // What a caller gets on a cache miss must be right too.
+      absl::StatusOr<LaunchRecipe> heuristic =
+          NormLaunchRecipe(p, HeuristicNormConfig(p, device->info()), device->info());
+      REQUIRE(heuristic.ok());
+      REQUIRE(Compile(&*heuristic).ok);
+      absl::StatusOr<VerifyResult> hv = (*fresh)->Verify(*heuristic);
+      REQUIRE(hv.ok());
+      INFO(hv->detail);
+      CHECK(hv->ok);
     }
   }
 }

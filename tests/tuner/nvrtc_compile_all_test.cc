@@ -1,8 +1,8 @@
 // NVRTC compiles every config the space offers for a representative problem
 // set (the bench shapes, odd N, every dtype, and every problem of the space
-// invariants test), for sm_90, with no GPU: the half of the contract in norm_space.h that
-// CI can check. Identical kernels (same name expression) compile once. Also
-// checks the register model: no candidate spills (ptxas's report).
+// invariants test), for sm_90, with no GPU: the half of the contract in
+// norm_space.h that CI can check. Identical kernels (same name expression)
+// compile once. Also checks the register model: no candidate spills.
 #include <catch2/catch.hpp>
 
 #include <chrono>

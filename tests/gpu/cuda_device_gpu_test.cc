@@ -1,0 +1,86 @@
+// The driver-API Device on a real GPU: what it reports, memory round trips,
+// kernel loading errors and event timing.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <vector>
+
+#include "tests/gpu/gpu_env.h"
+#include "tuner/norm_space.h"
+#include "tuner/nvrtc_compiler.h"
+
+namespace ktune {
+namespace {
+
+TEST_CASE("CudaDevice reports the GPU it opened", "[gpu]") {
+  const DeviceInfo& d = testing::GpuDevice()->info();
+  CHECK_FALSE(d.name.empty());
+  CHECK(d.cc_major >= 8);
+  CHECK(d.sm_count > 0);
+  CHECK(d.memory_bytes > (uint64_t{1} << 30));
+  CHECK(d.driver_version >= 12000);
+  CHECK(d.l2_bytes > 0);
+  CHECK(d.max_threads_per_sm >= 1024);
+  CHECK(d.max_smem_per_block_optin >= 48 * 1024);
+  CHECK(d.regs_per_sm >= 65536);
+}
+
+TEST_CASE("CudaDevice copies, fills and frees memory", "[gpu]") {
+  Device* device = testing::GpuDevice();
+  const size_t bytes = (size_t{1} << 20) + 3;
+  absl::StatusOr<DeviceBuffer> buffer = DeviceBuffer::Create(device, bytes);
+  REQUIRE(buffer.ok());
+  std::vector<uint8_t> in(bytes);
+  for (size_t i = 0; i < bytes; ++i) in[i] = static_cast<uint8_t>(i * 7 + 1);
+  REQUIRE(device->CopyToDevice(buffer->get(), in.data(), bytes).ok());
+  std::vector<uint8_t> out(bytes, 0);
+  REQUIRE(device->CopyToHost(out.data(), buffer->get(), bytes).ok());
+  CHECK(out == in);
+  REQUIRE(device->Fill(buffer->get(), 0xFF, bytes).ok());
+  REQUIRE(device->CopyToHost(out.data(), buffer->get(), bytes).ok());
+  CHECK(out == std::vector<uint8_t>(bytes, 0xFF));
+  DeviceBuffer moved = *std::move(buffer);
+  CHECK(moved.size() == bytes);
+}
+
+TEST_CASE("CudaDevice loads kernels, reports bad ones and times launches", "[gpu]") {
+  Device* device = testing::GpuDevice();
+  NormProblem p;
+  p.m = 1024;
+  p.n = 1024;
+  absl::StatusOr<LaunchRecipe> r =
+      NormLaunchRecipe(p, HeuristicNormConfig(p, device->info()), device->info());
+  REQUIRE(r.ok());
+  REQUIRE(Compile(&*r).ok);
+
+  CHECK_FALSE(device->LoadKernel("not a cubin", r->kernels[0].lowered_name).ok());
+  absl::StatusOr<LoadedKernel> missing = device->LoadKernel(r->cubin, "_Z6nothingv");
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.status().message().find("_Z6nothingv") != std::string::npos);
+
+  absl::StatusOr<LoadedKernel> k = device->LoadKernel(r->cubin, r->kernels[0].lowered_name);
+  REQUIRE(k.ok());
+  absl::StatusOr<DeviceBuffer> x = DeviceBuffer::Create(device, p.m * p.n * 2);
+  absl::StatusOr<DeviceBuffer> y = DeviceBuffer::Create(device, p.m * p.n * 2);
+  absl::StatusOr<DeviceBuffer> w = DeviceBuffer::Create(device, p.n * 2);
+  REQUIRE((x.ok() && y.ok() && w.ok()));
+  REQUIRE(device->Fill(x->get(), 0x3f, p.m * p.n * 2).ok());  // bf16 0x3f3f: 0.75
+  REQUIRE(device->Fill(w->get(), 0x3f, p.n * 2).ok());
+  DevicePtr xp = x->get(), wp = w->get(), yp = y->get(), rp = 0;
+  int m = static_cast<int>(p.m), n = static_cast<int>(p.n);
+  float eps = p.eps;
+  void* args[] = {&xp, &wp, &yp, &rp, &m, &n, &eps};
+  absl::StatusOr<std::vector<float>> ms = device->TimeEach(
+      [&](int) { return device->Launch(*k, r->kernels[0], args); }, 25);
+  REQUIRE(ms.ok());
+  REQUIRE(ms->size() == 25);
+  for (float t : *ms) {
+    CHECK(t > 0);
+    CHECK(t < 100);
+  }
+  CHECK(device->Synchronize().ok());
+  device->UnloadKernel(*k);
+}
+
+}  // namespace
+}  // namespace ktune

@@ -31,7 +31,9 @@ struct ProblemFlags {
   int64_t m = 0, n = 0, k = 0;
   std::string dtype = "bf16";
   std::string out_dtype;
+  std::string weight_dtype;
   bool no_weight = false;
+  bool bias = false;
   float eps = 0;
 };
 
@@ -43,7 +45,9 @@ void AddProblemFlags(CLI::App* cmd, ProblemFlags* f) {
   cmd->add_option("--k", f->k, "K (gemm only)");
   cmd->add_option("--dtype", f->dtype, "bf16, fp16 or fp32")->capture_default_str();
   cmd->add_option("--out-dtype", f->out_dtype, "output dtype (default: --dtype)");
+  cmd->add_option("--weight-dtype", f->weight_dtype, "weight/bias dtype: --dtype or fp32 (default: --dtype)");
   cmd->add_flag("--no-weight", f->no_weight, "the norm has no weight (gamma)");
+  cmd->add_flag("--bias", f->bias, "LayerNorm has a bias (beta)");
   cmd->add_option("--eps", f->eps, "epsilon (default 1e-6)");
 }
 
@@ -58,6 +62,14 @@ absl::StatusOr<ktune::v1::Problem> BuildProblem(const ProblemFlags& f) {
       return absl::InvalidArgumentError(absl::StrCat("--out-dtype: ", parsed.status().message()));
     }
     out = *parsed;
+  }
+  ktune::DType weight = *dtype;
+  if (!f.weight_dtype.empty()) {
+    absl::StatusOr<ktune::DType> parsed = ktune::ParseDType(f.weight_dtype);
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--weight-dtype: ", parsed.status().message()));
+    }
+    weight = *parsed;
   }
   if (f.op == "gemm") {
     if (f.k == 0) return absl::InvalidArgumentError("--k: required for gemm");
@@ -78,7 +90,9 @@ absl::StatusOr<ktune::v1::Problem> BuildProblem(const ProblemFlags& f) {
   p.n = f.n;
   p.input_dtype = *dtype;
   p.output_dtype = out;
+  p.weight_dtype = weight;
   p.has_weight = !f.no_weight;
+  p.has_bias = f.bias;
   p.eps = f.eps == 0 ? ktune::kDefaultNormEps : f.eps;
   *problem.mutable_norm() = ktune::NormProblemToProto(p);
   return problem;
@@ -97,17 +111,21 @@ std::string ToJson(const google::protobuf::Message& message) {
 std::string ConfigText(const ktune::v1::Config& config) {
   if (!config.has_norm()) return "-";
   const ktune::v1::NormConfig& c = config.norm();
-  return absl::StrFormat("xb=%d rb=%d warps=%d vec=%d depth=%d %s", c.x_block(), c.r_block(),
-                         c.num_warps(), c.vec(), c.pipeline_depth(),
-                         c.persistent() ? "persistent" : "looped");
+  std::string text = absl::StrFormat("xb=%d rb=%d warps=%d vec=%d depth=%d %s", c.x_block(),
+                                     c.r_block(), c.num_warps(), c.vec(), c.pipeline_depth(),
+                                     c.persistent() ? "persistent" : "looped");
+  if (c.split_size() > 0) absl::StrAppend(&text, " split=", c.split_size());
+  return text;
 }
 
 std::string ProblemText(const ktune::v1::Problem& problem) {
   if (!problem.has_norm()) return "gemm";
   absl::StatusOr<ktune::NormProblem> p = ktune::NormProblemFromProto(problem.norm());
   if (!p.ok()) return "?";
-  return absl::StrFormat("%s %dx%d %s%s", ktune::OpName(*p), p->m, p->n,
-                         ktune::DTypeName(p->input_dtype), p->has_weight ? "" : " no-weight");
+  return absl::StrFormat("%s %dx%d %s%s%s%s", ktune::OpName(*p), p->m, p->n,
+                         ktune::DTypeName(p->input_dtype),
+                         p->weight_dtype != p->input_dtype ? " w:fp32" : "",
+                         p->has_weight ? "" : " no-weight", p->has_bias ? " bias" : "");
 }
 
 void PrintAnswer(const GetConfigResponse& r) {

@@ -9,7 +9,7 @@ namespace ktune {
 
 bool operator==(const NormProblem& a, const NormProblem& b) {
   return a.op == b.op && a.pass == b.pass && a.m == b.m && a.n == b.n &&
-         a.input_dtype == b.input_dtype && a.output_dtype == b.output_dtype &&
+         a.input_dtype == b.input_dtype && a.output_dtype == b.output_dtype && a.weight_dtype == b.weight_dtype &&
          a.has_weight == b.has_weight && a.has_bias == b.has_bias && a.eps == b.eps;
 }
 
@@ -77,7 +77,8 @@ absl::Status ValidateNormProblem(const NormProblem& p) {
                                                    kMaxNormElements));
   }
   for (auto [field, dtype] : {std::pair{"problem.input_dtype", p.input_dtype},
-                              std::pair{"problem.output_dtype", p.output_dtype}}) {
+                              std::pair{"problem.output_dtype", p.output_dtype},
+                              std::pair{"problem.weight_dtype", p.weight_dtype}}) {
     if (dtype == DType::kFP8E4M3) {
       return absl::InvalidArgumentError(
           absl::StrCat(field, ": fp8e4m3 is not supported for norms (bf16, fp16, fp32)"));
@@ -87,28 +88,30 @@ absl::Status ValidateNormProblem(const NormProblem& p) {
     return absl::InvalidArgumentError(
         absl::StrFormat("problem.eps: must be finite and in (0, 1], got %g", p.eps));
   }
+  if (p.weight_dtype != p.input_dtype && p.weight_dtype != DType::kFP32) {
+    return absl::InvalidArgumentError(absl::StrCat("problem.weight_dtype: must be the input dtype (",
+                                                   DTypeName(p.input_dtype), ") or fp32, got ",
+                                                   DTypeName(p.weight_dtype)));
+  }
   if (p.has_bias && p.op == NormOp::kRMSNorm) {
     return absl::InvalidArgumentError("problem.has_bias: RMSNorm has no bias");
-  }
-  if (p.op != NormOp::kRMSNorm || p.pass != NormPass::kForward) {
-    return absl::UnimplementedError(absl::StrCat(
-        "op ", OpName(p), " is not served by this version of ktuned (rmsnorm.fwd is)"));
   }
   return absl::OkStatus();
 }
 
 std::string CanonicalKey(const NormProblem& p) {
-  return absl::StrFormat("%s m=%d n=%d in=%s out=%s w=%d b=%d eps=%.9g", OpName(p), p.m, p.n,
-                         DTypeName(p.input_dtype), DTypeName(p.output_dtype),
-                         p.has_weight ? 1 : 0, p.has_bias ? 1 : 0, p.eps);
+  return absl::StrFormat("%s m=%d n=%d in=%s out=%s wt=%s w=%d b=%d eps=%.9g", OpName(p), p.m,
+                         p.n, DTypeName(p.input_dtype), DTypeName(p.output_dtype),
+                         DTypeName(p.weight_dtype), p.has_weight ? 1 : 0, p.has_bias ? 1 : 0, p.eps);
 }
 
 int64_t MinimumBytes(const NormProblem& p) {
   const int64_t in = DTypeBytes(p.input_dtype), out = DTypeBytes(p.output_dtype);
-  const int64_t params = (p.has_weight ? p.n * in : 0) + (p.has_bias ? p.n * in : 0);
-  if (p.pass == NormPass::kForward) return p.m * p.n * (in + out) + params;
-  // Backward: read x and dy, write dx; read the params, write their grads.
-  return p.m * p.n * (2 * in + out) + 2 * params;
+  const int64_t w = p.has_weight ? p.n * DTypeBytes(p.weight_dtype) : 0;
+  const int64_t b = p.has_bias ? p.n * DTypeBytes(p.weight_dtype) : 0;
+  if (p.pass == NormPass::kForward) return p.m * p.n * (in + out) + w + b;
+  // Backward: read x and dy, write dx; read w, write dw and db.
+  return p.m * p.n * (2 * in + out) + 2 * w + b;
 }
 
 }  // namespace ktune

@@ -34,7 +34,8 @@ struct NormProblem {
   int64_t m = 0;
   int64_t n = 0;
   DType input_dtype = DType::kBF16;
-  DType output_dtype = DType::kBF16;
+  DType output_dtype = DType::kBF16;  // y (forward) or dx (backward)
+  DType weight_dtype = DType::kBF16;  // w and b; the input dtype or fp32 (dw and db likewise)
   bool has_weight = true;
   bool has_bias = false;
   float eps = kDefaultNormEps;
@@ -55,15 +56,17 @@ inline std::string OpName(const NormProblem& p) { return OpName(p.op, p.pass); }
 absl::Status ParseNormOpName(absl::string_view name, NormOp* op, NormPass* pass);
 
 // OK, or INVALID_ARGUMENT naming the first field that is out of range or
-// unsupported by this version (only RMSNorm forward is served today).
+// unsupported (dtypes other than bf16/fp16/fp32, a weight dtype other than the
+// input's or fp32, a bias on RMSNorm).
 absl::Status ValidateNormProblem(const NormProblem& problem);
 
 // Stable text identifying the problem, e.g.
-// "rmsnorm.fwd m=4096 n=4096 in=bf16 out=bf16 w=1 b=0 eps=1e-06".
+// "rmsnorm.fwd m=4096 n=4096 in=bf16 out=bf16 wt=bf16 w=1 b=0 eps=1e-06".
 std::string CanonicalKey(const NormProblem& problem);
 
-// The fewest bytes the op must move through device memory: forward reads x
-// (and weight, bias) and writes y. Throughput is reported against this count.
+// The fewest bytes the op must move through device memory. Forward: read x,
+// w, b; write y. Backward: read x, dy, w; write dx, dw, db (the saved mean and
+// rstd, M floats each, are not counted). Throughput is reported against this.
 int64_t MinimumBytes(const NormProblem& problem);
 
 }  // namespace ktune

@@ -63,6 +63,13 @@ absl::StatusOr<NormProblem> NormProblemFromProto(const v1::NormProblem& in) {
     if (!output.ok()) return FieldError("problem.output_dtype", output.status());
     p.output_dtype = *output;
   }
+  if (in.weight_dtype() == v1::DTYPE_UNSPECIFIED) {
+    p.weight_dtype = p.input_dtype;
+  } else {
+    auto weight = DTypeFromProto(in.weight_dtype());
+    if (!weight.ok()) return FieldError("problem.weight_dtype", weight.status());
+    p.weight_dtype = *weight;
+  }
   p.has_weight = in.has_weight();
   p.has_bias = in.has_bias();
   p.eps = in.eps() == 0.0f ? kDefaultNormEps : in.eps();
@@ -77,6 +84,7 @@ v1::NormProblem NormProblemToProto(const NormProblem& p) {
   out.set_n(p.n);
   out.set_input_dtype(DTypeToProto(p.input_dtype));
   out.set_output_dtype(DTypeToProto(p.output_dtype));
+  out.set_weight_dtype(DTypeToProto(p.weight_dtype));
   out.set_has_weight(p.has_weight);
   out.set_has_bias(p.has_bias);
   out.set_eps(p.eps);

@@ -133,8 +133,10 @@ TEST_CASE("ValidateEntry: each bad field is named", "[cache]") {
        "entry.problem.input_dtype:"},
       {[](v1::Entry& e) { e.mutable_problem()->mutable_norm()->set_eps(-1); },
        "entry.problem.eps:"},
-      {[](v1::Entry& e) { e.mutable_problem()->mutable_norm()->set_op(v1::LAYERNORM); },
-       "entry.problem: op layernorm.fwd is not served"},
+      {[](v1::Entry& e) { e.mutable_problem()->mutable_norm()->set_has_bias(true); },
+       "entry.problem.has_bias: RMSNorm has no bias"},
+      {[](v1::Entry& e) { e.mutable_problem()->mutable_norm()->set_weight_dtype(v1::FP16); },
+       "entry.problem.weight_dtype:"},
       // device
       {[](v1::Entry& e) { e.clear_device(); }, "entry.device: missing"},
       {[](v1::Entry& e) { e.mutable_device()->set_name(""); },

@@ -364,7 +364,7 @@ TEST_CASE("Store: PutAll is all or nothing", "[cache]") {
   CHECK(CountAll(*OpenOrFail(path)) == 2);
 }
 
-TEST_CASE("Store: List filters by op and is ordered by key; CountByOp", "[cache]") {
+TEST_CASE("Store: List filters by op and is ordered by key, CountByOp counts", "[cache]") {
   TempDir dir;
   const std::string path = dir.File("cache.db");
   auto store = OpenOrFail(path);

@@ -230,7 +230,7 @@ TEST_CASE("invalid problems get INVALID_ARGUMENT and store nothing", "[e2e]") {
   CHECK(daemon.Stop() == 0);
 }
 
-TEST_CASE("bundles move entries between daemons; bad bundles change nothing", "[e2e]") {
+TEST_CASE("bundles move entries between daemons, and bad bundles change nothing", "[e2e]") {
   TempDir dir;
   DaemonProcess a(dir.path() + "/a", dir.path() + "/a/cache.db");
   DaemonProcess b(dir.path() + "/b", dir.path() + "/b/cache.db");

@@ -21,6 +21,12 @@ TEST_CASE("ValidateNormProblem accepts the served range and names bad fields", "
   CHECK(ValidateNormProblem(Rms(1, 1)).ok());
   CHECK(ValidateNormProblem(Rms(kMaxNormM, 128)).ok());
   CHECK(ValidateNormProblem(Rms(8192, kMaxNormN)).ok());
+  NormProblem layernorm_bwd = Rms(4096, 5120);
+  layernorm_bwd.op = NormOp::kLayerNorm;
+  layernorm_bwd.pass = NormPass::kBackward;
+  layernorm_bwd.has_bias = true;
+  layernorm_bwd.weight_dtype = DType::kFP32;
+  CHECK(ValidateNormProblem(layernorm_bwd).ok());
 
   struct Case {
     NormProblem problem;
@@ -33,10 +39,8 @@ TEST_CASE("ValidateNormProblem accepts the served range and names bad fields", "
   nan_eps.eps = std::nanf("");
   NormProblem bias = Rms(16, 16);
   bias.has_bias = true;
-  NormProblem layernorm = Rms(16, 16);
-  layernorm.op = NormOp::kLayerNorm;
-  NormProblem backward = Rms(16, 16);
-  backward.pass = NormPass::kBackward;
+  NormProblem fp16_weight = Rms(16, 16);
+  fp16_weight.weight_dtype = DType::kFP16;  // input is bf16: only bf16 or fp32 weights
   const std::vector<Case> cases = {
       {Rms(0, 16), absl::StatusCode::kInvalidArgument, "problem.m"},
       {Rms(-5, 16), absl::StatusCode::kInvalidArgument, "problem.m"},
@@ -47,8 +51,7 @@ TEST_CASE("ValidateNormProblem accepts the served range and names bad fields", "
       {fp8, absl::StatusCode::kInvalidArgument, "problem.input_dtype"},
       {nan_eps, absl::StatusCode::kInvalidArgument, "problem.eps"},
       {bias, absl::StatusCode::kInvalidArgument, "has_bias"},
-      {layernorm, absl::StatusCode::kUnimplemented, "layernorm.fwd"},
-      {backward, absl::StatusCode::kUnimplemented, "rmsnorm.bwd"},
+      {fp16_weight, absl::StatusCode::kInvalidArgument, "problem.weight_dtype"},
   };
   for (const Case& c : cases) {
     absl::Status s = ValidateNormProblem(c.problem);
@@ -60,8 +63,9 @@ TEST_CASE("ValidateNormProblem accepts the served range and names bad fields", "
 
 TEST_CASE("canonical keys are stable and separate every field", "[tuner][problem]") {
   const NormProblem base = Rms(4096, 4096);
-  CHECK(CanonicalKey(base) == "rmsnorm.fwd m=4096 n=4096 in=bf16 out=bf16 w=1 b=0 eps=9.99999997e-07");
-  std::vector<NormProblem> variants(8, base);
+  CHECK(CanonicalKey(base) ==
+        "rmsnorm.fwd m=4096 n=4096 in=bf16 out=bf16 wt=bf16 w=1 b=0 eps=9.99999997e-07");
+  std::vector<NormProblem> variants(10, base);
   variants[1].m = 4097;
   variants[2].n = 4095;
   variants[3].input_dtype = DType::kFP16;
@@ -69,6 +73,8 @@ TEST_CASE("canonical keys are stable and separate every field", "[tuner][problem
   variants[5].has_weight = false;
   variants[6].eps = 1e-5f;
   variants[7].pass = NormPass::kBackward;
+  variants[8].weight_dtype = DType::kFP32;
+  variants[9].op = NormOp::kLayerNorm;
   std::set<std::string> keys;
   for (const NormProblem& p : variants) keys.insert(CanonicalKey(p));
   CHECK(keys.size() == variants.size());
@@ -104,12 +110,20 @@ TEST_CASE("MinimumBytes counts x, w and y once", "[tuner][problem]") {
   p.has_weight = false;
   p.output_dtype = DType::kFP32;
   CHECK(MinimumBytes(p) == 32768LL * 4096 * 6);
+  NormProblem bwd = Rms(1024, 2048);  // LayerNorm backward, fp32 gamma and beta
+  bwd.op = NormOp::kLayerNorm;
+  bwd.pass = NormPass::kBackward;
+  bwd.has_bias = true;
+  bwd.weight_dtype = DType::kFP32;
+  // read x, dy (bf16), write dx (bf16); read w, write dw and db (fp32)
+  CHECK(MinimumBytes(bwd) == 1024LL * 2048 * 6 + 3 * 2048 * 4);
 }
 
 TEST_CASE("norm problems and configs round-trip through the wire format", "[tuner][wire]") {
   NormProblem p = Rms(65536, 3000);
   p.input_dtype = DType::kFP16;
   p.output_dtype = DType::kFP32;
+  p.weight_dtype = DType::kFP32;
   p.has_weight = false;
   p.eps = 1e-5f;
   auto back = NormProblemFromProto(NormProblemToProto(p));
@@ -126,6 +140,7 @@ TEST_CASE("norm problems and configs round-trip through the wire format", "[tune
   REQUIRE(d.ok());
   CHECK(d->output_dtype == DType::kBF16);  // unspecified: same as input
   CHECK(d->eps == kDefaultNormEps);        // 0: the default
+  CHECK(d->weight_dtype == DType::kBF16);  // unspecified: same as input
 
   defaults.set_pass(v1::NORM_PASS_UNSPECIFIED);
   CHECK(NormProblemFromProto(defaults).status().message().find("problem.pass") != std::string::npos);
@@ -149,7 +164,7 @@ TEST_CASE("norm problems and configs round-trip through the wire format", "[tune
   CHECK(NormConfigFromProto(bad).status().message().find("num_warps") != std::string::npos);
 }
 
-TEST_CASE("fingerprints and recipes round-trip; keys separate environments", "[tuner][wire]") {
+TEST_CASE("fingerprints and recipes round-trip, and keys separate environments", "[tuner][wire]") {
   DeviceInfo d;
   d.name = "NVIDIA H200";
   d.cc_major = 9;

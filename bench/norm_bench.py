@@ -1,0 +1,314 @@
+#!/usr/bin/env python3
+"""Norm kernels on the GPU: ktune's tuned answers against PyTorch eager,
+torch.compile (default) and torch.compile(mode='max-autotune-no-cudagraphs'),
+on the same inputs, timed the same way, in one run.
+
+For each (op, pass, shape) a running ktuned tunes the problem (the cold tune is
+timed), then the winner is fetched with `ktune get --policy cached --cubin-out`
+and launched from its recipe alone (CuPy loads the cubin; lowered names, grids,
+blocks, params and workspace size come from the recipe), as a compiler
+frontend would. Every implementation is checked against an fp32 reference
+before it is timed; outputs are poisoned with NaN first.
+
+Timing, the same for everyone: a CUDA graph of K calls rotating input sets that
+together exceed 3x the 60 MB L2, replayed many times; median per call. PyTorch
+backward cannot be captured apart from its forward, so a peer's backward time
+is graph(forward + backward) - graph(forward), both captured the same way.
+
+Bytes (fewest): forward reads x, w(, b) and writes y; backward reads x, dy, w
+and writes dx, dw(, db). TB/s = bytes / time.
+"""
+import argparse
+import json
+import math
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+
+import cupy as cp
+import torch
+import torch.nn.functional as F
+
+warnings.filterwarnings("ignore", category=DeprecationWarning)
+
+SHAPES = [(32768, 1024), (32768, 4096), (16384, 8192), (8192, 16384), (65536, 2048),
+          (4096, 4096), (4096, 5120), (16384, 12288)]
+L2_BYTES = 60 << 20
+EPS = 1e-6
+COPY_REF_TBS = 4.27
+PEERS = ("eager", "compile", "compile_ma")
+
+
+def sh(cmd):
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)}: {r.stderr.strip()}")
+    return r.stdout
+
+
+def graph_time_us(launch, sets, per_graph=None, replays=40):
+    """Median per-call time of `launch(i)` captured K times in one CUDA graph."""
+    per_graph = per_graph or max(2 * sets, 16)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for i in range(3):
+            launch(i % sets)
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(per_graph):
+            launch(i % sets)
+    for _ in range(3):
+        graph.replay()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(replays):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        graph.replay()
+        e.record()
+        e.synchronize()
+        samples.append(s.elapsed_time(e) * 1e3 / per_graph)
+    del graph
+    return statistics.median(samples)
+
+
+def copy_ceiling_tbs():
+    n = 1 << 30
+    a = torch.empty(n, dtype=torch.uint8, device="cuda").random_()
+    b = torch.empty_like(a)
+    t = graph_time_us(lambda i: b.copy_(a), 1, per_graph=10, replays=10)
+    return 2 * n / (t * 1e-6) / 1e12
+
+
+class Recipe:
+    """A tuned answer launched from its recipe: every kernel, in order."""
+
+    def __init__(self, answer, cubin_path):
+        recipe = answer["recipe"]
+        self.module = cp.RawModule(path=cubin_path)
+        self.kernels = []
+        for k in recipe["kernels"]:
+            self.kernels.append((self.module.get_function(k["lowered_name"]), tuple(int(g) for g in k["grid"]),
+                                 tuple(int(b) for b in k["block"]), int(k["dynamic_smem_bytes"]), list(k["params"])))
+        self.workspace_bytes = int(recipe.get("workspace_bytes", 0))
+
+    def __call__(self, values):
+        stream = cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+        with stream:
+            for function, grid, block, smem, params in self.kernels:
+                args = []
+                for p in params:
+                    v = values[p]  # a KeyError names a parameter this bench does not know
+                    if isinstance(v, torch.Tensor):
+                        args.append(cp.uint64(v.data_ptr()))
+                    elif v is None:
+                        args.append(cp.uint64(0))
+                    elif isinstance(v, float):
+                        args.append(cp.float32(v))
+                    else:
+                        args.append(cp.int32(v))
+                function(grid, block, tuple(args), shared_mem=smem)
+
+
+def rel_err(got, want):
+    if torch.isnan(got).any():
+        raise RuntimeError("output has NaN (unwritten or wrong)")
+    return ((got.float() - want.float()).norm() / want.float().norm().clamp_min(1e-30)).item()
+
+
+def torch_fn(op):
+    if op == "rmsnorm":
+        return lambda x, w, b: F.rms_norm(x, (x.shape[-1],), w, EPS)
+    return lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b, EPS)
+
+
+def run_shape(args, op, m, n, ceiling):
+    dt = torch.bfloat16
+    has_bias = op == "layernorm"
+    sets = max(1, math.ceil(3 * L2_BYTES / (3 * m * n * 2)))
+    xs = [torch.randn(m, n, device="cuda", dtype=dt) for _ in range(sets)]
+    dys = [torch.randn(m, n, device="cuda", dtype=dt) for _ in range(sets)]
+    w = (torch.randn(n, device="cuda", dtype=dt) * 0.5 + 1)
+    b = torch.randn(n, device="cuda", dtype=dt) * 0.1 if has_bias else None
+    ys = [torch.empty_like(xs[0]) for _ in range(sets)]
+    dxs = [torch.empty_like(xs[0]) for _ in range(sets)]
+    mean = [torch.empty(m, device="cuda", dtype=torch.float32) for _ in range(sets)]
+    rstd = [torch.empty(m, device="cuda", dtype=torch.float32) for _ in range(sets)]
+    dw = torch.empty(n, device="cuda", dtype=dt)
+    db = torch.empty(n, device="cuda", dtype=dt) if has_bias else None
+
+    # fp32 references and the saved statistics the backward consumes.
+    xf = [x.float() for x in xs[:1]][0]
+    if op == "rmsnorm":
+        r = torch.rsqrt(xf.pow(2).mean(-1) + EPS)
+        mu = torch.zeros(m, device="cuda")
+        xhat = xf * r[:, None]
+    else:
+        mu = xf.mean(-1)
+        r = torch.rsqrt(xf.var(-1, unbiased=False) + EPS)
+        xhat = (xf - mu[:, None]) * r[:, None]
+    for i in range(sets):
+        xi = xs[i].float()
+        if op == "rmsnorm":
+            rstd[i].copy_(torch.rsqrt(xi.pow(2).mean(-1) + EPS))
+        else:
+            mean[i].copy_(xi.mean(-1))
+            rstd[i].copy_(torch.rsqrt(xi.var(-1, unbiased=False) + EPS))
+    y_ref = xhat * w.float() + (b.float() if has_bias else 0)
+    g = dys[0].float() * w.float()
+    if op == "rmsnorm":
+        dx_ref = r[:, None] * (g - xhat * (g * xhat).mean(-1, keepdim=True))
+    else:
+        dx_ref = r[:, None] * (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True))
+    dw_ref = (dys[0].float() * xhat).sum(0)
+    db_ref = dys[0].float().sum(0) if has_bias else None
+
+    fwd_bytes = 2 * m * n * 2 + n * 2 * (2 if has_bias else 1)
+    bwd_bytes = 3 * m * n * 2 + 2 * n * 2 + (n * 2 if has_bias else 0)
+    results = {}
+    base = [args.ktune, "--server", args.server]
+    for pas in ("fwd", "bwd"):
+        shape = [f"{op}.{pas}", "--m", str(m), "--n", str(n), "--dtype", "bf16"] + (["--bias"] if has_bias else [])
+        t0 = time.time()
+        sh(base + ["tune"] + shape + ["--json", "--force"])
+        tune_s = time.time() - t0
+        cubin = f"{args.workdir}/{op}_{pas}_{m}x{n}.cubin"
+        answer = json.loads(sh(base + ["get"] + shape + ["--policy", "cached", "--json", "--cubin-out", cubin]))
+        assert answer["source"] == "TUNED", answer["source"]
+        recipe = Recipe(answer, cubin)
+        ws = torch.empty(max(recipe.workspace_bytes, 4), device="cuda", dtype=torch.uint8)
+
+        def values(i):
+            return {"x": xs[i], "w": w, "b": b, "y": ys[i], "mean": mean[i] if op == "layernorm" else None,
+                    "rstd": rstd[i], "dy": dys[i], "dx": dxs[i], "dw": dw, "db": db, "workspace": ws,
+                    "M": m, "N": n, "eps": EPS}
+
+        # Verify ours on set 0 (poisoned outputs first).
+        if pas == "fwd":
+            ys[0].fill_(float("nan"))
+            recipe(values(0))
+            torch.cuda.synchronize()
+            errs = {"y": rel_err(ys[0], y_ref)}
+        else:
+            for t in (dxs[0], dw) + ((db,) if has_bias else ()):
+                t.fill_(float("nan"))
+            ws.fill_(255)
+            recipe(values(0))
+            torch.cuda.synchronize()
+            errs = {"dx": rel_err(dxs[0], dx_ref), "dw": rel_err(dw, dw_ref)}
+            if has_bias:
+                errs["db"] = rel_err(db, db_ref)
+        if max(errs.values()) > 2e-2:
+            raise RuntimeError(f"ktune {op}.{pas} {m}x{n}: relative errors {errs}")
+        ours_us = graph_time_us(lambda i: recipe(values(i)), sets)
+        row = {"op": op, "pass": pas, "M": m, "N": n, "bytes": fwd_bytes if pas == "fwd" else bwd_bytes,
+               "tune_s": tune_s, "config": answer["config"]["norm"],
+               "kernels": len(answer["recipe"]["kernels"]), "workspace_bytes": recipe.workspace_bytes,
+               "rel_err": errs, "ktune_us": ours_us}
+        results[pas] = row
+
+    # Peers, same inputs, same timing.
+    fn = torch_fn(op)
+    variants = {"eager": fn}
+    torch._dynamo.reset()
+    variants["compile"] = torch.compile(fn, dynamic=False)
+    if "compile_ma" in args.peers:
+        variants["compile_ma"] = torch.compile(fn, dynamic=False, mode="max-autotune-no-cudagraphs")
+    xg = [x.detach().clone().requires_grad_(True) for x in xs]
+    wg = w.detach().clone().requires_grad_(True)
+    bg = b.detach().clone().requires_grad_(True) if has_bias else None
+    for name, f in variants.items():
+        if name not in args.peers:
+            continue
+        with torch.no_grad():
+            y0 = f(xs[0], w, b)
+        fwd_err = rel_err(y0, y_ref)
+        fwd_us = graph_time_us(lambda i: f(xs[i], w, b), sets)
+        leaves = [xg[0], wg] + ([bg] if has_bias else [])
+        grads = torch.autograd.grad(f(xg[0], wg, bg), leaves, dys[0])
+        bwd_err = max(rel_err(grads[0], dx_ref), rel_err(grads[1], dw_ref))
+
+        def fwd_train(i):
+            return f(xg[i], wg, bg)
+
+        def fwd_bwd(i):
+            leaves = [xg[i], wg] + ([bg] if has_bias else [])
+            torch.autograd.grad(f(xg[i], wg, bg), leaves, dys[i])
+
+        train_fwd_us = graph_time_us(fwd_train, sets)
+        both_us = graph_time_us(fwd_bwd, sets)
+        results["fwd"][f"{name}_us"] = fwd_us
+        results["bwd"][f"{name}_us"] = max(both_us - train_fwd_us, 1e-3)
+        results["fwd"].setdefault("peer_err", {})[name] = fwd_err
+        results["bwd"].setdefault("peer_err", {})[name] = bwd_err
+    for pas in ("fwd", "bwd"):
+        r = results[pas]
+        r["ktune_tbs"] = r["bytes"] / (r["ktune_us"] * 1e-6) / 1e12
+        for p in args.peers:
+            r[f"{p}_tbs"] = r["bytes"] / (r[f"{p}_us"] * 1e-6) / 1e12
+        r["best_peer"] = max(args.peers, key=lambda p: r[f"{p}_tbs"])
+        r["vs_best_peer"] = r["ktune_tbs"] / r[f"{r['best_peer']}_tbs"]
+        r["pct_ceiling"] = 100 * r["ktune_tbs"] / COPY_REF_TBS
+        r["pct_inrun_copy"] = 100 * r["ktune_tbs"] / ceiling
+    return [results["fwd"], results["bwd"]]
+
+
+def cfg_text(c):
+    s = f"xb{c['x_block']} rb{c['r_block']} w{c['num_warps']} v{c['vec']} pd{c['pipeline_depth']}"
+    s += " pers" if c["persistent"] else " loop"
+    if c.get("split_size"):
+        s += f" sp{c['split_size']}"
+    return s
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ktune", required=True)
+    ap.add_argument("--server", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--workdir", default="/tmp")
+    ap.add_argument("--ops", default="rmsnorm,layernorm")
+    ap.add_argument("--peers", default=",".join(PEERS))
+    ap.add_argument("--shapes", default="all", help="all, or e.g. 32768x1024,4096x5120")
+    args = ap.parse_args()
+    args.peers = [p for p in args.peers.split(",") if p]
+    shapes = SHAPES if args.shapes == "all" else [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    torch.manual_seed(0)
+    ceiling = copy_ceiling_tbs()
+    rows = []
+    for op in args.ops.split(","):
+        for m, n in shapes:
+            t0 = time.time()
+            rows += run_shape(args, op, m, n, ceiling)
+            print(f"  {op} {m}x{n} done in {time.time() - t0:.0f} s", flush=True)
+            torch.cuda.empty_cache()
+    with open(args.out, "w") as f:
+        json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "copy_tbs": ceiling,
+                   "peers": args.peers, "rows": rows}, f, indent=1)
+
+    print(f"\nbf16 norms on {torch.cuda.get_device_name()}; copy ceiling in this run {ceiling:.2f} TB/s "
+          f"(%ceil uses {COPY_REF_TBS}); CUDA-graph replay, median per call; TB/s by fewest bytes")
+    peer_hdr = " ".join(f"{p:>10}" for p in args.peers)
+    hdr = f"{'op':<13} {'M x N':>13} {'ktune config':<32} {'us':>7} {'TB/s':>5} {'%ceil':>5} | {peer_hdr} | {'vs best':>7} | tune s"
+    print(hdr)
+    print("-" * len(hdr))
+    geo = {"fwd": [], "bwd": []}
+    for r in rows:
+        peers = " ".join(f"{r[p + '_tbs']:10.2f}" for p in args.peers)
+        geo[r["pass"]].append(r["vs_best_peer"])
+        print(f"{r['op'] + '.' + r['pass']:<13} {r['M']:>6} x {r['N']:<5} {cfg_text(r['config']):<32} "
+              f"{r['ktune_us']:7.1f} {r['ktune_tbs']:5.2f} {r['pct_ceiling']:5.1f} | {peers} | "
+              f"{r['vs_best_peer']:6.3f}x | {r['tune_s']:5.1f}")
+    for pas, v in geo.items():
+        if v:
+            print(f"geomean vs best peer, {pas}: {math.exp(sum(math.log(x) for x in v) / len(v)):.3f}x "
+                  f"(min {min(v):.3f}x over {len(v)} rows)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -51,26 +51,22 @@ void AddProblemFlags(CLI::App* cmd, ProblemFlags* f) {
   cmd->add_option("--eps", f->eps, "epsilon (default 1e-6)");
 }
 
+// `value` parsed as a dtype, or `fallback` when the flag was not given.
+absl::StatusOr<ktune::DType> DTypeFlag(const char* flag, const std::string& value, ktune::DType fallback) {
+  if (value.empty()) return fallback;
+  absl::StatusOr<ktune::DType> parsed = ktune::ParseDType(value);
+  if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat(flag, ": ", parsed.status().message()));
+  return parsed;
+}
+
 absl::StatusOr<ktune::v1::Problem> BuildProblem(const ProblemFlags& f) {
   ktune::v1::Problem problem;
-  absl::StatusOr<ktune::DType> dtype = ktune::ParseDType(f.dtype);
-  if (!dtype.ok()) return absl::InvalidArgumentError(absl::StrCat("--dtype: ", dtype.status().message()));
-  ktune::DType out = *dtype;
-  if (!f.out_dtype.empty()) {
-    absl::StatusOr<ktune::DType> parsed = ktune::ParseDType(f.out_dtype);
-    if (!parsed.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("--out-dtype: ", parsed.status().message()));
-    }
-    out = *parsed;
-  }
-  ktune::DType weight = *dtype;
-  if (!f.weight_dtype.empty()) {
-    absl::StatusOr<ktune::DType> parsed = ktune::ParseDType(f.weight_dtype);
-    if (!parsed.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("--weight-dtype: ", parsed.status().message()));
-    }
-    weight = *parsed;
-  }
+  absl::StatusOr<ktune::DType> dtype = DTypeFlag("--dtype", f.dtype, ktune::DType::kBF16);
+  if (!dtype.ok()) return dtype.status();
+  absl::StatusOr<ktune::DType> out = DTypeFlag("--out-dtype", f.out_dtype, *dtype);
+  if (!out.ok()) return out.status();
+  absl::StatusOr<ktune::DType> weight = DTypeFlag("--weight-dtype", f.weight_dtype, *dtype);
+  if (!weight.ok()) return weight.status();
   if (f.op == "gemm") {
     if (f.k == 0) return absl::InvalidArgumentError("--k: required for gemm");
     ktune::v1::GemmProblem* g = problem.mutable_gemm();
@@ -80,7 +76,7 @@ absl::StatusOr<ktune::v1::Problem> BuildProblem(const ProblemFlags& f) {
     g->set_batch(1);
     g->set_a_dtype(ktune::DTypeToProto(*dtype));
     g->set_b_dtype(ktune::DTypeToProto(*dtype));
-    g->set_d_dtype(ktune::DTypeToProto(out));
+    g->set_d_dtype(ktune::DTypeToProto(*out));
     return problem;
   }
   ktune::NormProblem p;
@@ -89,8 +85,8 @@ absl::StatusOr<ktune::v1::Problem> BuildProblem(const ProblemFlags& f) {
   p.m = f.m;
   p.n = f.n;
   p.input_dtype = *dtype;
-  p.output_dtype = out;
-  p.weight_dtype = weight;
+  p.output_dtype = *out;
+  p.weight_dtype = *weight;
   p.has_weight = !f.no_weight;
   p.has_bias = f.bias;
   p.eps = f.eps == 0 ? ktune::kDefaultNormEps : f.eps;

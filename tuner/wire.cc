@@ -33,6 +33,14 @@ absl::Status FieldError(absl::string_view field, const absl::Status& status) {
   return absl::Status(status.code(), absl::StrCat(field, ": ", status.message()));
 }
 
+// An optional dtype field: unspecified means `fallback`.
+absl::StatusOr<DType> OptionalDType(absl::string_view field, v1::DType dtype, DType fallback) {
+  if (dtype == v1::DTYPE_UNSPECIFIED) return fallback;
+  absl::StatusOr<DType> parsed = DTypeFromProto(dtype);
+  if (!parsed.ok()) return FieldError(field, parsed.status());
+  return parsed;
+}
+
 }  // namespace
 
 absl::StatusOr<NormProblem> NormProblemFromProto(const v1::NormProblem& in) {
@@ -56,20 +64,12 @@ absl::StatusOr<NormProblem> NormProblemFromProto(const v1::NormProblem& in) {
   auto input = DTypeFromProto(in.input_dtype());
   if (!input.ok()) return FieldError("problem.input_dtype", input.status());
   p.input_dtype = *input;
-  if (in.output_dtype() == v1::DTYPE_UNSPECIFIED) {
-    p.output_dtype = p.input_dtype;
-  } else {
-    auto output = DTypeFromProto(in.output_dtype());
-    if (!output.ok()) return FieldError("problem.output_dtype", output.status());
-    p.output_dtype = *output;
-  }
-  if (in.weight_dtype() == v1::DTYPE_UNSPECIFIED) {
-    p.weight_dtype = p.input_dtype;
-  } else {
-    auto weight = DTypeFromProto(in.weight_dtype());
-    if (!weight.ok()) return FieldError("problem.weight_dtype", weight.status());
-    p.weight_dtype = *weight;
-  }
+  auto output = OptionalDType("problem.output_dtype", in.output_dtype(), p.input_dtype);
+  if (!output.ok()) return output.status();
+  p.output_dtype = *output;
+  auto weight = OptionalDType("problem.weight_dtype", in.weight_dtype(), p.input_dtype);
+  if (!weight.ok()) return weight.status();
+  p.weight_dtype = *weight;
   p.has_weight = in.has_weight();
   p.has_bias = in.has_bias();
   p.eps = in.eps() == 0.0f ? kDefaultNormEps : in.eps();

@@ -208,8 +208,8 @@ absl::Status KtuneServiceImpl::AnswerHeuristic(const Resolved& r, bool include_c
   return absl::OkStatus();
 }
 
-absl::Status KtuneServiceImpl::TuneAndStore(const Resolved& r, int repetitions, bool include_cubin,
-                                            const ProgressSink& progress,
+absl::Status KtuneServiceImpl::TuneAndStore(const Resolved& r, int repetitions, bool force,
+                                            bool include_cubin, const ProgressSink& progress,
                                             v1::GetConfigResponse* response) {
   if (compile_only()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -246,6 +246,15 @@ absl::Status KtuneServiceImpl::TuneAndStore(const Resolved& r, int repetitions, 
   absl::StatusOr<TuneResult> result;
   {
     absl::MutexLock gpu_lock(&gpu_mu_);
+    // Callers queued behind a tune of the same key get its result instead of
+    // tuning again.
+    if (!force) {
+      absl::StatusOr<std::optional<v1::Entry>> hit = entries_.Lookup(r.key);
+      if (hit.ok() && hit->has_value()) {
+        AnswerFromEntry(**hit, include_cubin, response);
+        return absl::OkStatus();
+      }
+    }
     spdlog::info("event=tune_start key=\"{}\"", r.key.problem_key);
     result = TuneNorm(r.problem, device_.get(), options, on_progress);
   }
@@ -301,12 +310,12 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::GetConfig(grpc::CallbackServerContex
                                  compile_only() ? "this compile-only daemon" : target_.name)));
     case v1::TUNE_ON_MISS: {
       if (compile_only()) {
-        return Finish(context, TuneAndStore(*resolved, 0, false, nullptr, response));
+        return Finish(context, TuneAndStore(*resolved, 0, false, false, nullptr, response));
       }
       grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
       RunDetached([this, r = *resolved, include_cubin = request->include_cubin(), response,
                    reactor] {
-        reactor->Finish(ToGrpcStatus(TuneAndStore(r, 0, include_cubin, nullptr, response)));
+        reactor->Finish(ToGrpcStatus(TuneAndStore(r, 0, /*force=*/false, include_cubin, nullptr, response)));
       });
       return reactor;
     }
@@ -335,7 +344,7 @@ grpc::ServerWriteReactor<v1::TuneEvent>* KtuneServiceImpl::Tune(
   }
   if (compile_only()) {
     v1::GetConfigResponse unused;
-    stream->Reject(TuneAndStore(*resolved, 0, false, nullptr, &unused));
+    stream->Reject(TuneAndStore(*resolved, 0, false, false, nullptr, &unused));
     return stream;
   }
   if (!request->options().force()) {
@@ -348,11 +357,11 @@ grpc::ServerWriteReactor<v1::TuneEvent>* KtuneServiceImpl::Tune(
       return stream;
     }
   }
-  RunDetached([this, stream, r = *resolved, repetitions] {
+  RunDetached([this, stream, r = *resolved, repetitions, force = request->options().force()] {
     v1::TuneEvent result;
     absl::Status status = TuneAndStore(
-        r, repetitions, false, [stream](const v1::TuneEvent& e) { stream->Push(e); },
-        result.mutable_result());
+        r, repetitions, force, /*include_cubin=*/false,
+        [stream](const v1::TuneEvent& e) { stream->Push(e); }, result.mutable_result());
     if (status.ok()) stream->Push(std::move(result));
     stream->Close(status);
   });

@@ -72,9 +72,12 @@ class KtuneServiceImpl final : public v1::KtuneService::CallbackService {
   // Compiles (once per process) and answers the heuristic config.
   absl::Status AnswerHeuristic(const Resolved& resolved, bool include_cubin,
                                v1::GetConfigResponse* response);
-  // Tunes on the GPU, stores the winner, answers it. Blocks; serialized.
-  absl::Status TuneAndStore(const Resolved& resolved, int repetitions, bool include_cubin,
-                            const ProgressSink& progress, v1::GetConfigResponse* response);
+  // Tunes on the GPU, stores the winner, answers it. Blocks; one tune at a
+  // time. Unless `force`, a key stored while this call waited for the GPU is
+  // answered from the store instead of tuned again.
+  absl::Status TuneAndStore(const Resolved& resolved, int repetitions, bool force,
+                            bool include_cubin, const ProgressSink& progress,
+                            v1::GetConfigResponse* response);
   // Runs `work` on a tracked thread (joined by the destructor).
   void RunDetached(std::function<void()> work);
   // The cubin for a stored entry's recipe: recompiled from the embedded

@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -260,7 +261,15 @@ int main(int argc, char** argv) {
     for (const auto& [op, n] : r->entries_by_op()) {
       std::printf("  %-11s %lld\n", op.c_str(), static_cast<long long>(n));
     }
+    std::printf("tunes        %d running, %d queued\n", r->running_tunes(), r->queued_tunes());
     std::printf("uptime       %.0f s\n", r->uptime_s());
+    if (!r->metrics().empty()) {
+      std::printf("metrics\n");
+      std::map<std::string, double> sorted(r->metrics().begin(), r->metrics().end());
+      for (const auto& [name, value] : sorted) {
+        if (value != 0) std::printf("  %-58s %g\n", name.c_str(), value);
+      }
+    }
     return 0;
   }
 

@@ -1,27 +1,78 @@
 #include "daemon/entry_cache.h"
 
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "tuner/wire.h"
+
 namespace ktune {
 
-absl::StatusOr<std::optional<v1::Entry>> EntryCache::Lookup(const EntryKey& key) {
-  const std::string flat = FlatKey(key);
-  {
-    absl::ReaderMutexLock lock(&mu_);
-    auto it = entries_.find(flat);
-    if (it != entries_.end()) return std::optional<v1::Entry>(it->second);
+std::string EntryCache::FamilyKey(const NormProblem& problem, const std::string& device_key,
+                                  const std::string& software_key) {
+  NormProblem family = problem;
+  family.m = 0;
+  return absl::StrCat(CanonicalKey(family), "\x1f", device_key, "\x1f", software_key);
+}
+
+void EntryCache::RememberLocked(const v1::Entry& entry) {
+  absl::StatusOr<EntryKey> key = KeyOf(entry);
+  if (!key.ok()) return;
+  const std::string flat = FlatKey(*key);
+  entries_.insert_or_assign(flat, entry);
+  absl::StatusOr<NormProblem> problem = NormProblemFromProto(entry.problem().norm());
+  if (problem.ok()) {
+    families_[FamilyKey(*problem, key->device_key, key->software_key)][problem->m] = flat;
   }
-  absl::StatusOr<std::optional<v1::Entry>> stored = store_->Get(key);
-  if (!stored.ok() || !stored->has_value()) return stored;
+}
+
+absl::StatusOr<int> EntryCache::Load() {
+  absl::StatusOr<std::vector<v1::Entry>> all = store_->List();
+  if (!all.ok()) return all.status();
   absl::MutexLock lock(&mu_);
-  entries_.insert_or_assign(flat, **stored);
-  return stored;
+  int skipped = 0;
+  for (const v1::Entry& e : *all) {
+    if (!KeyOf(e).ok()) {
+      ++skipped;
+      continue;
+    }
+    RememberLocked(e);
+  }
+  return skipped;
+}
+
+std::optional<v1::Entry> EntryCache::Lookup(const EntryKey& key) {
+  absl::ReaderMutexLock lock(&mu_);
+  auto it = entries_.find(FlatKey(key));
+  if (it == entries_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<v1::Entry> EntryCache::Nearest(const NormProblem& problem,
+                                             const std::string& device_key,
+                                             const std::string& software_key) {
+  absl::ReaderMutexLock lock(&mu_);
+  auto family = families_.find(FamilyKey(problem, device_key, software_key));
+  if (family == families_.end() || family->second.empty()) return std::nullopt;
+  const std::map<int64_t, std::string>& by_m = family->second;
+  // The neighbours of m on either side; the closer by ratio wins, the smaller on a tie.
+  auto above = by_m.lower_bound(problem.m);
+  auto best = above;
+  if (above == by_m.end()) {
+    best = std::prev(above);
+  } else if (above != by_m.begin()) {
+    auto below = std::prev(above);
+    const double m = static_cast<double>(problem.m);
+    if (std::log(m / below->first) <= std::log(above->first / m)) best = below;
+  }
+  auto it = entries_.find(best->second);
+  if (it == entries_.end()) return std::nullopt;
+  return it->second;
 }
 
 absl::Status EntryCache::Insert(const v1::Entry& entry) {
-  absl::StatusOr<EntryKey> key = KeyOf(entry);
-  if (!key.ok()) return key.status();
   if (absl::Status s = store_->Put(entry); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
-  entries_.insert_or_assign(FlatKey(*key), entry);
+  RememberLocked(entry);
   return absl::OkStatus();
 }
 
@@ -29,9 +80,7 @@ absl::StatusOr<PutAllStats> EntryCache::InsertAll(const std::vector<v1::Entry>& 
   absl::StatusOr<PutAllStats> stats = store_->PutAll(entries);
   if (!stats.ok()) return stats;
   absl::MutexLock lock(&mu_);
-  for (const v1::Entry& e : entries) {
-    if (absl::StatusOr<EntryKey> key = KeyOf(e); key.ok()) entries_.erase(FlatKey(*key));
-  }
+  for (const v1::Entry& e : entries) RememberLocked(e);
   return stats;
 }
 

@@ -1,10 +1,11 @@
-// The daemon's view of tuned entries: an in-memory map in front of the SQLite
-// store, so a cache hit is a hash lookup (GetConfig must answer well under a
-// millisecond) and the store is read once per key per process.
+// The daemon's view of tuned entries: every stored entry in memory in front of
+// the SQLite store, so a cache hit is a hash lookup (GetConfig must answer
+// well under a millisecond) and a nearest-shape answer is a map search.
 // Thread-safe: lookups take a shared lock; writes go to the store first (so an
-// acknowledged entry is durable) and then to the map.
+// acknowledged entry is durable) and then to memory.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "cache/entry.h"
 #include "cache/store.h"
 #include "ktune/v1/ktune.pb.h"
+#include "tuner/problem.h"
 
 namespace ktune {
 
@@ -22,19 +24,36 @@ class EntryCache {
  public:
   explicit EntryCache(Store* store) : store_(store) {}
 
-  // The entry under `key`, from memory or else from the store.
-  absl::StatusOr<std::optional<v1::Entry>> Lookup(const EntryKey& key);
+  // Reads every stored entry into memory. Entries that no longer decode are
+  // skipped (and counted in the returned value).
+  absl::StatusOr<int> Load();
+
+  // The entry under exactly `key`.
+  std::optional<v1::Entry> Lookup(const EntryKey& key);
+
+  // The stored entry for the same op, dtypes, flags and N on the same device
+  // and software whose M is nearest to problem.m (by ratio), if any.
+  std::optional<v1::Entry> Nearest(const NormProblem& problem, const std::string& device_key,
+                                   const std::string& software_key);
 
   // Stores durably, then remembers. REQUIRES: ValidateEntry(entry).ok().
   absl::Status Insert(const v1::Entry& entry);
 
-  // Stores all in one transaction, then forgets what memory held for them.
+  // Stores all in one transaction, then remembers them.
   absl::StatusOr<PutAllStats> InsertAll(const std::vector<v1::Entry>& entries);
 
  private:
+  // Entries that differ only in M share a family: op, problem with m = 0,
+  // device, software.
+  static std::string FamilyKey(const NormProblem& problem, const std::string& device_key,
+                               const std::string& software_key);
+  void RememberLocked(const v1::Entry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   Store* const store_;
   absl::Mutex mu_;
-  absl::flat_hash_map<std::string, v1::Entry> entries_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, v1::Entry> entries_ ABSL_GUARDED_BY(mu_);  // FlatKey ->
+  absl::flat_hash_map<std::string, std::map<int64_t, std::string>> families_
+      ABSL_GUARDED_BY(mu_);  // FamilyKey -> M -> FlatKey
 };
 
 }  // namespace ktune

@@ -9,6 +9,7 @@
 
 #include "CLI/CLI.hpp"
 #include "cache/store.h"
+#include "daemon/metrics.h"
 #include "daemon/server.h"
 #include "daemon/service.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
@@ -24,6 +25,9 @@ int main(int argc, char** argv) {
   std::string log_level = "info";
   std::string tls_cert, tls_key;
   double drain_s = 30;
+  std::string metrics_listen;
+  ktune::ServiceOptions service_options;
+  bool no_background_tunes = false;
   app.add_option("--listen", listen,
                  "unix:/path or host:port; repeatable (default " + ktune::DefaultServerAddress() + ")");
   app.add_option("--db", db_path, "SQLite cache database")->capture_default_str();
@@ -35,7 +39,16 @@ int main(int argc, char** argv) {
   app.add_option("--drain-seconds", drain_s, "grace period for in-flight calls at shutdown")
       ->check(CLI::Range(0.0, 3600.0))
       ->capture_default_str();
+  app.add_option("--max-queued-tunes", service_options.max_queued_tunes,
+                 "tuning jobs that may wait; more get RESOURCE_EXHAUSTED")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  app.add_flag("--no-background-tunes", no_background_tunes,
+               "HEURISTIC_ON_MISS answers do not queue a tune of the problem");
+  app.add_option("--metrics-listen", metrics_listen,
+                 "host:port for Prometheus metrics at /metrics (off by default)");
   CLI11_PARSE(app, argc, argv);
+  service_options.background_tunes = !no_background_tunes;
   if (listen.empty()) listen.push_back(ktune::DefaultServerAddress());
 
   // Logs go to stderr (journald and kubectl logs pick it up); stdout stays quiet.
@@ -80,7 +93,18 @@ int main(int argc, char** argv) {
                  "tuning is refused\"", compile_only_reason);
   }
 
-  ktune::KtuneServiceImpl service(store->get(), std::move(gpu), compile_only_reason);
+  ktune::KtuneServiceImpl service(store->get(), std::move(gpu), compile_only_reason,
+                                  service_options);
+  ktune::MetricsServer metrics_server;
+  if (!metrics_listen.empty()) {
+    absl::Status s = metrics_server.Start(metrics_listen, service.metrics(),
+                                          [&service] { service.RefreshGauges(); });
+    if (!s.ok()) {
+      spdlog::critical("event=metrics_listen_failed error=\"{}\"", std::string(s.message()));
+      return 2;
+    }
+    spdlog::info("event=metrics_listening address=\"{}\" path=/metrics", metrics_listen);
+  }
   ktune::ServerOptions options{listen, tls_cert, tls_key};
   absl::StatusOr<std::unique_ptr<ktune::Server>> server = ktune::Server::Start(options, &service);
   if (!server.ok()) {
@@ -96,7 +120,9 @@ int main(int argc, char** argv) {
   int signal_number = 0;
   sigwait(&signals, &signal_number);
   spdlog::info("event=shutdown signal={} drain_seconds={}", signal_number, drain_s);
+  service.StopTuning();  // queued tunes are cancelled; a running one finishes
   (*server)->Shutdown(drain_s);
+  metrics_server.Stop();
   spdlog::info("event=stopped");
   return 0;
 }

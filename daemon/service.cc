@@ -1,12 +1,10 @@
 #include "daemon/service.h"
 
-#include <deque>
-#include <thread>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "cache/bundle.h"
+#include "daemon/reactors.h"
 #include "daemon/status_mapping.h"
 #include "spdlog/spdlog.h"
 #include "tuner/kernel_source.h"
@@ -30,93 +28,63 @@ std::string CompileKey(const LaunchRecipe& r) {
   return key;
 }
 
-// Streams TuneEvents to one client. Events are queued by the tuning thread and
-// written one at a time (gRPC allows a single outstanding write); the call ends
-// after the last event with the tune's status.
-class TuneStream final : public grpc::ServerWriteReactor<v1::TuneEvent> {
- public:
-  void Push(v1::TuneEvent event) {
-    absl::MutexLock lock(&mu_);
-    queue_.push_back(std::move(event));
-    MaybeWriteLocked();
-  }
-  void Close(const absl::Status& status) {
-    absl::MutexLock lock(&mu_);
-    closed_ = true;
-    final_status_ = status;
-    MaybeWriteLocked();
-  }
-  // Finishing with an error before anything ran (bad request).
-  void Reject(const absl::Status& status) { Close(status); }
-
-  void OnWriteDone(bool ok) override {
-    absl::MutexLock lock(&mu_);
-    writing_ = false;
-    if (!ok) broken_ = true;  // the client went away; drop what is queued
-    MaybeWriteLocked();
-  }
-  void OnCancel() override {
-    absl::MutexLock lock(&mu_);
-    broken_ = true;
-  }
-  // gRPC calls OnDone only after Finish, which happens after Close: the
-  // tuning thread no longer touches the stream.
-  void OnDone() override { delete this; }
-
- private:
-  void MaybeWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (writing_ || finished_) return;
-    if (broken_) queue_.clear();
-    if (!queue_.empty()) {
-      current_ = std::move(queue_.front());
-      queue_.pop_front();
-      writing_ = true;
-      StartWrite(&current_);
-      return;
-    }
-    if (closed_) {
-      finished_ = true;
-      Finish(ToGrpcStatus(final_status_));
-    }
-  }
-
-  absl::Mutex mu_;
-  std::deque<v1::TuneEvent> queue_ ABSL_GUARDED_BY(mu_);
-  v1::TuneEvent current_ ABSL_GUARDED_BY(mu_);
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool closed_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  bool broken_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status final_status_ ABSL_GUARDED_BY(mu_);
-};
-
 }  // namespace
 
 KtuneServiceImpl::KtuneServiceImpl(Store* store, std::unique_ptr<Device> device,
-                                   std::string compile_only_reason)
+                                   std::string compile_only_reason, const ServiceOptions& options)
     : store_(store),
       entries_(store),
       device_(std::move(device)),
       compile_only_reason_(std::move(compile_only_reason)),
       target_(device_ ? device_->info() : CompileOnlyTarget()),
-      started_(std::chrono::steady_clock::now()) {}
-
-KtuneServiceImpl::~KtuneServiceImpl() {
-  absl::MutexLock lock(&threads_mu_);
-  threads_mu_.Await(absl::Condition(
-      +[](int* n) { return *n == 0; }, &running_threads_));
+      options_(options),
+      started_(std::chrono::steady_clock::now()),
+      queue_(options.max_queued_tunes) {
+  DeclareMetrics();
+  absl::StatusOr<int> skipped = entries_.Load();
+  if (!skipped.ok()) {
+    spdlog::error("event=entries_load_failed error=\"{}\"", std::string(skipped.status().message()));
+  } else if (*skipped > 0) {
+    spdlog::warn("event=entries_skipped count={} note=\"stored entries that no longer decode\"",
+                 *skipped);
+  }
 }
 
-void KtuneServiceImpl::RunDetached(std::function<void()> work) {
-  {
-    absl::MutexLock lock(&threads_mu_);
-    ++running_threads_;
+KtuneServiceImpl::~KtuneServiceImpl() { queue_.Shutdown(); }
+
+void KtuneServiceImpl::DeclareMetrics() {
+  using K = Metrics::Kind;
+  metrics_.Declare("ktune_getconfig_total", K::kCounter,
+                   "GetConfig answers by how they were obtained (hit, heuristic, nearest, tuned, "
+                   "not_found, error)");
+  metrics_.Declare("ktune_tunes_total", K::kCounter, "Tuning jobs finished, by result");
+  metrics_.Declare("ktune_tune_seconds_total", K::kCounter, "Wall time spent in tuning jobs");
+  metrics_.Declare("ktune_compile_seconds_total", K::kCounter,
+                   "NVRTC compile time summed over candidates (all compile threads)");
+  metrics_.Declare("ktune_candidates_total", K::kCounter,
+                   "Candidates that finished, by outcome (ok, compile_error, wrong_answer, "
+                   "launch_error)");
+  metrics_.Declare("ktune_tune_jobs_joined_total", K::kCounter,
+                   "Tune requests that shared an already queued or running job of their key");
+  metrics_.Declare("ktune_tune_jobs_rejected_total", K::kCounter,
+                   "Tune requests refused because the queue was full");
+  metrics_.Declare("ktune_tune_jobs_cancelled_total", K::kCounter,
+                   "Tuning jobs dropped because every caller waiting for them went away");
+  metrics_.Declare("ktune_tune_queue_depth", K::kGauge, "Tuning jobs waiting");
+  metrics_.Declare("ktune_tunes_running", K::kGauge, "Tuning jobs running");
+  metrics_.Declare("ktune_entries", K::kGauge, "Tuned entries stored, by op");
+}
+
+void KtuneServiceImpl::RefreshGauges() {
+  const TuneQueue::Stats s = queue_.stats();
+  metrics_.Set("ktune_tune_queue_depth", s.queued);
+  metrics_.Set("ktune_tunes_running", s.running);
+  metrics_.Set("ktune_tune_jobs_joined_total", static_cast<double>(s.jobs_joined));
+  metrics_.Set("ktune_tune_jobs_rejected_total", static_cast<double>(s.jobs_rejected));
+  metrics_.Set("ktune_tune_jobs_cancelled_total", static_cast<double>(s.jobs_cancelled));
+  if (absl::StatusOr<std::map<std::string, int64_t>> counts = store_->CountByOp(); counts.ok()) {
+    for (const auto& [op, n] : *counts) metrics_.Set("ktune_entries", static_cast<double>(n), "op", op);
   }
-  std::thread([this, work = std::move(work)] {
-    work();
-    absl::MutexLock lock(&threads_mu_);
-    --running_threads_;
-  }).detach();
 }
 
 absl::StatusOr<KtuneServiceImpl::Resolved> KtuneServiceImpl::Resolve(
@@ -141,21 +109,21 @@ absl::StatusOr<KtuneServiceImpl::Resolved> KtuneServiceImpl::Resolve(
   return r;
 }
 
-absl::StatusOr<std::string> KtuneServiceImpl::CubinFor(const v1::LaunchRecipe& stored) {
-  LaunchRecipe recipe = RecipeFromProto(stored);
+absl::StatusOr<LaunchRecipe> KtuneServiceImpl::Compiled(LaunchRecipe recipe) {
   const std::string key = CompileKey(recipe);
   {
-    absl::MutexLock lock(&cubin_mu_);
-    if (auto it = compiled_.find(key); it != compiled_.end()) return it->second.cubin;
+    absl::MutexLock lock(&compiled_mu_);
+    if (auto it = compiled_.find(key); it != compiled_.end()) return it->second;
   }
   CompileResult result = Compile(&recipe);
   if (!result.ok) {
-    return absl::InternalError(absl::StrCat("recompiling stored recipe ", recipe.template_id,
-                                            " failed: ", result.log));
+    return absl::InternalError(
+        absl::StrCat("compiling ", recipe.template_id, " failed: ", result.log));
   }
-  absl::MutexLock lock(&cubin_mu_);
+  metrics_.Add("ktune_compile_seconds_total", result.compile_seconds);
+  absl::MutexLock lock(&compiled_mu_);
   compiled_.insert_or_assign(key, recipe);
-  return recipe.cubin;
+  return recipe;
 }
 
 void KtuneServiceImpl::AnswerFromEntry(const v1::Entry& entry, bool include_cubin,
@@ -167,59 +135,49 @@ void KtuneServiceImpl::AnswerFromEntry(const v1::Entry& entry, bool include_cubi
   *response->mutable_device() = entry.device();
   *response->mutable_software() = entry.software();
   if (include_cubin) {
-    absl::StatusOr<std::string> cubin = CubinFor(entry.recipe());
-    if (cubin.ok()) {
-      response->mutable_recipe()->set_cubin(*cubin);
+    // Stored entries carry no cubin; the recipe recompiles deterministically
+    // from the embedded template (same software fingerprint), once per process.
+    absl::StatusOr<LaunchRecipe> compiled = Compiled(RecipeFromProto(entry.recipe()));
+    if (compiled.ok()) {
+      response->mutable_recipe()->set_cubin(compiled->cubin);
     } else {
       spdlog::warn("event=cubin_recompile_failed template={} error=\"{}\"",
-                   entry.recipe().template_id(), std::string(cubin.status().message()));
+                   entry.recipe().template_id(), std::string(compiled.status().message()));
     }
   }
 }
 
-absl::Status KtuneServiceImpl::AnswerHeuristic(const Resolved& r, bool include_cubin,
-                                               v1::GetConfigResponse* response) {
-  const NormConfig config = HeuristicNormConfig(r.problem, target_);
+absl::Status KtuneServiceImpl::AnswerUntuned(const Resolved& r, const NormConfig& config,
+                                             v1::Source source, bool include_cubin,
+                                             v1::GetConfigResponse* response) {
   absl::StatusOr<LaunchRecipe> recipe = NormLaunchRecipe(r.problem, config, target_);
   if (!recipe.ok()) return recipe.status();
-  const std::string key = CompileKey(*recipe);
-  bool cached = false;
-  {
-    absl::MutexLock lock(&cubin_mu_);
-    if (auto it = compiled_.find(key); it != compiled_.end()) {
-      *recipe = it->second;
-      cached = true;
-    }
-  }
-  if (!cached) {
-    CompileResult result = Compile(&*recipe);
-    if (!result.ok) {
-      return absl::InternalError(
-          absl::StrCat("heuristic config ", ToString(config), " failed to compile: ", result.log));
-    }
-    absl::MutexLock lock(&cubin_mu_);
-    compiled_.insert_or_assign(key, *recipe);
-  }
+  absl::StatusOr<LaunchRecipe> compiled = Compiled(*std::move(recipe));
+  if (!compiled.ok()) return compiled.status();
   *response->mutable_config()->mutable_norm() = NormConfigToProto(config);
-  response->set_source(v1::HEURISTIC);
-  *response->mutable_recipe() = RecipeToProto(*recipe, include_cubin);
+  response->set_source(source);
+  *response->mutable_recipe() = RecipeToProto(*compiled, include_cubin);
   *response->mutable_device() = DeviceToProto(target_);
   *response->mutable_software() = SoftwareToProto(r.software);
   return absl::OkStatus();
 }
 
-absl::Status KtuneServiceImpl::TuneAndStore(const Resolved& r, int repetitions, bool force,
-                                            bool include_cubin, const ProgressSink& progress,
-                                            v1::GetConfigResponse* response) {
-  if (compile_only()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "this ktuned is compile-only (", compile_only_reason_,
-        "): it answers CACHED_ONLY and HEURISTIC_ON_MISS but cannot tune"));
+TuneQueue::Result KtuneServiceImpl::TuneAndStore(const Resolved& r, int repetitions, bool force,
+                                                 const std::atomic<bool>& cancelled,
+                                                 const TuneQueue::ProgressFn& progress) {
+  v1::GetConfigResponse response;
+  // A key stored while this job waited in the queue (e.g. a background tune
+  // that ran first) is answered, not tuned again.
+  if (!force) {
+    if (std::optional<v1::Entry> hit = entries_.Lookup(r.key)) {
+      AnswerFromEntry(*hit, false, &response);
+      return response;
+    }
   }
+  if (cancelled) return absl::CancelledError("every caller waiting for this tune went away");
   TuneOptions options;
   if (repetitions > 0) options.measure.repetitions = repetitions;
   auto on_progress = [&](const TuneProgress& p) {
-    if (!progress) return;
     v1::TuneEvent event;
     if (p.candidate != nullptr) {
       v1::Candidate* c = event.mutable_candidate();
@@ -243,25 +201,18 @@ absl::Status KtuneServiceImpl::TuneAndStore(const Resolved& r, int repetitions, 
     progress(event);
   };
 
-  absl::StatusOr<TuneResult> result;
-  {
-    absl::MutexLock gpu_lock(&gpu_mu_);
-    // Callers queued behind a tune of the same key get its result instead of
-    // tuning again.
-    if (!force) {
-      absl::StatusOr<std::optional<v1::Entry>> hit = entries_.Lookup(r.key);
-      if (hit.ok() && hit->has_value()) {
-        AnswerFromEntry(**hit, include_cubin, response);
-        return absl::OkStatus();
-      }
-    }
-    spdlog::info("event=tune_start key=\"{}\"", r.key.problem_key);
-    result = TuneNorm(r.problem, device_.get(), options, on_progress);
-  }
+  spdlog::info("event=tune_start key=\"{}\"", r.key.problem_key);
+  absl::StatusOr<TuneResult> result = TuneNorm(r.problem, device_.get(), options, on_progress);
   if (!result.ok()) {
+    metrics_.Add("ktune_tunes_total", 1, "result", "failed");
     spdlog::error("event=tune_failed key=\"{}\" error=\"{}\"", r.key.problem_key,
                   std::string(result.status().message()));
     return result.status();
+  }
+  metrics_.Add("ktune_tunes_total", 1, "result", "ok");
+  metrics_.Add("ktune_tune_seconds_total", result->tune_seconds);
+  for (const CandidateOutcome& o : result->outcomes) {
+    metrics_.Add("ktune_candidates_total", 1, "status", CandidateStatusName(o.status));
   }
   v1::Entry entry;
   *entry.mutable_problem()->mutable_norm() = NormProblemToProto(r.problem);
@@ -280,49 +231,109 @@ absl::Status KtuneServiceImpl::TuneAndStore(const Resolved& r, int repetitions, 
   entry.set_ktune_version(KTUNE_VERSION);
   if (absl::Status s = entries_.Insert(entry); !s.ok()) return s;
   {
-    absl::MutexLock lock(&cubin_mu_);
+    absl::MutexLock lock(&compiled_mu_);
     compiled_.insert_or_assign(CompileKey(result->recipe), result->recipe);
   }
   spdlog::info("event=tune_done key=\"{}\" config=\"{}\" time_us={:.2f} tbs={:.3f} candidates={} "
                "seconds={:.2f}",
                r.key.problem_key, ToString(result->config), result->timing.median_us,
                result->throughput_tbs, result->candidates_measured, result->tune_seconds);
-  AnswerFromEntry(entry, /*include_cubin=*/false, response);
-  if (include_cubin) response->mutable_recipe()->set_cubin(result->recipe.cubin);
-  return absl::OkStatus();
+  AnswerFromEntry(entry, /*include_cubin=*/false, &response);
+  return response;
+}
+
+absl::StatusOr<std::unique_ptr<TuneQueue::Ticket>> KtuneServiceImpl::JoinTune(
+    const Resolved& r, JobPriority priority, int repetitions, bool force, TuneQueue::DoneFn done,
+    TuneQueue::ProgressFn progress) {
+  if (compile_only()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this ktuned is compile-only (", compile_only_reason_,
+        "): it answers CACHED_ONLY and HEURISTIC_ON_MISS but cannot tune"));
+  }
+  auto work = [this, r, repetitions, force](const std::atomic<bool>& cancelled,
+                                            const TuneQueue::ProgressFn& progress) {
+    return TuneAndStore(r, repetitions, force, cancelled, progress);
+  };
+  absl::StatusOr<std::unique_ptr<TuneQueue::Ticket>> ticket =
+      queue_.Join(FlatKey(r.key), priority, std::move(work), std::move(done), std::move(progress));
+  if (!ticket.ok() && absl::IsResourceExhausted(ticket.status())) {
+    spdlog::warn("event=tune_rejected key=\"{}\" error=\"{}\"", r.key.problem_key,
+                 std::string(ticket.status().message()));
+  }
+  return ticket;
 }
 
 grpc::ServerUnaryReactor* KtuneServiceImpl::GetConfig(grpc::CallbackServerContext* context,
                                                       const v1::GetConfigRequest* request,
                                                       v1::GetConfigResponse* response) {
   absl::StatusOr<Resolved> resolved = Resolve(request->problem());
-  if (!resolved.ok()) return Finish(context, resolved.status());
-  absl::StatusOr<std::optional<v1::Entry>> hit = entries_.Lookup(resolved->key);
-  if (!hit.ok()) return Finish(context, hit.status());
-  if (hit->has_value()) {
-    AnswerFromEntry(**hit, request->include_cubin(), response);
+  if (!resolved.ok()) {
+    metrics_.Add("ktune_getconfig_total", 1, "answer", "error");
+    return Finish(context, resolved.status());
+  }
+  if (std::optional<v1::Entry> hit = entries_.Lookup(resolved->key)) {
+    metrics_.Add("ktune_getconfig_total", 1, "answer", "hit");
+    AnswerFromEntry(*hit, request->include_cubin(), response);
     return Finish(context, absl::OkStatus());
   }
+  const bool include_cubin = request->include_cubin();
   switch (request->policy()) {
     case v1::CACHED_ONLY:
+      metrics_.Add("ktune_getconfig_total", 1, "answer", "not_found");
       return Finish(context, absl::NotFoundError(absl::StrCat(
                                  "no tuned entry for ", resolved->key.problem_key, " on ",
                                  compile_only() ? "this compile-only daemon" : target_.name)));
     case v1::TUNE_ON_MISS: {
-      if (compile_only()) {
-        return Finish(context, TuneAndStore(*resolved, 0, false, false, nullptr, response));
-      }
-      grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-      RunDetached([this, r = *resolved, include_cubin = request->include_cubin(), response,
-                   reactor] {
-        reactor->Finish(ToGrpcStatus(TuneAndStore(r, 0, /*force=*/false, include_cubin, nullptr, response)));
+      metrics_.Add("ktune_getconfig_total", 1, "answer", "tuned");
+      auto* pending = new PendingAnswer(response, [this, include_cubin](v1::GetConfigResponse* r) {
+        if (!include_cubin) return absl::OkStatus();
+        absl::StatusOr<LaunchRecipe> compiled = Compiled(RecipeFromProto(r->recipe()));
+        if (!compiled.ok()) return compiled.status();
+        r->mutable_recipe()->set_cubin(compiled->cubin);
+        return absl::OkStatus();
       });
-      return reactor;
+      absl::StatusOr<std::unique_ptr<TuneQueue::Ticket>> ticket =
+          JoinTune(*resolved, JobPriority::kInteractive, 0, false, pending->Done(), nullptr);
+      if (!ticket.ok()) {
+        pending->Fail(ticket.status());
+      } else {
+        pending->Hold(*std::move(ticket));
+      }
+      return pending;
     }
     case v1::POLICY_UNSPECIFIED:
-    case v1::HEURISTIC_ON_MISS:
-      return Finish(context, AnswerHeuristic(*resolved, request->include_cubin(), response));
+    case v1::HEURISTIC_ON_MISS: {
+      std::optional<v1::Entry> nearest;
+      if (request->nearest_on_miss()) {
+        nearest = entries_.Nearest(resolved->problem, resolved->key.device_key,
+                                   resolved->key.software_key);
+      }
+      absl::Status answered = absl::NotFoundError("no nearest entry");
+      if (nearest.has_value()) {
+        absl::StatusOr<NormConfig> config = NormConfigFromProto(nearest->config().norm());
+        if (config.ok() && CanImplement(resolved->problem, *config, target_).ok()) {
+          answered = AnswerUntuned(*resolved, *config, v1::NEAREST, include_cubin, response);
+          if (answered.ok()) *response->mutable_tuned_for() = nearest->problem();
+        }
+      }
+      if (answered.ok()) {
+        metrics_.Add("ktune_getconfig_total", 1, "answer", "nearest");
+      } else {
+        response->Clear();
+        answered = AnswerUntuned(*resolved, HeuristicNormConfig(resolved->problem, target_),
+                                 v1::HEURISTIC, include_cubin, response);
+        metrics_.Add("ktune_getconfig_total", 1, "answer", answered.ok() ? "heuristic" : "error");
+      }
+      if (answered.ok() && !compile_only() && options_.background_tunes) {
+        // Nobody waits for it: the next call for this problem finds it tuned.
+        absl::StatusOr<std::unique_ptr<TuneQueue::Ticket>> background =
+            JoinTune(*resolved, JobPriority::kBackground, 0, false, nullptr, nullptr);
+        response->set_tune_queued(background.ok());
+      }
+      return Finish(context, answered);
+    }
     default:
+      metrics_.Add("ktune_getconfig_total", 1, "answer", "error");
       return Finish(context, absl::InvalidArgumentError(
                                  absl::StrCat("policy: unknown value ", request->policy())));
   }
@@ -333,38 +344,32 @@ grpc::ServerWriteReactor<v1::TuneEvent>* KtuneServiceImpl::Tune(
   auto* stream = new TuneStream();
   absl::StatusOr<Resolved> resolved = Resolve(request->problem());
   if (!resolved.ok()) {
-    stream->Reject(resolved.status());
+    stream->Close(resolved.status());
     return stream;
   }
   const int repetitions = request->options().repetitions();
   if (repetitions != 0 && (repetitions < 20 || repetitions > 1000)) {
-    stream->Reject(absl::InvalidArgumentError(absl::StrCat(
+    stream->Close(absl::InvalidArgumentError(absl::StrCat(
         "options.repetitions: must be 0 (default) or in [20, 1000], got ", repetitions)));
     return stream;
   }
-  if (compile_only()) {
-    v1::GetConfigResponse unused;
-    stream->Reject(TuneAndStore(*resolved, 0, false, false, nullptr, &unused));
-    return stream;
-  }
-  if (!request->options().force()) {
-    absl::StatusOr<std::optional<v1::Entry>> hit = entries_.Lookup(resolved->key);
-    if (hit.ok() && hit->has_value()) {
+  const bool force = request->options().force();
+  if (!force && !compile_only()) {
+    if (std::optional<v1::Entry> hit = entries_.Lookup(resolved->key)) {
       v1::TuneEvent event;
-      AnswerFromEntry(**hit, false, event.mutable_result());
+      AnswerFromEntry(*hit, false, event.mutable_result());
       stream->Push(std::move(event));
       stream->Close(absl::OkStatus());
       return stream;
     }
   }
-  RunDetached([this, stream, r = *resolved, repetitions, force = request->options().force()] {
-    v1::TuneEvent result;
-    absl::Status status = TuneAndStore(
-        r, repetitions, force, /*include_cubin=*/false,
-        [stream](const v1::TuneEvent& e) { stream->Push(e); }, result.mutable_result());
-    if (status.ok()) stream->Push(std::move(result));
-    stream->Close(status);
-  });
+  absl::StatusOr<std::unique_ptr<TuneQueue::Ticket>> ticket = JoinTune(
+      *resolved, JobPriority::kInteractive, repetitions, force, stream->Done(), stream->Progress());
+  if (!ticket.ok()) {
+    stream->Close(ticket.status());
+  } else {
+    stream->Hold(*std::move(ticket));
+  }
   return stream;
 }
 
@@ -404,7 +409,7 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::ImportBundle(grpc::CallbackServerCon
     spdlog::warn("event=import_refused error=\"{}\"", std::string(bundle.status().message()));
     return Finish(context, absl::Status(bundle.status().code(),
                                         absl::StrCat("bundle refused, nothing imported: ",
-                                                     std::string(bundle.status().message()))));
+                                                     bundle.status().message())));
   }
   std::vector<v1::Entry> entries(bundle->entries().begin(), bundle->entries().end());
   absl::StatusOr<PutAllStats> stats = entries_.InsertAll(entries);
@@ -439,6 +444,11 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::GetStatus(grpc::CallbackServerContex
   response->set_nvrtc_version(NvrtcVersion());
   response->set_uptime_s(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count());
+  const TuneQueue::Stats queue = queue_.stats();
+  response->set_queued_tunes(queue.queued);
+  response->set_running_tunes(queue.running);
+  RefreshGauges();
+  for (const auto& [name, value] : metrics_.Snapshot()) (*response->mutable_metrics())[name] = value;
   return Finish(context, absl::OkStatus());
 }
 

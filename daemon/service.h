@@ -1,14 +1,14 @@
 // KtuneService: the gRPC face of ktuned. Thin by design: each handler decodes
-// and validates its request (wire.h, ValidateNormProblem), calls the entry
-// cache or the tuner, encodes the answer, and maps errors in one place
-// (status_mapping.h). Nothing runs on a request that fails validation.
+// and validates its request (wire.h, ValidateNormProblem), answers from the
+// entry cache or hands work to the tuning queue, encodes the answer, and maps
+// errors in one place (status_mapping.h). Nothing runs on a request that
+// fails validation.
 //
-// Tuning runs on its own threads, never on gRPC's callback threads, and one
-// tune at a time owns the GPU (gpu_mu_), so measurements never overlap.
+// Tuning never runs on gRPC's threads: every tune is a job of the TuneQueue
+// (one at a time on the GPU, one job per key, interactive before background).
 // Thread-safe: gRPC calls the handlers concurrently.
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -17,19 +17,29 @@
 #include "absl/synchronization/mutex.h"
 #include "cache/store.h"
 #include "daemon/entry_cache.h"
+#include "daemon/metrics.h"
+#include "daemon/tune_queue.h"
 #include "ktune/v1/ktune.grpc.pb.h"
 #include "tuner/device.h"
 #include "tuner/fingerprint.h"
 #include "tuner/launch_recipe.h"
+#include "tuner/norm_config.h"
 #include "tuner/problem.h"
 
 namespace ktune {
 
+struct ServiceOptions {
+  int max_queued_tunes = 64;
+  // HEURISTIC_ON_MISS answers queue a background tune of the problem.
+  bool background_tunes = true;
+};
+
 class KtuneServiceImpl final : public v1::KtuneService::CallbackService {
  public:
   // `device` may be null: the daemon is then compile-only, for the reason given.
-  KtuneServiceImpl(Store* store, std::unique_ptr<Device> device, std::string compile_only_reason);
-  // Waits for running tunes to finish.
+  KtuneServiceImpl(Store* store, std::unique_ptr<Device> device, std::string compile_only_reason,
+                   const ServiceOptions& options = {});
+  // Cancels queued tunes and waits for the running one.
   ~KtuneServiceImpl() override;
 
   grpc::ServerUnaryReactor* GetConfig(grpc::CallbackServerContext* context,
@@ -53,6 +63,11 @@ class KtuneServiceImpl final : public v1::KtuneService::CallbackService {
   bool compile_only() const { return device_ == nullptr; }
   // The device answers are keyed by: the GPU, or CompileOnlyTarget().
   const DeviceInfo& target() const { return target_; }
+  Metrics* metrics() { return &metrics_; }
+  // Brings the gauges (queue depth, entries) up to date before a scrape.
+  void RefreshGauges();
+  // Stops taking tuning jobs (shutdown): queued ones are cancelled.
+  void StopTuning() { queue_.Shutdown(); }
 
   // Everything a request's problem resolves to before any work is done.
   struct Resolved {
@@ -64,41 +79,39 @@ class KtuneServiceImpl final : public v1::KtuneService::CallbackService {
   absl::StatusOr<Resolved> Resolve(const v1::Problem& problem) const;
 
  private:
-  using ProgressSink = std::function<void(const v1::TuneEvent&)>;
-
   // Answers from a stored entry (source TUNED).
-  void AnswerFromEntry(const v1::Entry& entry, bool include_cubin,
-                       v1::GetConfigResponse* response);
-  // Compiles (once per process) and answers the heuristic config.
-  absl::Status AnswerHeuristic(const Resolved& resolved, bool include_cubin,
-                               v1::GetConfigResponse* response);
-  // Tunes on the GPU, stores the winner, answers it. Blocks; one tune at a
-  // time. Unless `force`, a key stored while this call waited for the GPU is
-  // answered from the store instead of tuned again.
-  absl::Status TuneAndStore(const Resolved& resolved, int repetitions, bool force,
-                            bool include_cubin, const ProgressSink& progress,
-                            v1::GetConfigResponse* response);
-  // Runs `work` on a tracked thread (joined by the destructor).
-  void RunDetached(std::function<void()> work);
-  // The cubin for a stored entry's recipe: recompiled from the embedded
-  // template (deterministic) and memoized.
-  absl::StatusOr<std::string> CubinFor(const v1::LaunchRecipe& recipe);
+  void AnswerFromEntry(const v1::Entry& entry, bool include_cubin, v1::GetConfigResponse* response);
+  // Answers `config` for the problem (source HEURISTIC or NEAREST), compiled
+  // once per process.
+  absl::Status AnswerUntuned(const Resolved& resolved, const NormConfig& config, v1::Source source,
+                             bool include_cubin, v1::GetConfigResponse* response);
+  // The work of one tuning job: tunes on the GPU, stores the winner, answers it.
+  TuneQueue::Result TuneAndStore(const Resolved& resolved, int repetitions, bool force,
+                                 const std::atomic<bool>& cancelled,
+                                 const TuneQueue::ProgressFn& progress);
+  // Joins (or creates) the tuning job of `resolved`.
+  absl::StatusOr<std::unique_ptr<TuneQueue::Ticket>> JoinTune(const Resolved& resolved,
+                                                              JobPriority priority, int repetitions,
+                                                              bool force, TuneQueue::DoneFn done,
+                                                              TuneQueue::ProgressFn progress);
+  // The compiled recipe (lowered names, cubin) for `recipe`, memoized.
+  absl::StatusOr<LaunchRecipe> Compiled(LaunchRecipe recipe);
+  void DeclareMetrics();
 
   Store* const store_;
   EntryCache entries_;
   const std::unique_ptr<Device> device_;
   const std::string compile_only_reason_;
   const DeviceInfo target_;
+  const ServiceOptions options_;
   const std::chrono::steady_clock::time_point started_;
+  Metrics metrics_;
 
-  absl::Mutex gpu_mu_;  // held for the whole of one tune
+  absl::Mutex compiled_mu_;
+  // template hash + arch + options + name expressions -> compiled recipe.
+  absl::flat_hash_map<std::string, LaunchRecipe> compiled_ ABSL_GUARDED_BY(compiled_mu_);
 
-  absl::Mutex cubin_mu_;
-  // name expression + options + arch -> compiled recipe (lowered names, cubin).
-  absl::flat_hash_map<std::string, LaunchRecipe> compiled_ ABSL_GUARDED_BY(cubin_mu_);
-
-  absl::Mutex threads_mu_;
-  int running_threads_ ABSL_GUARDED_BY(threads_mu_) = 0;
+  TuneQueue queue_;  // last: its worker uses everything above until it is joined
 };
 
 }  // namespace ktune

@@ -7,8 +7,12 @@
 
 #include "absl/time/clock.h"
 #include "cache/bundle.h"
+#include "httplib.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "tests/e2e/daemon_process.h"
+#include "tuner/kernel_source.h"
+#include "tuner/norm_space.h"
+#include "tuner/nvrtc_compiler.h"
 #include "tuner/wire.h"
 
 namespace ktune {
@@ -419,6 +423,127 @@ TEST_CASE("ktuned rejects bad flags with a clear message", "[e2e]") {
   CHECK(level.exit_code != 0);
   CHECK(level.err.find("loud") != std::string::npos);
   CHECK_FALSE(std::filesystem::exists(dir.path() + "/x.db"));
+}
+
+}  // namespace
+}  // namespace ktune
+
+namespace ktune {
+namespace {
+
+// An entry as this (compile-only) daemon would key it: its target device and
+// the current template hash, NVRTC version and schema.
+v1::Entry LocalEntry(int64_t m, int64_t n, const NormConfig& config) {
+  NormProblem p;
+  p.m = m;
+  p.n = n;
+  v1::Entry e;
+  *e.mutable_problem()->mutable_norm() = NormProblemToProto(p);
+  *e.mutable_device() = DeviceToProto(CompileOnlyTarget());
+  auto source = FindKernelSource(NormTemplateId(p));
+  REQUIRE(source.ok());
+  *e.mutable_software() = SoftwareToProto({(*source)->hash, NvrtcVersion(), kSchemaVersion});
+  *e.mutable_config()->mutable_norm() = NormConfigToProto(config);
+  auto recipe = NormLaunchRecipe(p, config, CompileOnlyTarget());
+  REQUIRE(recipe.ok());
+  *e.mutable_recipe() = RecipeToProto(*recipe, false);
+  e.mutable_measurement()->set_time_us(10 + m / 1000.0);
+  e.mutable_measurement()->set_spread(0.01);
+  e.mutable_measurement()->set_repetitions(30);
+  e.set_tuned_at_unix(1795000000);
+  e.set_candidates_measured(10);
+  e.set_ktune_version("test");
+  return e;
+}
+
+TEST_CASE("hits, nearest-shape answers and metrics on a compile-only daemon", "[e2e]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.path(), dir.path() + "/cache.db");
+  const int metrics_port = 20000 + getpid() % 20000;
+  REQUIRE(daemon.Start({"--metrics-listen", "127.0.0.1:" + std::to_string(metrics_port)}));
+  auto client = daemon.NewClient();
+
+  NormProblem shape;
+  shape.m = 1024;
+  shape.n = 4096;
+  const std::vector<NormConfig> space = NormSearchSpace(shape, CompileOnlyTarget());
+  REQUIRE(space.size() >= 2);
+  const NormConfig small_config = space.front(), large_config = space.back();
+  REQUIRE(client->ImportBundle(EncodeBundle({LocalEntry(1024, 4096, small_config),
+                                             LocalEntry(65536, 4096, large_config)},
+                                            "test", 1795000000))
+              .ok());
+
+  auto ask = [&](int64_t m, v1::Policy policy, bool nearest) {
+    v1::GetConfigRequest request;
+    *request.mutable_problem() = RmsNormProblem(m, 4096);
+    request.set_policy(policy);
+    request.set_nearest_on_miss(nearest);
+    return client->GetConfig(request);
+  };
+
+  SECTION("an exact key is a TUNED hit, with its stored measurement") {
+    auto hit = ask(1024, v1::CACHED_ONLY, false);
+    REQUIRE(hit.ok());
+    CHECK(hit->source() == v1::TUNED);
+    CHECK(hit->measurement().time_us() == Approx(10 + 1.024));
+    CHECK(hit->config().norm().SerializeAsString() == NormConfigToProto(small_config).SerializeAsString());
+  }
+
+  SECTION("a miss gets the nearest M's config, adapted to its own M") {
+    auto near_small = ask(2000, v1::HEURISTIC_ON_MISS, true);
+    REQUIRE(near_small.ok());
+    CHECK(near_small->source() == v1::NEAREST);
+    CHECK(near_small->tuned_for().norm().m() == 1024);
+    CHECK(near_small->config().norm().SerializeAsString() ==
+          NormConfigToProto(small_config).SerializeAsString());
+    REQUIRE(near_small->recipe().kernels_size() >= 1);
+    CHECK_FALSE(near_small->recipe().kernels(0).lowered_name().empty());
+
+    auto near_large = ask(40000, v1::HEURISTIC_ON_MISS, true);
+    REQUIRE(near_large.ok());
+    CHECK(near_large->source() == v1::NEAREST);
+    CHECK(near_large->tuned_for().norm().m() == 65536);
+
+    // Other N: no family, so the heuristic answers. Without the flag, too.
+    v1::GetConfigRequest other;
+    *other.mutable_problem() = RmsNormProblem(2000, 2048);
+    other.set_nearest_on_miss(true);
+    auto heuristic = client->GetConfig(other);
+    REQUIRE(heuristic.ok());
+    CHECK(heuristic->source() == v1::HEURISTIC);
+    CHECK(ask(2000, v1::HEURISTIC_ON_MISS, false)->source() == v1::HEURISTIC);
+    CHECK_FALSE(heuristic->tune_queued());  // compile-only: nothing to tune on
+  }
+
+  SECTION("metrics count the answers, in GetStatus and on the Prometheus endpoint") {
+    REQUIRE(ask(1024, v1::CACHED_ONLY, false).ok());
+    REQUIRE(ask(3000, v1::HEURISTIC_ON_MISS, true).ok());
+    REQUIRE_FALSE(ask(3000, v1::CACHED_ONLY, false).ok());
+    auto status = client->GetStatus();
+    REQUIRE(status.ok());
+    const auto& m = status->metrics();
+    CHECK(m.at("ktune_getconfig_total{answer=\"hit\"}") == 1);
+    CHECK(m.at("ktune_getconfig_total{answer=\"nearest\"}") == 1);
+    CHECK(m.at("ktune_getconfig_total{answer=\"not_found\"}") == 1);
+    CHECK(m.at("ktune_entries{op=\"rmsnorm.fwd\"}") == 2);
+    CHECK(m.at("ktune_tune_queue_depth") == 0);
+
+    httplib::Client http("127.0.0.1", metrics_port);
+    auto scrape = http.Get("/metrics");
+    REQUIRE(scrape);
+    CHECK(scrape->status == 200);
+    CHECK(scrape->body.find("# TYPE ktune_getconfig_total counter") != std::string::npos);
+    CHECK(scrape->body.find("ktune_getconfig_total{answer=\"hit\"} 1") != std::string::npos);
+    CHECK(scrape->body.find("ktune_entries{op=\"rmsnorm.fwd\"} 2") != std::string::npos);
+    CHECK(http.Get("/other")->status == 404);
+
+    auto cli = RunCommand(Cli(daemon) + "status", dir.path());
+    REQUIRE(cli.exit_code == 0);
+    CHECK(cli.out.find("0 running, 0 queued") != std::string::npos);
+    CHECK(cli.out.find("ktune_getconfig_total{answer=\"nearest\"}") != std::string::npos);
+  }
+  CHECK(daemon.Stop() == 0);
 }
 
 }  // namespace

@@ -53,15 +53,22 @@ class DaemonProcess {
   const std::string& db_path() const { return db_path_; }
 
   // Starts ktuned; true once it answers GetStatus (within 20 s).
-  bool Start() {
+  // `extra_flags` are appended to ktuned's command line.
+  bool Start(const std::vector<std::string>& extra_flags = {}) {
+    std::vector<std::string> args = {KTUNED_PATH,   "--listen",    address(), "--db",
+                                     db_path_,      "--log-level", "debug",   "--drain-seconds",
+                                     "1"};
+    args.insert(args.end(), extra_flags.begin(), extra_flags.end());
     pid_ = fork();
     if (pid_ == 0) {
       const std::string log = log_path();
       FILE* out = std::freopen(log.c_str(), "a", stderr);
       (void)out;
       dup2(fileno(stderr), STDOUT_FILENO);
-      execl(KTUNED_PATH, KTUNED_PATH, "--listen", address().c_str(), "--db", db_path_.c_str(),
-            "--log-level", "debug", "--drain-seconds", "1", static_cast<char*>(nullptr));
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(KTUNED_PATH, argv.data());
       _exit(127);
     }
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);

@@ -1,0 +1,151 @@
+#include "daemon/reactors.h"
+
+#include "daemon/status_mapping.h"
+
+namespace ktune {
+
+// ---------------------------------------------------------------- PendingAnswer
+
+PendingAnswer::PendingAnswer(v1::GetConfigResponse* response,
+                             std::function<absl::Status(v1::GetConfigResponse*)> decorate)
+    : state_(std::make_shared<State>()) {
+  absl::MutexLock lock(&state_->mu);
+  state_->reactor = this;
+  state_->response = response;
+  state_->decorate = std::move(decorate);
+}
+
+void PendingAnswer::State::FinishWith(const TuneQueue::Result& result) {
+  absl::Status status = result.status();
+  v1::GetConfigResponse answer;
+  if (result.ok()) {
+    answer = *result;
+    if (decorate) status = decorate(&answer);
+  }
+  absl::MutexLock lock(&mu);
+  if (finished || reactor == nullptr) return;
+  finished = true;
+  if (status.ok()) *response = std::move(answer);
+  reactor->Finish(ToGrpcStatus(status));
+}
+
+TuneQueue::DoneFn PendingAnswer::Done() {
+  return [state = state_](const TuneQueue::Result& result) { state->FinishWith(result); };
+}
+
+void PendingAnswer::Hold(std::unique_ptr<TuneQueue::Ticket> ticket) {
+  absl::MutexLock lock(&ticket_mu_);
+  ticket_ = std::move(ticket);
+}
+
+void PendingAnswer::Fail(const absl::Status& status) { state_->FinishWith(status); }
+
+void PendingAnswer::OnCancel() {
+  std::unique_ptr<TuneQueue::Ticket> ticket;
+  {
+    absl::MutexLock lock(&ticket_mu_);
+    ticket = std::move(ticket_);
+  }
+  ticket.reset();  // leaves the job: dropped if nobody else waits for it
+  state_->FinishWith(absl::CancelledError("the client cancelled the call"));
+}
+
+void PendingAnswer::OnDone() {
+  {
+    absl::MutexLock lock(&state_->mu);
+    state_->reactor = nullptr;
+  }
+  delete this;
+}
+
+// ---------------------------------------------------------------- TuneStream
+
+TuneStream::TuneStream() : channel_(std::make_shared<Channel>()) {
+  absl::MutexLock lock(&channel_->mu);
+  channel_->reactor = this;
+}
+
+void TuneStream::Channel::PumpLocked() {
+  if (reactor == nullptr || writing || finished) return;
+  if (broken) queue.clear();
+  if (!queue.empty()) {
+    current = std::move(queue.front());
+    queue.pop_front();
+    writing = true;
+    reactor->StartWrite(&current);
+    return;
+  }
+  if (closed) {
+    finished = true;
+    reactor->Finish(ToGrpcStatus(status));
+  }
+}
+
+void TuneStream::Channel::Push(v1::TuneEvent event) {
+  absl::MutexLock lock(&mu);
+  if (closed || broken) return;
+  queue.push_back(std::move(event));
+  PumpLocked();
+}
+
+void TuneStream::Channel::Close(const absl::Status& s) {
+  absl::MutexLock lock(&mu);
+  if (closed) return;
+  closed = true;
+  status = s;
+  PumpLocked();
+}
+
+TuneQueue::ProgressFn TuneStream::Progress() {
+  return [channel = channel_](const v1::TuneEvent& e) { channel->Push(e); };
+}
+
+TuneQueue::DoneFn TuneStream::Done() {
+  return [channel = channel_](const TuneQueue::Result& result) {
+    if (result.ok()) {
+      v1::TuneEvent event;
+      *event.mutable_result() = *result;
+      channel->Push(std::move(event));
+    }
+    channel->Close(result.status());
+  };
+}
+
+void TuneStream::Push(v1::TuneEvent event) { channel_->Push(std::move(event)); }
+void TuneStream::Close(const absl::Status& status) { channel_->Close(status); }
+
+void TuneStream::Hold(std::unique_ptr<TuneQueue::Ticket> ticket) {
+  absl::MutexLock lock(&ticket_mu_);
+  ticket_ = std::move(ticket);
+}
+
+void TuneStream::OnWriteDone(bool ok) {
+  absl::MutexLock lock(&channel_->mu);
+  channel_->writing = false;
+  if (!ok) channel_->broken = true;
+  channel_->PumpLocked();
+}
+
+void TuneStream::OnCancel() {
+  std::unique_ptr<TuneQueue::Ticket> ticket;
+  {
+    absl::MutexLock lock(&ticket_mu_);
+    ticket = std::move(ticket_);
+  }
+  ticket.reset();
+  {
+    absl::MutexLock lock(&channel_->mu);
+    channel_->broken = true;
+  }
+  channel_->Close(absl::CancelledError("the client cancelled the call"));
+}
+
+void TuneStream::OnDone() {
+  {
+    absl::MutexLock lock(&channel_->mu);
+    channel_->reactor = nullptr;
+  }
+  delete this;
+}
+
+}  // namespace ktune

@@ -1,0 +1,94 @@
+// gRPC callback reactors for calls answered by a tuning job, which may finish
+// after the client has gone. The job's callbacks hold a shared_ptr to the
+// call's state, never the reactor itself: once gRPC is done with the call
+// (OnDone) the state forgets the reactor and late events are dropped.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "daemon/tune_queue.h"
+#include "grpcpp/server_context.h"
+#include "grpcpp/support/server_callback.h"
+#include "ktune/v1/ktune.pb.h"
+
+namespace ktune {
+
+// A unary GetConfig waiting for a tune. Finishes exactly once: with the job's
+// answer, or CANCELLED when the client goes away first (which also leaves the
+// job, so an abandoned tune is dropped).
+class PendingAnswer final : public grpc::ServerUnaryReactor {
+ public:
+  // `decorate` (may be null) runs on a successful answer before it is sent,
+  // outside any lock (e.g. to attach the cubin).
+  PendingAnswer(v1::GetConfigResponse* response,
+                std::function<absl::Status(v1::GetConfigResponse*)> decorate);
+
+  // The callback to give TuneQueue::Join as `done`.
+  TuneQueue::DoneFn Done();
+  // Holds the caller's place in the job until the call ends.
+  void Hold(std::unique_ptr<TuneQueue::Ticket> ticket);
+  // Ends the call now (e.g. the job could not be joined).
+  void Fail(const absl::Status& status);
+
+  void OnCancel() override;
+  void OnDone() override;
+
+ private:
+  struct State {
+    absl::Mutex mu;
+    PendingAnswer* reactor ABSL_GUARDED_BY(mu);
+    v1::GetConfigResponse* response ABSL_GUARDED_BY(mu);
+    bool finished ABSL_GUARDED_BY(mu) = false;
+    std::function<absl::Status(v1::GetConfigResponse*)> decorate;
+    void FinishWith(const TuneQueue::Result& result);
+  };
+  std::shared_ptr<State> state_;
+  absl::Mutex ticket_mu_;
+  std::unique_ptr<TuneQueue::Ticket> ticket_ ABSL_GUARDED_BY(ticket_mu_);
+};
+
+// A Tune stream: events are queued by the tuning job and written one at a
+// time (gRPC allows one outstanding write); Close ends the call after the
+// last event. A client that goes away leaves the job.
+class TuneStream final : public grpc::ServerWriteReactor<v1::TuneEvent> {
+ public:
+  TuneStream();
+
+  // Thread-safe senders, valid after the call has ended (they then drop).
+  TuneQueue::ProgressFn Progress();
+  // Sends the result (when ok) and ends the call with the status.
+  TuneQueue::DoneFn Done();
+  void Push(v1::TuneEvent event);
+  void Close(const absl::Status& status);
+
+  void Hold(std::unique_ptr<TuneQueue::Ticket> ticket);
+
+  void OnWriteDone(bool ok) override;
+  void OnCancel() override;
+  void OnDone() override;
+
+ private:
+  struct Channel {
+    absl::Mutex mu;
+    TuneStream* reactor ABSL_GUARDED_BY(mu);
+    std::deque<v1::TuneEvent> queue ABSL_GUARDED_BY(mu);
+    v1::TuneEvent current ABSL_GUARDED_BY(mu);  // alive until its write completes
+    bool writing ABSL_GUARDED_BY(mu) = false;
+    bool closed ABSL_GUARDED_BY(mu) = false;
+    bool finished ABSL_GUARDED_BY(mu) = false;
+    bool broken ABSL_GUARDED_BY(mu) = false;  // the client went away
+    absl::Status status ABSL_GUARDED_BY(mu);
+    void Push(v1::TuneEvent event);
+    void Close(const absl::Status& s);
+    void PumpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  };
+  std::shared_ptr<Channel> channel_;
+  absl::Mutex ticket_mu_;
+  std::unique_ptr<TuneQueue::Ticket> ticket_ ABSL_GUARDED_BY(ticket_mu_);
+};
+
+}  // namespace ktune

@@ -1,0 +1,227 @@
+// The tuning queue: single flight per key, priorities, a bound, cancellation
+// when every waiter has gone, background work, shutdown.
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "absl/synchronization/notification.h"
+#include "daemon/tune_queue.h"
+
+namespace ktune {
+namespace {
+
+using Result = TuneQueue::Result;
+
+v1::GetConfigResponse Answer(double time_us) {
+  v1::GetConfigResponse r;
+  r.set_source(v1::TUNED);
+  r.mutable_measurement()->set_time_us(time_us);
+  return r;
+}
+
+// Work that blocks until `release` is notified, then answers `time_us`.
+TuneQueue::Work Blocking(absl::Notification* started, absl::Notification* release,
+                         double time_us, std::atomic<int>* runs = nullptr) {
+  return [=](const std::atomic<bool>&, const TuneQueue::ProgressFn& progress) -> Result {
+    if (runs) ++*runs;
+    if (started) started->Notify();
+    v1::TuneEvent e;
+    e.mutable_progress()->set_stage("measured");
+    progress(e);
+    release->WaitForNotification();
+    return Answer(time_us);
+  };
+}
+
+TuneQueue::Work Instant(double time_us, std::vector<double>* order, absl::Mutex* mu) {
+  return [=](const std::atomic<bool>&, const TuneQueue::ProgressFn&) -> Result {
+    absl::MutexLock lock(mu);
+    order->push_back(time_us);
+    return Answer(time_us);
+  };
+}
+
+struct Collector {
+  absl::Mutex mu;
+  std::vector<Result> results;
+  int events = 0;
+  TuneQueue::DoneFn done() {
+    return [this](const Result& r) {
+      absl::MutexLock lock(&mu);
+      results.push_back(r);
+    };
+  }
+  TuneQueue::ProgressFn progress() {
+    return [this](const v1::TuneEvent&) {
+      absl::MutexLock lock(&mu);
+      ++events;
+    };
+  }
+  size_t count() {
+    absl::MutexLock lock(&mu);
+    return results.size();
+  }
+};
+
+void WaitFor(const std::function<bool()>& condition) {
+  for (int i = 0; i < 5000 && !condition(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(condition());
+}
+
+TEST_CASE("32 concurrent callers of one key share one job and one answer", "[daemon][queue]") {
+  TuneQueue queue(8);
+  absl::Notification started, release;
+  std::atomic<int> runs{0};
+  Collector collector;
+  std::vector<std::unique_ptr<TuneQueue::Ticket>> tickets(32);
+  std::vector<std::thread> callers;
+  for (int i = 0; i < 32; ++i) {
+    callers.emplace_back([&, i] {
+      auto t = queue.Join("rmsnorm.fwd m=1", JobPriority::kInteractive,
+                          Blocking(&started, &release, 42.0, &runs), collector.done(),
+                          collector.progress());
+      REQUIRE(t.ok());
+      tickets[i] = std::move(*t);
+    });
+  }
+  for (auto& t : callers) t.join();
+  started.WaitForNotification();
+  release.Notify();
+  WaitFor([&] { return collector.count() == 32; });
+  CHECK(runs == 1);
+  for (const Result& r : collector.results) {
+    REQUIRE(r.ok());
+    CHECK(r->measurement().time_us() == 42.0);
+  }
+  const TuneQueue::Stats s = queue.stats();
+  CHECK(s.jobs_started == 1);
+  CHECK(s.jobs_joined == 31);
+  CHECK(s.queued == 0);
+}
+
+TEST_CASE("interactive jobs run before background ones, each in arrival order", "[daemon][queue]") {
+  TuneQueue queue(8);
+  absl::Notification started, release;
+  Collector first;
+  auto blocker = queue.Join("a", JobPriority::kInteractive, Blocking(&started, &release, 1),
+                            first.done(), nullptr);
+  REQUIRE(blocker.ok());
+  started.WaitForNotification();  // the worker is busy: the rest queue up
+  absl::Mutex mu;
+  std::vector<double> order;
+  Collector rest;
+  std::vector<std::unique_ptr<TuneQueue::Ticket>> tickets;
+  for (auto [key, priority, t] : {std::tuple{"b", JobPriority::kBackground, 2.0},
+                                  std::tuple{"c", JobPriority::kInteractive, 3.0},
+                                  std::tuple{"d", JobPriority::kBackground, 4.0},
+                                  std::tuple{"e", JobPriority::kInteractive, 5.0}}) {
+    auto ticket = queue.Join(key, priority, Instant(t, &order, &mu), rest.done(), nullptr);
+    REQUIRE(ticket.ok());
+    tickets.push_back(std::move(*ticket));
+  }
+  CHECK(queue.stats().queued == 4);
+  release.Notify();
+  WaitFor([&] { return rest.count() == 4; });
+  CHECK(order == std::vector<double>{3.0, 5.0, 2.0, 4.0});
+}
+
+TEST_CASE("a full queue says so and a joined key is not a new job", "[daemon][queue]") {
+  TuneQueue queue(2);
+  absl::Notification started, release;
+  Collector c;
+  auto running = queue.Join("run", JobPriority::kInteractive, Blocking(&started, &release, 1), c.done(), nullptr);
+  REQUIRE(running.ok());
+  started.WaitForNotification();
+  auto q1 = queue.Join("q1", JobPriority::kInteractive, Blocking(nullptr, &release, 1), c.done(), nullptr);
+  auto q2 = queue.Join("q2", JobPriority::kInteractive, Blocking(nullptr, &release, 1), c.done(), nullptr);
+  REQUIRE(q1.ok());
+  REQUIRE(q2.ok());
+  auto q3 = queue.Join("q3", JobPriority::kInteractive, Blocking(nullptr, &release, 1), c.done(), nullptr);
+  REQUIRE_FALSE(q3.ok());
+  CHECK(q3.status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK(q3.status().message().find("queue is full (2 jobs waiting)") != std::string::npos);
+  auto again = queue.Join("q1", JobPriority::kInteractive, Blocking(nullptr, &release, 1), c.done(), nullptr);
+  REQUIRE(again.ok());  // joining needs no room
+  CHECK((*again)->shared());
+  CHECK(queue.stats().jobs_rejected == 1);
+  release.Notify();
+  WaitFor([&] { return c.count() == 4; });
+}
+
+TEST_CASE("a queued job is dropped when every waiter leaves, background work is kept", "[daemon][queue]") {
+  TuneQueue queue(8);
+  absl::Notification started, release;
+  Collector c;
+  auto running = queue.Join("run", JobPriority::kInteractive, Blocking(&started, &release, 1), c.done(), nullptr);
+  REQUIRE(running.ok());
+  started.WaitForNotification();
+
+  std::atomic<int> abandoned_runs{0}, background_runs{0};
+  absl::Notification never;
+  never.Notify();
+  {
+    auto a = queue.Join("abandoned", JobPriority::kInteractive,
+                        Blocking(nullptr, &never, 2, &abandoned_runs), c.done(), nullptr);
+    auto b = queue.Join("abandoned", JobPriority::kInteractive,
+                        Blocking(nullptr, &never, 2, &abandoned_runs), c.done(), nullptr);
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+  }  // both tickets gone
+  auto background = queue.Join("background", JobPriority::kBackground,
+                               Blocking(nullptr, &never, 3, &background_runs), nullptr, nullptr);
+  REQUIRE(background.ok());
+  background->reset();  // nobody waits, and it still runs
+  CHECK(queue.stats().jobs_cancelled == 1);
+  release.Notify();
+  WaitFor([&] { return background_runs == 1; });
+  CHECK(abandoned_runs == 0);
+  CHECK(c.count() == 1);
+}
+
+TEST_CASE("a running job is asked to stop when its last waiter leaves", "[daemon][queue]") {
+  TuneQueue queue(8);
+  absl::Notification started, saw_cancel;
+  auto work = [&](const std::atomic<bool>& cancelled, const TuneQueue::ProgressFn&) -> Result {
+    started.Notify();
+    for (int i = 0; i < 10000 && !cancelled; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (cancelled) saw_cancel.Notify();
+    return absl::CancelledError("stopped");
+  };
+  Collector c;
+  auto ticket = queue.Join("k", JobPriority::kInteractive, work, c.done(), nullptr);
+  REQUIRE(ticket.ok());
+  started.WaitForNotification();
+  ticket->reset();
+  CHECK(saw_cancel.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  CHECK(c.count() == 0);  // the caller left: nobody is told
+}
+
+TEST_CASE("shutdown cancels queued jobs and refuses new ones", "[daemon][queue]") {
+  Collector c;
+  absl::Notification started, release;
+  {
+    TuneQueue queue(8);
+    auto running = queue.Join("run", JobPriority::kInteractive, Blocking(&started, &release, 1), c.done(), nullptr);
+    REQUIRE(running.ok());
+    started.WaitForNotification();
+    auto queued = queue.Join("queued", JobPriority::kInteractive, Blocking(nullptr, &release, 2), c.done(), nullptr);
+    REQUIRE(queued.ok());
+    queue.Shutdown();
+    auto late = queue.Join("late", JobPriority::kInteractive, Blocking(nullptr, &release, 3), c.done(), nullptr);
+    CHECK(late.status().code() == absl::StatusCode::kUnavailable);
+    release.Notify();  // the running job still finishes and answers its waiter
+    WaitFor([&] { return c.count() == 2; });
+  }
+  int cancelled = 0, ok = 0;
+  for (const Result& r : c.results) {
+    cancelled += r.status().code() == absl::StatusCode::kCancelled;
+    ok += r.ok();
+  }
+  CHECK(cancelled == 1);
+  CHECK(ok == 1);
+}
+
+}  // namespace
+}  // namespace ktune

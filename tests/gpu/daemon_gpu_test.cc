@@ -73,11 +73,10 @@ TEST_CASE("ktuned tunes over gRPC, stores the winner and serves it after a resta
   CHECK(verified->ok);
   INFO(verified->detail);
 
-  // Concurrent TUNE_ON_MISS callers for one new key all get the same tuned
-  // answer: those queued behind the first tune are answered from its entry.
+  // 32 concurrent TUNE_ON_MISS callers of one new key share one tuning job.
   std::vector<std::thread> callers;
-  std::vector<absl::StatusOr<v1::GetConfigResponse>> answers(4, absl::UnknownError("unset"));
-  for (int i = 0; i < 4; ++i) {
+  std::vector<absl::StatusOr<v1::GetConfigResponse>> answers(32, absl::UnknownError("unset"));
+  for (int i = 0; i < 32; ++i) {
     callers.emplace_back([&, i] {
       v1::GetConfigRequest request;
       *request.mutable_problem() = Rms(1024, 5120);
@@ -91,6 +90,26 @@ TEST_CASE("ktuned tunes over gRPC, stores the winner and serves it after a resta
     CHECK(a->source() == v1::TUNED);
     CHECK(a->measurement().time_us() == answers[0]->measurement().time_us());
   }
+  auto after = client->GetStatus();
+  REQUIRE(after.ok());
+  CHECK(after->metrics().at("ktune_tunes_total{result=\"ok\"}") == 2);
+
+  // A heuristic answer queues a background tune; the same call is then TUNED.
+  v1::GetConfigRequest quick;
+  *quick.mutable_problem() = Rms(777, 2048);
+  quick.set_policy(v1::HEURISTIC_ON_MISS);
+  auto first = client->GetConfig(quick);
+  REQUIRE(first.ok());
+  CHECK(first->source() == v1::HEURISTIC);
+  CHECK(first->tune_queued());
+  absl::StatusOr<v1::GetConfigResponse> later;
+  for (int i = 0; i < 600; ++i) {
+    later = client->GetConfig(quick);
+    if (later.ok() && later->source() == v1::TUNED) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  REQUIRE(later.ok());
+  CHECK(later->source() == v1::TUNED);
 
   // A restart keeps both entries.
   REQUIRE(daemon.Stop() == 0);
@@ -101,7 +120,7 @@ TEST_CASE("ktuned tunes over gRPC, stores the winner and serves it after a resta
   CHECK(again->measurement().time_us() == hit->measurement().time_us());
   auto listed = daemon.NewClient()->ListEntries(v1::ListEntriesRequest());
   REQUIRE(listed.ok());
-  CHECK(listed->entries_size() == 2);
+  CHECK(listed->entries_size() == 3);
   CHECK(daemon.Stop() == 0);
 }
 

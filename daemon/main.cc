@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,8 +18,13 @@
 #include "tuner/device.h"
 #include "tuner/nvrtc_compiler.h"
 #include "tuner/paths.h"
+#include "tuner/worker.h"
 
 int main(int argc, char** argv) {
+  // The GPU worker: ktuned re-executes itself to run candidates out of process
+  // (tuner/worker.h). Not a user-facing mode.
+  if (argc == 3 && std::string(argv[1]) == "--worker-fd") return ktune::RunWorker(std::atoi(argv[2]));
+
   CLI::App app{"ktuned: kernel autotuning daemon (RMSNorm forward today; norms and GEMM next)"};
   std::vector<std::string> listen;
   std::string db_path = ktune::DefaultDatabasePath();

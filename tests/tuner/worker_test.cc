@@ -1,0 +1,120 @@
+// The worker process and its daemon-side executor: crashes and hangs of a
+// candidate are contained, reported, and the next candidate runs. Uses the
+// worker's fake device (no GPU here); tests/gpu proves the same on the H200
+// with kernels that really fault.
+#include <chrono>
+
+#include <catch2/catch.hpp>
+
+#include "tuner/worker.h"
+
+namespace ktune {
+namespace {
+
+LaunchRecipe Candidate(const std::string& expression) {
+  LaunchRecipe r;
+  r.template_id = "norm/rmsnorm_fwd";
+  r.template_hash = std::string(64, 'a');
+  r.arch = "sm_90";
+  KernelLaunch k;
+  k.name_expression = expression;
+  k.lowered_name = "_Z" + expression;
+  k.grid = {1, 1, 1};
+  k.block = {32, 1, 1};
+  r.kernels.push_back(k);
+  r.cubin = "\x7f" "ELF fake cubin";
+  return r;
+}
+
+NormProblem Problem() {
+  NormProblem p;
+  p.m = 64;
+  p.n = 128;
+  return p;
+}
+
+WorkerOptions FakeWorker(std::vector<std::string> env = {}) {
+  WorkerOptions o;
+  o.executable = KTUNED_PATH;
+  o.extra_env = std::move(env);
+  o.extra_env.push_back("KTUNE_WORKER_FAKE_DEVICE=1");
+  o.candidate_timeout_s = 2;
+  return o;
+}
+
+TEST_CASE("a worker runs candidates out of process", "[tuner][worker]") {
+  auto worker = WorkerExecutor::Start(FakeWorker());
+  REQUIRE(worker.ok());
+  CHECK((*worker)->device().name == "ktune fake device (tests only)");
+  CHECK((*worker)->pid() > 0);
+  REQUIRE((*worker)->Prepare(Problem()).ok());
+  auto v = (*worker)->Verify(Candidate("good<1>"));
+  REQUIRE(v.ok());
+  CHECK(v->ok);
+  MeasureOptions options;
+  options.repetitions = 25;
+  auto t = (*worker)->Time(Candidate("good<1>"), options);
+  REQUIRE(t.ok());
+  CHECK(t->median_us > 0);
+  CHECK(t->repetitions == 25);
+  CHECK((*worker)->restarts() == 0);
+}
+
+TEST_CASE("a candidate that crashes the worker fails alone", "[tuner][worker]") {
+  auto worker = WorkerExecutor::Start(FakeWorker({"KTUNE_WORKER_FAULT=crash:bad"}));
+  REQUIRE(worker.ok());
+  REQUIRE((*worker)->Prepare(Problem()).ok());
+  const pid_t first_pid = (*worker)->pid();
+  auto crashed = (*worker)->Verify(Candidate("bad<7>"));
+  REQUIRE_FALSE(crashed.ok());
+  CHECK(crashed.status().code() == absl::StatusCode::kAborted);
+  CHECK(crashed.status().message().find("signal 6") != std::string::npos);
+  CHECK((*worker)->restarts() == 1);
+  CHECK((*worker)->pid() != first_pid);
+  // The restarted worker has the problem prepared again and carries on.
+  auto next = (*worker)->Verify(Candidate("good<2>"));
+  REQUIRE(next.ok());
+  CHECK(next->ok);
+  auto timed_crash = (*worker)->Time(Candidate("bad<8>"), MeasureOptions());
+  CHECK(timed_crash.status().code() == absl::StatusCode::kAborted);
+  CHECK((*worker)->restarts() == 2);
+}
+
+TEST_CASE("a candidate that hangs is cut by the watchdog", "[tuner][worker]") {
+  auto worker = WorkerExecutor::Start(FakeWorker({"KTUNE_WORKER_FAULT=hang:slow"}));
+  REQUIRE(worker.ok());
+  REQUIRE((*worker)->Prepare(Problem()).ok());
+  const auto start = std::chrono::steady_clock::now();
+  auto hung = (*worker)->Verify(Candidate("slow<1>"));
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  REQUIRE_FALSE(hung.ok());
+  CHECK(hung.status().code() == absl::StatusCode::kDeadlineExceeded);
+  CHECK(hung.status().message().find("watchdog") != std::string::npos);
+  CHECK(waited >= 1.5);
+  CHECK(waited < 20);
+  auto next = (*worker)->Verify(Candidate("good<3>"));
+  REQUIRE(next.ok());
+  CHECK(next->ok);
+  CHECK((*worker)->restarts() == 1);
+}
+
+TEST_CASE("a worker without a GPU says why it cannot run", "[tuner][worker]") {
+  WorkerOptions o;
+  o.executable = KTUNED_PATH;
+  auto worker = WorkerExecutor::Start(o);
+  if (worker.ok()) {
+    CHECK_FALSE((*worker)->device().name.empty());  // a machine with a GPU
+  } else {
+    CHECK(worker.status().code() == absl::StatusCode::kFailedPrecondition);
+    CHECK(worker.status().message().find("libcuda") != std::string::npos);
+  }
+  WorkerOptions missing;
+  missing.executable = "/nonexistent/ktuned";
+  auto none = WorkerExecutor::Start(missing);
+  REQUIRE_FALSE(none.ok());
+  CHECK(none.status().code() == absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace ktune

@@ -27,10 +27,11 @@ constexpr int kBusyTimeoutMs = 5000;
 // file, so a foreign database is refused instead of being migrated into.
 constexpr int64_t kApplicationId = 0x6b74756e;
 
-// kMigrations[v] takes the schema from version v to v + 1. The store's schema
-// version is the one the software fingerprint carries (kSchemaVersion), so a
-// change to the key format and a change to the tables are one version step,
-// and bumping kSchemaVersion without adding a step here does not compile.
+// kMigrations[v] takes the tables from version v to v + 1 (kStoreSchemaVersion
+// in store.h). The tables' version is separate from the entries' format
+// (kSchemaVersion, part of the software fingerprint): adding a table must not
+// make every stored entry stale. Bumping kStoreSchemaVersion without adding a
+// step here does not compile.
 constexpr const char* kMigrations[] = {
     // 0 -> 1. The key columns are the four parts of EntryKey; the listing
     // columns repeat two fields of the blob so that listing needs no parsing.
@@ -46,8 +47,21 @@ constexpr const char* kMigrations[] = {
         PRIMARY KEY (op, problem_key, device_key, software_key)
       );
     )sql",
+    // 1 -> 2. Candidates that faulted or hung, never run again in the same
+    // environment (device and software fingerprint).
+    R"sql(
+      CREATE TABLE quarantine (
+        device_key    TEXT    NOT NULL,
+        software_key  TEXT    NOT NULL,
+        candidate     TEXT    NOT NULL,
+        reason        TEXT    NOT NULL,
+        detail        TEXT    NOT NULL,
+        at_unix       INTEGER NOT NULL,
+        PRIMARY KEY (device_key, software_key, candidate)
+      );
+    )sql",
 };
-static_assert(std::size(kMigrations) == kSchemaVersion,
+static_assert(std::size(kMigrations) == kStoreSchemaVersion,
               "every schema version needs a migration step in kMigrations");
 
 absl::StatusCode CodeFor(int rc) {
@@ -238,10 +252,10 @@ absl::StatusOr<int64_t> VersionToMigrateFrom(const Identity& id) {
         "schema objects); refusing to modify it",
         id.application_id, id.user_version, id.schema_objects));
   }
-  if (id.user_version > kSchemaVersion) {
+  if (id.user_version > kStoreSchemaVersion) {
     return absl::FailedPreconditionError(absl::StrCat("written by a newer ktune (schema version ",
                                                       id.user_version, "; this ktune knows up to ",
-                                                      kSchemaVersion, ")"));
+                                                      kStoreSchemaVersion, ")"));
   }
   return id.user_version;
 }
@@ -319,6 +333,8 @@ struct Store::Impl {
   Statement list_all ABSL_GUARDED_BY(mu);
   Statement list_op ABSL_GUARDED_BY(mu);
   Statement count_by_op ABSL_GUARDED_BY(mu);
+  Statement quarantine_put ABSL_GUARDED_BY(mu);
+  Statement quarantine_list ABSL_GUARDED_BY(mu);
 
   // Transaction control first: the migration needs it, and the entry
   // statements can only be prepared once the migration made their table.
@@ -379,6 +395,12 @@ absl::Status Store::Impl::PrepareEntryStatements() {
            "SELECT entry FROM entries WHERE op = ?1 ORDER BY op, problem_key, device_key, "
            "software_key"},
           {&count_by_op, "count_by_op", "SELECT op, count(*) FROM entries GROUP BY op ORDER BY op"},
+          {&quarantine_put, "quarantine_put",
+           "INSERT OR REPLACE INTO quarantine (device_key, software_key, candidate, reason, detail, "
+           "at_unix) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"},
+          {&quarantine_list, "quarantine_list",
+           "SELECT candidate, reason, detail, at_unix FROM quarantine WHERE device_key = ?1 AND "
+           "software_key = ?2 ORDER BY candidate"},
       });
 }
 
@@ -523,8 +545,8 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
     if (!id.ok()) return in_path(id.status());
     absl::StatusOr<int64_t> from = VersionToMigrateFrom(*id);
     if (!from.ok()) return in_path(from.status());
-    if (*from < kSchemaVersion) {
-      for (int64_t v = *from; v < kSchemaVersion; ++v) {
+    if (*from < kStoreSchemaVersion) {
+      for (int64_t v = *from; v < kStoreSchemaVersion; ++v) {
         if (absl::Status s =
                 impl->db.Exec(absl::StrCat("migration ", v, " -> ", v + 1), kMigrations[v]);
             !s.ok()) {
@@ -534,7 +556,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
       // Pragmas take no parameters; both values are integers from this file.
       if (absl::Status s = impl->db.Exec("set schema version",
                                          absl::StrCat("PRAGMA application_id=", kApplicationId,
-                                                      "; PRAGMA user_version=", kSchemaVersion));
+                                                      "; PRAGMA user_version=", kStoreSchemaVersion));
           !s.ok()) {
         return in_path(s);
       }
@@ -613,6 +635,47 @@ absl::StatusOr<std::map<std::string, int64_t>> Store::CountByOp() {
     counts[std::string(stmt.ColumnBytes(0))] = stmt.ColumnInt64(1);
   }
   return counts;
+}
+
+absl::Status Store::Quarantine(const QuarantineRecord& record) {
+  absl::MutexLock lock(&impl_->mu);
+  absl::StatusOr<Transaction> tx = impl_->BeginTransaction();
+  if (!tx.ok()) return tx.status();
+  Statement& stmt = impl_->quarantine_put;
+  auto reset = stmt.Use();
+  for (auto [i, text] : {std::pair{1, &record.device_key}, std::pair{2, &record.software_key},
+                         std::pair{3, &record.candidate}, std::pair{4, &record.reason},
+                         std::pair{5, &record.detail}}) {
+    if (absl::Status s = stmt.BindText(i, *text); !s.ok()) return s;
+  }
+  if (absl::Status s = stmt.BindInt64(6, record.at_unix); !s.ok()) return s;
+  absl::StatusOr<bool> row = stmt.Step();
+  if (!row.ok()) return row.status();
+  return tx->Commit();
+}
+
+absl::StatusOr<std::vector<QuarantineRecord>> Store::Quarantined(const std::string& device_key,
+                                                                 const std::string& software_key) {
+  absl::MutexLock lock(&impl_->mu);
+  Statement& stmt = impl_->quarantine_list;
+  auto reset = stmt.Use();
+  if (absl::Status s = stmt.BindText(1, device_key); !s.ok()) return s;
+  if (absl::Status s = stmt.BindText(2, software_key); !s.ok()) return s;
+  std::vector<QuarantineRecord> out;
+  while (true) {
+    absl::StatusOr<bool> row = stmt.Step();
+    if (!row.ok()) return row.status();
+    if (!*row) break;
+    QuarantineRecord r;
+    r.device_key = device_key;
+    r.software_key = software_key;
+    r.candidate = std::string(stmt.ColumnBytes(0));
+    r.reason = std::string(stmt.ColumnBytes(1));
+    r.detail = std::string(stmt.ColumnBytes(2));
+    r.at_unix = stmt.ColumnInt64(3);
+    out.push_back(std::move(r));
+  }
+  return out;
 }
 
 }  // namespace ktune

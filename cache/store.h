@@ -20,6 +20,21 @@
 
 namespace ktune {
 
+// The version of the store's tables (PRAGMA user_version), migrated at Open.
+// Separate from kSchemaVersion, the entries' format in the software fingerprint.
+inline constexpr int kStoreSchemaVersion = 2;
+
+// A candidate that faulted or hung: never run again for that device and
+// software fingerprint. `candidate` names it (its kernels' name expressions).
+struct QuarantineRecord {
+  std::string device_key;
+  std::string software_key;
+  std::string candidate;
+  std::string reason;  // "fault" or "timeout"
+  std::string detail;
+  int64_t at_unix = 0;
+};
+
 struct PutAllStats {
   int added = 0;
   int replaced = 0;
@@ -56,6 +71,12 @@ class Store {
 
   // Entry count per op.
   absl::StatusOr<std::map<std::string, int64_t>> CountByOp();
+
+  // Records a quarantined candidate (replacing an earlier record of it).
+  absl::Status Quarantine(const QuarantineRecord& record);
+  // The quarantined candidates of one environment, ordered by candidate.
+  absl::StatusOr<std::vector<QuarantineRecord>> Quarantined(const std::string& device_key,
+                                                            const std::string& software_key);
 
   const std::string& path() const;
 

@@ -179,7 +179,7 @@ TEST_CASE("Store: the database is in WAL mode with the current schema", "[cache]
   auto store = OpenOrFail(path);
   RawDb raw(path);
   CHECK(raw.QueryText("PRAGMA journal_mode") == "wal");
-  CHECK(raw.QueryText("PRAGMA user_version") == std::to_string(kSchemaVersion));
+  CHECK(raw.QueryText("PRAGMA user_version") == std::to_string(kStoreSchemaVersion));
 }
 
 TEST_CASE("Store: entries survive a reopen", "[cache]") {
@@ -236,15 +236,15 @@ TEST_CASE("Store: a database from a newer schema is refused and left alone", "[c
     auto store = OpenOrFail(path);
     REQUIRE(store->Put(MakeTestEntry()).ok());
   }
-  RawDb(path).Exec("PRAGMA user_version = " + std::to_string(kSchemaVersion + 1));
+  RawDb(path).Exec("PRAGMA user_version = " + std::to_string(kStoreSchemaVersion + 1));
 
   absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
   REQUIRE_FALSE(store.ok());
   CHECK(store.status().code() == absl::StatusCode::kFailedPrecondition);
   CHECK_THAT(std::string(store.status().message()),
              Catch::Contains(path) && Catch::Contains("newer ktune") &&
-                 Catch::Contains("schema version " + std::to_string(kSchemaVersion + 1)));
-  CHECK(RawDb(path).QueryText("PRAGMA user_version") == std::to_string(kSchemaVersion + 1));
+                 Catch::Contains("schema version " + std::to_string(kStoreSchemaVersion + 1)));
+  CHECK(RawDb(path).QueryText("PRAGMA user_version") == std::to_string(kStoreSchemaVersion + 1));
 }
 
 TEST_CASE("Store: a file that is not SQLite is refused and left alone", "[cache]") {
@@ -452,6 +452,53 @@ TEST_CASE("Store: concurrent puts and gets from many threads", "[cache]") {
   for (std::thread& t : threads) t.join();
   CHECK(failures == std::vector<int>(kThreads, 0));
   CHECK(CountAll(*store) == kThreads * kPerThread);
+}
+
+}  // namespace
+}  // namespace ktune
+
+namespace ktune {
+namespace {
+
+TEST_CASE("Store: a version 1 database migrates to the quarantine table, keeping its entries",
+          "[cache]") {
+  TempDir dir;
+  const std::string path = dir.File("cache.db");
+  {
+    auto store = OpenOrFail(path);
+    REQUIRE(store->Put(MakeTestEntry()).ok());
+  }
+  {
+    RawDb raw(path);  // what the first version of the store wrote
+    raw.Exec("DROP TABLE quarantine");
+    raw.Exec("PRAGMA user_version = 1");
+  }
+  auto store = OpenOrFail(path);
+  auto listed = store->List();
+  REQUIRE(listed.ok());
+  CHECK(listed->size() == 1);
+  CHECK(RawDb(path).QueryText("PRAGMA user_version") == std::to_string(kStoreSchemaVersion));
+  auto none = store->Quarantined("dev", "sw");
+  REQUIRE(none.ok());
+  CHECK(none->empty());
+}
+
+TEST_CASE("Store: quarantined candidates are kept per environment", "[cache]") {
+  TempDir dir;
+  auto store = OpenOrFail(dir.File("cache.db"));
+  REQUIRE(store->Quarantine({"dev A", "sw 1", "ktune::k<1>", "fault", "illegal address", 100}).ok());
+  REQUIRE(store->Quarantine({"dev A", "sw 1", "ktune::k<2>", "timeout", "no answer in 30 s", 101}).ok());
+  REQUIRE(store->Quarantine({"dev B", "sw 1", "ktune::k<3>", "fault", "", 102}).ok());
+  REQUIRE(store->Quarantine({"dev A", "sw 1", "ktune::k<1>", "fault", "again", 103}).ok());  // replaces
+  auto a = store->Quarantined("dev A", "sw 1");
+  REQUIRE(a.ok());
+  REQUIRE(a->size() == 2);
+  CHECK((*a)[0].candidate == "ktune::k<1>");
+  CHECK((*a)[0].detail == "again");
+  CHECK((*a)[0].at_unix == 103);
+  CHECK((*a)[1].reason == "timeout");
+  CHECK(store->Quarantined("dev A", "sw 2")->empty());
+  CHECK(store->Quarantined("dev B", "sw 1")->size() == 1);
 }
 
 }  // namespace

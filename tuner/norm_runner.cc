@@ -161,10 +161,24 @@ void ParallelFor(int64_t count, int64_t min_per_thread,
 constexpr uint64_t kStreamX = 1;
 constexpr uint64_t kStreamW = 2;
 constexpr uint64_t kStreamRowScale = 3;
+constexpr uint64_t kStreamDy = 4;
+constexpr uint64_t kStreamB = 5;
+
+bool IsForward(const NormProblem& p) { return p.pass == NormPass::kForward; }
+bool IsLayerNorm(const NormProblem& p) { return p.op == NormOp::kLayerNorm; }
+bool HasBias(const NormProblem& p) { return IsLayerNorm(p) && p.has_bias; }
+
+// Relative error of fp32 summation the weight-gradient check allows per
+// summed term: the kernels add M terms in fp32 in blocks (per CTA, then across
+// CTAs), whose rounding error stays far below M * 2^-20 of the terms' root sum
+// of squares for any M the problem allows, while dropping or doubling even one
+// row (one term per column, of the order of that root mean square) exceeds it
+// for M up to ~10^6.
+constexpr double kSumTolerancePerRow = 0x1.0p-20;
 
 }  // namespace
 
-// ---- reference and tolerances -------------------------------------------------
+// ---- references and tolerances -------------------------------------------------
 
 void RmsNormForwardReference(const std::vector<double>& x, const std::vector<double>* w,
                              int64_t m, int64_t n, double eps, std::vector<double>* y,
@@ -178,6 +192,60 @@ void RmsNormForwardReference(const std::vector<double>& x, const std::vector<dou
     (*rstd)[i] = r;
     for (int64_t j = 0; j < n; ++j) {
       (*y)[i * n + j] = x[i * n + j] * r * (w != nullptr ? (*w)[j] : 1.0);
+    }
+  }
+}
+
+void LayerNormForwardReference(const std::vector<double>& x, const std::vector<double>* w,
+                               const std::vector<double>* b, int64_t m, int64_t n, double eps,
+                               std::vector<double>* y, std::vector<double>* mean,
+                               std::vector<double>* rstd) {
+  y->assign(m * n, 0.0);
+  mean->assign(m, 0.0);
+  rstd->assign(m, 0.0);
+  for (int64_t i = 0; i < m; ++i) {
+    double s = 0.0;
+    for (int64_t j = 0; j < n; ++j) s += x[i * n + j];
+    const double mu = s / static_cast<double>(n);
+    double ss = 0.0;
+    for (int64_t j = 0; j < n; ++j) ss += (x[i * n + j] - mu) * (x[i * n + j] - mu);
+    const double r = 1.0 / std::sqrt(ss / static_cast<double>(n) + eps);
+    (*mean)[i] = mu;
+    (*rstd)[i] = r;
+    for (int64_t j = 0; j < n; ++j) {
+      (*y)[i * n + j] = (x[i * n + j] - mu) * r * (w != nullptr ? (*w)[j] : 1.0) +
+                        (b != nullptr ? (*b)[j] : 0.0);
+    }
+  }
+}
+
+void NormBackwardReference(bool layernorm, const std::vector<double>& x,
+                           const std::vector<double>& dy, const std::vector<double>* w,
+                           const std::vector<double>& mean, const std::vector<double>& rstd,
+                           int64_t m, int64_t n, std::vector<double>* dx, std::vector<double>* dw,
+                           std::vector<double>* db) {
+  dx->assign(m * n, 0.0);
+  dw->assign(n, 0.0);
+  db->assign(n, 0.0);
+  for (int64_t i = 0; i < m; ++i) {
+    const double mu = layernorm ? mean[i] : 0.0;
+    const double r = rstd[i];
+    double sgx = 0.0;  // sum_j g * xhat
+    double sg = 0.0;   // sum_j g
+    for (int64_t j = 0; j < n; ++j) {
+      const double xh = (x[i * n + j] - mu) * r;
+      const double g = dy[i * n + j] * (w != nullptr ? (*w)[j] : 1.0);
+      sgx += g * xh;
+      sg += g;
+    }
+    const double c1 = sgx / static_cast<double>(n);
+    const double c2 = layernorm ? sg / static_cast<double>(n) : 0.0;
+    for (int64_t j = 0; j < n; ++j) {
+      const double xh = (x[i * n + j] - mu) * r;
+      const double g = dy[i * n + j] * (w != nullptr ? (*w)[j] : 1.0);
+      (*dx)[i * n + j] = r * (g - c2 - xh * c1);
+      (*dw)[j] += dy[i * n + j] * xh;
+      (*db)[j] += dy[i * n + j];
     }
   }
 }
@@ -202,59 +270,139 @@ struct NormRunner::Impl {
   NormProblem problem;
   Device* device = nullptr;
   int rotation = 1;
-  std::vector<DeviceBuffer> x;     // rotation sets of (M, N) inputs, identical contents
-  std::vector<DeviceBuffer> y;     // rotation sets of (M, N) outputs
-  std::vector<DeviceBuffer> rstd;  // rotation sets of (M) f32
-  DeviceBuffer w;                  // (N), shared by every set
-  std::vector<uint8_t> host_x;     // (M, N) raw input dtype
-  std::vector<uint8_t> host_w;     // (N) raw input dtype
-  std::vector<double> rstd_ref;    // (M) float64 reference rstd
-  std::vector<uint8_t> host_y;     // (M, N) raw output dtype, read back
-  std::vector<float> host_rstd;    // (M), read back
+  // Per input set (identical contents; rotated past L2 when timing):
+  std::vector<DeviceBuffer> x;     // (M, N) input dtype
+  std::vector<DeviceBuffer> dy;    // (M, N) input dtype, backward
+  std::vector<DeviceBuffer> out;   // (M, N) output dtype: y or dx
+  std::vector<DeviceBuffer> mean;  // (M) f32: forward output (LayerNorm), backward input
+  std::vector<DeviceBuffer> rstd;  // (M) f32: forward output, backward input
+  std::vector<DeviceBuffer> ws;    // backward workspace, recipe.workspace_bytes
+  uint64_t ws_bytes = 0;
+  DeviceBuffer w, b;               // (N) weight dtype, shared by every set
+  DeviceBuffer dw, db;             // (N) weight dtype, backward outputs
+  // Host copies: raw inputs, references, read-back outputs.
+  std::vector<uint8_t> host_x, host_dy, host_w, host_b;
+  std::vector<double> mean_ref, rstd_ref;  // (M) float64 statistics of x
+  std::vector<float> mean_f, rstd_f;       // (M) the same rounded to f32 (backward inputs)
+  std::vector<double> c1_ref, c2_ref;      // (M) backward: mean_j(g * xhat), mean_j(g)
+  std::vector<double> dw_ref, db_ref;      // (N) backward
+  std::vector<double> dw_scale, db_scale;  // (N) root sum of squares of the summed terms
+  std::vector<uint8_t> host_out, host_dw, host_db;
+  std::vector<float> host_mean, host_rstd;
 
   int64_t x_bytes() const { return problem.m * problem.n * DTypeBytes(problem.input_dtype); }
-  int64_t y_bytes() const { return problem.m * problem.n * DTypeBytes(problem.output_dtype); }
+  int64_t out_bytes() const { return problem.m * problem.n * DTypeBytes(problem.output_dtype); }
+  int64_t w_bytes() const { return problem.n * DTypeBytes(problem.weight_dtype); }
+  int64_t stat_bytes() const { return problem.m * static_cast<int64_t>(sizeof(float)); }
+  double x_at(int64_t k) const { return Decode(problem.input_dtype, host_x.data(), k); }
+  double dy_at(int64_t k) const { return Decode(problem.input_dtype, host_dy.data(), k); }
+  double w_at(int64_t j) const {
+    return problem.has_weight ? Decode(problem.weight_dtype, host_w.data(), j) : 1.0;
+  }
+  double b_at(int64_t j) const {
+    return HasBias(problem) ? Decode(problem.weight_dtype, host_b.data(), j) : 0.0;
+  }
 
   // The kernel arguments for input set `set` in the order of `k.params`.
   struct Args {
-    DevicePtr x = 0, w = 0, y = 0, rstd = 0;
-    int m = 0, n = 0;
+    DevicePtr x = 0, dy = 0, w = 0, b = 0, out = 0, mean = 0, rstd = 0, ws = 0, dw = 0, db = 0;
+    int m = 0, n = 0, p = 0;
     float eps = 0;
     std::vector<void*> pointers;
   };
-  absl::Status BuildArgs(const KernelLaunch& k, int set, bool with_rstd, Args* a) {
+  absl::Status BuildArgs(const KernelLaunch& k, int set, bool with_stats, Args* a) {
+    const bool fwd = IsForward(problem);
     a->x = x[set].get();
+    a->dy = fwd ? 0 : dy[set].get();
     a->w = problem.has_weight ? w.get() : 0;
-    a->y = y[set].get();
-    a->rstd = with_rstd ? rstd[set].get() : 0;
+    a->b = HasBias(problem) && fwd ? b.get() : 0;
+    a->out = out[set].get();
+    // Forward statistics are outputs, written only when asked; backward inputs.
+    a->mean = (!fwd || with_stats) && IsLayerNorm(problem) ? mean[set].get() : 0;
+    a->rstd = !fwd || with_stats ? rstd[set].get() : 0;
+    a->ws = ws.empty() ? 0 : ws[set].get();
+    a->dw = problem.has_weight && !fwd ? dw.get() : 0;
+    a->db = HasBias(problem) && !fwd ? db.get() : 0;
     a->m = static_cast<int>(problem.m);
     a->n = static_cast<int>(problem.n);
+    const int parts = (problem.has_weight ? 1 : 0) + (HasBias(problem) ? 1 : 0);
+    a->p = parts > 0 ? static_cast<int>(ws_bytes / (parts * problem.n * sizeof(float))) : 0;
     a->eps = problem.eps;
     a->pointers.clear();
+    const std::pair<const char*, void*> known[] = {
+        {"x", &a->x},       {"dy", &a->dy}, {"w", &a->w},   {"b", &a->b},     {"y", &a->out},
+        {"dx", &a->out},    {"mean", &a->mean}, {"rstd", &a->rstd}, {"ws", &a->ws},
+        {"dw", &a->dw},     {"db", &a->db}, {"M", &a->m},   {"N", &a->n},     {"P", &a->p},
+        {"eps", &a->eps}};
     for (const std::string& p : k.params) {
-      if (p == "x") {
-        a->pointers.push_back(&a->x);
-      } else if (p == "w") {
-        a->pointers.push_back(&a->w);
-      } else if (p == "y") {
-        a->pointers.push_back(&a->y);
-      } else if (p == "rstd") {
-        a->pointers.push_back(&a->rstd);
-      } else if (p == "M") {
-        a->pointers.push_back(&a->m);
-      } else if (p == "N") {
-        a->pointers.push_back(&a->n);
-      } else if (p == "eps") {
-        a->pointers.push_back(&a->eps);
-      } else {
+      void* found = nullptr;
+      for (const auto& [name, ptr] : known) {
+        if (p == name) found = ptr;
+      }
+      if (found == nullptr) {
         return absl::InvalidArgumentError(
             absl::StrCat("recipe kernel parameter \"", p, "\" is unknown to the norm runner"));
+      }
+      a->pointers.push_back(found);
+    }
+    return absl::OkStatus();
+  }
+
+  // Loads every kernel of the recipe; unloads them when destroyed.
+  struct Loaded {
+    Device* d = nullptr;
+    std::vector<LoadedKernel> kernels;
+    ~Loaded() {
+      for (const LoadedKernel& k : kernels) d->UnloadKernel(k);
+    }
+  };
+  absl::Status Load(const LaunchRecipe& recipe, Loaded* loaded) {
+    loaded->d = device;
+    const size_t expected = IsForward(problem) ? 1 : (problem.has_weight || HasBias(problem)) ? 2 : 1;
+    if (recipe.kernels.size() != expected) {
+      return absl::InvalidArgumentError(absl::StrCat(OpName(problem), " recipes here have ",
+                                                     expected, " kernel(s), got ",
+                                                     recipe.kernels.size()));
+    }
+    if (!IsForward(problem)) {
+      if (absl::Status s = EnsureWorkspace(recipe.workspace_bytes); !s.ok()) return s;
+    }
+    for (const KernelLaunch& k : recipe.kernels) {
+      absl::StatusOr<LoadedKernel> kernel = device->LoadKernel(recipe.cubin, k.lowered_name);
+      if (!kernel.ok()) return kernel.status();
+      loaded->kernels.push_back(*kernel);
+    }
+    return absl::OkStatus();
+  }
+
+  // The workspace per input set, grown to the recipe's size when needed.
+  absl::Status EnsureWorkspace(uint64_t bytes) {
+    ws_bytes = bytes;
+    if (bytes == 0 || (!ws.empty() && ws[0].size() >= bytes)) return absl::OkStatus();
+    ws.clear();
+    for (int s = 0; s < rotation; ++s) {
+      absl::StatusOr<DeviceBuffer> buffer = DeviceBuffer::Create(device, bytes);
+      if (!buffer.ok()) return buffer.status();
+      ws.push_back(*std::move(buffer));
+    }
+    return absl::OkStatus();
+  }
+
+  // Enqueues every kernel of the recipe, in order, on input set `set`.
+  absl::Status LaunchAll(const LaunchRecipe& recipe, const Loaded& loaded,
+                         std::vector<std::vector<Args>>& args, int set) {
+    for (size_t i = 0; i < recipe.kernels.size(); ++i) {
+      if (absl::Status s = device->Launch(loaded.kernels[i], recipe.kernels[i],
+                                          args[set][i].pointers.data());
+          !s.ok()) {
+        return s;
       }
     }
     return absl::OkStatus();
   }
 
-  absl::StatusOr<VerifyResult> Check() const;
+  absl::StatusOr<VerifyResult> CheckForward() const;
+  absl::StatusOr<VerifyResult> CheckBackward() const;
 };
 
 NormRunner::NormRunner(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -264,208 +412,369 @@ absl::StatusOr<std::unique_ptr<NormRunner>> NormRunner::Create(const NormProblem
                                                                Device* device, uint64_t seed) {
   if (absl::Status s = ValidateNormProblem(problem); !s.ok()) return s;
   auto impl = std::make_unique<Impl>();
-  impl->problem = problem;
-  impl->device = device;
+  Impl& im = *impl;
+  im.problem = problem;
+  im.device = device;
   const int64_t m = problem.m;
   const int64_t n = problem.n;
-  const int in_bytes = DTypeBytes(problem.input_dtype);
+  const bool fwd = IsForward(problem);
+  const bool ln = IsLayerNorm(problem);
 
-  // Inputs: each row scaled by 2^[-2, 2) so rows have clearly different rstd
-  // (a kernel mixing up rows fails), elements of magnitude [0.05, 2) * scale
-  // with random signs (never zero), weights of magnitude [0.5, 1.5) with random
-  // signs (a kernel skipping or misplacing the weight fails).
-  impl->host_x.resize(impl->x_bytes());
-  impl->host_w.resize(n * in_bytes);
-  impl->rstd_ref.resize(m);
+  // Inputs: each row scaled by 2^[-2, 2) so rows have clearly different
+  // statistics (a kernel mixing up rows fails), elements of magnitude
+  // [0.05, 2) * scale with random signs (never zero); LayerNorm rows also get
+  // an offset of up to 4 * scale, so a kernel forgetting the mean, or one whose
+  // variance cancels, fails. Weights and biases of magnitude [0.5, 1.5) with
+  // random signs; dy like x without the offset.
+  im.host_x.resize(im.x_bytes());
+  if (!fwd) im.host_dy.resize(im.x_bytes());
+  im.host_w.resize(im.w_bytes());
+  im.host_b.resize(im.w_bytes());
+  im.mean_ref.assign(m, 0.0);
+  im.rstd_ref.assign(m, 0.0);
   ParallelFor(m, std::max<int64_t>(1, (int64_t{1} << 16) / n), [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const double scale = std::exp2(4.0 * Uniform(seed, kStreamRowScale, i) - 2.0);
-      double ss = 0.0;
+      const double offset = ln ? scale * (8.0 * Uniform(seed + 1, kStreamRowScale, i) - 4.0) : 0.0;
+      double s = 0.0;
       for (int64_t j = 0; j < n; ++j) {
         const float v = static_cast<float>(
-            scale * SignedMagnitude(Uniform(seed, kStreamX, i * n + j), 0.05, 2.0));
-        Encode(problem.input_dtype, v, impl->host_x.data(), i * n + j);
-        const double xr = Decode(problem.input_dtype, impl->host_x.data(), i * n + j);
-        ss += xr * xr;
+            offset + scale * SignedMagnitude(Uniform(seed, kStreamX, i * n + j), 0.05, 2.0));
+        Encode(problem.input_dtype, v, im.host_x.data(), i * n + j);
+        s += im.x_at(i * n + j);
+        if (!fwd) {
+          const float d = static_cast<float>(
+              scale * SignedMagnitude(Uniform(seed, kStreamDy, i * n + j), 0.05, 2.0));
+          Encode(problem.input_dtype, d, im.host_dy.data(), i * n + j);
+        }
       }
-      impl->rstd_ref[i] = 1.0 / std::sqrt(ss / static_cast<double>(n) + problem.eps);
+      const double mu = ln ? s / static_cast<double>(n) : 0.0;
+      double ss = 0.0;
+      for (int64_t j = 0; j < n; ++j) {
+        const double d = im.x_at(i * n + j) - mu;
+        ss += d * d;
+      }
+      im.mean_ref[i] = mu;
+      im.rstd_ref[i] = 1.0 / std::sqrt(ss / static_cast<double>(n) + problem.eps);
     }
   });
   for (int64_t j = 0; j < n; ++j) {
-    Encode(problem.input_dtype, SignedMagnitude(Uniform(seed, kStreamW, j), 0.5, 1.5),
-           impl->host_w.data(), j);
+    Encode(problem.weight_dtype, SignedMagnitude(Uniform(seed, kStreamW, j), 0.5, 1.5),
+           im.host_w.data(), j);
+    Encode(problem.weight_dtype, SignedMagnitude(Uniform(seed, kStreamB, j), 0.5, 1.5),
+           im.host_b.data(), j);
+  }
+  im.mean_f.resize(m);
+  im.rstd_f.resize(m);
+  for (int64_t i = 0; i < m; ++i) {
+    im.mean_f[i] = static_cast<float>(im.mean_ref[i]);
+    im.rstd_f[i] = static_cast<float>(im.rstd_ref[i]);
+  }
+
+  // Backward references, with the statistics the kernel is given (rounded to
+  // f32), so the comparison measures the kernel and not the saved inputs.
+  if (!fwd) {
+    im.c1_ref.assign(m, 0.0);
+    im.c2_ref.assign(m, 0.0);
+    ParallelFor(m, std::max<int64_t>(1, (int64_t{1} << 16) / n), [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const double mu = ln ? im.mean_f[i] : 0.0;
+        const double r = im.rstd_f[i];
+        double sgx = 0.0, sg = 0.0;
+        for (int64_t j = 0; j < n; ++j) {
+          const double g = im.dy_at(i * n + j) * im.w_at(j);
+          sgx += g * (im.x_at(i * n + j) - mu) * r;
+          sg += g;
+        }
+        im.c1_ref[i] = sgx / static_cast<double>(n);
+        im.c2_ref[i] = ln ? sg / static_cast<double>(n) : 0.0;
+      }
+    });
+    im.dw_ref.assign(n, 0.0);
+    im.db_ref.assign(n, 0.0);
+    im.dw_scale.assign(n, 0.0);
+    im.db_scale.assign(n, 0.0);
+    ParallelFor(n, std::max<int64_t>(1, (int64_t{1} << 16) / m), [&](int64_t begin, int64_t end) {
+      for (int64_t i = 0; i < m; ++i) {
+        const double mu = ln ? im.mean_f[i] : 0.0;
+        const double r = im.rstd_f[i];
+        for (int64_t j = begin; j < end; ++j) {
+          const double d = im.dy_at(i * n + j);
+          const double t = d * (im.x_at(i * n + j) - mu) * r;
+          im.dw_ref[j] += t;
+          im.dw_scale[j] += t * t;
+          im.db_ref[j] += d;
+          im.db_scale[j] += d * d;
+        }
+      }
+    });
+    for (int64_t j = 0; j < n; ++j) {
+      im.dw_scale[j] = std::sqrt(im.dw_scale[j]);
+      im.db_scale[j] = std::sqrt(im.db_scale[j]);
+    }
   }
 
   // Device buffers: enough sets that one sweep moves >= 3x L2.
-  impl->rotation = RotationCount(device->info(), impl->x_bytes() + impl->y_bytes());
-  for (int s = 0; s < impl->rotation; ++s) {
-    absl::StatusOr<DeviceBuffer> xb = DeviceBuffer::Create(device, impl->x_bytes());
-    if (!xb.ok()) return xb.status();
-    absl::StatusOr<DeviceBuffer> yb = DeviceBuffer::Create(device, impl->y_bytes());
-    if (!yb.ok()) return yb.status();
-    absl::StatusOr<DeviceBuffer> rb = DeviceBuffer::Create(device, m * sizeof(float));
-    if (!rb.ok()) return rb.status();
-    if (absl::Status st = device->CopyToDevice(xb->get(), impl->host_x.data(), impl->x_bytes());
-        !st.ok()) {
-      return st;
+  const int64_t per_set = im.x_bytes() * (fwd ? 1 : 2) + im.out_bytes();
+  im.rotation = RotationCount(device->info(), per_set);
+  for (int s = 0; s < im.rotation; ++s) {
+    for (auto [list, bytes, host] :
+         {std::tuple{&im.x, im.x_bytes(), static_cast<const void*>(im.host_x.data())},
+          std::tuple{&im.dy, fwd ? 0 : im.x_bytes(), static_cast<const void*>(im.host_dy.data())},
+          std::tuple{&im.out, im.out_bytes(), static_cast<const void*>(nullptr)},
+          std::tuple{&im.mean, im.stat_bytes(), static_cast<const void*>(im.mean_f.data())},
+          std::tuple{&im.rstd, im.stat_bytes(), static_cast<const void*>(im.rstd_f.data())}}) {
+      if (bytes == 0) continue;
+      absl::StatusOr<DeviceBuffer> buffer = DeviceBuffer::Create(device, bytes);
+      if (!buffer.ok()) return buffer.status();
+      if (host != nullptr) {
+        if (absl::Status st = device->CopyToDevice(buffer->get(), host, bytes); !st.ok()) return st;
+      }
+      list->push_back(*std::move(buffer));
     }
-    impl->x.push_back(*std::move(xb));
-    impl->y.push_back(*std::move(yb));
-    impl->rstd.push_back(*std::move(rb));
   }
-  absl::StatusOr<DeviceBuffer> wb = DeviceBuffer::Create(device, n * in_bytes);
-  if (!wb.ok()) return wb.status();
-  impl->w = *std::move(wb);
-  if (absl::Status st = device->CopyToDevice(impl->w.get(), impl->host_w.data(), n * in_bytes);
-      !st.ok()) {
-    return st;
+  for (auto [buffer, host] : {std::pair{&im.w, im.host_w.data()}, std::pair{&im.b, im.host_b.data()},
+                              std::pair{&im.dw, static_cast<uint8_t*>(nullptr)},
+                              std::pair{&im.db, static_cast<uint8_t*>(nullptr)}}) {
+    absl::StatusOr<DeviceBuffer> created = DeviceBuffer::Create(device, im.w_bytes());
+    if (!created.ok()) return created.status();
+    if (host != nullptr) {
+      if (absl::Status st = device->CopyToDevice(created->get(), host, im.w_bytes()); !st.ok()) {
+        return st;
+      }
+    }
+    *buffer = *std::move(created);
   }
-  impl->host_y.resize(impl->y_bytes());
-  impl->host_rstd.resize(m);
+  im.host_out.resize(im.out_bytes());
+  im.host_dw.resize(im.w_bytes());
+  im.host_db.resize(im.w_bytes());
+  im.host_mean.resize(m);
+  im.host_rstd.resize(m);
   return std::unique_ptr<NormRunner>(new NormRunner(std::move(impl)));
 }
 
 absl::StatusOr<VerifyResult> NormRunner::Verify(const LaunchRecipe& recipe) {
   Impl& im = *impl_;
-  if (recipe.kernels.size() != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "norm forward recipes have exactly one kernel, got ", recipe.kernels.size()));
-  }
-  const KernelLaunch& k = recipe.kernels[0];
-  absl::StatusOr<LoadedKernel> kernel = im.device->LoadKernel(recipe.cubin, k.lowered_name);
-  if (!kernel.ok()) return kernel.status();
-  struct Unload {
-    Device* d;
-    LoadedKernel k;
-    ~Unload() { d->UnloadKernel(k); }
-  } unload{im.device, *kernel};
+  const bool fwd = IsForward(im.problem);
+  Impl::Loaded loaded;
+  if (absl::Status s = im.Load(recipe, &loaded); !s.ok()) return s;
 
-  // Poison every output byte: 0xFF is NaN in every float format, so an
-  // element the kernel never wrote cannot pass.
-  if (absl::Status s = im.device->Fill(im.y[0].get(), 0xFF, im.y_bytes()); !s.ok()) return s;
-  if (absl::Status s = im.device->Fill(im.rstd[0].get(), 0xFF, im.problem.m * sizeof(float));
-      !s.ok()) {
-    return s;
+  // Poison every output byte (and the workspace): 0xFF is NaN in every float
+  // format, so an element the kernels never wrote cannot pass, and a reduce
+  // kernel reading a partial the fused kernel never wrote yields NaN.
+  std::vector<std::pair<DevicePtr, uint64_t>> poison = {{im.out[0].get(), im.out_bytes()}};
+  if (fwd) {
+    poison.push_back({im.rstd[0].get(), im.stat_bytes()});
+    if (IsLayerNorm(im.problem)) poison.push_back({im.mean[0].get(), im.stat_bytes()});
+  } else {
+    poison.push_back({im.dw.get(), im.w_bytes()});
+    poison.push_back({im.db.get(), im.w_bytes()});
+    if (!im.ws.empty()) poison.push_back({im.ws[0].get(), im.ws[0].size()});
   }
-  Impl::Args args;
-  if (absl::Status s = im.BuildArgs(k, 0, /*with_rstd=*/true, &args); !s.ok()) return s;
-  if (absl::Status s = im.device->Launch(*kernel, k, args.pointers.data()); !s.ok()) return s;
+  for (auto [ptr, bytes] : poison) {
+    if (absl::Status s = im.device->Fill(ptr, 0xFF, bytes); !s.ok()) return s;
+  }
+  std::vector<std::vector<Impl::Args>> args(1, std::vector<Impl::Args>(recipe.kernels.size()));
+  for (size_t i = 0; i < recipe.kernels.size(); ++i) {
+    if (absl::Status s = im.BuildArgs(recipe.kernels[i], 0, /*with_stats=*/true, &args[0][i]);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (absl::Status s = im.LaunchAll(recipe, loaded, args, 0); !s.ok()) return s;
   if (absl::Status s = im.device->Synchronize(); !s.ok()) return s;
-  if (absl::Status s = im.device->CopyToHost(im.host_y.data(), im.y[0].get(), im.y_bytes());
-      !s.ok()) {
-    return s;
+  std::vector<std::tuple<void*, DevicePtr, uint64_t>> back = {
+      {im.host_out.data(), im.out[0].get(), im.out_bytes()}};
+  if (fwd) {
+    back.push_back({im.host_rstd.data(), im.rstd[0].get(), im.stat_bytes()});
+    if (IsLayerNorm(im.problem)) back.push_back({im.host_mean.data(), im.mean[0].get(), im.stat_bytes()});
+  } else {
+    back.push_back({im.host_dw.data(), im.dw.get(), im.w_bytes()});
+    back.push_back({im.host_db.data(), im.db.get(), im.w_bytes()});
   }
-  if (absl::Status s = im.device->CopyToHost(im.host_rstd.data(), im.rstd[0].get(),
-                                             im.problem.m * sizeof(float));
-      !s.ok()) {
-    return s;
+  for (auto [host, dev, bytes] : back) {
+    if (absl::Status s = im.device->CopyToHost(host, dev, bytes); !s.ok()) return s;
   }
-  return im.Check();
+  return fwd ? im.CheckForward() : im.CheckBackward();
 }
 
-absl::StatusOr<VerifyResult> NormRunner::Impl::Check() const {
-  const int64_t m = problem.m;
-  const int64_t n = problem.n;
-  const Tolerance tol = ToleranceFor(problem.output_dtype);
-  const Tolerance rstd_tol = ToleranceFor(DType::kFP32);
-  std::vector<double> w_ref(n, 1.0);
-  if (problem.has_weight) {
-    for (int64_t j = 0; j < n; ++j) w_ref[j] = Decode(problem.input_dtype, host_w.data(), j);
+namespace {
+
+// Collects the worst error and the first failure (by a caller-chosen index)
+// from the checking threads.
+class Findings {
+ public:
+  void Report(int64_t index, double err, const std::string& detail) {
+    std::lock_guard<std::mutex> lock(mu_);
+    max_error_ = std::max(max_error_, err);
+    if (!detail.empty() && index < first_bad_) {
+      first_bad_ = index;
+      first_detail_ = detail;
+    }
+  }
+  VerifyResult Result() const {
+    VerifyResult r;
+    r.max_error = max_error_;
+    r.ok = first_detail_.empty();
+    r.detail = first_detail_;
+    return r;
   }
 
-  std::mutex mu;  // guards the fields below
-  double max_error = 0;
-  int64_t first_bad = std::numeric_limits<int64_t>::max();  // row-major index; m*n+i for rstd[i]
-  std::string first_detail;
-  auto report = [&](int64_t index, double err, const std::string& detail) {
-    std::lock_guard<std::mutex> lock(mu);
-    max_error = std::max(max_error, err);
-    if (!detail.empty() && index < first_bad) {
-      first_bad = index;
-      first_detail = detail;
-    }
-  };
-  auto describe = [&](const char* what, int64_t i, int64_t j, double got, double want,
-                      double allowed) {
-    std::string where = j >= 0 ? absl::StrFormat("%s[%d, %d]", what, i, j)
-                               : absl::StrFormat("%s[%d]", what, i);
-    if (std::isnan(got)) {
-      return absl::StrFormat("%s is NaN (not written: outputs were poisoned with 0xFF), "
-                             "expected %.6g", where, want);
-    }
-    return absl::StrFormat("%s = %.6g, expected %.6g (|error| %.3g > allowed %.3g)", where, got,
-                           want, std::fabs(got - want), allowed);
-  };
+ private:
+  std::mutex mu_;
+  double max_error_ = 0;
+  int64_t first_bad_ = std::numeric_limits<int64_t>::max();
+  std::string first_detail_;
+};
 
+std::string Describe(const char* what, int64_t i, int64_t j, double got, double want,
+                     double allowed) {
+  std::string where =
+      j >= 0 ? absl::StrFormat("%s[%d, %d]", what, i, j) : absl::StrFormat("%s[%d]", what, i);
+  if (std::isnan(got)) {
+    return absl::StrFormat("%s is NaN (not written: outputs were poisoned with 0xFF), "
+                           "expected %.6g", where, want);
+  }
+  return absl::StrFormat("%s = %.6g, expected %.6g (|error| %.3g > allowed %.3g)", where, got,
+                         want, std::fabs(got - want), allowed);
+}
+
+// Compares one value; false (and fills `detail`) when it fails. NaN fails.
+bool Compare(const char* what, int64_t i, int64_t j, double got, double want, double allowed,
+             double* local_max, std::string* detail) {
+  const double err = std::fabs(got - want) / allowed;
+  if (!(err <= 1.0)) {
+    *detail = Describe(what, i, j, got, want, allowed);
+    *local_max = std::isnan(err) ? std::numeric_limits<double>::infinity()
+                                 : std::max(*local_max, err);
+    return false;
+  }
+  *local_max = std::max(*local_max, err);
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<VerifyResult> NormRunner::Impl::CheckForward() const {
+  const int64_t m = problem.m;
+  const int64_t n = problem.n;
+  const bool ln = IsLayerNorm(problem);
+  const Tolerance tol = ToleranceFor(problem.output_dtype);
+  const Tolerance stat_tol = {0, 2e-5};  // fp32 statistics: relative to the row's scale
+  Findings findings;
   ParallelFor(m, std::max<int64_t>(1, (int64_t{1} << 16) / n), [&](int64_t begin, int64_t end) {
     double local_max = 0;
-    int64_t local_bad = -1;
-    std::string local_detail;
-    for (int64_t i = begin; i < end && local_bad < 0; ++i) {
+    int64_t bad = -1;
+    std::string detail;
+    for (int64_t i = begin; i < end && bad < 0; ++i) {
+      const double mu = mean_ref[i];
       const double r = rstd_ref[i];
       for (int64_t j = 0; j < n; ++j) {
-        const double want = Decode(problem.input_dtype, host_x.data(), i * n + j) * r * w_ref[j];
-        const double got = Decode(problem.output_dtype, host_y.data(), i * n + j);
-        const double allowed = tol.atol + tol.rtol * std::fabs(want);
-        const double err = std::fabs(got - want) / allowed;
-        if (!(err <= 1.0)) {  // NaN fails too
-          local_bad = i * n + j;
-          local_detail = describe("y", i, j, got, want, allowed);
-          local_max = std::isnan(err) ? std::numeric_limits<double>::infinity()
-                                      : std::max(local_max, err);
+        const double w = w_at(j);
+        const double want = (x_at(i * n + j) - mu) * r * w + b_at(j);
+        const double got = Decode(problem.output_dtype, host_out.data(), i * n + j);
+        // LayerNorm: the f32 mean's rounding moves y by up to ~rtol * |w|.
+        const double allowed =
+            tol.atol + tol.rtol * (std::fabs(want) + (ln ? std::fabs(w) : 0.0));
+        if (!Compare("y", i, j, got, want, allowed, &local_max, &detail)) {
+          bad = i * n + j;
           break;
         }
-        local_max = std::max(local_max, err);
       }
-      if (local_bad >= 0) break;
-      const double got_r = host_rstd[i];
-      const double allowed_r = rstd_tol.atol + rstd_tol.rtol * std::fabs(r);
-      const double err_r = std::fabs(got_r - r) / allowed_r;
-      if (!(err_r <= 1.0)) {
-        local_bad = m * n + i;
-        local_detail = describe("rstd", i, -1, got_r, r, allowed_r);
-        local_max = std::isnan(err_r) ? std::numeric_limits<double>::infinity()
-                                      : std::max(local_max, err_r);
+      if (bad >= 0) break;
+      if (!Compare("rstd", i, -1, host_rstd[i], r, stat_tol.rtol * r, &local_max, &detail)) {
+        bad = m * n + i;
         break;
       }
-      local_max = std::max(local_max, err_r);
+      // The mean is compared on the scale of the row's spread (1 / rstd): a
+      // mean near zero has no meaningful relative precision of its own.
+      if (ln && !Compare("mean", i, -1, host_mean[i], mu, stat_tol.rtol * (std::fabs(mu) + 1 / r),
+                         &local_max, &detail)) {
+        bad = 2 * m * n + i;
+        break;
+      }
     }
-    report(local_bad < 0 ? std::numeric_limits<int64_t>::max() : local_bad, local_max,
-           local_detail);
+    findings.Report(bad < 0 ? std::numeric_limits<int64_t>::max() : bad, local_max, detail);
   });
+  return findings.Result();
+}
 
-  VerifyResult result;
-  result.max_error = max_error;
-  result.ok = first_detail.empty();
-  result.detail = first_detail;
-  return result;
+absl::StatusOr<VerifyResult> NormRunner::Impl::CheckBackward() const {
+  const int64_t m = problem.m;
+  const int64_t n = problem.n;
+  const bool ln = IsLayerNorm(problem);
+  const Tolerance tol = ToleranceFor(problem.output_dtype);
+  const Tolerance wtol = ToleranceFor(problem.weight_dtype);
+  Findings findings;
+  ParallelFor(m, std::max<int64_t>(1, (int64_t{1} << 16) / n), [&](int64_t begin, int64_t end) {
+    double local_max = 0;
+    int64_t bad = -1;
+    std::string detail;
+    for (int64_t i = begin; i < end && bad < 0; ++i) {
+      const double mu = ln ? mean_f[i] : 0.0;
+      const double r = rstd_f[i];
+      for (int64_t j = 0; j < n; ++j) {
+        const double xh = (x_at(i * n + j) - mu) * r;
+        const double g = dy_at(i * n + j) * w_at(j);
+        const double want = r * (g - c2_ref[i] - xh * c1_ref[i]);
+        const double got = Decode(problem.output_dtype, host_out.data(), i * n + j);
+        // dx is a difference of terms of size r * |g|: fp32 rounding of those
+        // terms, not of the (possibly small) result, bounds the error.
+        const double allowed = tol.atol * r + tol.rtol * (std::fabs(want) + r * std::fabs(g));
+        if (!Compare("dx", i, j, got, want, allowed, &local_max, &detail)) {
+          bad = i * n + j;
+          break;
+        }
+      }
+    }
+    findings.Report(bad < 0 ? std::numeric_limits<int64_t>::max() : bad, local_max, detail);
+  });
+  // dw and db: sums over all M rows. Allowed: the weight dtype's rounding of
+  // the result plus fp32 summation error (kSumTolerancePerRow * M of the
+  // terms' root sum of squares): a dropped or doubled row block fails.
+  double local_max = 0;
+  std::string detail;
+  const double sum_tol = kSumTolerancePerRow * static_cast<double>(m);
+  for (int64_t j = 0; j < n && detail.empty(); ++j) {
+    if (problem.has_weight) {
+      const double got = Decode(problem.weight_dtype, host_dw.data(), j);
+      const double allowed =
+          wtol.atol * 1e-3 + wtol.rtol * std::fabs(dw_ref[j]) + sum_tol * dw_scale[j];
+      if (!Compare("dw", j, -1, got, dw_ref[j], allowed, &local_max, &detail)) break;
+    }
+    if (HasBias(problem)) {
+      const double got = Decode(problem.weight_dtype, host_db.data(), j);
+      const double allowed =
+          wtol.atol * 1e-3 + wtol.rtol * std::fabs(db_ref[j]) + sum_tol * db_scale[j];
+      if (!Compare("db", j, -1, got, db_ref[j], allowed, &local_max, &detail)) break;
+    }
+  }
+  findings.Report(detail.empty() ? std::numeric_limits<int64_t>::max() : m * n, local_max, detail);
+  return findings.Result();
 }
 
 absl::StatusOr<Timing> NormRunner::Time(const LaunchRecipe& recipe,
                                         const MeasureOptions& options) {
   Impl& im = *impl_;
-  if (recipe.kernels.size() != 1) {
-    return absl::InvalidArgumentError("norm forward recipes have exactly one kernel");
-  }
-  const KernelLaunch& k = recipe.kernels[0];
-  absl::StatusOr<LoadedKernel> kernel = im.device->LoadKernel(recipe.cubin, k.lowered_name);
-  if (!kernel.ok()) return kernel.status();
-  struct Unload {
-    Device* d;
-    LoadedKernel k;
-    ~Unload() { d->UnloadKernel(k); }
-  } unload{im.device, *kernel};
-
-  // Timed without rstd: MinimumBytes counts x, w and y, as peers' inference
-  // forward does; rstd adds 4 bytes per row when a training caller asks.
-  std::vector<Impl::Args> args(im.rotation);
+  Impl::Loaded loaded;
+  if (absl::Status s = im.Load(recipe, &loaded); !s.ok()) return s;
+  // Forward timed without the statistics: MinimumBytes counts x, w (b) and y,
+  // as peers' inference forward does; they add 4 bytes per row each when a
+  // training caller asks. Backward: every kernel of the recipe back to back,
+  // inside one event pair.
+  std::vector<std::vector<Impl::Args>> args(im.rotation,
+                                            std::vector<Impl::Args>(recipe.kernels.size()));
   for (int s = 0; s < im.rotation; ++s) {
-    if (absl::Status st = im.BuildArgs(k, s, /*with_rstd=*/false, &args[s]); !st.ok()) return st;
+    for (size_t i = 0; i < recipe.kernels.size(); ++i) {
+      if (absl::Status st = im.BuildArgs(recipe.kernels[i], s, /*with_stats=*/false, &args[s][i]);
+          !st.ok()) {
+        return st;
+      }
+    }
   }
   absl::StatusOr<Timing> timing = Measure(
-      im.device,
-      [&](int set) { return im.device->Launch(*kernel, k, args[set].pointers.data()); },
-      im.rotation, options);
+      im.device, [&](int set) { return im.LaunchAll(recipe, loaded, args, set); }, im.rotation,
+      options);
   if (!timing.ok()) return timing.status();
   if (absl::Status s = im.device->Synchronize(); !s.ok()) return s;
   return timing;

@@ -1,6 +1,11 @@
-// Runs norm kernels on a Device: allocates inputs (random, never zeros) and
-// poisoned outputs, verifies a candidate against the float64 host reference,
-// and times it with the protocol of tuner/measure.h.
+// Runs norm kernels (all four ops) on a Device: allocates inputs (random,
+// never zeros) and poisoned outputs, verifies a candidate against the float64
+// host reference, and times it with the protocol of tuner/measure.h.
+// Backward problems get x, dy, w and the statistics a forward would have saved
+// (the float64 mean/rstd rounded to f32); dx, dw and db are checked, dw/db with
+// a tolerance that grows with M (fp32 sums) yet fails a dropped row block.
+// Multi-kernel recipes (fused backward + reduce) run in order, and are timed
+// back to back inside one event pair.
 //
 // One NormRunner per (problem, device): it owns the device buffers, sized for
 // the rotation the measurement needs, and reuses them for every candidate.
@@ -32,7 +37,8 @@ class NormRunner {
                                                             Device* device, uint64_t seed = 1);
   ~NormRunner();
 
-  // Loads recipe's cubin, poisons outputs, launches once on input set 0 and
+  // Loads recipe's cubin, poisons outputs (and the backward workspace, sized
+  // by recipe.workspace_bytes), launches every kernel once on input set 0 and
   // checks every output element against the float64 reference. A wrong answer
   // is a value (ok == false); a launch failure or fault is an error status.
   absl::StatusOr<VerifyResult> Verify(const LaunchRecipe& recipe);
@@ -51,6 +57,23 @@ class NormRunner {
 void RmsNormForwardReference(const std::vector<double>& x, const std::vector<double>* w,
                              int64_t m, int64_t n, double eps, std::vector<double>* y,
                              std::vector<double>* rstd);
+
+// The float64 host reference of LayerNorm forward: y[i, j] = (x[i, j] - mean[i])
+// * rstd[i] * w[j] + b[j] (w, b may be null: 1 and 0).
+void LayerNormForwardReference(const std::vector<double>& x, const std::vector<double>* w,
+                               const std::vector<double>* b, int64_t m, int64_t n, double eps,
+                               std::vector<double>* y, std::vector<double>* mean,
+                               std::vector<double>* rstd);
+
+// The float64 host reference of the norm backward from the saved statistics
+// (RMSNorm: layernorm false, mean ignored): xhat = (x - mean) * rstd, g = dy * w,
+// dx = rstd * (g - mean_j(g) [LayerNorm only] - xhat * mean_j(g * xhat)),
+// dw[j] = sum_i dy * xhat, db[j] = sum_i dy. w may be null (1).
+void NormBackwardReference(bool layernorm, const std::vector<double>& x,
+                           const std::vector<double>& dy, const std::vector<double>* w,
+                           const std::vector<double>& mean, const std::vector<double>& rstd,
+                           int64_t m, int64_t n, std::vector<double>* dx, std::vector<double>* dw,
+                           std::vector<double>* db);
 
 // Tolerances for comparing an output of `dtype` against a float64 reference.
 struct Tolerance {

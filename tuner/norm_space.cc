@@ -22,10 +22,14 @@ constexpr int kRegisterOverhead = 40;
 // At most this many packed words live per thread (x, the next row's x, w):
 // beyond it the estimate above stops being reliable and occupancy collapses.
 constexpr int kMaxLiveWords = 96;
+// LayerNorm forward holds 16-bit x unpacked (three conversions per element):
+// at 96 words ptxas spilled a few bytes (4096 x 3000 bf16, 12 chunks).
+constexpr int kMaxLiveWordsLayerNormForward = 88;
 constexpr int kMaxCtasPerSm = 32;   // sm_50 and later
 constexpr int kSmSubPartitions = 4;  // register file split across 4 schedulers
 constexpr int kMaxRegistersPerThread = 255;
 constexpr int kMinThreadsPerRow = 4;
+constexpr int64_t kMaxSplitSize = 4096;  // rows per backward CTA
 constexpr int kWarpSizeT = 32;
 
 bool IsPowerOfTwo(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
@@ -61,21 +65,41 @@ int MaxVec(const NormProblem& p) {
   return vec;
 }
 
-// 32-bit registers one vector of the input occupies while held. bf16 and fp32
-// stay packed (the kernel converts bf16 again at each use, through different
-// instructions so ptxas cannot merge the two). fp16 has one conversion
-// instruction only, ptxas merges its two uses and so holds each element as a
-// float: one register per element.
-int WordsPerVector(const NormProblem& p, int vec) {
-  if (p.input_dtype == DType::kFP16) return vec;
-  return std::max(1, vec * DTypeBytes(p.input_dtype) / 4);
+// 32-bit registers one vector of `dtype` occupies while held. bf16 and fp32
+// stay packed when the kernel converts each element at most twice (through
+// different instructions: see common/types.cuh, ptxas merges identical ones).
+// fp16 has one conversion instruction only, ptxas merges its uses and so holds
+// each element as a float: one register per element. LayerNorm forward
+// converts x three times (mean, variance, output), so its bf16 x is counted
+// unpacked too.
+int WordsPerVector(DType dtype, int vec, bool unpacked) {
+  if (dtype == DType::kFP16 || (unpacked && dtype == DType::kBF16)) return vec;
+  return std::max(1, vec * DTypeBytes(dtype) / 4);
+}
+
+bool IsForward(const NormProblem& p) { return p.pass == NormPass::kForward; }
+bool IsLayerNorm(const NormProblem& p) { return p.op == NormOp::kLayerNorm; }
+
+// fp32 partial sums the backward keeps per column: dw and (LayerNorm) db.
+int GradientParts(const NormProblem& p) {
+  if (IsForward(p)) return 0;
+  return (p.has_weight ? 1 : 0) + (IsLayerNorm(p) && p.has_bias ? 1 : 0);
 }
 
 // Packed words live across the reduction (persistent) or per pass (looped).
 int LiveWords(const NormProblem& p, const NormConfig& c) {
-  const int x_words = c.chunks() * WordsPerVector(p, c.vec);
-  if (c.persistent) return c.pipeline_depth * x_words + (p.has_weight ? x_words : 0);
-  return 2 * x_words;  // pass 2 holds x and w chunks at once
+  const bool ln_fwd = IsLayerNorm(p) && IsForward(p);
+  const int x_words = c.chunks() * WordsPerVector(p.input_dtype, c.vec, ln_fwd);
+  const int w_words = c.chunks() * WordsPerVector(p.weight_dtype, c.vec, false);
+  const int params = (p.has_weight ? w_words : 0) + (ln_fwd && p.has_bias ? w_words : 0);
+  if (IsForward(p)) {
+    if (c.persistent) return c.pipeline_depth * x_words + params;
+    return x_words + params;  // pass 2 holds x, w and b chunks at once
+  }
+  // Backward: x and dy (twice when pipelined), w, and the fp32 column partials.
+  const int partials = GradientParts(p) * c.chunks() * c.vec;
+  if (c.persistent) return c.pipeline_depth * 2 * x_words + params + partials;
+  return 2 * x_words + params + 2 * c.vec;
 }
 
 int EstimatedRegisters(const NormProblem& p, const NormConfig& c) {
@@ -99,26 +123,26 @@ int CtasPerSm(const NormProblem& p, const NormConfig& c, const DeviceInfo& d) {
 
 int64_t RowBlocks(const NormProblem& p, const NormConfig& c) { return CeilDiv(p.m, c.x_block); }
 
+// Backward: CTAs of the fused kernel, one per SPLIT_SIZE rows; also the rows
+// of the fp32 workspace.
+int64_t PartialRows(const NormProblem& p, const NormConfig& c) {
+  return CeilDiv(p.m, c.split_size);
+}
+
 int64_t GridSize(const NormProblem& p, const NormConfig& c, const DeviceInfo& d) {
+  if (!IsForward(p)) return PartialRows(p, c);
   const int64_t row_blocks = RowBlocks(p, c);
   if (c.pipeline_depth == 1 || d.sm_count <= 0) return row_blocks;
   return std::min<int64_t>(row_blocks, int64_t{d.sm_count} * CtasPerSm(p, c, d));
 }
 
-bool IsRmsNormForward(const NormProblem& p) {
-  return p.op == NormOp::kRMSNorm && p.pass == NormPass::kForward;
-}
-
-absl::Status CheckServed(const NormProblem& p) {
-  if (!IsRmsNormForward(p)) {
-    return absl::UnimplementedError(
-        absl::StrCat("no kernel template implements ", OpName(p), " yet (rmsnorm.fwd only)"));
-  }
-  return absl::OkStatus();
+uint64_t WorkspaceBytes(const NormProblem& p, const NormConfig& c) {
+  if (IsForward(p) || GradientParts(p) == 0) return 0;
+  return static_cast<uint64_t>(GradientParts(p)) * PartialRows(p, c) * p.n * sizeof(float);
 }
 
 NormConfig MakeConfig(int num_warps, int threads_per_row, int vec, int chunks, bool persistent,
-                      int pipeline) {
+                      int pipeline, int split = 0) {
   NormConfig c;
   c.num_warps = num_warps;
   c.x_block = num_warps * kWarpSizeT / threads_per_row;
@@ -126,21 +150,79 @@ NormConfig MakeConfig(int num_warps, int threads_per_row, int vec, int chunks, b
   c.r_block = threads_per_row * vec * chunks;
   c.persistent = persistent;
   c.pipeline_depth = pipeline;
-  c.split_size = 0;
+  c.split_size = split;
   return c;
+}
+
+// ---- the reduce kernel of the backward -------------------------------------------
+// norm_bwd_reduce's geometry follows from (P, N): 32 consecutive columns per
+// warp row (128-byte coalesced loads), and enough thread rows that each sums
+// about 8 partials with 4 loads in flight; reading P * N * 4 bytes takes a few
+// microseconds at most for the spaces' splits, so it is not searched.
+struct ReduceGeometry {
+  int threads_x = 32;
+  int threads_y = 1;
+};
+
+ReduceGeometry ReduceGeometryFor(int64_t partial_rows) {
+  ReduceGeometry g;
+  g.threads_y = static_cast<int>(std::clamp<int64_t>(NextPowerOfTwo(CeilDiv(partial_rows, 8)), 1,
+                                                     32));
+  return g;
+}
+
+// SPLIT_SIZE values for a backward geometry: powers of two (multiples of
+// XBLOCK). Pruned: the split giving about one full wave of CTAs (the largest
+// with P >= SMs * CTAs per SM, so each CTA amortizes its partials over the
+// most rows while every SM is busy), its half (two waves, more latency hiding)
+// and its double (fewer partials), dropping those whose workspace traffic
+// (written and read back) exceeds a quarter of the op's own bytes while a
+// cheaper one remains. Only the half and the one-wave split are kept when
+// both pass (the double rarely won and doubled the space).
+std::vector<int> SplitSizes(const NormProblem& p, const NormConfig& c, const DeviceInfo& d,
+                            bool pruned) {
+  std::vector<int> all;
+  const int64_t top = std::min<int64_t>(NextPowerOfTwo(p.m), kMaxSplitSize);
+  for (int64_t s = c.x_block; s <= std::max<int64_t>(top, c.x_block); s *= 2) {
+    all.push_back(static_cast<int>(s));
+  }
+  if (!pruned) return all;
+  const int64_t wave = int64_t{std::max(d.sm_count, 1)} * std::max(1, CtasPerSm(p, c, d));
+  int one_wave = all.front();
+  for (int s : all) {
+    if (CeilDiv(p.m, s) >= wave) one_wave = s;
+  }
+  std::vector<int> out;
+  const int64_t budget = MinimumBytes(p) / 4;
+  for (int s : {one_wave / 2, one_wave, one_wave * 2}) {
+    if (s < c.x_block || s > all.back()) continue;
+    NormConfig t = c;
+    t.split_size = s;
+    if (2 * static_cast<int64_t>(WorkspaceBytes(p, t)) > budget && s != all.back()) {
+      // Keep it only if no larger split is left to try.
+      if (s < one_wave * 2 && one_wave * 2 <= all.back()) continue;
+    }
+    out.push_back(s);
+  }
+  if (out.empty()) out.push_back(one_wave);
+  if (out.size() > 2) out.resize(2);
+  return out;
 }
 
 }  // namespace
 
 absl::Status CanImplement(const NormProblem& p, const NormConfig& c, const DeviceInfo& d) {
-  if (absl::Status s = CheckServed(p); !s.ok()) return s;
   auto fail = [&](const std::string& why) {
     return absl::FailedPreconditionError(absl::StrCat(ToString(c), ": ", why));
   };
-  if (!IsNormDType(p.input_dtype) || !IsNormDType(p.output_dtype)) {
+  if (!IsNormDType(p.input_dtype) || !IsNormDType(p.output_dtype) ||
+      !IsNormDType(p.weight_dtype)) {
     return fail("dtypes must be bf16, fp16 or fp32");
   }
-  if (p.has_bias) return fail("RMSNorm has no bias");
+  if (p.weight_dtype != p.input_dtype && p.weight_dtype != DType::kFP32) {
+    return fail("the weight dtype must be the input's or fp32");
+  }
+  if (p.has_bias && !IsLayerNorm(p)) return fail("RMSNorm has no bias");
   if (p.m < 1 || p.n < 1 || p.n > kMaxNormN || p.m > kMaxNormM) {
     return fail("M and N must be in range (ValidateNormProblem)");
   }
@@ -164,10 +246,25 @@ absl::Status CanImplement(const NormProblem& p, const NormConfig& c, const Devic
   if (c.persistent && c.r_block < p.n) return fail("persistent needs r_block >= N");
   if (c.pipeline_depth != 1 && c.pipeline_depth != 2) return fail("pipeline_depth is 1 or 2");
   if (!c.persistent && c.pipeline_depth != 1) return fail("the looped variant is not pipelined");
-  if (c.split_size != 0) return fail("split_size is for the backward pass");
-  if (LiveWords(p, c) > kMaxLiveWords) {
+  if (IsForward(p)) {
+    if (c.split_size != 0) return fail("split_size is for the backward pass");
+  } else {
+    if (c.split_size < 1 || c.split_size > kMaxSplitSize || !IsPowerOfTwo(c.split_size)) {
+      return fail(absl::StrCat("split_size must be a power of two in [1, ", kMaxSplitSize, "]"));
+    }
+    if (c.split_size % c.x_block != 0) return fail("split_size must be a multiple of x_block");
+    if (!c.persistent && c.x_block != 1) return fail("the looped backward is one row at a time");
+    // The cross-row-group sum of the partials goes through static shared memory.
+    if (c.persistent && c.x_block > 1 &&
+        static_cast<int64_t>(c.threads()) * c.vec * 4 > 48 * 1024) {
+      return fail("the partials' shared-memory sum needs more than 48 KiB");
+    }
+  }
+  const int max_live =
+      IsLayerNorm(p) && IsForward(p) ? kMaxLiveWordsLayerNormForward : kMaxLiveWords;
+  if (LiveWords(p, c) > max_live) {
     return fail(absl::StrCat(LiveWords(p, c), " live registers of data per thread, more than ",
-                             kMaxLiveWords));
+                             max_live));
   }
   if (d.max_threads_per_sm > 0 && c.threads() > d.max_threads_per_sm) {
     return fail("more threads than an SM holds");
@@ -177,47 +274,86 @@ absl::Status CanImplement(const NormProblem& p, const NormConfig& c, const Devic
 }
 
 std::vector<NormConfig> NormSearchSpace(const NormProblem& p, const DeviceInfo& d) {
+  return NormSearchSpace(p, d, SpaceOptions());
+}
+
+std::vector<NormConfig> NormSearchSpace(const NormProblem& p, const DeviceInfo& d,
+                                        const SpaceOptions& options) {
   std::vector<NormConfig> space;
-  if (!IsRmsNormForward(p)) return space;
+  if (!ValidateNormProblem(p).ok()) return space;
+  const bool pruned = options.pruned;
+  const bool forward = IsForward(p);
   auto add = [&](const NormConfig& c) {
     if (!CanImplement(p, c, d).ok()) return;
     if (std::find(space.begin(), space.end(), c) != space.end()) return;
     space.push_back(c);
   };
+  // Backward: each geometry with its SPLIT_SIZEs; pipelining only where a CTA
+  // walks at least two row blocks.
+  auto add_backward = [&](NormConfig c, bool pipelined) {
+    const std::vector<int> splits = SplitSizes(p, c, d, pruned);
+    for (int split : splits) {
+      c.split_size = split;
+      c.pipeline_depth = 1;
+      add(c);
+      // Pipelined at the largest split only: the CTA walks the most row blocks there.
+      if (pipelined && (split == splits.back() || !pruned) && split >= 2 * c.x_block && p.m > c.x_block) {
+        c.pipeline_depth = 2;
+        add(c);
+      }
+    }
+  };
   const int vec = MaxVec(p);
-  const int64_t vectors = p.n / vec;          // vectors per row
+  const int64_t vectors = p.n / vec;             // vectors per row
   const int64_t max_rows = NextPowerOfTwo(p.m);  // more rows per CTA than M idles threads
+  // Backward CTAs hold fp32 partials for their columns besides the row: the
+  // grid is pruned to 2..32 warps and at most 8 vectors per thread.
+  const std::vector<int> warp_counts =
+      forward || !pruned ? std::vector<int>{1, 2, 4, 8, 16, 32} : std::vector<int>{2, 4, 8, 16, 32};
+  const int64_t max_chunks = forward ? 64 : (pruned ? 8 : 16);
 
   // Persistent: the row in registers. (warps, threads per row) fixes CHUNKS as
   // the fewest passes covering the row; rows using under half of their last
   // pass's lanes are pruned (idle threads), as are CTAs wider than M needs.
   // Pipelining only differs from depth 1 when a one-wave grid must loop.
   bool row_fits_registers = false;  // some persistent config is implementable at all
-  for (int warps : {1, 2, 4, 8, 16, 32}) {
+  for (int warps : warp_counts) {
     const int threads = warps * kWarpSizeT;
     for (int tpr = threads; tpr >= kMinThreadsPerRow; tpr /= 2) {
       const int64_t chunks = CeilDiv(vectors, tpr);
-      if (chunks > 64) continue;
-      NormConfig c = MakeConfig(warps, tpr, vec, static_cast<int>(chunks), true, 1);
+      if (chunks > max_chunks) continue;
+      NormConfig c = MakeConfig(warps, tpr, vec, static_cast<int>(chunks), true, 1,
+                                forward ? 0 : tpr == threads ? 1 : threads / tpr);
       if (!CanImplement(p, c, d).ok()) continue;
       row_fits_registers = true;
-      if (2 * vectors < chunks * tpr) continue;  // under half the lanes busy
-      if (threads / tpr > max_rows) continue;
+      if (pruned && 2 * vectors < chunks * tpr) continue;  // under half the lanes busy
+      if (pruned && threads / tpr > max_rows) continue;
+      if (!forward) {
+        add_backward(c, true);
+        continue;
+      }
       add(c);
       c.pipeline_depth = 2;
-      if (GridSize(p, c, d) < RowBlocks(p, c)) add(c);
+      if (!pruned || GridSize(p, c, d) < RowBlocks(p, c)) add(c);
     }
   }
   // Looped: for rows too long for registers, or long enough (>= 8192) that a
-  // two-pass kernel with small register footprint may win. One row per CTA.
-  const bool long_row = p.n >= 8192;
-  if (long_row || !row_fits_registers) {
+  // two-pass kernel with small register footprint may win (forward only: the
+  // looped backward re-reads x and dy and accumulates its partials in memory,
+  // so it only serves rows that do not fit). One row per CTA.
+  const bool long_row = forward && p.n >= 8192;
+  if (long_row || !row_fits_registers || !pruned) {
     for (int warps : {4, 8, 16, 32}) {
       const int threads = warps * kWarpSizeT;
       for (int chunks : {1, 2, 4}) {
         const int64_t r_block = int64_t{threads} * vec * chunks;
-        if (r_block >= p.n && long_row) continue;  // one pass: persistent does that better
-        add(MakeConfig(warps, threads, vec, chunks, false, 1));
+        if (pruned && r_block >= p.n && long_row) continue;  // one pass: persistent does that better
+        NormConfig c = MakeConfig(warps, threads, vec, chunks, false, 1, forward ? 0 : 1);
+        if (forward) {
+          add(c);
+        } else {
+          add_backward(c, false);
+        }
       }
     }
   }
@@ -229,11 +365,23 @@ NormConfig HeuristicNormConfig(const NormProblem& p, const DeviceInfo& d) {
   const int vec = MaxVec(p);
   const int64_t vectors = CeilDiv(p.n, vec);
   const int64_t max_rows = NextPowerOfTwo(std::max<int64_t>(p.m, 1));
+  const bool forward = IsForward(p);
+  // With a split, the one-wave SPLIT_SIZE of SplitSizes.
+  auto with_split = [&](NormConfig c) {
+    if (forward) return c;
+    c.split_size = c.x_block;
+    const std::vector<int> splits = SplitSizes(p, c, d, /*pruned=*/true);
+    c.split_size = splits.size() >= 2 ? splits[1] : splits.front();
+    if (!CanImplement(p, c, d).ok()) c.split_size = splits.front();
+    return c;
+  };
   // Persistent, 256-thread CTAs, and as many 16-byte vectors per thread as the
-  // registers allow up to 8: the loads in flight per SM are what a streaming
-  // kernel lives on (on an H200 the tuned winners of the bench shapes hold 4 to
-  // 8 vectors per thread and are within 2% of this choice).
+  // registers allow up to 8 (4 for the backward, which also holds dy and the
+  // partials): the loads in flight per SM are what a streaming kernel lives on
+  // (on an H200 the tuned forward winners of the bench shapes hold 4 to 8
+  // vectors per thread and are within 2% of this choice).
   for (int per_thread : {8, 4, 2, 1}) {
+    if (!forward && per_thread > 4) continue;
     int tpr = static_cast<int>(std::clamp<int64_t>(NextPowerOfTwo(CeilDiv(vectors, per_thread)),
                                                    kMinThreadsPerRow, 1024));
     int warps = std::max(tpr, 256) / kWarpSizeT;
@@ -241,13 +389,13 @@ NormConfig HeuristicNormConfig(const NormProblem& p, const DeviceInfo& d) {
     while (warps > 1 && warps * kWarpSizeT > tpr && warps * kWarpSizeT / tpr > max_rows) warps /= 2;
     while (warps * kWarpSizeT / tpr > max_rows) tpr *= 2;
     const int chunks = static_cast<int>(CeilDiv(vectors, tpr));
-    const NormConfig c = MakeConfig(warps, tpr, vec, chunks, true, 1);
+    const NormConfig c = with_split(MakeConfig(warps, tpr, vec, chunks, true, 1));
     if (CanImplement(p, c, d).ok()) return c;
   }
   // Rows too long for registers: two passes, 512 threads, 2 vectors each.
-  NormConfig c = MakeConfig(16, 512, vec, 2, false, 1);
+  NormConfig c = with_split(MakeConfig(16, 512, vec, 2, false, 1));
   if (CanImplement(p, c, d).ok()) return c;
-  return MakeConfig(4, 128, 1, 1, false, 1);  // implementable for every N
+  return with_split(MakeConfig(4, 128, 1, 1, false, 1));  // implementable for every N
 }
 
 std::string NormTemplateId(const NormProblem& p) {
@@ -257,7 +405,7 @@ std::string NormTemplateId(const NormProblem& p) {
 
 absl::StatusOr<LaunchRecipe> NormLaunchRecipe(const NormProblem& p, const NormConfig& c,
                                               const DeviceInfo& d) {
-  if (absl::Status s = CheckServed(p); !s.ok()) return s;
+  if (absl::Status s = ValidateNormProblem(p); !s.ok()) return s;
   if (absl::Status s = CanImplement(p, c, d); !s.ok()) return s;
   LaunchRecipe recipe;
   recipe.template_id = NormTemplateId(p);
@@ -267,19 +415,67 @@ absl::StatusOr<LaunchRecipe> NormLaunchRecipe(const NormProblem& p, const NormCo
   recipe.arch = Arch(d);
   recipe.nvrtc_options = {absl::StrCat("--gpu-architecture=", recipe.arch), "-std=c++17"};
 
-  KernelLaunch k;
   const std::string in = TemplateTypeName(p.input_dtype);
-  k.name_expression = absl::StrFormat(
-      "ktune::rmsnorm_fwd<%s, %s, %s, %d, %d, %d, %d, %s, %d, %d>", in,
-      TemplateTypeName(p.output_dtype), p.has_weight ? "true" : "false", c.num_warps, c.x_block,
-      c.vec, c.chunks(), c.persistent ? "true" : "false", c.pipeline_depth, CtasPerSm(p, c, d));
+  const std::string out = TemplateTypeName(p.output_dtype);
+  const std::string wt = TemplateTypeName(p.weight_dtype);
+  const char* has_w = p.has_weight ? "true" : "false";
+  const char* has_b = p.has_bias ? "true" : "false";
+  const char* persistent = c.persistent ? "true" : "false";
+  const bool ln = IsLayerNorm(p);
+  KernelLaunch k;
   k.grid = {static_cast<uint32_t>(GridSize(p, c, d)), 1, 1};
   k.block = {static_cast<uint32_t>(c.threads()), 1, 1};
   k.dynamic_smem_bytes = 0;
-  // Pointers x, w, y (16-byte aligned), rstd (float*, may be null); int M, N; float eps.
-  k.params = {"x", "w", "y", "rstd", "M", "N", "eps"};
+  if (IsForward(p)) {
+    if (ln) {
+      k.name_expression = absl::StrFormat(
+          "ktune::layernorm_fwd<%s, %s, %s, %s, %s, %d, %d, %d, %d, %s, %d, %d>", in, out, wt,
+          has_w, has_b, c.num_warps, c.x_block, c.vec, c.chunks(), persistent, c.pipeline_depth,
+          CtasPerSm(p, c, d));
+      // Pointers x, w, b, y (16-byte aligned), mean, rstd (float*, may be null); M, N; eps.
+      k.params = {"x", "w", "b", "y", "mean", "rstd", "M", "N", "eps"};
+    } else {
+      k.name_expression = absl::StrFormat(
+          "ktune::rmsnorm_fwd<%s, %s, %s, %s, %d, %d, %d, %d, %s, %d, %d>", in, out, wt, has_w,
+          c.num_warps, c.x_block, c.vec, c.chunks(), persistent, c.pipeline_depth,
+          CtasPerSm(p, c, d));
+      // Pointers x, w, y (16-byte aligned), rstd (float*, may be null); int M, N; float eps.
+      k.params = {"x", "w", "y", "rstd", "M", "N", "eps"};
+    }
+    recipe.kernels.push_back(std::move(k));
+    recipe.workspace_bytes = 0;
+    return recipe;
+  }
+
+  // Backward: the fused kernel, then the partials' reduction.
+  if (ln) {
+    k.name_expression = absl::StrFormat(
+        "ktune::layernorm_bwd<%s, %s, %s, %s, %s, %d, %d, %d, %d, %s, %d, %d, %d>", in, out, wt,
+        has_w, has_b, c.num_warps, c.x_block, c.vec, c.chunks(), persistent, c.pipeline_depth,
+        c.split_size, CtasPerSm(p, c, d));
+    k.params = {"x", "dy", "w", "mean", "rstd", "dx", "ws", "M", "N"};
+  } else {
+    k.name_expression = absl::StrFormat(
+        "ktune::rmsnorm_bwd<%s, %s, %s, %s, %d, %d, %d, %d, %s, %d, %d, %d>", in, out, wt, has_w,
+        c.num_warps, c.x_block, c.vec, c.chunks(), persistent, c.pipeline_depth, c.split_size,
+        CtasPerSm(p, c, d));
+    k.params = {"x", "dy", "w", "rstd", "dx", "ws", "M", "N"};
+  }
   recipe.kernels.push_back(std::move(k));
-  recipe.workspace_bytes = 0;
+  recipe.workspace_bytes = WorkspaceBytes(p, c);
+  const int parts = GradientParts(p);
+  if (parts > 0) {
+    const ReduceGeometry g = ReduceGeometryFor(PartialRows(p, c));
+    KernelLaunch r;
+    r.name_expression = absl::StrFormat("ktune::norm_bwd_reduce<%s, %s, %s, %d, %d>", wt, has_w,
+                                        ln && p.has_bias ? "true" : "false", g.threads_x,
+                                        g.threads_y);
+    r.grid = {static_cast<uint32_t>(CeilDiv(p.n, g.threads_x)), static_cast<uint32_t>(parts), 1};
+    r.block = {static_cast<uint32_t>(g.threads_x), static_cast<uint32_t>(g.threads_y), 1};
+    r.dynamic_smem_bytes = 0;
+    r.params = {"ws", "dw", "db", "P", "N"};
+    recipe.kernels.push_back(std::move(r));
+  }
   return recipe;
 }
 

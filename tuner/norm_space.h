@@ -23,20 +23,36 @@ namespace ktune {
 absl::Status CanImplement(const NormProblem& problem, const NormConfig& config,
                           const DeviceInfo& device);
 
+struct SpaceOptions {
+  // false: every knob combination of the grid that CanImplement accepts, with
+  // none of the cost-model pruning (idle lanes, CTAs wider than M, SPLIT_SIZE
+  // far from one wave, workspace traffic). Large: it exists to measure what
+  // pruning costs, not for tuning.
+  bool pruned = true;
+};
+
 // Every config in the (pruned) grid that CanImplement accepts, in a fixed
 // order (the tie-break order). Never empty for a valid problem.
 std::vector<NormConfig> NormSearchSpace(const NormProblem& problem, const DeviceInfo& device);
+std::vector<NormConfig> NormSearchSpace(const NormProblem& problem, const DeviceInfo& device,
+                                        const SpaceOptions& options);
 
 // A good config without measuring: what a compiler gets on a cache miss.
 // Always accepted by CanImplement.
 NormConfig HeuristicNormConfig(const NormProblem& problem, const DeviceInfo& device);
 
-// The template id serving the problem ("norm/rmsnorm_fwd").
+// The template id serving the problem: "norm/rmsnorm_fwd", "norm/rmsnorm_bwd",
+// "norm/layernorm_fwd", "norm/layernorm_bwd".
 std::string NormTemplateId(const NormProblem& problem);
 
 // The recipe for (problem, config): template id and hash, NVRTC options, name
-// expression, grid/block/shared memory. lowered_name and cubin are left empty
-// (the compiler fills them). REQUIRES: CanImplement(problem, config, device).
+// expressions, grid/block/shared memory, parameter order. lowered_name and
+// cubin are left empty (the compiler fills them). Forward: one kernel.
+// Backward: kernels[0] the fused kernel, then, when there is a weight (or a
+// LayerNorm bias), kernels[1] norm_bwd_reduce, which sums the fused kernel's
+// fp32 partials (workspace_bytes of them; the caller allocates the workspace,
+// "ws", with 16-byte alignment; it needs no initialization).
+// REQUIRES: CanImplement(problem, config, device).
 absl::StatusOr<LaunchRecipe> NormLaunchRecipe(const NormProblem& problem, const NormConfig& config,
                                               const DeviceInfo& device);
 

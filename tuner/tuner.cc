@@ -61,7 +61,7 @@ absl::StatusOr<TuneResult> TuneNorm(const NormProblem& problem, Device* device,
   };
 
   // 1. The space, already pruned by CanImplement and the grid's rules.
-  const std::vector<NormConfig> space = NormSearchSpace(problem, info);
+  const std::vector<NormConfig> space = NormSearchSpace(problem, info, options.space);
   if (space.empty()) {
     return absl::UnimplementedError(absl::StrCat("no kernel configuration implements ",
                                                  CanonicalKey(problem), " on ", Arch(info)));

@@ -17,6 +17,7 @@
 #include "tuner/launch_recipe.h"
 #include "tuner/measure.h"
 #include "tuner/norm_config.h"
+#include "tuner/norm_space.h"
 #include "tuner/problem.h"
 
 namespace ktune {
@@ -44,6 +45,7 @@ struct TuneOptions {
   MeasureOptions measure;
   int compile_threads = 0;  // 0 = all cores
   int remeasure_top = 3;    // re-time this many best before choosing
+  SpaceOptions space;       // pruned: false only to measure what pruning costs
 };
 
 struct TuneResult {

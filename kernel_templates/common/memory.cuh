@@ -1,6 +1,6 @@
 // Global-memory loads and stores of packed vectors (common/types.cuh) with
 // explicit cache hints, as inline PTX so the width (2, 4, 8 or 16 bytes per
-// access, 32 as two 16-byte stores) and the cache policy are exactly what the
+// access, 32 as two 16-byte accesses) and the cache policy are exactly what the
 // kernel asks for.
 //
 //   kReuse  : read-only path, default caching (weights, data read again soon)
@@ -86,8 +86,13 @@ struct GlobalAccess<16, HINT> {
   }
 };
 
+// 32 bytes (8 fp32 weights beside 8 bf16 inputs) as two 16-byte accesses.
 template <LoadHint HINT>
 struct GlobalAccess<32, HINT> {
+  __device__ __forceinline__ static void load(const void* p, unsigned int* w) {
+    GlobalAccess<16, HINT>::load(p, w);
+    GlobalAccess<16, HINT>::load(static_cast<const char*>(p) + 16, w + 4);
+  }
   __device__ __forceinline__ static void store(void* p, const unsigned int* w) {
     GlobalAccess<16, HINT>::store(p, w);
     GlobalAccess<16, HINT>::store(static_cast<char*>(p) + 16, w + 4);

@@ -3,8 +3,8 @@
 //   rstd[i] = 1 / sqrt(mean_j(x[i, j]^2) + eps)
 //   y[i, j] = x[i, j] * rstd[i] * w[j]          (w[j] = 1 without a weight)
 //
-// Inputs and outputs are bf16, fp16 or fp32 (the weight has the input's type);
-// all arithmetic is fp32. A CTA of NUM_WARPS warps handles XBLOCK rows at a
+// Inputs and outputs are bf16, fp16 or fp32; the weight TW is the input's type
+// or fp32 (a bf16 model with fp32 norm weights); all arithmetic is fp32. A CTA of NUM_WARPS warps handles XBLOCK rows at a
 // time, THREADS / XBLOCK threads per row ("row group"); each thread touches
 // CHUNKS vectors of VEC elements per pass, so one pass covers
 // R_BLOCK = threads_per_row * VEC * CHUNKS elements of a row:
@@ -25,7 +25,7 @@
 //
 // Kernel arguments, in order (the recipe's `params`):
 //   x     const TIn*  (M, N) row-major
-//   w     const TIn*  (N)    read only when HAS_WEIGHT (may be null otherwise)
+//   w     const TW*   (N)    read only when HAS_WEIGHT (may be null otherwise)
 //   y     TOut*       (M, N) row-major
 //   rstd  float*      (M)    written when not null
 //   M     int         rows, >= 1
@@ -76,9 +76,9 @@ __device__ __forceinline__ float sum_squares(const Packed<T, VEC> (&v)[CHUNKS]) 
 }
 
 // y = x * r (* w), rounded to TOut and stored with a streaming hint.
-template <bool HAS_WEIGHT, typename TIn, typename TOut, int VEC>
+template <bool HAS_WEIGHT, typename TIn, typename TW, typename TOut, int VEC>
 __device__ __forceinline__ void normalize_store(const Packed<TIn, VEC>& xv,
-                                                const Packed<TIn, VEC>& wv, float r, TOut* dst) {
+                                                const Packed<TW, VEC>& wv, float r, TOut* dst) {
   float out[VEC];  // (VEC) f32
 #pragma unroll
   for (int i = 0; i < VEC; ++i) {
@@ -93,10 +93,10 @@ __device__ __forceinline__ void normalize_store(const Packed<TIn, VEC>& xv,
 
 }  // namespace rmsnorm_fwd_detail
 
-template <typename TIn, typename TOut, bool HAS_WEIGHT, int NUM_WARPS, int XBLOCK, int VEC,
+template <typename TIn, typename TOut, typename TW, bool HAS_WEIGHT, int NUM_WARPS, int XBLOCK, int VEC,
           int CHUNKS, bool PERSISTENT, int PIPELINE, int CTAS_PER_SM>
 __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
-    rmsnorm_fwd(const TIn* __restrict__ x, const TIn* __restrict__ w, TOut* __restrict__ y,
+    rmsnorm_fwd(const TIn* __restrict__ x, const TW* __restrict__ w, TOut* __restrict__ y,
                 float* __restrict__ rstd, int M, int N, float eps) {
   constexpr int kThreads = NUM_WARPS * 32;
   constexpr int kTpr = kThreads / XBLOCK;       // threads per row
@@ -110,6 +110,7 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
   static_assert(PIPELINE == 1 || PIPELINE == 2, "PIPELINE is 1 or 2");
   static_assert(PERSISTENT || PIPELINE == 1, "the looped variant is not pipelined");
   static_assert(CTAS_PER_SM >= 1 && CTAS_PER_SM * kThreads <= 2048, "occupancy target out of range");
+  static_assert(VEC * ElementTraits<TW>::kBytes <= 32, "weight vectors are at most 32 bytes");
   using rmsnorm_fwd_detail::load_chunks;
   using rmsnorm_fwd_detail::normalize_store;
   using rmsnorm_fwd_detail::sum_squares;
@@ -124,7 +125,7 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
   int parity = 0;  // alternates the cross-warp scratch slot
 
   if constexpr (PERSISTENT) {
-    XVec wv[CHUNKS];  // (CHUNKS, VEC) TIn, this thread's weight columns for every row
+    Packed<TW, VEC> wv[CHUNKS];  // (CHUNKS, VEC) TW, this thread's weight columns for every row
     if constexpr (HAS_WEIGHT) {
       load_chunks<LoadHint::kReuse, kTpr>(w, true, lane, N, 0, wv);
     }
@@ -182,7 +183,7 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
       TOut* y_row = y + static_cast<long long>(row) * N;  // (N) TOut
       for (int base = 0; base < N; base += kRBlock) {
         XVec xv[CHUNKS];  // (CHUNKS, VEC) TIn, last use
-        XVec wv[CHUNKS];  // (CHUNKS, VEC) TIn
+        Packed<TW, VEC> wv[CHUNKS];  // (CHUNKS, VEC) TW
         load_chunks<LoadHint::kStream, kTpr>(x_row, row_ok, lane, N, base, xv);
         if constexpr (HAS_WEIGHT) load_chunks<LoadHint::kReuse, kTpr>(w, true, lane, N, base, wv);
 #pragma unroll

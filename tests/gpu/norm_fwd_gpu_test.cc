@@ -31,6 +31,7 @@ NormProblem Rms(int64_t m, int64_t n, DType in, DType out, bool weight) {
   p.n = n;
   p.input_dtype = in;
   p.output_dtype = out;
+  p.weight_dtype = in;
   p.has_weight = weight;
   return p;
 }
@@ -191,7 +192,7 @@ TEST_CASE("Verify rejects kernels that compute the wrong function", "[gpu]") {
   }
 }
 
-TEST_CASE("perf: tune the bench shapes", "[gpu][perf][.]") {
+TEST_CASE("perf: tune the RMSNorm forward bench shapes", "[gpu][perf-fwd][.]") {
   Device* device = testing::GpuDevice();
   constexpr double kCopyTbs = 4.27;  // H200 device copy, bytes read + written
   struct Shape {

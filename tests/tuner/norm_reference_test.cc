@@ -66,3 +66,85 @@ TEST_CASE("Tolerances follow each dtype's precision", "[tuner][reference]") {
 
 }  // namespace
 }  // namespace ktune
+
+namespace ktune {
+namespace {
+
+TEST_CASE("LayerNormForwardReference matches hand-computed values", "[tuner][reference]") {
+  // Row 0: x = (1, 3): mean 2, variance 1.  Row 1: x = (10, 10, ...) n = 2: variance 0.
+  const std::vector<double> x = {1, 3, 10, 10};
+  std::vector<double> y, mean, rstd;
+  const std::vector<double> w = {2.0, 0.5};
+  const std::vector<double> b = {0.25, -1.0};
+  LayerNormForwardReference(x, &w, &b, 2, 2, 0.0, &y, &mean, &rstd);
+  CHECK(mean[0] == Approx(2.0));
+  CHECK(rstd[0] == Approx(1.0));
+  CHECK(y[0] == Approx(-1.0 * 2.0 + 0.25));
+  CHECK(y[1] == Approx(1.0 * 0.5 - 1.0));
+  LayerNormForwardReference(x, nullptr, nullptr, 2, 2, 0.25, &y, &mean, &rstd);
+  CHECK(mean[1] == Approx(10.0));
+  CHECK(rstd[1] == Approx(2.0));  // 1 / sqrt(0 + 0.25)
+  CHECK(y[2] == Approx(0.0).margin(1e-15));
+  CHECK(rstd[0] == Approx(1 / std::sqrt(1.25)));
+}
+
+// The backward formulas are the gradient of the forward: compares dx, dw, db
+// with central finite differences of L = sum(dy * y(x, w, b)).
+TEST_CASE("NormBackwardReference is the gradient of the forward", "[tuner][reference]") {
+  const int64_t m = 3;
+  const int64_t n = 5;
+  const double eps = 1e-3;
+  std::vector<double> x(m * n), dy(m * n), w(n), b(n);
+  for (int64_t k = 0; k < m * n; ++k) {
+    x[k] = std::sin(1.7 * k + 0.3) * (1 + k % 3) + 0.5 * (k / n);
+    dy[k] = std::cos(0.9 * k + 1.1);
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    w[j] = 0.75 + 0.1 * j;
+    b[j] = 0.2 * j - 0.3;
+  }
+  for (bool ln : {false, true}) {
+    INFO((ln ? "layernorm" : "rmsnorm"));
+    auto loss = [&](const std::vector<double>& xs, const std::vector<double>& ws,
+                    const std::vector<double>& bs) {
+      std::vector<double> y, mean, rstd;
+      if (ln) {
+        LayerNormForwardReference(xs, &ws, &bs, m, n, eps, &y, &mean, &rstd);
+      } else {
+        RmsNormForwardReference(xs, &ws, m, n, eps, &y, &rstd);
+      }
+      double l = 0;
+      for (int64_t k = 0; k < m * n; ++k) l += dy[k] * y[k];
+      return l;
+    };
+    std::vector<double> y, mean(m, 0.0), rstd;
+    if (ln) {
+      LayerNormForwardReference(x, &w, &b, m, n, eps, &y, &mean, &rstd);
+    } else {
+      RmsNormForwardReference(x, &w, m, n, eps, &y, &rstd);
+    }
+    std::vector<double> dx, dw, db;
+    NormBackwardReference(ln, x, dy, &w, mean, rstd, m, n, &dx, &dw, &db);
+    const double h = 1e-6;
+    for (int64_t k = 0; k < m * n; ++k) {
+      std::vector<double> xp = x, xm = x;
+      xp[k] += h;
+      xm[k] -= h;
+      CHECK(dx[k] == Approx((loss(xp, w, b) - loss(xm, w, b)) / (2 * h)).epsilon(1e-6).margin(1e-8));
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      std::vector<double> wp = w, wm = w, bp = b, bm = b;
+      wp[j] += h;
+      wm[j] -= h;
+      bp[j] += h;
+      bm[j] -= h;
+      CHECK(dw[j] == Approx((loss(x, wp, b) - loss(x, wm, b)) / (2 * h)).epsilon(1e-6).margin(1e-8));
+      if (ln) {
+        CHECK(db[j] == Approx((loss(x, w, bp) - loss(x, w, bm)) / (2 * h)).epsilon(1e-6).margin(1e-8));
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ktune

@@ -1,9 +1,13 @@
-// Invariants of the RMSNorm forward search space over many problems: never
-// empty, every config implementable, no duplicates, a deterministic order, an
-// implementable heuristic, and recipes whose geometry fits the device.
+// Invariants of the norm search spaces (all four ops) over many problems:
+// never empty, every config implementable, no duplicates, a deterministic
+// order, an implementable heuristic, and recipes whose geometry fits the
+// device (backward: the fused kernel, then the reduce kernel with a workspace
+// of ceil(M / SPLIT_SIZE) partial rows per gradient).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <set>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -20,6 +24,7 @@ NormProblem Rms(int64_t m, int64_t n, DType dtype, bool weight) {
   p.n = n;
   p.input_dtype = dtype;
   p.output_dtype = dtype;
+  p.weight_dtype = dtype;
   p.has_weight = weight;
   return p;
 }
@@ -33,14 +38,34 @@ DeviceInfo H200() {
   return d;
 }
 
+NormProblem Op(NormOp op, NormPass pass, int64_t m, int64_t n, DType d, DType wt, bool weight,
+               bool bias) {
+  NormProblem p = Rms(m, n, d, weight);
+  p.op = op;
+  p.pass = pass;
+  p.weight_dtype = wt;
+  p.has_bias = bias;
+  return p;
+}
+
 std::vector<NormProblem> Problems() {
   std::vector<NormProblem> out;
   for (int64_t m : {1, 7, 4096, 65536}) {
     for (int64_t n : {1, 3, 1000, 1024, 3000, 4096, 5120, 8192, 16384, 262144}) {
       for (DType d : {DType::kBF16, DType::kFP16, DType::kFP32}) {
         for (bool w : {true, false}) {
-          NormProblem p = Rms(m, n, d, w);
-          if (ValidateNormProblem(p).ok()) out.push_back(p);
+          for (auto [op, pass] : {std::pair{NormOp::kRMSNorm, NormPass::kForward},
+                                  std::pair{NormOp::kRMSNorm, NormPass::kBackward},
+                                  std::pair{NormOp::kLayerNorm, NormPass::kForward},
+                                  std::pair{NormOp::kLayerNorm, NormPass::kBackward}}) {
+            const bool ln = op == NormOp::kLayerNorm;
+            NormProblem p = Op(op, pass, m, n, d, d, w, ln && w);
+            if (ValidateNormProblem(p).ok()) out.push_back(p);
+            if (w && d != DType::kFP32) {  // fp32 weights beside 16-bit activations
+              p.weight_dtype = DType::kFP32;
+              if (ValidateNormProblem(p).ok()) out.push_back(p);
+            }
+          }
         }
       }
     }
@@ -50,7 +75,7 @@ std::vector<NormProblem> Problems() {
 
 TEST_CASE("NormSearchSpace invariants over many problems", "[tuner][space]") {
   const std::vector<NormProblem> problems = Problems();
-  REQUIRE(problems.size() > 200);
+  REQUIRE(problems.size() > 1000);
   for (const DeviceInfo& device : {CompileOnlyTarget(), H200()}) {
     for (const NormProblem& p : problems) {
       INFO(CanonicalKey(p) << " on " << device.name);
@@ -68,28 +93,57 @@ TEST_CASE("NormSearchSpace invariants over many problems", "[tuner][space]") {
 
         absl::StatusOr<LaunchRecipe> r = NormLaunchRecipe(p, c, device);
         REQUIRE(r.ok());
-        REQUIRE(r->kernels.size() == 1);
+        const bool fwd = p.pass == NormPass::kForward;
+        const bool ln = p.op == NormOp::kLayerNorm;
+        const int parts = fwd ? 0 : (p.has_weight ? 1 : 0) + (ln && p.has_bias ? 1 : 0);
+        REQUIRE(r->kernels.size() == (parts > 0 ? 2u : 1u));
         const KernelLaunch& k = r->kernels[0];
-        CHECK(r->template_id == "norm/rmsnorm_fwd");
+        CHECK(r->template_id == NormTemplateId(p));
         CHECK(r->template_hash.size() == 64);
         CHECK(r->arch == Arch(device));
         CHECK(r->cubin.empty());
         CHECK(k.lowered_name.empty());
-        CHECK(k.name_expression.rfind("ktune::rmsnorm_fwd<", 0) == 0);
+        const std::string entry = "ktune::" + r->template_id.substr(5) + "<";
+        CHECK(k.name_expression.rfind(entry, 0) == 0);
         CHECK(k.block[0] == static_cast<uint32_t>(c.threads()));
         CHECK(k.block[0] <= 1024);
         CHECK(k.block[1] == 1);
         CHECK(k.block[2] == 1);
         CHECK(k.grid[0] >= 1);
-        CHECK(k.grid[0] <= static_cast<uint32_t>((p.m + c.x_block - 1) / c.x_block));
         CHECK(k.grid[1] == 1);
         CHECK(k.grid[2] == 1);
         CHECK(k.dynamic_smem_bytes <= static_cast<uint32_t>(device.max_smem_per_block_optin));
-        CHECK(k.params == std::vector<std::string>{"x", "w", "y", "rstd", "M", "N", "eps"});
         CHECK(c.threads_per_row() >= 4);
         CHECK(c.r_block == c.threads_per_row() * c.vec * c.chunks());
         if (c.persistent) CHECK(c.r_block >= p.n);
         CHECK(p.n % c.vec == 0);
+        if (fwd) {
+          CHECK(c.split_size == 0);
+          CHECK(k.grid[0] <= static_cast<uint32_t>((p.m + c.x_block - 1) / c.x_block));
+          CHECK(r->workspace_bytes == 0);
+          CHECK(k.params == (ln ? std::vector<std::string>{"x", "w", "b", "y", "mean", "rstd",
+                                                            "M", "N", "eps"}
+                                : std::vector<std::string>{"x", "w", "y", "rstd", "M", "N",
+                                                           "eps"}));
+        } else {
+          const int64_t partial_rows = (p.m + c.split_size - 1) / c.split_size;
+          CHECK(c.split_size % c.x_block == 0);
+          CHECK(k.grid[0] == static_cast<uint32_t>(partial_rows));
+          CHECK(r->workspace_bytes ==
+                static_cast<uint64_t>(parts) * partial_rows * p.n * sizeof(float));
+          CHECK(k.params == (ln ? std::vector<std::string>{"x", "dy", "w", "mean", "rstd", "dx",
+                                                            "ws", "M", "N"}
+                                : std::vector<std::string>{"x", "dy", "w", "rstd", "dx", "ws",
+                                                           "M", "N"}));
+          if (parts > 0) {
+            const KernelLaunch& red = r->kernels[1];
+            CHECK(red.name_expression.rfind("ktune::norm_bwd_reduce<", 0) == 0);
+            CHECK(red.params == std::vector<std::string>{"ws", "dw", "db", "P", "N"});
+            CHECK(static_cast<int64_t>(red.grid[0]) * red.block[0] >= p.n);
+            CHECK(red.grid[1] == static_cast<uint32_t>(parts));
+            CHECK(red.block[0] * red.block[1] <= 1024);
+          }
+        }
       }
 
       // Deterministic: the order is the tie-break order.
@@ -108,34 +162,86 @@ TEST_CASE("Bench shapes get a space of a few dozen candidates", "[tuner][space]"
   for (auto [m, n] : std::vector<std::pair<int64_t, int64_t>>{
            {32768, 1024}, {32768, 4096}, {16384, 8192}, {8192, 16384}, {65536, 2048},
            {4096, 4096}}) {
-    const NormProblem p = Rms(m, n, DType::kBF16, true);
-    const size_t size = NormSearchSpace(p, device).size();
-    INFO(CanonicalKey(p) << ": " << size << " candidates");
-    CHECK(size >= 8);
-    CHECK(size <= 64);
+    for (auto [op, pass] : {std::pair{NormOp::kRMSNorm, NormPass::kForward},
+                            std::pair{NormOp::kRMSNorm, NormPass::kBackward},
+                            std::pair{NormOp::kLayerNorm, NormPass::kForward},
+                            std::pair{NormOp::kLayerNorm, NormPass::kBackward}}) {
+      const NormProblem p =
+          Op(op, pass, m, n, DType::kBF16, DType::kBF16, true, op == NormOp::kLayerNorm);
+      const size_t size = NormSearchSpace(p, device).size();
+      const size_t unpruned = NormSearchSpace(p, device, SpaceOptions{.pruned = false}).size();
+      INFO(CanonicalKey(p) << ": " << size << " candidates, " << unpruned << " unpruned");
+      // Backward rows of 8192+ hold few register geometries (x, dy, w and the
+      // fp32 partials per thread): a handful of candidates there.
+      CHECK(size >= (pass == NormPass::kBackward && n >= 8192 ? 2u : 8u));
+      CHECK(size <= 64);
+      CHECK(unpruned > size);
+    }
   }
 }
 
-TEST_CASE("Only RMSNorm forward is implemented today", "[tuner][space]") {
-  const DeviceInfo device = CompileOnlyTarget();
-  NormProblem p = Rms(4096, 4096, DType::kBF16, true);
-  const NormConfig c = HeuristicNormConfig(p, device);
-  CHECK(NormTemplateId(p) == "norm/rmsnorm_fwd");
-  for (auto [op, pass] : {std::pair{NormOp::kRMSNorm, NormPass::kBackward},
-                          std::pair{NormOp::kLayerNorm, NormPass::kForward},
-                          std::pair{NormOp::kLayerNorm, NormPass::kBackward}}) {
-    NormProblem q = p;
-    q.op = op;
-    q.pass = pass;
-    INFO(OpName(q));
-    CHECK(NormSearchSpace(q, device).empty());
-    CHECK(CanImplement(q, c, device).code() == absl::StatusCode::kUnimplemented);
-    CHECK(NormLaunchRecipe(q, c, device).status().code() == absl::StatusCode::kUnimplemented);
+TEST_CASE("The unpruned grid contains the pruned space", "[tuner][space]") {
+  const DeviceInfo device = H200();
+  for (const NormProblem& p :
+       {Op(NormOp::kRMSNorm, NormPass::kBackward, 4096, 5120, DType::kBF16, DType::kBF16, true,
+           false),
+        Op(NormOp::kLayerNorm, NormPass::kForward, 32768, 1024, DType::kBF16, DType::kFP32, true,
+           true)}) {
+    const std::vector<NormConfig> all = NormSearchSpace(p, device, SpaceOptions{.pruned = false});
+    for (const NormConfig& c : NormSearchSpace(p, device)) {
+      INFO(CanonicalKey(p) << " " << ToString(c));
+      CHECK(std::find(all.begin(), all.end(), c) != all.end());
+    }
+    for (const NormConfig& c : all) CHECK(CanImplement(p, c, device).ok());
   }
-  NormProblem lnb = p;
-  lnb.op = NormOp::kLayerNorm;
-  lnb.pass = NormPass::kBackward;
-  CHECK(NormTemplateId(lnb) == "norm/layernorm_bwd");
+}
+
+TEST_CASE("Small-M backward splits fill the SMs", "[tuner][space]") {
+  // 4096 rows: SPLIT_SIZE must leave at least one CTA per SM.
+  const DeviceInfo device = H200();
+  for (NormOp op : {NormOp::kRMSNorm, NormOp::kLayerNorm}) {
+    const NormProblem p = Op(op, NormPass::kBackward, 4096, 4096, DType::kBF16, DType::kBF16,
+                             true, op == NormOp::kLayerNorm);
+    for (const NormConfig& c : NormSearchSpace(p, device)) {
+      INFO(ToString(c));
+      CHECK((p.m + c.split_size - 1) / c.split_size >= device.sm_count / 2);
+    }
+    const NormConfig h = HeuristicNormConfig(p, device);
+    INFO("heuristic " << ToString(h));
+    CHECK((p.m + h.split_size - 1) / h.split_size >= device.sm_count);
+  }
+}
+
+TEST_CASE("Every norm op has a template, a space and a heuristic", "[tuner][space]") {
+  const DeviceInfo device = CompileOnlyTarget();
+  for (auto [op, pass, id] :
+       {std::tuple{NormOp::kRMSNorm, NormPass::kForward, "norm/rmsnorm_fwd"},
+        std::tuple{NormOp::kRMSNorm, NormPass::kBackward, "norm/rmsnorm_bwd"},
+        std::tuple{NormOp::kLayerNorm, NormPass::kForward, "norm/layernorm_fwd"},
+        std::tuple{NormOp::kLayerNorm, NormPass::kBackward, "norm/layernorm_bwd"}}) {
+    const NormProblem q = Op(op, pass, 4096, 4096, DType::kBF16, DType::kBF16, true, false);
+    INFO(OpName(q));
+    CHECK(NormTemplateId(q) == id);
+    CHECK_FALSE(NormSearchSpace(q, device).empty());
+    const NormConfig h = HeuristicNormConfig(q, device);
+    CHECK(CanImplement(q, h, device).ok());
+    CHECK(NormLaunchRecipe(q, h, device).ok());
+    CHECK((h.split_size > 0) == (pass == NormPass::kBackward));
+  }
+  // RMSNorm backward without a weight: no dw, so no reduce kernel, no workspace.
+  const NormProblem nw =
+      Op(NormOp::kRMSNorm, NormPass::kBackward, 4096, 4096, DType::kBF16, DType::kBF16, false, false);
+  absl::StatusOr<LaunchRecipe> r = NormLaunchRecipe(nw, HeuristicNormConfig(nw, device), device);
+  REQUIRE(r.ok());
+  CHECK(r->kernels.size() == 1);
+  CHECK(r->workspace_bytes == 0);
+  // A forward config is not a backward one (no split), and vice versa.
+  NormProblem fwd = nw;
+  fwd.pass = NormPass::kForward;
+  CHECK(CanImplement(nw, HeuristicNormConfig(fwd, device), device).code() ==
+        absl::StatusCode::kFailedPrecondition);
+  CHECK(CanImplement(fwd, HeuristicNormConfig(nw, device), device).code() ==
+        absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_CASE("CanImplement says why a config cannot run", "[tuner][space]") {

@@ -1,0 +1,372 @@
+// The fused norm backward (RMSNorm and LayerNorm share it; norm/rmsnorm_bwd.cuh
+// and norm/layernorm_bwd.cuh are the entry points) and the small kernel that
+// sums its per-CTA weight-gradient partials. In the style of
+// MixOrderReduction: one pass over x and dy computes, for each row, dx (an
+// inner reduction over N) and, for each column, a partial dw and db (an outer
+// reduction over the CTA's rows) held in fp32 registers.
+//
+//   xhat = (x - mean) * rstd               (RMSNorm: mean = 0)
+//   g    = dy * w                          (w = 1 without a weight)
+//   dx   = rstd * (g - mean_j(g) - xhat * mean_j(g * xhat))   (RMSNorm: no mean_j(g) term)
+//   dw   = sum_i dy * xhat,  db = sum_i dy
+//
+// CTA c walks rows [c * SPLIT_SIZE, min(M, (c + 1) * SPLIT_SIZE)), XBLOCK rows
+// at a time (geometry as in rmsnorm_fwd: THREADS / XBLOCK threads per row,
+// CHUNKS vectors of VEC per thread and pass), and writes its partial sums to
+// row c of the fp32 workspace:
+//
+//   ws  (PARTS, P, N) f32, P = ceil(M / SPLIT_SIZE); part 0 is dw when
+//       HAS_WEIGHT, the next is db when HAS_BIAS. Without either, no workspace.
+//
+//   PERSISTENT: the row block in registers, x and dy read once; PIPELINE == 2
+//     loads the next row block (and its saved mean/rstd) before this one is
+//     reduced. Row groups of one CTA own the same columns; their partials are
+//     added through shared memory once at the end.
+//   looped (XBLOCK == 1, any N): pass 1 over R_BLOCK chunks forms the row sums,
+//     pass 2 reads the row again (from L2) and writes dx; the partials then
+//     cannot live in registers and are accumulated in the CTA's own workspace
+//     row (the same thread always owns a column, so no atomics).
+#pragma once
+
+#include "common/memory.cuh"
+#include "common/reduce.cuh"
+#include "common/types.cuh"
+
+namespace ktune {
+namespace norm_bwd_detail {
+
+template <LoadHint HINT, int TPR, typename T, int VEC, int CHUNKS>
+__device__ __forceinline__ void load_chunks(const T* row_ptr, bool row_ok, int lane, int n,
+                                            int base, Packed<T, VEC> (&dst)[CHUNKS]) {
+#pragma unroll
+  for (int c = 0; c < CHUNKS; ++c) {
+    const int col = base + (c * TPR + lane) * VEC;  // element column of the vector
+    dst[c].clear();
+    if (row_ok && col < n) load_packed<HINT>(row_ptr + col, dst[c]);
+  }
+}
+
+// The saved statistics of `row` (0 for rows outside the split, which makes
+// their xhat, and so every contribution, zero).
+template <bool LN>
+__device__ __forceinline__ void load_stats(const float* mean, const float* rstd, int row,
+                                           bool row_ok, float* mu, float* r) {
+  *mu = 0.0f;
+  *r = 0.0f;
+  if (row_ok) {
+    Packed<float, 1> v;
+    load_packed<LoadHint::kReuse>(rstd + row, v);
+    *r = v.get(0);
+    if constexpr (LN) {
+      load_packed<LoadHint::kReuse>(mean + row, v);
+      *mu = v.get(0);
+    }
+  }
+}
+
+// This thread's parts of sum_j(g * xhat) and (LayerNorm) sum_j(g).
+template <bool LN, bool HAS_WEIGHT, typename TIn, typename TW, int VEC, int CHUNKS>
+__device__ __forceinline__ void row_sums(const Packed<TIn, VEC> (&xv)[CHUNKS],
+                                         const Packed<TIn, VEC> (&dv)[CHUNKS],
+                                         const Packed<TW, VEC> (&wv)[CHUNKS], float mu, float r,
+                                         float* sgx, float* sg) {
+#pragma unroll
+  for (int c = 0; c < CHUNKS; ++c) {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+      const float xh = (xv[c].get(i) - mu) * r;
+      float g = dv[c].get(i);
+      if constexpr (HAS_WEIGHT) g *= wv[c].get(i);
+      *sgx = fmaf(g, xh, *sgx);
+      if constexpr (LN) *sg += g;
+    }
+  }
+}
+
+// dx of one vector, stored; adds dy * xhat and dy to the column partials.
+// Uses get_alt so ptxas does not merge these conversions with row_sums'.
+template <bool HAS_WEIGHT, bool ACC_W, bool ACC_B, typename TIn, typename TW, typename TOut,
+          int VEC>
+__device__ __forceinline__ void dx_store_accumulate(const Packed<TIn, VEC>& xv,
+                                                    const Packed<TIn, VEC>& dv,
+                                                    const Packed<TW, VEC>& wv, float mu, float r,
+                                                    float c1, float c2, TOut* dst,
+                                                    float (&acc_w)[VEC], float (&acc_b)[VEC]) {
+  float out[VEC];  // (VEC) f32 dx
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) {
+    const float xh = (xv.get_alt(i) - mu) * r;
+    const float d = dv.get_alt(i);
+    float g = d;
+    if constexpr (HAS_WEIGHT) g *= wv.get_alt(i);
+    out[i] = r * (g - c2 - xh * c1);
+    if constexpr (ACC_W) acc_w[i] = fmaf(d, xh, acc_w[i]);
+    if constexpr (ACC_B) acc_b[i] += d;
+  }
+  Packed<TOut, VEC> o;
+  o.set(out);
+  store_packed(dst, o);
+}
+
+template <bool LN, typename TIn, typename TOut, typename TW, bool HAS_WEIGHT, bool HAS_BIAS,
+          int NUM_WARPS, int XBLOCK, int VEC, int CHUNKS, bool PERSISTENT, int PIPELINE,
+          int SPLIT_SIZE>
+__device__ __forceinline__ void fused_bwd(const TIn* __restrict__ x, const TIn* __restrict__ dy,
+                                          const TW* __restrict__ w, const float* __restrict__ mean,
+                                          const float* __restrict__ rstd, TOut* __restrict__ dx,
+                                          float* __restrict__ ws, int M, int N) {
+  constexpr int kThreads = NUM_WARPS * 32;
+  constexpr int kTpr = kThreads / XBLOCK;       // threads per row
+  constexpr int kRBlock = kTpr * VEC * CHUNKS;  // row elements per pass
+  constexpr bool kAccW = HAS_WEIGHT;            // dw partials exist
+  constexpr bool kAccB = LN && HAS_BIAS;        // db partials exist
+  static_assert(NUM_WARPS >= 1 && NUM_WARPS <= 32, "NUM_WARPS must be in [1, 32]");
+  static_assert(XBLOCK >= 1 && kThreads % XBLOCK == 0, "XBLOCK must divide the CTA's threads");
+  static_assert((kTpr & (kTpr - 1)) == 0, "threads per row must be a power of two");
+  static_assert(VEC >= 1 && (VEC & (VEC - 1)) == 0, "VEC must be a power of two");
+  static_assert(VEC * ElementTraits<TIn>::kBytes <= 16, "input vectors are at most 16 bytes");
+  static_assert(VEC * ElementTraits<TW>::kBytes <= 32, "weight vectors are at most 32 bytes");
+  static_assert(CHUNKS >= 1, "CHUNKS must be >= 1");
+  static_assert(PIPELINE == 1 || PIPELINE == 2, "PIPELINE is 1 or 2");
+  static_assert(PERSISTENT || (PIPELINE == 1 && XBLOCK == 1),
+                "the looped variant is one row at a time, not pipelined");
+  static_assert(SPLIT_SIZE >= 1 && SPLIT_SIZE % XBLOCK == 0,
+                "SPLIT_SIZE must be a multiple of XBLOCK");
+  static_assert(LN || !HAS_BIAS, "RMSNorm has no bias");
+  using XVec = Packed<TIn, VEC>;
+  using WVec = Packed<TW, VEC>;
+
+  __shared__ float scratch[2 * NUM_WARPS];  // (2, NUM_WARPS) f32 cross-warp partial sums
+
+  const int row_in_block = threadIdx.x / kTpr;                           // [0, XBLOCK)
+  const int lane = threadIdx.x % kTpr;                                   // [0, kTpr)
+  const int row_begin = static_cast<int>(blockIdx.x) * SPLIT_SIZE;       // first row of the split
+  const int row_end = min(M, row_begin + SPLIT_SIZE);                    // one past its last
+  const long long parts_rows = (M + SPLIT_SIZE - 1) / SPLIT_SIZE;        // P
+  float* ws_w = ws + static_cast<long long>(blockIdx.x) * N;             // (N) f32 dw partial
+  float* ws_b = ws_w + (kAccW ? parts_rows * N : 0);                     // (N) f32 db partial
+  const float inv_n = 1.0f / static_cast<float>(N);
+  int parity = 0;  // alternates the cross-warp scratch slot
+
+  if constexpr (PERSISTENT) {
+    WVec wv[CHUNKS];  // (CHUNKS, VEC) TW, this thread's weight columns for every row
+    if constexpr (HAS_WEIGHT) load_chunks<LoadHint::kReuse, kTpr>(w, true, lane, N, 0, wv);
+    float acc_w[CHUNKS][VEC];  // (CHUNKS, VEC) f32 partial dw of this thread's columns
+    float acc_b[CHUNKS][VEC];  // (CHUNKS, VEC) f32 partial db
+#pragma unroll
+    for (int c = 0; c < CHUNKS; ++c) {
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        acc_w[c][i] = 0.0f;
+        acc_b[c][i] = 0.0f;
+      }
+    }
+    XVec xa[CHUNKS], da[CHUNKS];  // (CHUNKS, VEC) TIn, x and dy of the row block at hand
+    XVec xb[CHUNKS], db[CHUNKS];  // (CHUNKS, VEC) TIn, the next row block (PIPELINE == 2)
+    float mu_a, r_a, mu_b, r_b;   // saved mean / rstd of those rows
+    if constexpr (PIPELINE == 2) {
+      const int row = row_begin + row_in_block;  // [row_begin, row_begin + XBLOCK)
+      const bool ok = row < row_end;
+      load_chunks<LoadHint::kStream, kTpr>(x + static_cast<long long>(row) * N, ok, lane, N, 0, xa);
+      load_chunks<LoadHint::kStream, kTpr>(dy + static_cast<long long>(row) * N, ok, lane, N, 0,
+                                           da);
+      load_stats<LN>(mean, rstd, row, ok, &mu_a, &r_a);
+    }
+    for (int r0 = row_begin; r0 < row_end; r0 += XBLOCK) {
+      const int row = r0 + row_in_block;  // [r0, r0 + XBLOCK)
+      const bool row_ok = row < row_end;
+      if constexpr (PIPELINE == 1) {
+        load_chunks<LoadHint::kStream, kTpr>(x + static_cast<long long>(row) * N, row_ok, lane, N,
+                                             0, xa);
+        load_chunks<LoadHint::kStream, kTpr>(dy + static_cast<long long>(row) * N, row_ok, lane,
+                                             N, 0, da);
+        load_stats<LN>(mean, rstd, row, row_ok, &mu_a, &r_a);
+      } else {
+        const int next = row + XBLOCK;  // this row group's row in the next block
+        const bool next_ok = next < row_end;
+        load_chunks<LoadHint::kStream, kTpr>(x + static_cast<long long>(next) * N, next_ok, lane,
+                                             N, 0, xb);
+        load_chunks<LoadHint::kStream, kTpr>(dy + static_cast<long long>(next) * N, next_ok, lane,
+                                             N, 0, db);
+        load_stats<LN>(mean, rstd, next, next_ok, &mu_b, &r_b);
+      }
+      float sgx = 0.0f;  // this thread's part of sum_j(g * xhat)
+      float sg = 0.0f;   // this thread's part of sum_j(g) (LayerNorm)
+      row_sums<LN, HAS_WEIGHT>(xa, da, wv, mu_a, r_a, &sgx, &sg);
+      sgx = group_sum<kTpr, kThreads>(sgx, scratch, parity);
+      parity ^= 1;
+      if constexpr (LN) {
+        sg = group_sum<kTpr, kThreads>(sg, scratch, parity);
+        parity ^= 1;
+      }
+      const float c1 = sgx * inv_n;  // mean_j(g * xhat)
+      const float c2 = sg * inv_n;   // mean_j(g), 0 for RMSNorm
+      TOut* dx_row = dx + static_cast<long long>(row) * N;  // (N) TOut
+#pragma unroll
+      for (int c = 0; c < CHUNKS; ++c) {
+        const int col = (c * kTpr + lane) * VEC;  // element column
+        if (row_ok && col < N) {
+          dx_store_accumulate<HAS_WEIGHT, kAccW, kAccB>(xa[c], da[c], wv[c], mu_a, r_a, c1, c2,
+                                                        dx_row + col, acc_w[c], acc_b[c]);
+        }
+      }
+      if constexpr (PIPELINE == 2) {
+#pragma unroll
+        for (int c = 0; c < CHUNKS; ++c) {
+          xa[c] = xb[c];
+          da[c] = db[c];
+        }
+        mu_a = mu_b;
+        r_a = r_b;
+      }
+    }
+
+    // The CTA's partials. One row group: straight from registers. Several:
+    // chunk by chunk through shared memory, each column summed over the groups.
+    if constexpr (XBLOCK == 1) {
+#pragma unroll
+      for (int c = 0; c < CHUNKS; ++c) {
+        const int col = (c * kTpr + lane) * VEC;  // element column
+        if (col < N) {
+          Packed<float, VEC> v;
+          if constexpr (kAccW) {
+            v.set(acc_w[c]);
+            store_packed(ws_w + col, v);
+          }
+          if constexpr (kAccB) {
+            v.set(acc_b[c]);
+            store_packed(ws_b + col, v);
+          }
+        }
+      }
+    } else if constexpr (kAccW || kAccB) {
+      constexpr int kPass = kTpr * VEC;        // columns of one chunk
+      __shared__ float red[XBLOCK * kPass];    // (XBLOCK, kPass) f32 per-group partials
+#pragma unroll
+      for (int part = 0; part < 2; ++part) {
+        if ((part == 0 && !kAccW) || (part == 1 && !kAccB)) continue;
+        float* out = part == 0 ? ws_w : ws_b;  // (N) f32
+#pragma unroll
+        for (int c = 0; c < CHUNKS; ++c) {
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) {
+            red[row_in_block * kPass + lane * VEC + i] = part == 0 ? acc_w[c][i] : acc_b[c][i];
+          }
+          __syncthreads();
+          for (int k = threadIdx.x; k < kPass; k += kThreads) {
+            float s = 0.0f;
+#pragma unroll
+            for (int g = 0; g < XBLOCK; ++g) s += red[g * kPass + k];
+            const int col = c * kPass + k;  // element column
+            if (col < N) out[col] = s;
+          }
+          __syncthreads();
+        }
+      }
+    }
+  } else {
+    for (int row = row_begin; row < row_end; ++row) {
+      const TIn* x_row = x + static_cast<long long>(row) * N;    // (N) TIn
+      const TIn* dy_row = dy + static_cast<long long>(row) * N;  // (N) TIn
+      float mu, r;
+      load_stats<LN>(mean, rstd, row, true, &mu, &r);
+      float sgx = 0.0f;  // this thread's part of sum_j(g * xhat)
+      float sg = 0.0f;   // this thread's part of sum_j(g)
+      for (int base = 0; base < N; base += kRBlock) {
+        XVec xv[CHUNKS], dv[CHUNKS];  // (CHUNKS, VEC) TIn; kept in L2 for pass 2
+        WVec wv[CHUNKS];              // (CHUNKS, VEC) TW
+        load_chunks<LoadHint::kReuse, kTpr>(x_row, true, lane, N, base, xv);
+        load_chunks<LoadHint::kReuse, kTpr>(dy_row, true, lane, N, base, dv);
+        if constexpr (HAS_WEIGHT) load_chunks<LoadHint::kReuse, kTpr>(w, true, lane, N, base, wv);
+        row_sums<LN, HAS_WEIGHT>(xv, dv, wv, mu, r, &sgx, &sg);
+      }
+      sgx = group_sum<kTpr, kThreads>(sgx, scratch, parity);
+      parity ^= 1;
+      if constexpr (LN) {
+        sg = group_sum<kTpr, kThreads>(sg, scratch, parity);
+        parity ^= 1;
+      }
+      const float c1 = sgx * inv_n;  // mean_j(g * xhat)
+      const float c2 = sg * inv_n;   // mean_j(g), 0 for RMSNorm
+      const bool first = row == row_begin;  // the partials start here
+      TOut* dx_row = dx + static_cast<long long>(row) * N;  // (N) TOut
+      for (int base = 0; base < N; base += kRBlock) {
+        XVec xv[CHUNKS], dv[CHUNKS];  // (CHUNKS, VEC) TIn, last use
+        WVec wv[CHUNKS];              // (CHUNKS, VEC) TW
+        load_chunks<LoadHint::kStream, kTpr>(x_row, true, lane, N, base, xv);
+        load_chunks<LoadHint::kStream, kTpr>(dy_row, true, lane, N, base, dv);
+        if constexpr (HAS_WEIGHT) load_chunks<LoadHint::kReuse, kTpr>(w, true, lane, N, base, wv);
+#pragma unroll
+        for (int c = 0; c < CHUNKS; ++c) {
+          const int col = base + (c * kTpr + lane) * VEC;  // element column
+          if (col < N) {
+            float acc_w[VEC], acc_b[VEC];  // (VEC) f32 this column's partials so far
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) {
+              // Plain (coherent) accesses: this thread wrote them for the previous row.
+              acc_w[i] = kAccW && !first ? ws_w[col + i] : 0.0f;
+              acc_b[i] = kAccB && !first ? ws_b[col + i] : 0.0f;
+            }
+            dx_store_accumulate<HAS_WEIGHT, kAccW, kAccB>(xv[c], dv[c], wv[c], mu, r, c1, c2,
+                                                          dx_row + col, acc_w, acc_b);
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) {
+              if constexpr (kAccW) ws_w[col + i] = acc_w[i];
+              if constexpr (kAccB) ws_b[col + i] = acc_b[i];
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace norm_bwd_detail
+
+// Sums the workspace partials into dw and db: column j of each part is the sum
+// over its P rows, in a fixed order (the result is deterministic).
+// A CTA of (THREADS_X, THREADS_Y) threads covers THREADS_X consecutive columns
+// (coalesced 4-byte loads along a workspace row); its THREADS_Y thread rows
+// split the P rows between them, 4 loads in flight each, and add up through
+// shared memory. Grid: (ceil(N / THREADS_X), PARTS).
+//
+// Kernel arguments, in order (the recipe's `params`):
+//   ws  const float*  (PARTS, P, N) f32, as the fused kernel wrote it
+//   dw  TW*           (N) written when HAS_WEIGHT (may be null otherwise)
+//   db  TW*           (N) written when HAS_BIAS (may be null otherwise)
+//   P   int           partial rows, ceil(M / SPLIT_SIZE)
+//   N   int
+template <typename TW, bool HAS_WEIGHT, bool HAS_BIAS, int THREADS_X, int THREADS_Y>
+__global__ void __launch_bounds__(THREADS_X * THREADS_Y)
+    norm_bwd_reduce(const float* __restrict__ ws, TW* __restrict__ dw, TW* __restrict__ db, int P,
+                    int N) {
+  static_assert(HAS_WEIGHT || HAS_BIAS, "nothing to reduce");
+  static_assert(THREADS_X % 32 == 0 && THREADS_X * THREADS_Y <= 1024, "whole warps, <= 1024");
+  __shared__ float red[THREADS_Y * THREADS_X];  // (THREADS_Y, THREADS_X) f32
+  const int part = blockIdx.y;                                       // [0, PARTS)
+  const int col = blockIdx.x * THREADS_X + threadIdx.x;              // element column
+  const float* src = ws + static_cast<long long>(part) * P * N;      // (P, N) f32
+  TW* dst = (HAS_WEIGHT && part == 0) ? dw : db;                     // (N) TW
+  float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // independent accumulators: 4 loads in flight
+  if (col < N) {
+    int p = threadIdx.y;
+    for (; p + 3 * THREADS_Y < P; p += 4 * THREADS_Y) {
+#pragma unroll
+      for (int u = 0; u < 4; ++u) a[u] += src[static_cast<long long>(p + u * THREADS_Y) * N + col];
+    }
+    for (; p < P; p += THREADS_Y) a[0] += src[static_cast<long long>(p) * N + col];
+  }
+  red[threadIdx.y * THREADS_X + threadIdx.x] = (a[0] + a[1]) + (a[2] + a[3]);
+  __syncthreads();
+  if (threadIdx.y == 0 && col < N) {
+    float s = 0.0f;
+#pragma unroll
+    for (int t = 0; t < THREADS_Y; ++t) s += red[t * THREADS_X + threadIdx.x];
+    float one[1] = {s};
+    Packed<TW, 1> v;
+    v.set(one);
+    store_packed(dst + col, v);
+  }
+}
+
+}  // namespace ktune

@@ -1,0 +1,236 @@
+// LayerNorm forward, one template for every tuned variant:
+//
+//   mean[i] = mean_j(x[i, j])
+//   rstd[i] = 1 / sqrt(mean_j((x[i, j] - mean[i])^2) + eps)
+//   y[i, j] = (x[i, j] - mean[i]) * rstd[i] * w[j] + b[j]   (w = 1, b = 0 when absent)
+//
+// Inputs and outputs are bf16, fp16 or fp32; w and b are TW (the input's type
+// or fp32); all arithmetic is fp32. The geometry is rmsnorm_fwd's (see there):
+// XBLOCK rows per CTA at a time, THREADS / XBLOCK threads per row, CHUNKS
+// vectors of VEC elements per thread and pass.
+//
+// The variance is computed stably, never as E[x^2] - E[x]^2 of raw values
+// (which cancels catastrophically for rows with |mean| >> std):
+//   PERSISTENT: two passes over the row held in registers: the mean first,
+//     then the sum of squared deviations from it. x is read once.
+//   looped: pass 1 sums x - K and (x - K)^2 with the shift K = x[i, 0], a value
+//     of the row (so |mean - K| is of the order of the std and nothing cancels
+//     badly); pass 2 reads the row again (from L2) and writes y.
+// mean and rstd (float*, either may be null) are what the backward reads.
+//
+// Kernel arguments, in order (the recipe's `params`):
+//   x     const TIn*  (M, N) row-major
+//   w     const TW*   (N)    read only when HAS_WEIGHT (may be null otherwise)
+//   b     const TW*   (N)    read only when HAS_BIAS (may be null otherwise)
+//   y     TOut*       (M, N) row-major
+//   mean  float*      (M)    written when not null
+//   rstd  float*      (M)    written when not null
+//   M     int         rows, >= 1
+//   N     int         row length, >= 1, N % VEC == 0
+//   eps   float
+// REQUIRES: x, w, b and y aligned to 16 bytes (any cudaMalloc'ed tensor).
+#pragma once
+
+#include "common/memory.cuh"
+#include "common/reduce.cuh"
+#include "common/types.cuh"
+
+namespace ktune {
+namespace layernorm_fwd_detail {
+
+// As rmsnorm_fwd_detail::load_chunks: vectors outside the row are zero.
+template <LoadHint HINT, int TPR, typename T, int VEC, int CHUNKS>
+__device__ __forceinline__ void load_chunks(const T* row_ptr, bool row_ok, int lane, int n,
+                                            int base, Packed<T, VEC> (&dst)[CHUNKS]) {
+#pragma unroll
+  for (int c = 0; c < CHUNKS; ++c) {
+    const int col = base + (c * TPR + lane) * VEC;  // element column of the vector
+    dst[c].clear();
+    if (row_ok && col < n) load_packed<HINT>(row_ptr + col, dst[c]);
+  }
+}
+
+// y = (x - mu) * r * w + b, rounded to TOut and stored with a streaming hint.
+template <bool HAS_WEIGHT, bool HAS_BIAS, typename TIn, typename TW, typename TOut, int VEC>
+__device__ __forceinline__ void normalize_store(const Packed<TIn, VEC>& xv,
+                                                const Packed<TW, VEC>& wv,
+                                                const Packed<TW, VEC>& bv, float mu, float r,
+                                                TOut* dst) {
+  float out[VEC];  // (VEC) f32
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) {
+    float v = (xv.get_alt(i) - mu) * r;
+    if constexpr (HAS_WEIGHT) v *= wv.get(i);
+    if constexpr (HAS_BIAS) v += bv.get(i);
+    out[i] = v;
+  }
+  Packed<TOut, VEC> yv;
+  yv.set(out);
+  store_packed(dst, yv);
+}
+
+}  // namespace layernorm_fwd_detail
+
+template <typename TIn, typename TOut, typename TW, bool HAS_WEIGHT, bool HAS_BIAS, int NUM_WARPS,
+          int XBLOCK, int VEC, int CHUNKS, bool PERSISTENT, int PIPELINE, int CTAS_PER_SM>
+__global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
+    layernorm_fwd(const TIn* __restrict__ x, const TW* __restrict__ w, const TW* __restrict__ b,
+                  TOut* __restrict__ y, float* __restrict__ mean, float* __restrict__ rstd, int M,
+                  int N, float eps) {
+  constexpr int kThreads = NUM_WARPS * 32;
+  constexpr int kTpr = kThreads / XBLOCK;       // threads per row
+  constexpr int kRBlock = kTpr * VEC * CHUNKS;  // row elements per pass
+  static_assert(NUM_WARPS >= 1 && NUM_WARPS <= 32, "NUM_WARPS must be in [1, 32]");
+  static_assert(XBLOCK >= 1 && kThreads % XBLOCK == 0, "XBLOCK must divide the CTA's threads");
+  static_assert((kTpr & (kTpr - 1)) == 0, "threads per row must be a power of two");
+  static_assert(VEC >= 1 && (VEC & (VEC - 1)) == 0, "VEC must be a power of two");
+  static_assert(VEC * ElementTraits<TIn>::kBytes <= 16, "input vectors are at most 16 bytes");
+  static_assert(VEC * ElementTraits<TW>::kBytes <= 32, "weight vectors are at most 32 bytes");
+  static_assert(CHUNKS >= 1, "CHUNKS must be >= 1");
+  static_assert(PIPELINE == 1 || PIPELINE == 2, "PIPELINE is 1 or 2");
+  static_assert(PERSISTENT || PIPELINE == 1, "the looped variant is not pipelined");
+  static_assert(CTAS_PER_SM >= 1 && CTAS_PER_SM * kThreads <= 2048, "occupancy target out of range");
+  using layernorm_fwd_detail::load_chunks;
+  using layernorm_fwd_detail::normalize_store;
+  using XVec = Packed<TIn, VEC>;
+  using WVec = Packed<TW, VEC>;
+
+  __shared__ float scratch[2 * NUM_WARPS];  // (2, NUM_WARPS) f32 cross-warp partial sums
+
+  const int row_in_block = threadIdx.x / kTpr;                // [0, XBLOCK)
+  const int lane = threadIdx.x % kTpr;                        // [0, kTpr)
+  const unsigned int row_blocks = (M + XBLOCK - 1) / XBLOCK;  // row blocks in the problem
+  const float inv_n = 1.0f / static_cast<float>(N);
+  int parity = 0;  // alternates the cross-warp scratch slot
+
+  if constexpr (PERSISTENT) {
+    WVec wv[CHUNKS];  // (CHUNKS, VEC) TW, this thread's weight columns for every row
+    WVec bv[CHUNKS];  // (CHUNKS, VEC) TW, this thread's bias columns for every row
+    if constexpr (HAS_WEIGHT) load_chunks<LoadHint::kReuse, kTpr>(w, true, lane, N, 0, wv);
+    if constexpr (HAS_BIAS) load_chunks<LoadHint::kReuse, kTpr>(b, true, lane, N, 0, bv);
+    XVec xa[CHUNKS];  // (CHUNKS, VEC) TIn, the row block being normalized
+    XVec xb[CHUNKS];  // (CHUNKS, VEC) TIn, the next row block (PIPELINE == 2)
+    unsigned int rb = blockIdx.x;  // row block index
+    if constexpr (PIPELINE == 2) {
+      const int row = static_cast<int>(rb) * XBLOCK + row_in_block;  // [0, M + XBLOCK)
+      load_chunks<LoadHint::kStream, kTpr>(x + static_cast<long long>(row) * N,
+                                           rb < row_blocks && row < M, lane, N, 0, xa);
+    }
+    for (; rb < row_blocks; rb += gridDim.x) {
+      const int row = static_cast<int>(rb) * XBLOCK + row_in_block;  // [0, M + XBLOCK)
+      const bool row_ok = row < M;
+      if constexpr (PIPELINE == 1) {
+        load_chunks<LoadHint::kStream, kTpr>(x + static_cast<long long>(row) * N, row_ok, lane, N,
+                                             0, xa);
+      } else {
+        const unsigned int next = rb + gridDim.x;                             // next row block
+        const int next_row = static_cast<int>(next) * XBLOCK + row_in_block;  // row of `next`
+        load_chunks<LoadHint::kStream, kTpr>(x + static_cast<long long>(next_row) * N,
+                                             next < row_blocks && next_row < M, lane, N, 0, xb);
+      }
+      // Pass 1: the mean (padding vectors are zero and add nothing).
+      float s = 0.0f;  // this thread's part of sum(x)
+#pragma unroll
+      for (int c = 0; c < CHUNKS; ++c) {
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) s += xa[c].get(i);
+      }
+      s = group_sum<kTpr, kThreads>(s, scratch, parity);
+      parity ^= 1;
+      const float mu = s * inv_n;  // mean of `row`
+      // Pass 2: squared deviations, over the row's own columns only.
+      float ss = 0.0f;  // this thread's part of sum((x - mu)^2)
+#pragma unroll
+      for (int c = 0; c < CHUNKS; ++c) {
+        const int col = (c * kTpr + lane) * VEC;  // element column
+        if (col < N) {
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) {
+            const float d = xa[c].get(i) - mu;
+            ss = fmaf(d, d, ss);
+          }
+        }
+      }
+      ss = group_sum<kTpr, kThreads>(ss, scratch, parity);
+      parity ^= 1;
+      const float r = rsqrtf(ss * inv_n + eps);  // rstd of `row`
+      if (lane == 0 && row_ok) {
+        if (mean != nullptr) mean[row] = mu;
+        if (rstd != nullptr) rstd[row] = r;
+      }
+      TOut* y_row = y + static_cast<long long>(row) * N;  // (N) TOut
+#pragma unroll
+      for (int c = 0; c < CHUNKS; ++c) {
+        const int col = (c * kTpr + lane) * VEC;  // element column
+        if (row_ok && col < N) {
+          normalize_store<HAS_WEIGHT, HAS_BIAS>(xa[c], wv[c], bv[c], mu, r, y_row + col);
+        }
+      }
+      if constexpr (PIPELINE == 2) {
+#pragma unroll
+        for (int c = 0; c < CHUNKS; ++c) xa[c] = xb[c];
+      }
+    }
+  } else {
+    for (unsigned int rb = blockIdx.x; rb < row_blocks; rb += gridDim.x) {
+      const int row = static_cast<int>(rb) * XBLOCK + row_in_block;  // [0, M + XBLOCK)
+      const bool row_ok = row < M;
+      const TIn* x_row = x + static_cast<long long>(row) * N;  // (N) TIn
+      // The shift: the row's first element (every thread of the row reads it).
+      float shift = 0.0f;
+      if (row_ok) {
+        Packed<TIn, 1> first;
+        load_packed<LoadHint::kReuse>(x_row, first);
+        shift = first.get(0);
+      }
+      float s1 = 0.0f;  // this thread's part of sum(x - K)
+      float s2 = 0.0f;  // this thread's part of sum((x - K)^2)
+      for (int base = 0; base < N; base += kRBlock) {
+        XVec xv[CHUNKS];  // (CHUNKS, VEC) TIn; kept in L2 for pass 2
+        load_chunks<LoadHint::kReuse, kTpr>(x_row, row_ok, lane, N, base, xv);
+#pragma unroll
+        for (int c = 0; c < CHUNKS; ++c) {
+          const int col = base + (c * kTpr + lane) * VEC;  // element column
+          if (col < N) {
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) {
+              const float d = xv[c].get(i) - shift;
+              s1 += d;
+              s2 = fmaf(d, d, s2);
+            }
+          }
+        }
+      }
+      s1 = group_sum<kTpr, kThreads>(s1, scratch, parity);
+      parity ^= 1;
+      s2 = group_sum<kTpr, kThreads>(s2, scratch, parity);
+      parity ^= 1;
+      const float d_mean = s1 * inv_n;                               // mean - K
+      const float var = fmaxf(s2 * inv_n - d_mean * d_mean, 0.0f);  // biased variance
+      const float mu = shift + d_mean;                               // mean of `row`
+      const float r = rsqrtf(var + eps);                             // rstd of `row`
+      if (lane == 0 && row_ok) {
+        if (mean != nullptr) mean[row] = mu;
+        if (rstd != nullptr) rstd[row] = r;
+      }
+      TOut* y_row = y + static_cast<long long>(row) * N;  // (N) TOut
+      for (int base = 0; base < N; base += kRBlock) {
+        XVec xv[CHUNKS];  // (CHUNKS, VEC) TIn, last use
+        WVec wv[CHUNKS];  // (CHUNKS, VEC) TW
+        WVec bv[CHUNKS];  // (CHUNKS, VEC) TW
+        load_chunks<LoadHint::kStream, kTpr>(x_row, row_ok, lane, N, base, xv);
+        if constexpr (HAS_WEIGHT) load_chunks<LoadHint::kReuse, kTpr>(w, true, lane, N, base, wv);
+        if constexpr (HAS_BIAS) load_chunks<LoadHint::kReuse, kTpr>(b, true, lane, N, base, bv);
+#pragma unroll
+        for (int c = 0; c < CHUNKS; ++c) {
+          const int col = base + (c * kTpr + lane) * VEC;  // element column
+          if (row_ok && col < N) {
+            normalize_store<HAS_WEIGHT, HAS_BIAS>(xv[c], wv[c], bv[c], mu, r, y_row + col);
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace ktune

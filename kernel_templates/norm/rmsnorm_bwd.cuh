@@ -1,0 +1,37 @@
+// RMSNorm backward: the fused kernel of common/norm_bwd.cuh (dx and per-CTA
+// dw partials in one pass over x and dy) and, with a weight, norm_bwd_reduce
+// (also there) summing the partials into dw. The recipe launches them in that
+// order: kernels[0] rmsnorm_bwd, kernels[1] norm_bwd_reduce.
+//
+//   xhat = x * rstd,  g = dy * w
+//   dx   = rstd * (g - xhat * mean_j(g * xhat)),  dw = sum_i dy * xhat
+//
+// rmsnorm_bwd arguments, in order (the recipe's `params`):
+//   x     const TIn*   (M, N) row-major, the forward's input
+//   dy    const TIn*   (M, N) row-major
+//   w     const TW*    (N)    read only when HAS_WEIGHT
+//   rstd  const float* (M)    saved by the forward
+//   dx    TOut*        (M, N) row-major
+//   ws    float*       (ceil(M / SPLIT_SIZE), N) f32 workspace (HAS_WEIGHT only)
+//   M, N  int          N % VEC == 0
+// REQUIRES: x, dy, w, dx and ws aligned to 16 bytes.
+#pragma once
+
+#include "common/norm_bwd.cuh"
+
+namespace ktune {
+
+template <typename TIn, typename TOut, typename TW, bool HAS_WEIGHT, int NUM_WARPS, int XBLOCK,
+          int VEC, int CHUNKS, bool PERSISTENT, int PIPELINE, int SPLIT_SIZE, int CTAS_PER_SM>
+__global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
+    rmsnorm_bwd(const TIn* __restrict__ x, const TIn* __restrict__ dy, const TW* __restrict__ w,
+                const float* __restrict__ rstd, TOut* __restrict__ dx, float* __restrict__ ws,
+                int M, int N) {
+  static_assert(CTAS_PER_SM >= 1 && CTAS_PER_SM * NUM_WARPS * 32 <= 2048,
+                "occupancy target out of range");
+  norm_bwd_detail::fused_bwd</*LN=*/false, TIn, TOut, TW, HAS_WEIGHT, /*HAS_BIAS=*/false,
+                             NUM_WARPS, XBLOCK, VEC, CHUNKS, PERSISTENT, PIPELINE, SPLIT_SIZE>(
+      x, dy, w, nullptr, rstd, dx, ws, M, N);
+}
+
+}  // namespace ktune

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,7 +16,7 @@
 #include "daemon/service.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
-#include "tuner/device.h"
+#include "tuner/kernel_cache.h"
 #include "tuner/nvrtc_compiler.h"
 #include "tuner/paths.h"
 #include "tuner/worker.h"
@@ -34,6 +35,10 @@ int main(int argc, char** argv) {
   std::string metrics_listen;
   ktune::ServiceOptions service_options;
   bool no_background_tunes = false;
+  double candidate_timeout_s = 30;
+  std::string kernel_cache_dir = ktune::DefaultKernelCacheDir();
+  int64_t kernel_cache_mb = 2048;
+  std::string search = "grid";
   app.add_option("--listen", listen,
                  "unix:/path or host:port; repeatable (default " + ktune::DefaultServerAddress() + ")");
   app.add_option("--db", db_path, "SQLite cache database")->capture_default_str();
@@ -53,8 +58,28 @@ int main(int argc, char** argv) {
                "HEURISTIC_ON_MISS answers do not queue a tune of the problem");
   app.add_option("--metrics-listen", metrics_listen,
                  "host:port for Prometheus metrics at /metrics (off by default)");
+  app.add_option("--candidate-timeout", candidate_timeout_s,
+                 "seconds one candidate may run before the watchdog kills its worker")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str();
+  app.add_option("--kernel-cache-dir", kernel_cache_dir, "compiled kernels kept between tunes")
+      ->capture_default_str();
+  app.add_option("--kernel-cache-max-mb", kernel_cache_mb, "bound on the kernel cache (LRU eviction)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))
+      ->capture_default_str();
+  app.add_option("--search", search, "grid (every pruned candidate) or descent (coordinate descent)")
+      ->check(CLI::IsMember({"grid", "descent"}))
+      ->capture_default_str();
+  app.add_option("--search-max-candidates", service_options.budget.max_candidates,
+                 "descent: stop after this many candidates (0 = no limit)")
+      ->check(CLI::Range(0, 100000));
+  app.add_option("--search-max-seconds", service_options.budget.max_seconds,
+                 "descent: stop proposing after this many seconds (0 = no limit)")
+      ->check(CLI::Range(0.0, 86400.0));
   CLI11_PARSE(app, argc, argv);
   service_options.background_tunes = !no_background_tunes;
+  service_options.search =
+      search == "grid" ? ktune::SearchKind::kGrid : ktune::SearchKind::kCoordinateDescent;
   if (listen.empty()) listen.push_back(ktune::DefaultServerAddress());
 
   // Logs go to stderr (journald and kubectl logs pick it up); stdout stays quiet.
@@ -85,22 +110,40 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  absl::StatusOr<std::unique_ptr<ktune::KernelCache>> kernel_cache =
+      ktune::KernelCache::Open(kernel_cache_dir, static_cast<uint64_t>(kernel_cache_mb) << 20);
+  if (!kernel_cache.ok()) {
+    spdlog::critical("event=kernel_cache_open_failed error=\"{}\"",
+                     std::string(kernel_cache.status().message()));
+    return 1;
+  }
+
+  // Candidates run in a worker process (this binary, re-executed), so a
+  // kernel that faults or hangs never takes the daemon down.
+  ktune::WorkerOptions worker_options;
+  worker_options.executable = std::filesystem::read_symlink("/proc/self/exe").string();
+  worker_options.candidate_timeout_s = candidate_timeout_s;
   std::string compile_only_reason;
-  absl::StatusOr<std::unique_ptr<ktune::Device>> device = ktune::OpenCudaDevice(0);
-  std::unique_ptr<ktune::Device> gpu;
-  if (device.ok()) {
-    gpu = std::move(*device);
-    const ktune::DeviceInfo& info = gpu->info();
-    spdlog::info("event=device name=\"{}\" cc={}.{} sms={} driver={}", info.name, info.cc_major,
-                 info.cc_minor, info.sm_count, info.driver_version);
+  std::unique_ptr<ktune::CandidateExecutor> executor;
+  absl::StatusOr<std::unique_ptr<ktune::WorkerExecutor>> worker =
+      ktune::WorkerExecutor::Start(worker_options);
+  if (worker.ok()) {
+    const ktune::DeviceInfo& info = (*worker)->device();
+    spdlog::info("event=device name=\"{}\" cc={}.{} sms={} driver={} worker_pid={}", info.name,
+                 info.cc_major, info.cc_minor, info.sm_count, info.driver_version, (*worker)->pid());
+    if (info.name.find("fake") != std::string::npos) {
+      spdlog::warn("event=fake_device note=\"KTUNE_WORKER_FAKE_DEVICE is set: timings are made up "
+                   "(tests only)\"");
+    }
+    executor = *std::move(worker);
   } else {
-    compile_only_reason = std::string(device.status().message());
+    compile_only_reason = std::string(worker.status().message());
     spdlog::warn("event=compile_only reason=\"{}\" note=\"serving cached and heuristic answers; "
                  "tuning is refused\"", compile_only_reason);
   }
 
-  ktune::KtuneServiceImpl service(store->get(), std::move(gpu), compile_only_reason,
-                                  service_options);
+  ktune::KtuneServiceImpl service(store->get(), kernel_cache->get(), std::move(executor),
+                                  compile_only_reason, service_options);
   ktune::MetricsServer metrics_server;
   if (!metrics_listen.empty()) {
     absl::Status s = metrics_server.Start(metrics_listen, service.metrics(),

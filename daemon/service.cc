@@ -30,13 +30,15 @@ std::string CompileKey(const LaunchRecipe& r) {
 
 }  // namespace
 
-KtuneServiceImpl::KtuneServiceImpl(Store* store, std::unique_ptr<Device> device,
+KtuneServiceImpl::KtuneServiceImpl(Store* store, KernelCache* kernel_cache,
+                                   std::unique_ptr<CandidateExecutor> executor,
                                    std::string compile_only_reason, const ServiceOptions& options)
     : store_(store),
+      kernel_cache_(kernel_cache),
       entries_(store),
-      device_(std::move(device)),
+      executor_(std::move(executor)),
       compile_only_reason_(std::move(compile_only_reason)),
-      target_(device_ ? device_->info() : CompileOnlyTarget()),
+      target_(executor_ ? executor_->device() : CompileOnlyTarget()),
       options_(options),
       started_(std::chrono::steady_clock::now()),
       queue_(options.max_queued_tunes) {
@@ -61,6 +63,13 @@ void KtuneServiceImpl::DeclareMetrics() {
   metrics_.Declare("ktune_tune_seconds_total", K::kCounter, "Wall time spent in tuning jobs");
   metrics_.Declare("ktune_compile_seconds_total", K::kCounter,
                    "NVRTC compile time summed over candidates (all compile threads)");
+  metrics_.Declare("ktune_run_seconds_total", K::kCounter,
+                   "Wall time verifying and timing candidates on the GPU");
+  metrics_.Declare("ktune_kernel_cache_hits_total", K::kCounter,
+                   "Candidates whose cubin came from the compiled-kernel cache");
+  metrics_.Declare("ktune_candidates_compiled_total", K::kCounter, "Candidates compiled by NVRTC");
+  metrics_.Declare("ktune_quarantined_total", K::kCounter,
+                   "Candidates quarantined after a fault or a hang, by reason");
   metrics_.Declare("ktune_candidates_total", K::kCounter,
                    "Candidates that finished, by outcome (ok, compile_error, wrong_answer, "
                    "launch_error)");
@@ -115,12 +124,18 @@ absl::StatusOr<LaunchRecipe> KtuneServiceImpl::Compiled(LaunchRecipe recipe) {
     absl::MutexLock lock(&compiled_mu_);
     if (auto it = compiled_.find(key); it != compiled_.end()) return it->second;
   }
+  if (kernel_cache_ != nullptr && kernel_cache_->Lookup(&recipe, NvrtcVersion())) {
+    absl::MutexLock lock(&compiled_mu_);
+    compiled_.insert_or_assign(key, recipe);
+    return recipe;
+  }
   CompileResult result = Compile(&recipe);
   if (!result.ok) {
     return absl::InternalError(
         absl::StrCat("compiling ", recipe.template_id, " failed: ", result.log));
   }
   metrics_.Add("ktune_compile_seconds_total", result.compile_seconds);
+  if (kernel_cache_ != nullptr) kernel_cache_->Store(recipe, NvrtcVersion());
   absl::MutexLock lock(&compiled_mu_);
   compiled_.insert_or_assign(key, recipe);
   return recipe;
@@ -177,6 +192,24 @@ TuneQueue::Result KtuneServiceImpl::TuneAndStore(const Resolved& r, int repetiti
   if (cancelled) return absl::CancelledError("every caller waiting for this tune went away");
   TuneOptions options;
   if (repetitions > 0) options.measure.repetitions = repetitions;
+  options.search = options_.search;
+  options.budget = options_.budget;
+  options.kernel_cache = kernel_cache_;
+  options.cancelled = &cancelled;
+  if (absl::StatusOr<std::vector<QuarantineRecord>> q =
+          store_->Quarantined(r.key.device_key, r.key.software_key);
+      q.ok()) {
+    for (const QuarantineRecord& record : *q) options.quarantined.insert(record.candidate);
+  }
+  options.on_quarantine = [this, &r](const std::string& candidate, const std::string& reason,
+                                     const std::string& detail) {
+    spdlog::error("event=candidate_quarantined key=\"{}\" reason={} candidate=\"{}\" detail=\"{}\"",
+                  r.key.problem_key, reason, candidate, detail);
+    metrics_.Add("ktune_quarantined_total", 1, "reason", reason);
+    absl::Status s = store_->Quarantine({r.key.device_key, r.key.software_key, candidate, reason,
+                                         detail.substr(0, 2000), absl::ToUnixSeconds(absl::Now())});
+    if (!s.ok()) spdlog::error("event=quarantine_store_failed error=\"{}\"", std::string(s.message()));
+  };
   auto on_progress = [&](const TuneProgress& p) {
     v1::TuneEvent event;
     if (p.candidate != nullptr) {
@@ -202,16 +235,22 @@ TuneQueue::Result KtuneServiceImpl::TuneAndStore(const Resolved& r, int repetiti
   };
 
   spdlog::info("event=tune_start key=\"{}\"", r.key.problem_key);
-  absl::StatusOr<TuneResult> result = TuneNorm(r.problem, device_.get(), options, on_progress);
+  absl::StatusOr<TuneResult> result = TuneNorm(r.problem, executor_.get(), options, on_progress);
   if (!result.ok()) {
-    metrics_.Add("ktune_tunes_total", 1, "result", "failed");
+    metrics_.Add("ktune_tunes_total", 1, "result",
+                 absl::IsCancelled(result.status()) ? "cancelled" : "failed");
     spdlog::error("event=tune_failed key=\"{}\" error=\"{}\"", r.key.problem_key,
                   std::string(result.status().message()));
     return result.status();
   }
   metrics_.Add("ktune_tunes_total", 1, "result", "ok");
   metrics_.Add("ktune_tune_seconds_total", result->tune_seconds);
+  metrics_.Add("ktune_compile_seconds_total", result->compile_seconds);
+  metrics_.Add("ktune_run_seconds_total", result->run_seconds);
+  metrics_.Add("ktune_kernel_cache_hits_total", result->kernel_cache_hits);
+  metrics_.Add("ktune_candidates_compiled_total", result->compiled);
   for (const CandidateOutcome& o : result->outcomes) {
+    if (o.status == CandidateStatus::kNotMeasured) continue;
     metrics_.Add("ktune_candidates_total", 1, "status", CandidateStatusName(o.status));
   }
   v1::Entry entry;
@@ -234,10 +273,13 @@ TuneQueue::Result KtuneServiceImpl::TuneAndStore(const Resolved& r, int repetiti
     absl::MutexLock lock(&compiled_mu_);
     compiled_.insert_or_assign(CompileKey(result->recipe), result->recipe);
   }
-  spdlog::info("event=tune_done key=\"{}\" config=\"{}\" time_us={:.2f} tbs={:.3f} candidates={} "
-               "seconds={:.2f}",
+  spdlog::info("event=tune_done key=\"{}\" config=\"{}\" time_us={:.2f} tbs={:.3f} strategy={} "
+               "candidates={} measured={} compiled={} cache_hits={} seconds={:.2f} "
+               "compile_seconds={:.2f} run_seconds={:.2f}",
                r.key.problem_key, ToString(result->config), result->timing.median_us,
-               result->throughput_tbs, result->candidates_measured, result->tune_seconds);
+               result->throughput_tbs, result->strategy, result->candidates_generated,
+               result->candidates_measured, result->compiled, result->kernel_cache_hits,
+               result->tune_seconds, result->compile_seconds, result->run_seconds);
   AnswerFromEntry(entry, /*include_cubin=*/false, &response);
   return response;
 }

@@ -20,7 +20,10 @@
 #include "daemon/metrics.h"
 #include "daemon/tune_queue.h"
 #include "ktune/v1/ktune.grpc.pb.h"
-#include "tuner/device.h"
+#include "tuner/executor.h"
+#include "tuner/kernel_cache.h"
+#include "tuner/search_strategy.h"
+#include "tuner/tuner.h"
 #include "tuner/fingerprint.h"
 #include "tuner/launch_recipe.h"
 #include "tuner/norm_config.h"
@@ -32,12 +35,17 @@ struct ServiceOptions {
   int max_queued_tunes = 64;
   // HEURISTIC_ON_MISS answers queue a background tune of the problem.
   bool background_tunes = true;
+  SearchKind search = SearchKind::kGrid;
+  SearchBudget budget;  // for SearchKind::kCoordinateDescent
 };
 
 class KtuneServiceImpl final : public v1::KtuneService::CallbackService {
  public:
-  // `device` may be null: the daemon is then compile-only, for the reason given.
-  KtuneServiceImpl(Store* store, std::unique_ptr<Device> device, std::string compile_only_reason,
+  // `executor` runs candidates (a worker process in ktuned). It may be null:
+  // the daemon is then compile-only, for the reason given. `kernel_cache` may
+  // be null (nothing is kept between tunes); neither store nor cache is owned.
+  KtuneServiceImpl(Store* store, KernelCache* kernel_cache,
+                   std::unique_ptr<CandidateExecutor> executor, std::string compile_only_reason,
                    const ServiceOptions& options = {});
   // Cancels queued tunes and waits for the running one.
   ~KtuneServiceImpl() override;
@@ -60,7 +68,7 @@ class KtuneServiceImpl final : public v1::KtuneService::CallbackService {
                                       const v1::GetStatusRequest* request,
                                       v1::GetStatusResponse* response) override;
 
-  bool compile_only() const { return device_ == nullptr; }
+  bool compile_only() const { return executor_ == nullptr; }
   // The device answers are keyed by: the GPU, or CompileOnlyTarget().
   const DeviceInfo& target() const { return target_; }
   Metrics* metrics() { return &metrics_; }
@@ -99,8 +107,9 @@ class KtuneServiceImpl final : public v1::KtuneService::CallbackService {
   void DeclareMetrics();
 
   Store* const store_;
+  KernelCache* const kernel_cache_;
   EntryCache entries_;
-  const std::unique_ptr<Device> device_;
+  const std::unique_ptr<CandidateExecutor> executor_;
   const std::string compile_only_reason_;
   const DeviceInfo target_;
   const ServiceOptions options_;

@@ -2,17 +2,18 @@
 
 #include <algorithm>
 #include <chrono>
-#include <limits>
 #include <mutex>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "tuner/norm_runner.h"
-#include "tuner/norm_space.h"
+#include "absl/strings/str_join.h"
 #include "tuner/nvrtc_compiler.h"
 
 namespace ktune {
 namespace {
+
+using Clock = std::chrono::steady_clock;
 
 // Candidates whose medians are within this fraction of the best are a tie,
 // broken by search-space order so one machine keeps giving the same winner.
@@ -30,35 +31,61 @@ std::string Excerpt(const std::string& text) {
                       " more characters)");
 }
 
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+// What a failed run says about the candidate: a fault or a hang is the
+// candidate's (and quarantines it); UNAVAILABLE means the executor itself is
+// gone, which ends the tune.
+CandidateStatus StatusOfFailure(const absl::Status& s) {
+  if (absl::IsAborted(s)) return CandidateStatus::kFault;
+  if (absl::IsDeadlineExceeded(s)) return CandidateStatus::kTimeout;
+  return CandidateStatus::kLaunchError;
+}
+
 }  // namespace
 
 std::string CandidateStatusName(CandidateStatus status) {
   switch (status) {
-    case CandidateStatus::kOk:
-      return "ok";
-    case CandidateStatus::kCompileError:
-      return "compile_error";
-    case CandidateStatus::kWrongAnswer:
-      return "wrong_answer";
-    case CandidateStatus::kLaunchError:
-      return "launch_error";
+    case CandidateStatus::kOk: return "ok";
+    case CandidateStatus::kCompileError: return "compile_error";
+    case CandidateStatus::kWrongAnswer: return "wrong_answer";
+    case CandidateStatus::kLaunchError: return "launch_error";
+    case CandidateStatus::kFault: return "fault";
+    case CandidateStatus::kTimeout: return "timeout";
+    case CandidateStatus::kQuarantined: return "quarantined";
+    case CandidateStatus::kNotMeasured: return "not_measured";
   }
   return "unknown";
 }
 
+std::string CandidateId(const LaunchRecipe& recipe) {
+  std::vector<std::string> names;
+  for (const KernelLaunch& k : recipe.kernels) names.push_back(k.name_expression);
+  return absl::StrJoin(names, ";");
+}
+
 absl::StatusOr<TuneResult> TuneNorm(const NormProblem& problem, Device* device,
-                                    const TuneOptions& options,
-                                    const ProgressCallback& progress) {
-  const auto start = std::chrono::steady_clock::now();
-  if (absl::Status s = ValidateNormProblem(problem); !s.ok()) return s;
+                                    const TuneOptions& options, const ProgressCallback& progress) {
   if (device == nullptr) return absl::FailedPreconditionError("TuneNorm needs a device");
-  const DeviceInfo& info = device->info();
+  std::unique_ptr<CandidateExecutor> executor = NewInProcessExecutor(device);
+  return TuneNorm(problem, executor.get(), options, progress);
+}
+
+absl::StatusOr<TuneResult> TuneNorm(const NormProblem& problem, CandidateExecutor* executor,
+                                    const TuneOptions& options, const ProgressCallback& progress) {
+  const auto start = Clock::now();
+  if (absl::Status s = ValidateNormProblem(problem); !s.ok()) return s;
+  if (executor == nullptr) return absl::FailedPreconditionError("TuneNorm needs an executor");
+  const DeviceInfo& info = executor->device();
   std::mutex progress_mu;  // progress may be called from compile workers
   auto emit = [&](TuneProgress p) {
     if (!progress) return;
     std::lock_guard<std::mutex> lock(progress_mu);
     progress(p);
   };
+  auto cancelled = [&] { return options.cancelled != nullptr && options.cancelled->load(); };
 
   // 1. The space, already pruned by CanImplement and the grid's rules.
   const std::vector<NormConfig> space = NormSearchSpace(problem, info, options.space);
@@ -67,138 +94,155 @@ absl::StatusOr<TuneResult> TuneNorm(const NormProblem& problem, Device* device,
                                                  CanonicalKey(problem), " on ", Arch(info)));
   }
   const int total = static_cast<int>(space.size());
+  std::unique_ptr<SearchStrategy> strategy =
+      options.search == SearchKind::kGrid
+          ? NewGridSearch()
+          : NewCoordinateDescent(HeuristicNormConfig(problem, info), options.budget);
   TuneResult result;
+  result.strategy = strategy->name();
   result.candidates_generated = total;
   result.outcomes.resize(total);
   for (int i = 0; i < total; ++i) result.outcomes[i].config = space[i];
   emit({"generated", total, total, 0,
-        absl::StrCat(total, " candidates for ", CanonicalKey(problem)), nullptr});
+        absl::StrCat(total, " candidates for ", CanonicalKey(problem), " (", strategy->name(), ")"),
+        nullptr});
 
-  // 2. Recipes. A recipe that cannot be made is a bug in the space (every
-  // config passed CanImplement); it is recorded, not fatal.
+  if (absl::Status s = executor->Prepare(problem); !s.ok()) return s;
+
   std::vector<LaunchRecipe> recipes(total);
-  std::vector<bool> alive(total, true);
-  for (int i = 0; i < total; ++i) {
-    absl::StatusOr<LaunchRecipe> recipe = NormLaunchRecipe(problem, space[i], info);
-    if (!recipe.ok()) {
-      alive[i] = false;
-      result.outcomes[i].status = CandidateStatus::kCompileError;
-      result.outcomes[i].detail = std::string(recipe.status().message());
-      continue;
-    }
-    recipes[i] = *std::move(recipe);
-  }
-  emit({"pruned", static_cast<int>(std::count(alive.begin(), alive.end(), true)), total, 0,
-        "launch recipes made", nullptr});
+  std::vector<std::optional<double>> measured_us(total);
+  std::vector<bool> tried(total, false);
+  int proposed = 0, compiled_count = 0, verified = 0, measured = 0;
+  double best_us = 0;
 
-  // 3. Compile everything in parallel (the GPU is idle meanwhile anyway).
-  std::vector<int> to_compile;
-  std::vector<LaunchRecipe> batch;
-  for (int i = 0; i < total; ++i) {
-    if (!alive[i]) continue;
-    to_compile.push_back(i);
-    batch.push_back(std::move(recipes[i]));
-  }
-  const int compile_total = static_cast<int>(batch.size());
-  std::vector<CompileResult> compiled =
-      CompileAll(&batch, options.compile_threads, [&](int done) {
-        emit({"compiled", done, compile_total, 0, "", nullptr});
-      });
-  for (size_t b = 0; b < batch.size(); ++b) {
-    const int i = to_compile[b];
-    recipes[i] = std::move(batch[b]);
-    if (!compiled[b].ok) {
-      alive[i] = false;
-      result.outcomes[i].status = CandidateStatus::kCompileError;
-      result.outcomes[i].detail = Excerpt(compiled[b].log);
-      emit({"compiled", static_cast<int>(b) + 1, compile_total, 0,
-            absl::StrCat(ToString(space[i]), ": compile error"), &result.outcomes[i]});
-    }
-  }
-
-  // 4. Verify each on the GPU against the float64 reference.
-  absl::StatusOr<std::unique_ptr<NormRunner>> runner = NormRunner::Create(problem, device);
-  if (!runner.ok()) return runner.status();
-  int verified = 0;
-  const int verify_total = static_cast<int>(std::count(alive.begin(), alive.end(), true));
-  for (int i = 0; i < total; ++i) {
-    if (!alive[i]) continue;
+  // Runs one candidate: verify, then time. An error status ends the tune.
+  auto run_candidate = [&](int i) -> absl::Status {
     CandidateOutcome& outcome = result.outcomes[i];
-    absl::StatusOr<VerifyResult> v = (*runner)->Verify(recipes[i]);
-    ++verified;
-    if (!v.ok()) {
-      // A fault poisons the context: nothing after it on this device is trustworthy.
-      if (absl::IsAborted(v.status())) {
-        return absl::Status(v.status().code(),
-                            absl::StrCat("candidate ", ToString(space[i]),
-                                         " faulted, the device context is lost: ",
-                                         v.status().message()));
+    auto fail = [&](const absl::Status& s, const char* stage) -> absl::Status {
+      if (absl::IsUnavailable(s)) return s;  // the executor is gone: end the tune
+      outcome.status = StatusOfFailure(s);
+      outcome.detail = absl::StrCat(stage, ": ", s.message());
+      if ((outcome.status == CandidateStatus::kFault || outcome.status == CandidateStatus::kTimeout) &&
+          options.on_quarantine) {
+        options.on_quarantine(CandidateId(recipes[i]), CandidateStatusName(outcome.status),
+                              outcome.detail);
       }
-      alive[i] = false;
-      outcome.status = CandidateStatus::kLaunchError;
-      outcome.detail = std::string(v.status().message());
-    } else if (!v->ok) {
-      alive[i] = false;
+      return absl::OkStatus();
+    };
+    absl::StatusOr<VerifyResult> v = executor->Verify(recipes[i]);
+    ++verified;
+    if (!v.ok()) return fail(v.status(), "verify");
+    if (!v->ok) {
       outcome.status = CandidateStatus::kWrongAnswer;
       outcome.detail = v->detail;
+      return absl::OkStatus();
     }
-    emit({"verified", verified, verify_total, 0,
-          absl::StrCat(ToString(space[i]), ": ",
-                       alive[i] ? "correct" : CandidateStatusName(outcome.status)),
-          &outcome});
-  }
+    emit({"verified", verified, proposed, best_us, absl::StrCat(ToString(space[i]), ": correct"),
+          nullptr});
+    absl::StatusOr<Timing> t = executor->Time(recipes[i], options.measure);
+    ++measured;
+    if (!t.ok()) return fail(t.status(), "time");
+    outcome.status = CandidateStatus::kOk;
+    outcome.timing = *t;
+    measured_us[i] = t->median_us;
+    if (best_us == 0 || t->median_us < best_us) best_us = t->median_us;
+    return absl::OkStatus();
+  };
 
-  // 5. Time the survivors.
-  std::vector<int> survivors;
-  for (int i = 0; i < total; ++i) {
-    if (alive[i]) survivors.push_back(i);
+  // 2. Batches proposed by the strategy: recipes, compile (cache first), run.
+  double run_seconds = 0;
+  while (true) {
+    std::vector<int> batch = strategy->Next(space, measured_us, tried, Seconds(start));
+    if (batch.empty()) break;
+    proposed += static_cast<int>(batch.size());
+    std::vector<int> to_compile;
+    std::vector<LaunchRecipe> compile_batch;
+    for (int i : batch) {
+      tried[i] = true;
+      CandidateOutcome& outcome = result.outcomes[i];
+      absl::StatusOr<LaunchRecipe> recipe = NormLaunchRecipe(problem, space[i], info);
+      if (!recipe.ok()) {  // a bug in the space: every config passed CanImplement
+        outcome.status = CandidateStatus::kCompileError;
+        outcome.detail = std::string(recipe.status().message());
+        continue;
+      }
+      recipes[i] = *std::move(recipe);
+      if (options.quarantined.count(CandidateId(recipes[i])) > 0) {
+        outcome.status = CandidateStatus::kQuarantined;
+        outcome.detail = "faulted or hung before in this environment";
+        emit({"pruned", proposed, proposed, best_us, absl::StrCat(ToString(space[i]), ": quarantined"),
+              &outcome});
+        continue;
+      }
+      if (options.kernel_cache != nullptr && options.kernel_cache->Lookup(&recipes[i], NvrtcVersion())) {
+        ++result.kernel_cache_hits;
+        continue;
+      }
+      to_compile.push_back(i);
+      compile_batch.push_back(recipes[i]);
+    }
+    emit({"pruned", proposed, proposed, best_us, absl::StrCat(proposed, " of ", total, " proposed"),
+          nullptr});
+    const int already = compiled_count;
+    std::vector<CompileResult> compiled =
+        CompileAll(&compile_batch, options.compile_threads, [&](int done) {
+          emit({"compiled", already + done, proposed, best_us, "", nullptr});
+        });
+    for (size_t b = 0; b < compile_batch.size(); ++b) {
+      const int i = to_compile[b];
+      ++compiled_count;
+      result.compile_seconds += compiled[b].compile_seconds;
+      if (!compiled[b].ok) {
+        result.outcomes[i].status = CandidateStatus::kCompileError;
+        result.outcomes[i].detail = Excerpt(compiled[b].log);
+        emit({"compiled", compiled_count, proposed, best_us,
+              absl::StrCat(ToString(space[i]), ": compile error"), &result.outcomes[i]});
+        continue;
+      }
+      recipes[i] = std::move(compile_batch[b]);
+      if (options.kernel_cache != nullptr) options.kernel_cache->Store(recipes[i], NvrtcVersion());
+    }
+    const auto run_start = Clock::now();
+    for (int i : batch) {
+      if (result.outcomes[i].status != CandidateStatus::kNotMeasured) continue;  // failed above
+      if (cancelled()) return absl::CancelledError("the tune was cancelled");
+      if (absl::Status s = run_candidate(i); !s.ok()) return s;
+      const CandidateOutcome& o = result.outcomes[i];
+      emit({"measured", measured, proposed, best_us,
+            o.status == CandidateStatus::kOk
+                ? absl::StrFormat("%s: %.2f us", ToString(space[i]), o.timing.median_us)
+                : absl::StrCat(ToString(space[i]), ": ", CandidateStatusName(o.status)),
+            &o});
+    }
+    run_seconds += Seconds(run_start);
   }
-  if (survivors.empty()) {
+  result.compiled = compiled_count;
+
+  // 3. Re-measure the best few (fastest first), then choose with noise in mind.
+  std::vector<int> ranked;
+  for (int i = 0; i < total; ++i) {
+    if (result.outcomes[i].status == CandidateStatus::kOk) ranked.push_back(i);
+  }
+  if (ranked.empty()) {
     std::string why;
     for (const CandidateOutcome& o : result.outcomes) {
-      if (why.size() < 4000) {
-        absl::StrAppend(&why, "\n  ", ToString(o.config), ": ", CandidateStatusName(o.status),
-                        ": ", o.detail.substr(0, 300));
-      }
+      if (o.status == CandidateStatus::kNotMeasured || why.size() > 4000) continue;
+      absl::StrAppend(&why, "\n  ", ToString(o.config), ": ", CandidateStatusName(o.status), ": ",
+                      o.detail.substr(0, 300));
     }
     return absl::InternalError(
         absl::StrCat("no candidate for ", CanonicalKey(problem), " passed verification:", why));
   }
-  double best_us = 0;
-  int measured = 0;
-  for (int i : survivors) {
-    CandidateOutcome& outcome = result.outcomes[i];
-    absl::StatusOr<Timing> t = (*runner)->Time(recipes[i], options.measure);
-    ++measured;
-    if (!t.ok()) {
-      if (absl::IsAborted(t.status())) return t.status();
-      alive[i] = false;
-      outcome.status = CandidateStatus::kLaunchError;
-      outcome.detail = std::string(t.status().message());
-    } else {
-      outcome.timing = *t;
-      if (best_us == 0 || t->median_us < best_us) best_us = t->median_us;
-    }
-    emit({"measured", measured, static_cast<int>(survivors.size()), best_us,
-          alive[i] ? absl::StrFormat("%s: %.2f us", ToString(space[i]), outcome.timing.median_us)
-                   : absl::StrCat(ToString(space[i]), ": ", outcome.detail),
-          &outcome});
-  }
-
-  // 6. Re-measure the best few (fastest first), then choose with noise in mind.
-  std::vector<int> ranked;
-  for (int i : survivors) {
-    if (alive[i]) ranked.push_back(i);
-  }
-  if (ranked.empty()) return absl::InternalError("every verified candidate failed to launch");
   std::stable_sort(ranked.begin(), ranked.end(), [&](int a, int b) {
     return result.outcomes[a].timing.median_us < result.outcomes[b].timing.median_us;
   });
   const int finalists = std::clamp(options.remeasure_top, 1, static_cast<int>(ranked.size()));
   ranked.resize(finalists);
+  const auto remeasure_start = Clock::now();
   for (int r = 0; r < finalists; ++r) {
+    if (cancelled()) return absl::CancelledError("the tune was cancelled");
     const int i = ranked[r];
-    absl::StatusOr<Timing> t = (*runner)->Time(recipes[i], options.measure);
+    absl::StatusOr<Timing> t = executor->Time(recipes[i], options.measure);
     if (!t.ok()) return t.status();  // it ran moments ago: a failure now is not the candidate's
     result.outcomes[i].timing = *t;
     best_us = std::min(best_us, t->median_us);
@@ -207,6 +251,7 @@ absl::StatusOr<TuneResult> TuneNorm(const NormProblem& problem, Device* device,
                           t->median_us, 100 * t->spread),
           &result.outcomes[i]});
   }
+  run_seconds += Seconds(remeasure_start);
   int best = ranked[0];
   for (int i : ranked) {
     if (result.outcomes[i].timing.median_us < result.outcomes[best].timing.median_us) best = i;
@@ -225,12 +270,12 @@ absl::StatusOr<TuneResult> TuneNorm(const NormProblem& problem, Device* device,
   result.recipe = std::move(recipes[winner]);
   result.timing = result.outcomes[winner].timing;
   result.candidates_measured = measured;
+  result.run_seconds = run_seconds;
   result.throughput_tbs =
       result.timing.median_us > 0
           ? static_cast<double>(MinimumBytes(problem)) / (result.timing.median_us * 1e-6) / 1e12
           : 0;
-  result.tune_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.tune_seconds = Seconds(start);
   return result;
 }
 

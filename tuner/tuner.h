@@ -1,35 +1,54 @@
-// The tuning job for one problem: generate and prune the space, compile every
-// candidate through NVRTC in parallel, verify each on the GPU against the
-// float64 reference, time the survivors, re-measure the best few, and pick a
-// winner with measurement noise in mind.
+// The tuning job for one problem: a search strategy proposes candidates from
+// the (pruned) space; each batch is compiled through NVRTC in parallel (the
+// compiled-kernel cache first), then every candidate runs on a
+// CandidateExecutor, verified against the float64 reference and timed; the
+// best few are re-measured and the winner is chosen with measurement noise in
+// mind: candidates within noise of the fastest are a tie, broken by space
+// order, so the same machine keeps giving the same winner.
 //
-// Expected outcomes (compile error, wrong answer) are recorded per candidate;
-// only an unusable device or an invalid problem is an error status.
-// Thread-compatible: one Tune at a time per Device.
+// Expected outcomes (compile error, wrong answer, fault, timeout, quarantined)
+// are recorded per candidate; a candidate that faulted or hung is reported to
+// `on_quarantine` so it is never run again in this environment. Only an
+// invalid problem, an unusable executor or a cancellation is an error status.
+// Thread-compatible: one tune at a time per executor.
 #pragma once
 
+#include <atomic>
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "tuner/device.h"
+#include "tuner/executor.h"
+#include "tuner/kernel_cache.h"
 #include "tuner/launch_recipe.h"
 #include "tuner/measure.h"
 #include "tuner/norm_config.h"
 #include "tuner/norm_space.h"
 #include "tuner/problem.h"
+#include "tuner/search_strategy.h"
 
 namespace ktune {
 
-enum class CandidateStatus { kOk, kCompileError, kWrongAnswer, kLaunchError };
+enum class CandidateStatus {
+  kOk,
+  kCompileError,
+  kWrongAnswer,
+  kLaunchError,
+  kFault,        // took its worker down (illegal address, misaligned access, ...)
+  kTimeout,      // cut by the watchdog
+  kQuarantined,  // faulted or hung before in this environment: not run
+  kNotMeasured,  // the search strategy never proposed it
+};
 std::string CandidateStatusName(CandidateStatus status);
 
 struct CandidateOutcome {
   NormConfig config;
-  CandidateStatus status = CandidateStatus::kOk;
+  CandidateStatus status = CandidateStatus::kNotMeasured;
   Timing timing;       // when status == kOk
-  std::string detail;  // compile log excerpt or verification failure
+  std::string detail;  // compile log excerpt, verification failure, fault
 };
 
 struct TuneProgress {
@@ -41,11 +60,23 @@ struct TuneProgress {
   const CandidateOutcome* candidate = nullptr;  // set when one candidate finished
 };
 
+enum class SearchKind { kGrid, kCoordinateDescent };
+
 struct TuneOptions {
   MeasureOptions measure;
   int compile_threads = 0;  // 0 = all cores
   int remeasure_top = 3;    // re-time this many best before choosing
   SpaceOptions space;       // pruned: false only to measure what pruning costs
+  SearchKind search = SearchKind::kGrid;
+  SearchBudget budget;      // for kCoordinateDescent
+  KernelCache* kernel_cache = nullptr;           // not owned; may be null
+  const std::atomic<bool>* cancelled = nullptr;  // checked between candidates
+  // Candidates (CandidateId) that faulted or hung before: not run.
+  std::set<std::string> quarantined;
+  // Called for a candidate that faulted or hung: reason "fault" or "timeout".
+  std::function<void(const std::string& candidate, const std::string& reason,
+                     const std::string& detail)>
+      on_quarantine;
 };
 
 struct TuneResult {
@@ -53,16 +84,31 @@ struct TuneResult {
   LaunchRecipe recipe;  // with cubin and lowered names
   Timing timing;
   double throughput_tbs = 0;  // MinimumBytes / median time
-  int candidates_generated = 0;
-  int candidates_measured = 0;
-  std::vector<CandidateOutcome> outcomes;
+  int candidates_generated = 0;  // the space
+  int candidates_measured = 0;   // timed
+  std::vector<CandidateOutcome> outcomes;  // one per space entry, in space order
+  std::string strategy;
   double tune_seconds = 0;
+  double compile_seconds = 0;  // NVRTC time summed over candidates compiled
+  double run_seconds = 0;      // wall time verifying and timing on the device
+  int kernel_cache_hits = 0;
+  int compiled = 0;            // candidates compiled by NVRTC in this tune
 };
 
 using ProgressCallback = std::function<void(const TuneProgress&)>;
 
-// Tunes `problem` on `device`. REQUIRES: ValidateNormProblem(problem).ok().
-// INTERNAL if no candidate passes verification (a bug, never expected).
+// The identity of a candidate across tunes of one environment: its kernels'
+// name expressions (they fix the template instantiation, not the shape).
+std::string CandidateId(const LaunchRecipe& recipe);
+
+// Tunes `problem` on `executor`. REQUIRES: ValidateNormProblem(problem).ok().
+// CANCELLED if options.cancelled was set; INTERNAL if no candidate passes
+// verification (a bug, never expected).
+absl::StatusOr<TuneResult> TuneNorm(const NormProblem& problem, CandidateExecutor* executor,
+                                    const TuneOptions& options,
+                                    const ProgressCallback& progress = nullptr);
+
+// The same, in this process on `device` (tests and benchmarks).
 absl::StatusOr<TuneResult> TuneNorm(const NormProblem& problem, Device* device,
                                     const TuneOptions& options,
                                     const ProgressCallback& progress = nullptr);

@@ -89,16 +89,7 @@ absl::Status ReadFrame(int fd, google::protobuf::Message* message, Clock::time_p
 // Test double for machines without a GPU (KTUNE_WORKER_FAKE_DEVICE=1).
 class FakeExecutor final : public CandidateExecutor {
  public:
-  FakeExecutor() {
-    device_.name = "ktune fake device (tests only)";
-    device_.cc_major = 9;
-    device_.cc_minor = 0;
-    device_.sm_count = 132;
-    device_.memory_bytes = uint64_t{80} << 30;
-    device_.driver_version = 13000;
-    device_.l2_bytes = 50 << 20;
-    device_.max_smem_per_block_optin = 227 << 10;
-  }
+  FakeExecutor() : device_(FakeWorkerDevice()) {}
   const DeviceInfo& device() const override { return device_; }
   absl::Status Prepare(const NormProblem&) override { return absl::OkStatus(); }
   absl::StatusOr<VerifyResult> Verify(const LaunchRecipe& recipe) override {
@@ -145,6 +136,14 @@ void SetStatus(const absl::Status& s, v1::WorkerReply* reply) {
 }
 
 }  // namespace
+
+DeviceInfo FakeWorkerDevice() {
+  DeviceInfo d = CompileOnlyTarget();  // an sm_90 part with H100/H200 limits
+  d.name = "ktune fake device (tests only)";
+  d.memory_bytes = uint64_t{80} << 30;
+  d.driver_version = 13000;
+  return d;
+}
 
 int RunWorker(int fd) {
   std::unique_ptr<Device> device;

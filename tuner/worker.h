@@ -29,6 +29,9 @@
 
 namespace ktune {
 
+// The device a worker reports under KTUNE_WORKER_FAKE_DEVICE=1 (tests only).
+DeviceInfo FakeWorkerDevice();
+
 // Serves worker requests on `fd` until the other end closes it. Returns the
 // process exit code. Called by ktuned's main for `--worker-fd N`.
 int RunWorker(int fd);

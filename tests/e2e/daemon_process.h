@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -53,11 +54,14 @@ class DaemonProcess {
   const std::string& db_path() const { return db_path_; }
 
   // Starts ktuned; true once it answers GetStatus (within 20 s).
-  // `extra_flags` are appended to ktuned's command line.
-  bool Start(const std::vector<std::string>& extra_flags = {}) {
-    std::vector<std::string> args = {KTUNED_PATH,   "--listen",    address(), "--db",
-                                     db_path_,      "--log-level", "debug",   "--drain-seconds",
-                                     "1"};
+  // `extra_flags` are appended to ktuned's command line; `env` ("NAME=value")
+  // is added to its environment (and so its worker's).
+  bool Start(const std::vector<std::string>& extra_flags = {},
+             const std::vector<std::string>& env = {}) {
+    std::vector<std::string> args = {KTUNED_PATH, "--listen",         address(),
+                                     "--db",      db_path_,           "--log-level",
+                                     "debug",     "--drain-seconds",  "1",
+                                     "--kernel-cache-dir", dir_ + "/kernels"};
     args.insert(args.end(), extra_flags.begin(), extra_flags.end());
     pid_ = fork();
     if (pid_ == 0) {
@@ -65,6 +69,7 @@ class DaemonProcess {
       FILE* out = std::freopen(log.c_str(), "a", stderr);
       (void)out;
       dup2(fileno(stderr), STDOUT_FILENO);
+      for (const std::string& e : env) putenv(strdup(e.c_str()));
       std::vector<char*> argv;
       for (std::string& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);

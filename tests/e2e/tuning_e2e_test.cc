@@ -1,0 +1,201 @@
+// The tuning engine end to end on machines without a GPU: a real ktuned whose
+// worker stands in a fake device (KTUNE_WORKER_FAKE_DEVICE=1: every candidate
+// verifies, timings are made up from the kernel's name) so that the queue,
+// the worker's isolation, quarantine, the kernel cache and winner stability
+// run for real in CI. tests/gpu repeats what matters on the H200.
+#include <set>
+#include <thread>
+
+#include <catch2/catch.hpp>
+
+#include "tests/e2e/daemon_process.h"
+#include "tuner/norm_space.h"
+#include "tuner/wire.h"
+#include "tuner/worker.h"
+
+namespace ktune {
+namespace {
+
+using testing::DaemonProcess;
+using testing::TempDir;
+
+constexpr char kFake[] = "KTUNE_WORKER_FAKE_DEVICE=1";
+
+v1::Problem Rms(int64_t m, int64_t n) {
+  NormProblem p;
+  p.m = m;
+  p.n = n;
+  v1::Problem out;
+  *out.mutable_norm() = NormProblemToProto(p);
+  return out;
+}
+
+double Metric(DaemonProcess& daemon, const std::string& name) {
+  auto status = daemon.NewClient()->GetStatus();
+  REQUIRE(status.ok());
+  auto it = status->metrics().find(name);
+  return it == status->metrics().end() ? 0 : it->second;
+}
+
+// The name expression of one candidate of `problem` on the fake device.
+std::string SomeCandidate(int64_t m, int64_t n, int index) {
+  NormProblem p;
+  p.m = m;
+  p.n = n;
+  const std::vector<NormConfig> space = NormSearchSpace(p, FakeWorkerDevice());
+  REQUIRE(static_cast<int>(space.size()) > index + 1);
+  auto recipe = NormLaunchRecipe(p, space[index], FakeWorkerDevice());
+  REQUIRE(recipe.ok());
+  return recipe->kernels[0].name_expression;
+}
+
+struct StreamedTune {
+  absl::StatusOr<v1::GetConfigResponse> result = absl::UnknownError("unset");
+  std::multiset<std::string> candidate_statuses;
+};
+
+StreamedTune TuneStreamed(DaemonProcess& daemon, const v1::Problem& problem, bool force) {
+  StreamedTune out;
+  v1::TuneRequest request;
+  *request.mutable_problem() = problem;
+  request.mutable_options()->set_force(force);
+  out.result = daemon.NewClient()->Tune(request, [&](const v1::TuneEvent& e) {
+    if (e.has_candidate()) out.candidate_statuses.insert(e.candidate().status());
+  });
+  return out;
+}
+
+TEST_CASE("32 concurrent TUNE_ON_MISS callers of one key run one job", "[e2e][tuning]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.path(), dir.path() + "/cache.db");
+  REQUIRE(daemon.Start({}, {kFake}));
+  std::vector<absl::StatusOr<v1::GetConfigResponse>> answers(32, absl::UnknownError("unset"));
+  std::vector<std::thread> callers;
+  for (int i = 0; i < 32; ++i) {
+    callers.emplace_back([&, i] {
+      v1::GetConfigRequest request;
+      *request.mutable_problem() = Rms(4096, 4096);
+      request.set_policy(v1::TUNE_ON_MISS);
+      answers[i] = daemon.NewClient()->GetConfig(request);
+    });
+  }
+  for (auto& t : callers) t.join();
+  for (const auto& a : answers) {
+    REQUIRE(a.ok());
+    CHECK(a->source() == v1::TUNED);
+    CHECK(a->config().SerializeAsString() == answers[0]->config().SerializeAsString());
+    CHECK(a->measurement().time_us() == answers[0]->measurement().time_us());
+  }
+  CHECK(Metric(daemon, "ktune_tunes_total{result=\"ok\"}") == 1);
+  CHECK(daemon.Stop() == 0);
+}
+
+TEST_CASE("a heuristic answer queues a background tune; the same call is then TUNED",
+          "[e2e][tuning]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.path(), dir.path() + "/cache.db");
+  REQUIRE(daemon.Start({}, {kFake}));
+  auto client = daemon.NewClient();
+  v1::GetConfigRequest request;
+  *request.mutable_problem() = Rms(1000, 3000);
+  request.set_policy(v1::HEURISTIC_ON_MISS);
+  auto first = client->GetConfig(request);
+  REQUIRE(first.ok());
+  CHECK(first->source() == v1::HEURISTIC);
+  CHECK(first->tune_queued());
+  absl::StatusOr<v1::GetConfigResponse> later = absl::UnknownError("unset");
+  for (int i = 0; i < 300; ++i) {
+    later = client->GetConfig(request);
+    if (later.ok() && later->source() == v1::TUNED) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  REQUIRE(later.ok());
+  CHECK(later->source() == v1::TUNED);
+  CHECK_FALSE(later->tune_queued());
+  CHECK(daemon.Stop() == 0);
+}
+
+TEST_CASE("a candidate that crashes its worker is quarantined; the tune and the daemon go on",
+          "[e2e][tuning]") {
+  TempDir dir;
+  const std::string crashing = SomeCandidate(2048, 4096, 1);
+  DaemonProcess daemon(dir.path(), dir.path() + "/cache.db");
+  REQUIRE(daemon.Start({}, {kFake, "KTUNE_WORKER_FAULT=crash:" + crashing}));
+
+  StreamedTune first = TuneStreamed(daemon, Rms(2048, 4096), false);
+  REQUIRE(first.result.ok());
+  CHECK(first.result->source() == v1::TUNED);
+  CHECK(first.candidate_statuses.count("fault") == 1);
+  CHECK(first.candidate_statuses.count("ok") >= 1);
+  CHECK(Metric(daemon, "ktune_quarantined_total{reason=\"fault\"}") == 1);
+  CHECK(daemon.Log().find("event=candidate_quarantined") != std::string::npos);
+
+  // The daemon keeps serving, and the quarantine outlives a restart: the
+  // candidate is not run again in this environment.
+  REQUIRE(daemon.Stop() == 0);
+  REQUIRE(daemon.Start({}, {kFake, "KTUNE_WORKER_FAULT=crash:" + crashing}));
+  StreamedTune again = TuneStreamed(daemon, Rms(2048, 4096), true);
+  REQUIRE(again.result.ok());
+  CHECK(again.candidate_statuses.count("quarantined") == 1);
+  CHECK(again.candidate_statuses.count("fault") == 0);
+  CHECK(again.result->config().SerializeAsString() == first.result->config().SerializeAsString());
+  CHECK(daemon.Stop() == 0);
+}
+
+TEST_CASE("a candidate that hangs is cut by the watchdog and quarantined", "[e2e][tuning]") {
+  TempDir dir;
+  const std::string hanging = SomeCandidate(1024, 2048, 0);
+  DaemonProcess daemon(dir.path(), dir.path() + "/cache.db");
+  REQUIRE(daemon.Start({"--candidate-timeout", "1"}, {kFake, "KTUNE_WORKER_FAULT=hang:" + hanging}));
+  StreamedTune tune = TuneStreamed(daemon, Rms(1024, 2048), false);
+  REQUIRE(tune.result.ok());
+  CHECK(tune.candidate_statuses.count("timeout") == 1);
+  CHECK(Metric(daemon, "ktune_quarantined_total{reason=\"timeout\"}") == 1);
+  CHECK(daemon.NewClient()->GetStatus().ok());
+  CHECK(daemon.Stop() == 0);
+}
+
+TEST_CASE("re-tuning compiles nothing, and fresh tunes pick the same winner", "[e2e][tuning]") {
+  TempDir dir;
+  DaemonProcess first(dir.path(), dir.path() + "/one.db");
+  REQUIRE(first.Start({}, {kFake}));
+  StreamedTune cold = TuneStreamed(first, Rms(8192, 2048), false);
+  REQUIRE(cold.result.ok());
+  const double compiled = Metric(first, "ktune_candidates_compiled_total");
+  CHECK(compiled >= 2);
+  StreamedTune warm = TuneStreamed(first, Rms(8192, 2048), true);
+  REQUIRE(warm.result.ok());
+  CHECK(Metric(first, "ktune_candidates_compiled_total") == compiled);  // nothing new
+  CHECK(Metric(first, "ktune_kernel_cache_hits_total") >= compiled);
+  REQUIRE(first.Stop() == 0);
+
+  // A second daemon with its own database and the same kernel cache.
+  DaemonProcess second(dir.path(), dir.path() + "/two.db");
+  REQUIRE(second.Start({}, {kFake}));
+  StreamedTune fresh = TuneStreamed(second, Rms(8192, 2048), false);
+  REQUIRE(fresh.result.ok());
+  CHECK(Metric(second, "ktune_candidates_compiled_total") == 0);
+  CHECK(fresh.result->config().SerializeAsString() == cold.result->config().SerializeAsString());
+  CHECK(second.Stop() == 0);
+}
+
+TEST_CASE("coordinate descent measures fewer candidates than the grid", "[e2e][tuning]") {
+  TempDir dir;
+  DaemonProcess grid(dir.path(), dir.path() + "/grid.db");
+  REQUIRE(grid.Start({}, {kFake}));
+  REQUIRE(TuneStreamed(grid, Rms(16384, 4096), false).result.ok());
+  const double grid_runs = Metric(grid, "ktune_candidates_total{status=\"ok\"}");
+  REQUIRE(grid.Stop() == 0);
+
+  DaemonProcess descent(dir.path(), dir.path() + "/descent.db");
+  REQUIRE(descent.Start({"--search", "descent", "--search-max-candidates", "8"}, {kFake}));
+  StreamedTune tune = TuneStreamed(descent, Rms(16384, 4096), false);
+  REQUIRE(tune.result.ok());
+  const double descent_runs = Metric(descent, "ktune_candidates_total{status=\"ok\"}");
+  CHECK(descent_runs <= 8);
+  CHECK(descent_runs < grid_runs);
+  CHECK(descent.Stop() == 0);
+}
+
+}  // namespace
+}  // namespace ktune

@@ -59,36 +59,27 @@ class NvrtcChecker {
   CompileResult* result_;
 };
 
-CompileResult CompileImpl(LaunchRecipe* recipe) {
+// Compiles `text` (named `path`, with in-memory headers) for the recipe's
+// name expressions, options and architecture.
+CompileResult CompileText(const std::string& text, const std::string& path,
+                          const std::vector<std::string>& names,
+                          const std::vector<std::string>& texts, LaunchRecipe* recipe) {
   CompileResult result;
-  absl::StatusOr<const KernelSource*> source = FindKernelSource(recipe->template_id);
-  if (!source.ok()) {
-    result.log = std::string(source.status().message());
-    return result;
-  }
-  if (!recipe->template_hash.empty() && recipe->template_hash != (*source)->hash) {
-    result.log = absl::StrCat("recipe was made for template hash ", recipe->template_hash,
-                              " but this binary embeds ", (*source)->hash);
-    return result;
-  }
   if (recipe->kernels.empty()) {
     result.log = "recipe has no kernels";
     return result;
   }
-
-  const KernelSource& src = **source;
   std::vector<const char*> header_texts;
   std::vector<const char*> header_names;
-  for (size_t i = 0; i < src.header_names.size(); ++i) {
-    header_texts.push_back(src.header_texts[i].c_str());
-    header_names.push_back(src.header_names[i].c_str());
+  for (size_t i = 0; i < names.size(); ++i) {
+    header_texts.push_back(texts[i].c_str());
+    header_names.push_back(names[i].c_str());
   }
   // NVRTC names the translation unit; instantiations come from name expressions.
-  std::string unit = absl::StrCat(src.text, "\n");
-
+  std::string unit = absl::StrCat(text, "\n");
   NvrtcChecker check(&result);
   NvrtcProgram program;
-  if (!check.Ok(nvrtcCreateProgram(program.out(), unit.c_str(), src.path.c_str(),
+  if (!check.Ok(nvrtcCreateProgram(program.out(), unit.c_str(), path.c_str(),
                                    static_cast<int>(header_names.size()), header_texts.data(),
                                    header_names.data()),
                 "nvrtcCreateProgram")) {
@@ -144,6 +135,22 @@ CompileResult CompileImpl(LaunchRecipe* recipe) {
   return result;
 }
 
+CompileResult CompileImpl(LaunchRecipe* recipe) {
+  CompileResult result;
+  absl::StatusOr<const KernelSource*> source = FindKernelSource(recipe->template_id);
+  if (!source.ok()) {
+    result.log = std::string(source.status().message());
+    return result;
+  }
+  if (!recipe->template_hash.empty() && recipe->template_hash != (*source)->hash) {
+    result.log = absl::StrCat("recipe was made for template hash ", recipe->template_hash,
+                              " but this binary embeds ", (*source)->hash);
+    return result;
+  }
+  const KernelSource& src = **source;
+  return CompileText(src.text, src.path, src.header_names, src.header_texts, recipe);
+}
+
 }  // namespace
 
 int NvrtcVersion() {
@@ -156,6 +163,14 @@ int NvrtcVersion() {
 CompileResult Compile(LaunchRecipe* recipe) {
   const auto start = std::chrono::steady_clock::now();
   CompileResult result = CompileImpl(recipe);
+  result.compile_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+CompileResult CompileSource(const std::string& text, LaunchRecipe* recipe) {
+  const auto start = std::chrono::steady_clock::now();
+  CompileResult result = CompileText(text, "source.cu", {}, {}, recipe);
   result.compile_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;

@@ -30,6 +30,11 @@ int NvrtcVersion();
 // recipe->cubin and each lowered_name.
 CompileResult Compile(LaunchRecipe* recipe);
 
+// Compiles `text`, a whole translation unit with no includes, instead of an
+// embedded template: for kernels that exist only in tests (ones that fault or
+// hang on purpose). recipe->template_id and template_hash are not used.
+CompileResult CompileSource(const std::string& text, LaunchRecipe* recipe);
+
 // Compiles every recipe on `threads` workers (0 = all cores). results[i] is the
 // outcome of recipes[i]. `on_done`, if set, is called after each compile (from
 // worker threads, serialized) with the number finished so far.

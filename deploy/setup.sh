@@ -15,7 +15,8 @@ jobs=${JOBS:-$(nproc)}
 
 packages=(build-essential cmake ninja-build pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
-  libsqlite3-dev libspdlog-dev catch2 libcli11-dev libssl-dev libcpp-httplib-dev)
+  libsqlite3-dev libspdlog-dev catch2 libcli11-dev libssl-dev libcpp-httplib-dev
+  nlohmann-json3-dev libyaml-cpp-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

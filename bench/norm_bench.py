@@ -93,8 +93,12 @@ class Recipe:
         self.module = cp.RawModule(path=cubin_path)
         self.kernels = []
         for k in recipe["kernels"]:
-            self.kernels.append((self.module.get_function(k["lowered_name"]), tuple(int(g) for g in k["grid"]),
-                                 tuple(int(b) for b in k["block"]), int(k["dynamic_smem_bytes"]), list(k["params"])))
+            function = self.module.get_function(k["lowered_name"])
+            smem = int(k["dynamic_smem_bytes"])
+            if smem > 0:  # the recipe's launch contract (proto KernelLaunch)
+                function.max_dynamic_shared_size_bytes = smem
+            self.kernels.append((function, tuple(int(g) for g in k["grid"]), tuple(int(b) for b in k["block"]),
+                                 smem, list(k["params"])))
         self.workspace_bytes = int(recipe.get("workspace_bytes", 0))
 
     def __call__(self, values):
@@ -143,7 +147,7 @@ def run_shape(args, op, m, n, ceiling):
     db = torch.empty(n, device="cuda", dtype=dt) if has_bias else None
 
     # fp32 references and the saved statistics the backward consumes.
-    xf = [x.float() for x in xs[:1]][0]
+    xf = xs[0].float()
     if op == "rmsnorm":
         r = torch.rsqrt(xf.pow(2).mean(-1) + EPS)
         mu = torch.zeros(m, device="cuda")
@@ -183,10 +187,13 @@ def run_shape(args, op, m, n, ceiling):
         recipe = Recipe(answer, cubin)
         ws = torch.empty(max(recipe.workspace_bytes, 4), device="cuda", dtype=torch.uint8)
 
+        split = int(answer["config"]["norm"].get("split_size", 0))
+        partial_rows = (m + split - 1) // split if split > 0 else 0
+
         def values(i):
             return {"x": xs[i], "w": w, "b": b, "y": ys[i], "mean": mean[i] if op == "layernorm" else None,
-                    "rstd": rstd[i], "dy": dys[i], "dx": dxs[i], "dw": dw, "db": db, "workspace": ws,
-                    "M": m, "N": n, "eps": EPS}
+                    "rstd": rstd[i], "dy": dys[i], "dx": dxs[i], "dw": dw, "db": db, "ws": ws,
+                    "M": m, "N": n, "P": partial_rows, "eps": EPS}
 
         # Verify ours on set 0 (poisoned outputs first).
         if pas == "fwd":

@@ -222,7 +222,10 @@ class CudaDevice final : public Device {
   absl::Status Launch(const LoadedKernel& kernel, const KernelLaunch& g, void** args) override {
     MakeCurrent();
     auto function = static_cast<CUfunction>(kernel.function);
-    if (g.dynamic_smem_bytes > 48 * 1024) {
+    // The launch contract of a recipe (proto KernelLaunch): any dynamic shared
+    // memory is allowed for by raising the function's limit first; the 48 KiB
+    // default counts static memory too, so "dynamic > 48 KiB" is not the test.
+    if (g.dynamic_smem_bytes > 0) {
       KTUNE_CU_RETURN(api_->cuFuncSetAttribute_(function,
                                                 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                 static_cast<int>(g.dynamic_smem_bytes)),

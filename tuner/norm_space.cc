@@ -22,9 +22,15 @@ constexpr int kRegisterOverhead = 40;
 // At most this many packed words live per thread (x, the next row's x, w):
 // beyond it the estimate above stops being reliable and occupancy collapses.
 constexpr int kMaxLiveWords = 96;
-// LayerNorm forward holds 16-bit x unpacked (three conversions per element):
-// at 96 words ptxas spilled a few bytes (4096 x 3000 bf16, 12 chunks).
+// LayerNorm forward: at 96 words ptxas spilled a few bytes (4096 x 3000 bf16,
+// 12 chunks, when bf16 x was still held unpacked).
 constexpr int kMaxLiveWordsLayerNormForward = 88;
+// Shared memory an SM gives its CTAs, and what each CTA reserves besides its
+// own (sm_80+: 1 KiB per CTA); used with the device's opt-in limit per CTA.
+constexpr int kSmemReservedPerCta = 1024;
+// The kernels' static shared memory besides the partials: the cross-warp
+// scratch of common/reduce.cuh, 2 * 32 floats at most.
+constexpr int64_t kStaticScratchBound = 2 * 32 * 4;
 constexpr int kMaxCtasPerSm = 32;   // sm_50 and later
 constexpr int kSmSubPartitions = 4;  // register file split across 4 schedulers
 constexpr int kMaxRegistersPerThread = 255;
@@ -70,8 +76,8 @@ int MaxVec(const NormProblem& p) {
 // different instructions: see common/types.cuh, ptxas merges identical ones).
 // fp16 has one conversion instruction only, ptxas merges its uses and so holds
 // each element as a float: one register per element. LayerNorm forward
-// converts x three times (mean, variance, output), so its bf16 x is counted
-// unpacked too.
+// converts x three times (mean, variance, output) through three different
+// sequences (get, get_alt2, get_alt), so its bf16 x stays packed too.
 int WordsPerVector(DType dtype, int vec, bool unpacked) {
   if (dtype == DType::kFP16 || (unpacked && dtype == DType::kBF16)) return vec;
   return std::max(1, vec * DTypeBytes(dtype) / 4);
@@ -86,10 +92,12 @@ int GradientParts(const NormProblem& p) {
   return (p.has_weight ? 1 : 0) + (IsLayerNorm(p) && p.has_bias ? 1 : 0);
 }
 
-// Packed words live across the reduction (persistent) or per pass (looped).
-int LiveWords(const NormProblem& p, const NormConfig& c) {
+// Packed words live across the reduction (persistent) or per pass (looped);
+// `smem_partials`: the backward's fp32 partials are in shared memory, only one
+// vector of each in registers at a time.
+int LiveWordsWith(const NormProblem& p, const NormConfig& c, bool smem_partials) {
   const bool ln_fwd = IsLayerNorm(p) && IsForward(p);
-  const int x_words = c.chunks() * WordsPerVector(p.input_dtype, c.vec, ln_fwd);
+  const int x_words = c.chunks() * WordsPerVector(p.input_dtype, c.vec, false);
   const int w_words = c.chunks() * WordsPerVector(p.weight_dtype, c.vec, false);
   const int params = (p.has_weight ? w_words : 0) + (ln_fwd && p.has_bias ? w_words : 0);
   if (IsForward(p)) {
@@ -97,20 +105,17 @@ int LiveWords(const NormProblem& p, const NormConfig& c) {
     return x_words + params;  // pass 2 holds x, w and b chunks at once
   }
   // Backward: x and dy (twice when pipelined), w, and the fp32 column partials.
-  const int partials = GradientParts(p) * c.chunks() * c.vec;
+  const int partials = GradientParts(p) * (smem_partials ? 1 : c.chunks()) * c.vec;
   if (c.persistent) return c.pipeline_depth * 2 * x_words + params + partials;
   return 2 * x_words + params + 2 * c.vec;
 }
 
-int EstimatedRegisters(const NormProblem& p, const NormConfig& c) {
-  return kRegisterOverhead + LiveWords(p, c);
-}
-
-// CTAs per SM that the estimate allows (0: not even one). Registers are
-// allocated per warp in units of 8 per thread, and a warp's registers come
-// from one of the 4 sub-partitions, each holding a quarter of the file.
-int CtasPerSm(const NormProblem& p, const NormConfig& c, const DeviceInfo& d) {
-  const int regs = ((EstimatedRegisters(p, c) + 7) / 8) * 8;
+// CTAs per SM that `live_words` of registers and `smem` bytes of shared memory
+// per CTA allow (0: not even one). Registers are allocated per warp in units
+// of 8 per thread, and a warp's registers come from one of the 4
+// sub-partitions, each holding a quarter of the file.
+int CtasPerSmFor(int live_words, int64_t smem, const NormConfig& c, const DeviceInfo& d) {
+  const int regs = ((kRegisterOverhead + live_words + 7) / 8) * 8;
   if (regs > kMaxRegistersPerThread + 1) return 0;
   // A DeviceInfo decoded from an older peer may lack the limits: use sm_80+'s.
   const int regs_per_sm = d.regs_per_sm > 0 ? d.regs_per_sm : 65536;
@@ -118,7 +123,38 @@ int CtasPerSm(const NormProblem& p, const NormConfig& c, const DeviceInfo& d) {
   const int warps_per_sub = regs_per_sm / kSmSubPartitions / (regs * kWarpSizeT);
   const int by_regs = kSmSubPartitions * warps_per_sub / c.num_warps;
   const int by_threads = threads_per_sm / c.threads();
-  return std::min({kMaxCtasPerSm, by_threads, by_regs});
+  int by_smem = kMaxCtasPerSm;
+  if (smem > 0) {
+    const int64_t optin = d.max_smem_per_block_optin > 0 ? d.max_smem_per_block_optin : 48 << 10;
+    const int64_t total = smem + kStaticScratchBound;  // with the reduction scratch
+    by_smem = total > optin ? 0
+                            : static_cast<int>((optin + kSmemReservedPerCta) /
+                                               (total + kSmemReservedPerCta));
+  }
+  return std::min({kMaxCtasPerSm, by_threads, by_regs, by_smem});
+}
+
+// Backward, persistent, one row per CTA (no cross-group sum), with partials:
+// the fp32 partials move to shared memory when registers cannot hold them next
+// to x, dy and w (long rows: LayerNorm N >= 8192 at 512 threads). Derived
+// from the config, not a knob: where registers fit they are never slower.
+bool SmemPartials(const NormProblem& p, const NormConfig& c, const DeviceInfo& d) {
+  if (IsForward(p) || !c.persistent || c.x_block != 1 || GradientParts(p) == 0) return false;
+  return LiveWordsWith(p, c, false) > kMaxLiveWords || CtasPerSmFor(LiveWordsWith(p, c, false), 0, c, d) < 1;
+}
+
+// Dynamic shared memory of the fused backward: (PARTS, CHUNKS, VEC, THREADS) f32.
+int64_t SmemPartialsBytes(const NormProblem& p, const NormConfig& c, const DeviceInfo& d) {
+  if (!SmemPartials(p, c, d)) return 0;
+  return int64_t{GradientParts(p)} * c.chunks() * c.vec * c.threads() * int64_t{sizeof(float)};
+}
+
+int LiveWords(const NormProblem& p, const NormConfig& c, const DeviceInfo& d) {
+  return LiveWordsWith(p, c, SmemPartials(p, c, d));
+}
+
+int CtasPerSm(const NormProblem& p, const NormConfig& c, const DeviceInfo& d) {
+  return CtasPerSmFor(LiveWords(p, c, d), SmemPartialsBytes(p, c, d), c, d);
 }
 
 int64_t RowBlocks(const NormProblem& p, const NormConfig& c) { return CeilDiv(p.m, c.x_block); }
@@ -262,8 +298,8 @@ absl::Status CanImplement(const NormProblem& p, const NormConfig& c, const Devic
   }
   const int max_live =
       IsLayerNorm(p) && IsForward(p) ? kMaxLiveWordsLayerNormForward : kMaxLiveWords;
-  if (LiveWords(p, c) > max_live) {
-    return fail(absl::StrCat(LiveWords(p, c), " live registers of data per thread, more than ",
+  if (LiveWords(p, c, d) > max_live) {
+    return fail(absl::StrCat(LiveWords(p, c, d), " live registers of data per thread, more than ",
                              max_live));
   }
   if (d.max_threads_per_sm > 0 && c.threads() > d.max_threads_per_sm) {
@@ -308,9 +344,19 @@ std::vector<NormConfig> NormSearchSpace(const NormProblem& p, const DeviceInfo& 
   const int64_t max_rows = NextPowerOfTwo(p.m);  // more rows per CTA than M idles threads
   // Backward CTAs hold fp32 partials for their columns besides the row: the
   // grid is pruned to 2..32 warps and at most 8 vectors per thread.
+  // Pruned, both passes: at most 16 warps (1024-thread CTAs never won on the
+  // H200 bench shapes, and dropping them keeps a shape's fwd + bwd tune under
+  // 15 s and the compile-all test near 90 s).
   const std::vector<int> warp_counts =
-      forward || !pruned ? std::vector<int>{1, 2, 4, 8, 16, 32} : std::vector<int>{2, 4, 8, 16, 32};
-  const int64_t max_chunks = forward ? 64 : (pruned ? 8 : 16);
+      !pruned ? std::vector<int>{1, 2, 4, 8, 16, 32}
+              : (forward ? std::vector<int>{1, 2, 4, 8, 16} : std::vector<int>{2, 4, 8, 16});
+  // Forward, pruned: at most 16 vectors per thread (the H200 winners of the
+  // bench shapes hold 1 to 8; more only lowers occupancy) - this and the
+  // row-block cap below keep a shape's fwd + bwd tune under 15 s.
+  const int64_t max_chunks = forward ? (pruned ? 16 : 64) : (pruned ? 8 : 16);
+  // Backward, pruned: at most 4 rows per CTA at a time (the winners use 1 to
+  // 4; more rows multiply the shared-memory sum of the partials at the end).
+  const int64_t max_backward_rows = pruned ? 4 : 1024;
 
   // Persistent: the row in registers. (warps, threads per row) fixes CHUNKS as
   // the fewest passes covering the row; rows using under half of their last
@@ -328,6 +374,7 @@ std::vector<NormConfig> NormSearchSpace(const NormProblem& p, const DeviceInfo& 
       row_fits_registers = true;
       if (pruned && 2 * vectors < chunks * tpr) continue;  // under half the lanes busy
       if (pruned && threads / tpr > max_rows) continue;
+      if (!forward && threads / tpr > max_backward_rows) continue;
       if (!forward) {
         add_backward(c, true);
         continue;
@@ -450,17 +497,18 @@ absl::StatusOr<LaunchRecipe> NormLaunchRecipe(const NormProblem& p, const NormCo
   // Backward: the fused kernel, then the partials' reduction.
   if (ln) {
     k.name_expression = absl::StrFormat(
-        "ktune::layernorm_bwd<%s, %s, %s, %s, %s, %d, %d, %d, %d, %s, %d, %d, %d>", in, out, wt,
+        "ktune::layernorm_bwd<%s, %s, %s, %s, %s, %d, %d, %d, %d, %s, %d, %d, %d, %s>", in, out, wt,
         has_w, has_b, c.num_warps, c.x_block, c.vec, c.chunks(), persistent, c.pipeline_depth,
-        c.split_size, CtasPerSm(p, c, d));
+        c.split_size, CtasPerSm(p, c, d), SmemPartials(p, c, d) ? "true" : "false");
     k.params = {"x", "dy", "w", "mean", "rstd", "dx", "ws", "M", "N"};
   } else {
     k.name_expression = absl::StrFormat(
-        "ktune::rmsnorm_bwd<%s, %s, %s, %s, %d, %d, %d, %d, %s, %d, %d, %d>", in, out, wt, has_w,
+        "ktune::rmsnorm_bwd<%s, %s, %s, %s, %d, %d, %d, %d, %s, %d, %d, %d, %s>", in, out, wt, has_w,
         c.num_warps, c.x_block, c.vec, c.chunks(), persistent, c.pipeline_depth, c.split_size,
-        CtasPerSm(p, c, d));
+        CtasPerSm(p, c, d), SmemPartials(p, c, d) ? "true" : "false");
     k.params = {"x", "dy", "w", "rstd", "dx", "ws", "M", "N"};
   }
+  k.dynamic_smem_bytes = static_cast<uint32_t>(SmemPartialsBytes(p, c, d));
   recipe.kernels.push_back(std::move(k));
   recipe.workspace_bytes = WorkspaceBytes(p, c);
   const int parts = GradientParts(p);

@@ -22,6 +22,14 @@
 //     loads the next row block (and its saved mean/rstd) before this one is
 //     reduced. Row groups of one CTA own the same columns; their partials are
 //     added through shared memory once at the end.
+//   SMEM_PARTIALS (PERSISTENT, XBLOCK == 1): the same, but the fp32 partials
+//     live in dynamic shared memory instead of registers, so long rows (LayerNorm
+//     N >= 8192: x, dy, w and two partials per element do not fit 255
+//     registers, or 64 at 1024 threads) still read x and dy once. Each thread
+//     owns its slots (no barriers); the layout is (PARTS, CHUNKS, VEC / kW,
+//     THREADS) vectors of kW = min(VEC, 4) floats, so a warp's access is one
+//     contiguous 512-byte run (no bank conflicts). Shared-memory traffic is
+//     4 * PARTS * 2 bytes per element, well under what an SM serves.
 //   looped (XBLOCK == 1, any N): pass 1 over R_BLOCK chunks forms the row sums,
 //     pass 2 reads the row again (from L2) and writes dx; the partials then
 //     cannot live in registers and are accumulated in the CTA's own workspace
@@ -108,9 +116,49 @@ __device__ __forceinline__ void dx_store_accumulate(const Packed<TIn, VEC>& xv,
   store_packed(dst, o);
 }
 
+// This thread's VEC partials of one (part, chunk) slot of the SMEM_PARTIALS
+// layout: `slot` points at the slot's (VEC / kW, THREADS) vectors.
+template <int VEC, int THREADS>
+__device__ __forceinline__ void smem_partials_load(const float* slot, float (&a)[VEC]) {
+  constexpr int kW = VEC < 4 ? VEC : 4;  // floats per access
+#pragma unroll
+  for (int q = 0; q < VEC / kW; ++q) {
+    const float* p = slot + (q * THREADS + static_cast<int>(threadIdx.x)) * kW;
+    if constexpr (kW == 4) {
+      const float4 v = *reinterpret_cast<const float4*>(p);
+      a[4 * q] = v.x;
+      a[4 * q + 1] = v.y;
+      a[4 * q + 2] = v.z;
+      a[4 * q + 3] = v.w;
+    } else if constexpr (kW == 2) {
+      const float2 v = *reinterpret_cast<const float2*>(p);
+      a[2 * q] = v.x;
+      a[2 * q + 1] = v.y;
+    } else {
+      a[q] = *p;
+    }
+  }
+}
+
+template <int VEC, int THREADS>
+__device__ __forceinline__ void smem_partials_store(float* slot, const float (&a)[VEC]) {
+  constexpr int kW = VEC < 4 ? VEC : 4;  // floats per access
+#pragma unroll
+  for (int q = 0; q < VEC / kW; ++q) {
+    float* p = slot + (q * THREADS + static_cast<int>(threadIdx.x)) * kW;
+    if constexpr (kW == 4) {
+      *reinterpret_cast<float4*>(p) = make_float4(a[4 * q], a[4 * q + 1], a[4 * q + 2], a[4 * q + 3]);
+    } else if constexpr (kW == 2) {
+      *reinterpret_cast<float2*>(p) = make_float2(a[2 * q], a[2 * q + 1]);
+    } else {
+      *p = a[q];
+    }
+  }
+}
+
 template <bool LN, typename TIn, typename TOut, typename TW, bool HAS_WEIGHT, bool HAS_BIAS,
           int NUM_WARPS, int XBLOCK, int VEC, int CHUNKS, bool PERSISTENT, int PIPELINE,
-          int SPLIT_SIZE>
+          int SPLIT_SIZE, bool SMEM_PARTIALS>
 __device__ __forceinline__ void fused_bwd(const TIn* __restrict__ x, const TIn* __restrict__ dy,
                                           const TW* __restrict__ w, const float* __restrict__ mean,
                                           const float* __restrict__ rstd, TOut* __restrict__ dx,
@@ -133,10 +181,18 @@ __device__ __forceinline__ void fused_bwd(const TIn* __restrict__ x, const TIn* 
   static_assert(SPLIT_SIZE >= 1 && SPLIT_SIZE % XBLOCK == 0,
                 "SPLIT_SIZE must be a multiple of XBLOCK");
   static_assert(LN || !HAS_BIAS, "RMSNorm has no bias");
+  static_assert(!SMEM_PARTIALS || (PERSISTENT && XBLOCK == 1 && (kAccW || kAccB)),
+                "shared-memory partials are for persistent, one-row-per-CTA kernels with partials");
   using XVec = Packed<TIn, VEC>;
   using WVec = Packed<TW, VEC>;
 
   __shared__ float scratch[2 * NUM_WARPS];  // (2, NUM_WARPS) f32 cross-warp partial sums
+  // SMEM_PARTIALS: (PARTS, CHUNKS, VEC, kThreads) f32, the launch's dynamic
+  // shared memory (the host sizes it; see the layout at the top).
+  extern __shared__ __align__(16) float smem_partials[];
+  constexpr int kSlot = VEC * kThreads;  // floats of one (part, chunk) slot
+  float* smem_w = smem_partials;                              // dw slots, CHUNKS of them
+  float* smem_b = smem_partials + (kAccW ? CHUNKS * kSlot : 0);  // db slots
 
   const int row_in_block = threadIdx.x / kTpr;                           // [0, XBLOCK)
   const int lane = threadIdx.x % kTpr;                                   // [0, kTpr)
@@ -151,14 +207,22 @@ __device__ __forceinline__ void fused_bwd(const TIn* __restrict__ x, const TIn* 
   if constexpr (PERSISTENT) {
     WVec wv[CHUNKS];  // (CHUNKS, VEC) TW, this thread's weight columns for every row
     if constexpr (HAS_WEIGHT) load_chunks<LoadHint::kReuse, kTpr>(w, true, lane, N, 0, wv);
-    float acc_w[CHUNKS][VEC];  // (CHUNKS, VEC) f32 partial dw of this thread's columns
-    float acc_b[CHUNKS][VEC];  // (CHUNKS, VEC) f32 partial db
+    constexpr int kAccChunks = SMEM_PARTIALS ? 1 : CHUNKS;  // chunks of partials in registers
+    float acc_w[kAccChunks][VEC];  // (kAccChunks, VEC) f32 partial dw of this thread's columns
+    float acc_b[kAccChunks][VEC];  // (kAccChunks, VEC) f32 partial db
 #pragma unroll
-    for (int c = 0; c < CHUNKS; ++c) {
+    for (int c = 0; c < kAccChunks; ++c) {
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {
         acc_w[c][i] = 0.0f;
         acc_b[c][i] = 0.0f;
+      }
+    }
+    if constexpr (SMEM_PARTIALS) {
+#pragma unroll
+      for (int c = 0; c < CHUNKS; ++c) {  // this thread's own slots only: no barrier
+        if constexpr (kAccW) smem_partials_store<VEC, kThreads>(smem_w + c * kSlot, acc_w[0]);
+        if constexpr (kAccB) smem_partials_store<VEC, kThreads>(smem_b + c * kSlot, acc_b[0]);
       }
     }
     XVec xa[CHUNKS], da[CHUNKS];  // (CHUNKS, VEC) TIn, x and dy of the row block at hand
@@ -206,8 +270,18 @@ __device__ __forceinline__ void fused_bwd(const TIn* __restrict__ x, const TIn* 
       for (int c = 0; c < CHUNKS; ++c) {
         const int col = (c * kTpr + lane) * VEC;  // element column
         if (row_ok && col < N) {
-          dx_store_accumulate<HAS_WEIGHT, kAccW, kAccB>(xa[c], da[c], wv[c], mu_a, r_a, c1, c2,
-                                                        dx_row + col, acc_w[c], acc_b[c]);
+          if constexpr (SMEM_PARTIALS) {
+            float aw[VEC], ab[VEC];  // (VEC) f32 this vector's partials, from shared memory
+            if constexpr (kAccW) smem_partials_load<VEC, kThreads>(smem_w + c * kSlot, aw);
+            if constexpr (kAccB) smem_partials_load<VEC, kThreads>(smem_b + c * kSlot, ab);
+            dx_store_accumulate<HAS_WEIGHT, kAccW, kAccB>(xa[c], da[c], wv[c], mu_a, r_a, c1, c2,
+                                                          dx_row + col, aw, ab);
+            if constexpr (kAccW) smem_partials_store<VEC, kThreads>(smem_w + c * kSlot, aw);
+            if constexpr (kAccB) smem_partials_store<VEC, kThreads>(smem_b + c * kSlot, ab);
+          } else {
+            dx_store_accumulate<HAS_WEIGHT, kAccW, kAccB>(xa[c], da[c], wv[c], mu_a, r_a, c1, c2,
+                                                          dx_row + col, acc_w[c], acc_b[c]);
+          }
         }
       }
       if constexpr (PIPELINE == 2) {
@@ -223,7 +297,26 @@ __device__ __forceinline__ void fused_bwd(const TIn* __restrict__ x, const TIn* 
 
     // The CTA's partials. One row group: straight from registers. Several:
     // chunk by chunk through shared memory, each column summed over the groups.
-    if constexpr (XBLOCK == 1) {
+    if constexpr (SMEM_PARTIALS) {
+#pragma unroll
+      for (int c = 0; c < CHUNKS; ++c) {
+        const int col = (c * kTpr + lane) * VEC;  // element column
+        if (col < N) {
+          float a[VEC];  // (VEC) f32
+          Packed<float, VEC> v;
+          if constexpr (kAccW) {
+            smem_partials_load<VEC, kThreads>(smem_w + c * kSlot, a);
+            v.set(a);
+            store_packed(ws_w + col, v);
+          }
+          if constexpr (kAccB) {
+            smem_partials_load<VEC, kThreads>(smem_b + c * kSlot, a);
+            v.set(a);
+            store_packed(ws_b + col, v);
+          }
+        }
+      }
+    } else if constexpr (XBLOCK == 1) {
 #pragma unroll
       for (int c = 0; c < CHUNKS; ++c) {
         const int col = (c * kTpr + lane) * VEC;  // element column

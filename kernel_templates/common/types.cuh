@@ -57,6 +57,22 @@ __device__ __forceinline__ float bf16_hi_to_float_alt(unsigned int word) {
   return r;
 }
 
+// A third pair (a byte permute with the operands swapped), for kernels that
+// convert each held element three times (LayerNorm forward: mean, variance,
+// output): with only two distinct sequences ptxas merges two of the uses and
+// keeps a float copy of the row alive across a reduction's barrier.
+__device__ __forceinline__ float bf16_lo_to_float_alt2(unsigned int word) {
+  float r;
+  asm volatile("prmt.b32 %0, 0, %1, 0x5410;" : "=f"(r) : "r"(word));
+  return r;
+}
+
+__device__ __forceinline__ float bf16_hi_to_float_alt2(unsigned int word) {
+  float r;
+  asm volatile("prmt.b32 %0, 0, %1, 0x7610;" : "=f"(r) : "r"(word));
+  return r;
+}
+
 __device__ __forceinline__ unsigned short float_to_bf16_bits(float v) {
   unsigned short r;
   asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(v));
@@ -132,6 +148,9 @@ struct ElementTraits<float> {
   __device__ __forceinline__ static float get_alt(const unsigned int* words, int i) {
     return __uint_as_float(words[i]);
   }
+  __device__ __forceinline__ static float get_alt2(const unsigned int* words, int i) {
+    return __uint_as_float(words[i]);
+  }
   template <int COUNT>
   __device__ __forceinline__ static void pack(const float* values, unsigned int* words) {
 #pragma unroll
@@ -147,6 +166,9 @@ struct ElementTraits<bf16> {
   }
   __device__ __forceinline__ static float get_alt(const unsigned int* words, int i) {
     return (i & 1) ? bf16_hi_to_float_alt(words[i >> 1]) : bf16_lo_to_float_alt(words[i >> 1]);
+  }
+  __device__ __forceinline__ static float get_alt2(const unsigned int* words, int i) {
+    return (i & 1) ? bf16_hi_to_float_alt2(words[i >> 1]) : bf16_lo_to_float_alt2(words[i >> 1]);
   }
   template <int COUNT>
   __device__ __forceinline__ static void pack(const float* values, unsigned int* words) {
@@ -167,6 +189,11 @@ struct ElementTraits<fp16> {
   }
   __device__ __forceinline__ static float get_alt(const unsigned int* words, int i) {
     return (i & 1) ? fp16_hi_to_float_alt(words[i >> 1]) : fp16_lo_to_float_alt(words[i >> 1]);
+  }
+  // fp16 has no third sequence that ptxas keeps apart: the register model
+  // counts held fp16 elements unpacked anyway.
+  __device__ __forceinline__ static float get_alt2(const unsigned int* words, int i) {
+    return get_alt(words, i);
   }
   template <int COUNT>
   __device__ __forceinline__ static void pack(const float* values, unsigned int* words) {
@@ -195,6 +222,8 @@ struct Packed {
   __device__ __forceinline__ float get(int i) const { return ElementTraits<T>::get(w, i); }
   // Element i again, through different instructions (see bf16_lo_to_float_alt).
   __device__ __forceinline__ float get_alt(int i) const { return ElementTraits<T>::get_alt(w, i); }
+  // And a third time (LayerNorm forward; see bf16_lo_to_float_alt2).
+  __device__ __forceinline__ float get_alt2(int i) const { return ElementTraits<T>::get_alt2(w, i); }
   __device__ __forceinline__ void set(const float (&values)[VEC]) {
     ElementTraits<T>::template pack<VEC>(values, w);
   }

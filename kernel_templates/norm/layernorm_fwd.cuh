@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
         if (col < N) {
 #pragma unroll
           for (int i = 0; i < VEC; ++i) {
-            const float d = xa[c].get(i) - mu;
+            const float d = xa[c].get_alt2(i) - mu;  // a conversion of its own: see types.cuh
             ss = fmaf(d, d, ss);
           }
         }

@@ -294,9 +294,10 @@ def main():
             rows += run_shape(args, op, m, n, ceiling)
             print(f"  {op} {m}x{n} done in {time.time() - t0:.0f} s", flush=True)
             torch.cuda.empty_cache()
-    with open(args.out, "w") as f:
-        json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "copy_tbs": ceiling,
-                   "peers": args.peers, "rows": rows}, f, indent=1)
+            # Written after every shape: a run cut short keeps what it measured.
+            with open(args.out, "w") as f:
+                json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "copy_tbs": ceiling,
+                           "peers": args.peers, "rows": rows}, f, indent=1)
 
     print(f"\nbf16 norms on {torch.cuda.get_device_name()}; copy ceiling in this run {ceiling:.2f} TB/s "
           f"(%ceil uses {COPY_REF_TBS}); CUDA-graph replay, median per call; TB/s by fewest bytes")

@@ -26,6 +26,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr uint32_t kMaxFrameBytes = 512u << 20;
 constexpr int kWorkerFd = 3;
+constexpr std::chrono::milliseconds kFaultSettle(1500);
 
 // ---------------------------------------------------------------- framing
 
@@ -365,8 +366,10 @@ absl::Status WorkerExecutor::Prepare(const NormProblem& problem) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<v1::WorkerReply> WorkerExecutor::Run(const LaunchRecipe& recipe, bool verify, bool time,
-                                                    const MeasureOptions& options) {
+absl::StatusOr<v1::WorkerReply> WorkerExecutor::RunOnce(const LaunchRecipe& recipe, bool verify,
+                                                        bool time, const MeasureOptions& options,
+                                                        bool* faulted) {
+  *faulted = false;
   if (fd_ < 0) {
     if (absl::Status s = Recover(); !s.ok()) return s;
   }
@@ -380,22 +383,41 @@ absl::StatusOr<v1::WorkerReply> WorkerExecutor::Run(const LaunchRecipe& recipe, 
   // Timing runs warm-up plus every repetition: scale the watchdog with them.
   const double timeout = options_.candidate_timeout_s * (time ? std::max(1, options.repetitions / 30 + 1) : 1);
   absl::StatusOr<v1::WorkerReply> reply = Call(request, timeout);
+  absl::Status failed = absl::OkStatus();
   if (!reply.ok()) {
-    // The candidate took the worker down; bring it back for the next one.
-    if (absl::Status r = Recover(); !r.ok()) {
-      return absl::UnavailableError(absl::StrCat(reply.status().message(),
-                                                 "; restarting the worker failed: ", r.message()));
-    }
-    return reply.status();
-  }
-  if (reply->code() != 0) {
+    failed = reply.status();  // the worker died or hung
+  } else if (reply->code() != 0) {
     // The worker exits after a launch error (its context is unusable).
-    const absl::Status failed(absl::StatusCode::kAborted, reply->message());
-    if (absl::Status r = Recover(); !r.ok()) {
-      return absl::UnavailableError(absl::StrCat(failed.message(), "; restarting the worker failed: ", r.message()));
-    }
-    return failed;
+    failed = absl::AbortedError(reply->message());
   }
+  if (failed.ok()) return reply;
+  *faulted = absl::IsAborted(failed);
+  if (*faulted) {
+    // The driver tears the faulted context down asynchronously; a context
+    // created at once can still see the fault (seen on the H200: the next
+    // candidate, a correct one, failed with CUDA_ERROR_ILLEGAL_ADDRESS).
+    std::this_thread::sleep_for(kFaultSettle);
+  }
+  // The candidate took the worker down; bring it back for the next one.
+  if (absl::Status r = Recover(); !r.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat(failed.message(), "; restarting the worker failed: ", r.message()));
+  }
+  return failed;
+}
+
+absl::StatusOr<v1::WorkerReply> WorkerExecutor::Run(const LaunchRecipe& recipe, bool verify, bool time,
+                                                    const MeasureOptions& options) {
+  const bool after_fault = last_run_faulted_;
+  bool faulted = false;
+  absl::StatusOr<v1::WorkerReply> reply = RunOnce(recipe, verify, time, options, &faulted);
+  if (faulted && after_fault) {
+    // Right after another candidate's fault, a fault may not be this one's:
+    // give the GPU time to settle and run it once more before blaming it.
+    std::this_thread::sleep_for(kFaultSettle);
+    reply = RunOnce(recipe, verify, time, options, &faulted);
+  }
+  last_run_faulted_ = faulted;
   return reply;
 }
 

@@ -68,8 +68,13 @@ class WorkerExecutor final : public CandidateExecutor {
   // One request, one reply, within `timeout_s`. A dead worker is ABORTED, a
   // silent one DEADLINE_EXCEEDED (and killed); the worker is then down.
   absl::StatusOr<v1::WorkerReply> Call(v1::WorkerRequest request, double timeout_s);
+  // One candidate run; a run that faults right after another candidate's
+  // fault is retried once (the first fault can spill over, see RunOnce).
   absl::StatusOr<v1::WorkerReply> Run(const LaunchRecipe& recipe, bool verify, bool time,
                                       const MeasureOptions& options);
+  // `faulted`: the worker went down with a fault (not a hang).
+  absl::StatusOr<v1::WorkerReply> RunOnce(const LaunchRecipe& recipe, bool verify, bool time,
+                                          const MeasureOptions& options, bool* faulted);
   // After a candidate took the worker down: restart it and prepare again.
   absl::Status Recover();
 
@@ -80,6 +85,7 @@ class WorkerExecutor final : public CandidateExecutor {
   uint64_t next_id_ = 0;
   int restarts_ = 0;
   bool prepared_ = false;
+  bool last_run_faulted_ = false;
   v1::NormProblem problem_;  // the prepared problem, for restarts
 };
 

@@ -40,6 +40,14 @@ class TempDir {
   std::string path_;
 };
 
+// The ktuned binary: $KTUNED if set, else the build's, else the one beside
+// this test binary (the packed layout used on the GPU machine).
+inline std::string KtunedPath() {
+  if (const char* env = std::getenv("KTUNED"); env != nullptr && *env != '\0') return env;
+  if (std::filesystem::exists(KTUNED_PATH)) return KTUNED_PATH;
+  return (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "ktuned").string();
+}
+
 class DaemonProcess {
  public:
   DaemonProcess(std::string dir, std::string db_path)
@@ -58,7 +66,7 @@ class DaemonProcess {
   // is added to its environment (and so its worker's).
   bool Start(const std::vector<std::string>& extra_flags = {},
              const std::vector<std::string>& env = {}) {
-    std::vector<std::string> args = {KTUNED_PATH, "--listen",         address(),
+    std::vector<std::string> args = {KtunedPath(), "--listen",         address(),
                                      "--db",      db_path_,           "--log-level",
                                      "debug",     "--drain-seconds",  "1",
                                      "--kernel-cache-dir", dir_ + "/kernels"};
@@ -73,7 +81,7 @@ class DaemonProcess {
       std::vector<char*> argv;
       for (std::string& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
-      execv(KTUNED_PATH, argv.data());
+      execv(argv[0], argv.data());
       _exit(127);
     }
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);

@@ -90,7 +90,7 @@ TEST_CASE("32 concurrent TUNE_ON_MISS callers of one key run one job", "[e2e][tu
   CHECK(daemon.Stop() == 0);
 }
 
-TEST_CASE("a heuristic answer queues a background tune; the same call is then TUNED",
+TEST_CASE("a heuristic answer queues a background tune, after which the same call is TUNED",
           "[e2e][tuning]") {
   TempDir dir;
   DaemonProcess daemon(dir.path(), dir.path() + "/cache.db");
@@ -115,7 +115,7 @@ TEST_CASE("a heuristic answer queues a background tune; the same call is then TU
   CHECK(daemon.Stop() == 0);
 }
 
-TEST_CASE("a candidate that crashes its worker is quarantined; the tune and the daemon go on",
+TEST_CASE("a candidate that crashes its worker is quarantined, then the tune and the daemon go on",
           "[e2e][tuning]") {
   TempDir dir;
   const std::string crashing = SomeCandidate(2048, 4096, 1);

@@ -67,7 +67,7 @@ std::string Failures(const TuneResult& r) {
   return out;
 }
 
-TEST_CASE("TuneNorm: every op, every candidate correct on odd shapes; winners relaunch",
+TEST_CASE("TuneNorm: every op, every candidate correct on odd shapes, then winners relaunch",
           "[gpu]") {
   Device* device = testing::GpuDevice();
   const DType bf16 = DType::kBF16, fp16 = DType::kFP16, fp32 = DType::kFP32;

@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "tests/e2e/daemon_process.h"
 #include "tuner/norm_space.h"
 #include "tuner/nvrtc_compiler.h"
 #include "tuner/worker.h"
@@ -41,7 +42,7 @@ LaunchRecipe Misbehaving(const LaunchRecipe& good, const std::string& kernel) {
 
 TEST_CASE("a faulting or hanging kernel takes down only its worker", "[gpu][worker]") {
   WorkerOptions options;
-  options.executable = KTUNED_PATH;
+  options.executable = testing::KtunedPath();
   options.candidate_timeout_s = 3;
   auto worker = WorkerExecutor::Start(options);
   REQUIRE(worker.ok());

@@ -75,20 +75,24 @@ absl::StatusOr<v1::ListEntriesResponse> Client::ListEntries(const v1::ListEntrie
   return response;
 }
 
-absl::StatusOr<v1::ExportBundleResponse> Client::ExportBundle() {
+absl::StatusOr<v1::ExportBundleResponse> Client::ExportBundle(const v1::ExportBundleRequest& request) {
   grpc::ClientContext context;
   Prepare(&context);
   v1::ExportBundleResponse response;
-  grpc::Status s = stub_->ExportBundle(&context, v1::ExportBundleRequest(), &response);
+  grpc::Status s = stub_->ExportBundle(&context, request, &response);
   if (!s.ok()) return FromGrpcStatus(s, address_);
   return response;
 }
 
 absl::StatusOr<v1::ImportBundleResponse> Client::ImportBundle(std::string bundle) {
-  grpc::ClientContext context;
-  Prepare(&context);
   v1::ImportBundleRequest request;
   request.set_bundle(std::move(bundle));
+  return ImportBundle(request);
+}
+
+absl::StatusOr<v1::ImportBundleResponse> Client::ImportBundle(const v1::ImportBundleRequest& request) {
+  grpc::ClientContext context;
+  Prepare(&context);
   v1::ImportBundleResponse response;
   grpc::Status s = stub_->ImportBundle(&context, request, &response);
   if (!s.ok()) return FromGrpcStatus(s, address_);

@@ -24,8 +24,11 @@ class Client {
   absl::StatusOr<v1::GetConfigResponse> Tune(const v1::TuneRequest& request,
                                              const std::function<void(const v1::TuneEvent&)>& on_event);
   absl::StatusOr<v1::ListEntriesResponse> ListEntries(const v1::ListEntriesRequest& request);
-  absl::StatusOr<v1::ExportBundleResponse> ExportBundle();
+  absl::StatusOr<v1::ExportBundleResponse> ExportBundle(const v1::ExportBundleRequest& request = {});
+  // Imports with the default policy (keep-faster); the request form sets the
+  // policy and dry_run.
   absl::StatusOr<v1::ImportBundleResponse> ImportBundle(std::string bundle);
+  absl::StatusOr<v1::ImportBundleResponse> ImportBundle(const v1::ImportBundleRequest& request);
   absl::StatusOr<v1::GetStatusResponse> GetStatus();
 
   const std::string& address() const { return address_; }

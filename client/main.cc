@@ -1,6 +1,6 @@
 // ktune: the command-line client of ktuned.
 //
-//   ktune [--server ADDR] status|get|tune|ls|export|import ...
+//   ktune [--server ADDR] status|get|tune|ls|export|import|bundle ...
 //
 // Every read command takes --json and then prints exactly one JSON document on
 // stdout. Any error exits non-zero with a one-line reason on stderr.
@@ -17,7 +17,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "client/bundle_command.h"
 #include "client/client.h"
+#include "client/prewarm_command.h"
 #include "google/protobuf/util/json_util.h"
 #include "tuner/paths.h"
 #include "tuner/problem.h"
@@ -164,14 +166,6 @@ absl::Status WriteFile(const std::string& path, const std::string& data) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -213,14 +207,8 @@ int main(int argc, char** argv) {
   ls_cmd->add_option("--op", ls_op, "only this op (rmsnorm.fwd, ...)");
   ls_cmd->add_flag("--json", json, "print JSON");
 
-  std::string export_path;
-  CLI::App* export_cmd = app.add_subcommand("export", "write every entry to a bundle file");
-  export_cmd->add_option("-o,--output", export_path, "bundle file to write")->required();
-
-  std::string import_path;
-  CLI::App* import_cmd = app.add_subcommand("import", "import a bundle file (all or nothing)");
-  import_cmd->add_option("file", import_path, "bundle file")->required()->check(CLI::ExistingFile);
-  import_cmd->add_flag("--json", json, "print JSON");
+  ktune::BundleCommands bundle_commands(&app);  // export, import, bundle inspect|merge
+  auto prewarm_command = ktune::PrewarmCommand::Add(&app);
 
   try {
     app.parse(argc, argv);
@@ -233,6 +221,7 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  if (prewarm_command->parsed()) return prewarm_command->Run(server, timeout_s);
   auto client = ktune::Client::Create(server, timeout_s);
   auto fail = [](const absl::Status& s) {
     std::fprintf(stderr, "ktune: error: %s: %s\n", absl::StatusCodeToString(s.code()).c_str(),
@@ -352,27 +341,6 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  if (export_cmd->parsed()) {
-    auto r = client->ExportBundle();
-    if (!r.ok()) return fail(r.status());
-    if (absl::Status s = WriteFile(export_path, r->bundle()); !s.ok()) return fail(s);
-    std::printf("exported %d entries (%zu bytes) to %s\n", r->entries(), r->bundle().size(),
-                export_path.c_str());
-    return 0;
-  }
-
-  if (import_cmd->parsed()) {
-    auto data = ReadFile(import_path);
-    if (!data.ok()) return fail(data.status());
-    auto r = client->ImportBundle(std::move(*data));
-    if (!r.ok()) return fail(r.status());
-    if (json) {
-      std::printf("%s\n", ToJson(*r).c_str());
-    } else {
-      std::printf("imported %s: %d added, %d replaced, %d unchanged\n", import_path.c_str(), r->added(),
-                  r->replaced(), r->unchanged());
-    }
-    return 0;
-  }
+  if (bundle_commands.parsed()) return bundle_commands.Run(client.get());
   return 0;
 }

@@ -70,6 +70,7 @@ std::optional<v1::Entry> EntryCache::Nearest(const NormProblem& problem,
 }
 
 absl::Status EntryCache::Insert(const v1::Entry& entry) {
+  absl::MutexLock write_lock(&write_mu_);
   if (absl::Status s = store_->Put(entry); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   RememberLocked(entry);
@@ -77,6 +78,20 @@ absl::Status EntryCache::Insert(const v1::Entry& entry) {
 }
 
 absl::StatusOr<PutAllStats> EntryCache::InsertAll(const std::vector<v1::Entry>& entries) {
+  absl::MutexLock write_lock(&write_mu_);
+  return InsertAllLocked(entries);
+}
+
+absl::Status EntryCache::Update(
+    const std::function<absl::StatusOr<std::vector<v1::Entry>>()>& plan) {
+  absl::MutexLock write_lock(&write_mu_);
+  absl::StatusOr<std::vector<v1::Entry>> writes = plan();
+  if (!writes.ok()) return writes.status();
+  if (writes->empty()) return absl::OkStatus();
+  return InsertAllLocked(*writes).status();
+}
+
+absl::StatusOr<PutAllStats> EntryCache::InsertAllLocked(const std::vector<v1::Entry>& entries) {
   absl::StatusOr<PutAllStats> stats = store_->PutAll(entries);
   if (!stats.ok()) return stats;
   absl::MutexLock lock(&mu_);

@@ -2,9 +2,11 @@
 // the SQLite store, so a cache hit is a hash lookup (GetConfig must answer
 // well under a millisecond) and a nearest-shape answer is a map search.
 // Thread-safe: lookups take a shared lock; writes go to the store first (so an
-// acknowledged entry is durable) and then to memory.
+// acknowledged entry is durable) and then to memory. Writes are serialized by
+// write_mu_, so an Update's plan sees every entry it may overwrite.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -42,7 +44,14 @@ class EntryCache {
   // Stores all in one transaction, then remembers them.
   absl::StatusOr<PutAllStats> InsertAll(const std::vector<v1::Entry>& entries);
 
+  // Read-modify-write with no other write in between: calls `plan` (which may
+  // call Lookup) and stores the entries it returns in one transaction. A
+  // failed plan or store writes nothing. REQUIRES: the entries validated.
+  absl::Status Update(const std::function<absl::StatusOr<std::vector<v1::Entry>>()>& plan);
+
  private:
+  absl::StatusOr<PutAllStats> InsertAllLocked(const std::vector<v1::Entry>& entries)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   // Entries that differ only in M share a family: op, problem with m = 0,
   // device, software.
   static std::string FamilyKey(const NormProblem& problem, const std::string& device_key,
@@ -50,6 +59,7 @@ class EntryCache {
   void RememberLocked(const v1::Entry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Store* const store_;
+  absl::Mutex write_mu_ ABSL_ACQUIRED_BEFORE(mu_);  // held across store write + remember
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, v1::Entry> entries_ ABSL_GUARDED_BY(mu_);  // FlatKey ->
   absl::flat_hash_map<std::string, std::map<int64_t, std::string>> families_

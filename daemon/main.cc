@@ -5,13 +5,17 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "CLI/CLI.hpp"
 #include "cache/store.h"
+#include "cache/bundle_merge.h"
 #include "daemon/metrics.h"
+#include "daemon/sd_notify.h"
 #include "daemon/server.h"
 #include "daemon/service.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
@@ -39,6 +43,8 @@ int main(int argc, char** argv) {
   std::string kernel_cache_dir = ktune::DefaultKernelCacheDir();
   int64_t kernel_cache_mb = 2048;
   std::string search = "grid";
+  std::string import_bundle;
+  std::string import_policy = "keep-faster";
   app.add_option("--listen", listen,
                  "unix:/path or host:port; repeatable (default " + ktune::DefaultServerAddress() + ")");
   app.add_option("--db", db_path, "SQLite cache database")->capture_default_str();
@@ -76,6 +82,12 @@ int main(int argc, char** argv) {
   app.add_option("--search-max-seconds", service_options.budget.max_seconds,
                  "descent: stop proposing after this many seconds (0 = no limit)")
       ->check(CLI::Range(0.0, 86400.0));
+  app.add_option("--import-bundle", import_bundle,
+                 "import this bundle before serving (a missing file is skipped with a warning; "
+                 "a bad one stops the start)");
+  app.add_option("--import-policy", import_policy, "merge policy for --import-bundle")
+      ->check(CLI::IsMember({"keep-faster", "prefer-incoming", "prefer-existing"}))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   service_options.background_tunes = !no_background_tunes;
   service_options.search =
@@ -144,6 +156,31 @@ int main(int argc, char** argv) {
 
   ktune::KtuneServiceImpl service(store->get(), kernel_cache->get(), std::move(executor),
                                   compile_only_reason, service_options);
+  if (!import_bundle.empty()) {
+    // A fleet bundle is published after the first prewarm, which needs the
+    // daemons running: so a missing file is the normal first start, while a
+    // file that is there but bad is a deploy error that must not go unseen.
+    if (!std::filesystem::exists(import_bundle)) {
+      spdlog::warn("event=import_bundle_missing path=\"{}\" note=\"starting without it\"", import_bundle);
+    } else {
+      std::ifstream in(import_bundle, std::ios::binary);
+      std::stringstream bytes;
+      bytes << in.rdbuf();
+      ktune::v1::ImportBundleRequest request;
+      request.set_bundle(bytes.str());
+      request.set_policy(*ktune::ParseMergePolicy(import_policy));  // checked by the flag
+      absl::StatusOr<ktune::v1::ImportBundleResponse> report = service.Import(request);
+      if (!in || !report.ok()) {
+        spdlog::critical("event=import_bundle_failed path=\"{}\" error=\"{}\"", import_bundle,
+                         report.ok() ? "cannot read file" : std::string(report.status().message()));
+        return 2;
+      }
+      spdlog::info("event=import_bundle path=\"{}\" added={} replaced={} unchanged={} kept={} "
+                   "rejected={}", import_bundle, report->added(), report->replaced(),
+                   report->unchanged(), report->kept(), report->rejected());
+    }
+  }
+
   ktune::MetricsServer metrics_server;
   if (!metrics_listen.empty()) {
     absl::Status s = metrics_server.Start(metrics_listen, service.metrics(),
@@ -165,10 +202,15 @@ int main(int argc, char** argv) {
                  service.compile_only() ? "compile-only" : "gpu", ktune::NvrtcVersion());
   }
   std::fflush(nullptr);
+  // Only now do Type=notify units (and what is ordered after them) start.
+  if (absl::Status s = ktune::SdNotify("READY=1\nSTATUS=serving"); !s.ok()) {
+    spdlog::warn("event=sd_notify_failed error=\"{}\"", std::string(s.message()));
+  }
 
   int signal_number = 0;
   sigwait(&signals, &signal_number);
   spdlog::info("event=shutdown signal={} drain_seconds={}", signal_number, drain_s);
+  (void)ktune::SdNotify("STOPPING=1");
   service.StopTuning();  // queued tunes are cancelled; a running one finishes
   (*server)->Shutdown(drain_s);
   metrics_server.Stop();

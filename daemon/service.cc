@@ -434,33 +434,95 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::ListEntries(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* KtuneServiceImpl::ExportBundle(grpc::CallbackServerContext* context,
                                                          const v1::ExportBundleRequest* request,
                                                          v1::ExportBundleResponse* response) {
-  absl::StatusOr<std::vector<v1::Entry>> all = store_->List();
+  if (!request->op().empty()) {
+    NormOp op;
+    NormPass pass;
+    if (absl::Status s = ParseNormOpName(request->op(), &op, &pass); !s.ok()) {
+      return Finish(context, absl::InvalidArgumentError(absl::StrCat("op: ", s.message())));
+    }
+  }
+  if (request->since_unix() < 0) {
+    return Finish(context, absl::InvalidArgumentError(
+                               absl::StrCat("since_unix: must be >= 0, got ", request->since_unix())));
+  }
+  absl::StatusOr<std::vector<v1::Entry>> all = store_->List(request->op());
   if (!all.ok()) return Finish(context, all.status());
-  response->set_bundle(EncodeBundle(*all, absl::StrCat("ktune ", KTUNE_VERSION),
+  std::vector<v1::Entry> selected;
+  for (v1::Entry& e : *all) {
+    if (!request->device_name().empty() && e.device().name() != request->device_name()) continue;
+    if (e.tuned_at_unix() < request->since_unix()) continue;
+    selected.push_back(std::move(e));
+  }
+  response->set_bundle(EncodeBundle(selected, absl::StrCat("ktune ", KTUNE_VERSION),
                                     absl::ToUnixSeconds(absl::Now())));
-  response->set_entries(static_cast<int32_t>(all->size()));
-  spdlog::info("event=export entries={} bytes={}", all->size(), response->bundle().size());
+  response->set_entries(static_cast<int32_t>(selected.size()));
+  spdlog::info("event=export entries={} bytes={} op=\"{}\" gpu=\"{}\" since_unix={}", selected.size(),
+               response->bundle().size(), request->op(), request->device_name(),
+               request->since_unix());
   return Finish(context, absl::OkStatus());
+}
+
+MergeTarget KtuneServiceImpl::ImportTarget() const {
+  MergeTarget target;
+  if (compile_only()) {
+    target.not_judged_note = "compile-only daemon: no GPU to judge against, stored as bundled";
+    return target;
+  }
+  target.device = DeviceToProto(target_);
+  // The fingerprint this daemon would key the entry's problem under (as Resolve does).
+  target.software_for = [](const v1::Entry& e) -> absl::StatusOr<v1::SoftwareFingerprint> {
+    absl::StatusOr<NormProblem> problem = NormProblemFromProto(e.problem().norm());
+    if (!problem.ok()) return problem.status();
+    absl::StatusOr<const KernelSource*> source = FindKernelSource(NormTemplateId(*problem));
+    if (!source.ok()) {
+      return absl::Status(source.status().code(),
+                          absl::StrCat("not served by this daemon: ", source.status().message()));
+    }
+    return SoftwareToProto({(*source)->hash, NvrtcVersion(), kSchemaVersion});
+  };
+  return target;
+}
+
+absl::StatusOr<v1::ImportBundleResponse> KtuneServiceImpl::Import(
+    const v1::ImportBundleRequest& request) {
+  absl::StatusOr<v1::Bundle> bundle = DecodeBundle(request.bundle());
+  if (!bundle.ok()) {
+    spdlog::warn("event=import_refused error=\"{}\"", std::string(bundle.status().message()));
+    return absl::Status(bundle.status().code(), absl::StrCat("bundle refused, nothing imported: ",
+                                                             bundle.status().message()));
+  }
+  if (!v1::MergePolicy_IsValid(request.policy())) {
+    return absl::InvalidArgumentError(absl::StrCat("policy: unknown merge policy ", request.policy()));
+  }
+  const std::vector<v1::Entry> incoming(bundle->entries().begin(), bundle->entries().end());
+  const MergeTarget target = ImportTarget();
+  v1::ImportBundleResponse report;
+  // Plan and write under the cache's write lock, in one transaction: a tune
+  // finishing meanwhile is either seen by the plan or written after it.
+  absl::Status s = entries_.Update([&]() -> absl::StatusOr<std::vector<v1::Entry>> {
+    absl::StatusOr<MergePlan> plan =
+        PlanMerge(incoming, request.policy(), target,
+                  [this](const EntryKey& key) { return entries_.Lookup(key); });
+    if (!plan.ok()) return plan.status();
+    report = std::move(plan->report);
+    if (request.dry_run()) return std::vector<v1::Entry>();
+    return std::move(plan->writes);
+  });
+  if (!s.ok()) return s;
+  report.set_dry_run(request.dry_run());
+  spdlog::info("event=import dry_run={} policy={} added={} replaced={} unchanged={} kept={} "
+               "rejected={}",
+               request.dry_run(), MergePolicyName(request.policy()), report.added(),
+               report.replaced(), report.unchanged(), report.kept(), report.rejected());
+  return report;
 }
 
 grpc::ServerUnaryReactor* KtuneServiceImpl::ImportBundle(grpc::CallbackServerContext* context,
                                                          const v1::ImportBundleRequest* request,
                                                          v1::ImportBundleResponse* response) {
-  absl::StatusOr<v1::Bundle> bundle = DecodeBundle(request->bundle());
-  if (!bundle.ok()) {
-    spdlog::warn("event=import_refused error=\"{}\"", std::string(bundle.status().message()));
-    return Finish(context, absl::Status(bundle.status().code(),
-                                        absl::StrCat("bundle refused, nothing imported: ",
-                                                     bundle.status().message())));
-  }
-  std::vector<v1::Entry> entries(bundle->entries().begin(), bundle->entries().end());
-  absl::StatusOr<PutAllStats> stats = entries_.InsertAll(entries);
-  if (!stats.ok()) return Finish(context, stats.status());
-  response->set_added(stats->added);
-  response->set_replaced(stats->replaced);
-  response->set_unchanged(stats->unchanged);
-  spdlog::info("event=import added={} replaced={} unchanged={}", stats->added, stats->replaced,
-               stats->unchanged);
+  absl::StatusOr<v1::ImportBundleResponse> report = Import(*request);
+  if (!report.ok()) return Finish(context, report.status());
+  *response = *std::move(report);
   return Finish(context, absl::OkStatus());
 }
 

@@ -15,6 +15,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "cache/bundle_merge.h"
 #include "cache/store.h"
 #include "daemon/entry_cache.h"
 #include "daemon/metrics.h"
@@ -86,6 +87,14 @@ class KtuneServiceImpl final : public v1::KtuneService::CallbackService {
   // INVALID_ARGUMENT / UNIMPLEMENTED for problems this daemon cannot serve.
   absl::StatusOr<Resolved> Resolve(const v1::Problem& problem) const;
 
+  // The work of ImportBundle, also run by ktuned --import-bundle at start:
+  // decodes and validates the whole bundle (INVALID_ARGUMENT "bundle refused,
+  // nothing imported: ..."), judges each entry against this daemon's GPU and
+  // software (cache/bundle_merge.h; a compile-only daemon stores them as
+  // bundled), merges by the policy and writes the plan in one transaction
+  // unless dry_run.
+  absl::StatusOr<v1::ImportBundleResponse> Import(const v1::ImportBundleRequest& request);
+
  private:
   // Answers from a stored entry (source TUNED).
   void AnswerFromEntry(const v1::Entry& entry, bool include_cubin, v1::GetConfigResponse* response);
@@ -105,6 +114,9 @@ class KtuneServiceImpl final : public v1::KtuneService::CallbackService {
   // The compiled recipe (lowered names, cubin) for `recipe`, memoized.
   absl::StatusOr<LaunchRecipe> Compiled(LaunchRecipe recipe);
   void DeclareMetrics();
+  // What an import is judged against: this GPU and the software fingerprint
+  // of each op here, or no GPU when compile-only.
+  MergeTarget ImportTarget() const;
 
   Store* const store_;
   KernelCache* const kernel_cache_;

@@ -1,0 +1,97 @@
+#include "client/prewarm_list.h"
+
+#include <algorithm>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "tuner/problem.h"
+#include "tuner/wire.h"
+
+namespace ktune {
+namespace {
+
+std::string DTypeText(v1::DType dtype) {
+  absl::StatusOr<DType> d = DTypeFromProto(dtype);
+  return d.ok() ? DTypeName(*d) : "unspecified";
+}
+
+std::string LayoutText(v1::Layout layout) {
+  return layout == v1::COL_MAJOR ? "col" : layout == v1::ROW_MAJOR ? "row" : "unspecified";
+}
+
+std::string GemmKey(const v1::GemmProblem& g) {
+  const std::string epilogue_name = absl::AsciiStrToLower(v1::Epilogue_Name(g.epilogue()));
+  absl::string_view epilogue = epilogue_name;
+  absl::ConsumePrefix(&epilogue, "epilogue_");
+  std::string key = absl::StrCat("gemm m=", g.m(), " n=", g.n(), " k=", g.k(), " batch=", g.batch(),
+                                 " a=", DTypeText(g.a_dtype()), " b=", DTypeText(g.b_dtype()));
+  if (g.c_dtype() != v1::DTYPE_UNSPECIFIED) absl::StrAppend(&key, " c=", DTypeText(g.c_dtype()));
+  absl::StrAppend(&key, " d=", DTypeText(g.d_dtype()), " la=", LayoutText(g.a_layout()),
+                  " lb=", LayoutText(g.b_layout()), " ep=", epilogue);
+  return key;
+}
+
+}  // namespace
+
+std::string ProblemKey(const v1::Problem& problem) {
+  if (problem.has_gemm()) return GemmKey(problem.gemm());
+  absl::StatusOr<NormProblem> norm = NormProblemFromProto(problem.norm());
+  return norm.ok() ? CanonicalKey(*norm) : absl::StrCat("invalid ", problem.ShortDebugString());
+}
+
+bool IsGemm(const PrewarmProblem& p) { return p.problem.has_gemm(); }
+
+bool ProblemList::Add(v1::Problem problem) {
+  std::string key = ProblemKey(problem);
+  auto it = std::lower_bound(sorted_keys_.begin(), sorted_keys_.end(), key);
+  if (it != sorted_keys_.end() && *it == key) return false;
+  sorted_keys_.insert(it, key);
+  problems_.push_back(PrewarmProblem{std::move(problem), std::move(key)});
+  return true;
+}
+
+absl::StatusOr<Shard> ParseShard(absl::string_view text) {
+  std::vector<absl::string_view> parts = absl::StrSplit(text, '/');
+  Shard shard;
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &shard.index) ||
+      !absl::SimpleAtoi(parts[1], &shard.count)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--shard: expected i/n (e.g. 0/4), got '", text, "'"));
+  }
+  if (shard.count < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--shard: n must be >= 1, got ", shard.count));
+  }
+  if (shard.index < 0 || shard.index >= shard.count) {
+    return absl::InvalidArgumentError(absl::StrCat("--shard: i must be in [0, ", shard.count - 1,
+                                                   "], got ", shard.index));
+  }
+  return shard;
+}
+
+uint64_t StableKeyHash(absl::string_view key) {
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : key) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+bool InShard(const PrewarmProblem& problem, const Shard& shard) {
+  return StableKeyHash(problem.key) % static_cast<uint64_t>(shard.count) ==
+         static_cast<uint64_t>(shard.index);
+}
+
+std::vector<PrewarmProblem> SelectShard(const std::vector<PrewarmProblem>& problems,
+                                        const Shard& shard) {
+  std::vector<PrewarmProblem> out;
+  for (const PrewarmProblem& p : problems) {
+    if (InShard(p, shard)) out.push_back(p);
+  }
+  return out;
+}
+
+}  // namespace ktune

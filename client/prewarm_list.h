@@ -1,0 +1,68 @@
+// The list of problems `ktune prewarm` tunes: wire problems with a stable
+// text key each, deduplicated in first-seen order, and the deterministic
+// sharding a batch job uses to take its share of the list.
+//
+// Keys are what dedup, sharding and reports go by. A norm's key is the
+// tuner's CanonicalKey (the cache key's problem part), so "the same problem"
+// here means the same cache entry on a daemon. GEMM has no tuner key yet; its
+// key is defined here and only needs to be stable, not to match a cache.
+// Thread-safe: values and pure functions only.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "ktune/v1/ktune.pb.h"
+
+namespace ktune {
+
+struct PrewarmProblem {
+  v1::Problem problem;
+  std::string key;  // ProblemKey(problem)
+};
+
+// "rmsnorm.fwd m=4096 n=4096 in=bf16 ..." for norms (tuner/problem.h
+// CanonicalKey), "gemm m=.. n=.. k=.. batch=.. a=.. b=.. d=.. la=.. lb=.. ep=.."
+// for GEMM. REQUIRES: a norm problem decodes (NormProblemFromProto succeeds).
+std::string ProblemKey(const v1::Problem& problem);
+
+bool IsGemm(const PrewarmProblem& p);
+
+// Problems in first-seen order without duplicates (by key).
+class ProblemList {
+ public:
+  // False (and nothing added) when the key is already in the list.
+  bool Add(v1::Problem problem);
+  const std::vector<PrewarmProblem>& problems() const { return problems_; }
+  std::vector<PrewarmProblem> Take() { return std::move(problems_); }
+
+ private:
+  std::vector<PrewarmProblem> problems_;
+  std::vector<std::string> sorted_keys_;  // for the duplicate check
+};
+
+// `--shard i/n`: this job takes the problems whose key hashes to i mod n.
+struct Shard {
+  int index = 0;
+  int count = 1;
+};
+
+// Parses "i/n" with n >= 1 and 0 <= i < n; INVALID_ARGUMENT says which part
+// is wrong.
+absl::StatusOr<Shard> ParseShard(absl::string_view text);
+
+// 64-bit FNV-1a of the key. Fixed forever: jobs of one batch may run
+// different ktune builds, and every build must cut the list the same way.
+uint64_t StableKeyHash(absl::string_view key);
+
+bool InShard(const PrewarmProblem& problem, const Shard& shard);
+
+// The problems of `shard`, in list order. Over i = 0..n-1 the shards
+// partition the list.
+std::vector<PrewarmProblem> SelectShard(const std::vector<PrewarmProblem>& problems,
+                                        const Shard& shard);
+
+}  // namespace ktune

@@ -1,0 +1,304 @@
+#include "client/shapes_file.h"
+
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "tuner/problem.h"
+#include "tuner/wire.h"
+#include "yaml-cpp/yaml.h"
+
+namespace ktune {
+namespace {
+
+const std::set<std::string> kEntryFields = {"op",           "m",      "n",    "k",   "dtype", "out_dtype",
+                                            "weight_dtype", "weight", "bias", "eps"};
+const std::set<std::string> kDefaultFields = {"dtype", "out_dtype", "weight_dtype",
+                                              "weight", "bias", "eps"};
+const std::set<std::string> kNormOnlyFields = {"weight_dtype", "weight", "bias", "eps"};
+
+// ValidateNormProblem names NormProblem fields; a file's author knows the
+// file's names.
+std::string FileFieldName(const std::string& problem_field) {
+  static const std::map<std::string, std::string> kNames = {
+      {"input_dtype", "dtype"}, {"output_dtype", "out_dtype"}, {"has_bias", "bias"},
+      {"has_weight", "weight"}};
+  auto it = kNames.find(problem_field);
+  return it == kNames.end() ? problem_field : it->second;
+}
+
+// Parses one file. Every error is a complete message: "FILE:LINE: WHERE: WHAT".
+class ShapesParser {
+ public:
+  explicit ShapesParser(std::string source) : source_(std::move(source)) {}
+
+  absl::StatusOr<std::vector<PrewarmProblem>> Parse(absl::string_view text) {
+    YAML::Node root;
+    try {
+      root.reset(YAML::Load(std::string(text)));
+    } catch (const YAML::Exception& e) {
+      // e.mark is 0-based; e.msg is the message without the position.
+      return absl::InvalidArgumentError(absl::StrCat(source_, ":", e.mark.line + 1, ":",
+                                                     e.mark.column + 1, ": not valid YAML or JSON: ",
+                                                     e.msg));
+    }
+    // Nodes are rebound with reset(): yaml-cpp's operator= assigns through
+    // the reference instead.
+    YAML::Node list;
+    if (root.IsSequence()) {
+      list.reset(root);
+    } else if (root.IsMap()) {
+      for (const auto& kv : root) {
+        const std::string key = kv.first.as<std::string>();
+        if (key != "problems" && key != "defaults") {
+          return Error(kv.first, key, "unknown top-level key (expected problems and optional defaults)");
+        }
+      }
+      const YAML::Node& const_root = root;  // const lookups never insert
+      if (!const_root["problems"]) return Error(root, "problems", "missing (the list of problems to tune)");
+      list.reset(const_root["problems"]);
+      if (!list.IsSequence()) return Error(list, "problems", "must be a list");
+      if (const_root["defaults"]) {
+        defaults_.reset(const_root["defaults"]);
+        if (!defaults_.IsMap()) return Error(defaults_, "defaults", "must be a mapping");
+        for (const auto& kv : defaults_) {
+          const std::string key = kv.first.as<std::string>();
+          if (kDefaultFields.count(key) == 0) {
+            return Error(kv.first, "defaults." + key,
+                         "not a default (allowed: dtype, out_dtype, weight_dtype, weight, bias, eps)");
+          }
+        }
+      }
+    } else if (root.IsNull()) {
+      return Error(root, "", "empty (expected a list of problems, or a mapping with 'problems')");
+    } else {
+      return Error(root, "", "expected a list of problems, or a mapping with 'problems'");
+    }
+    if (list.size() == 0) return Error(list, "problems", "the list is empty");
+    ProblemList problems;
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (absl::Status s = ParseEntry(list[i], absl::StrCat("problems[", i, "]"), &problems); !s.ok()) {
+        return s;
+      }
+    }
+    return problems.Take();
+  }
+
+ private:
+  absl::Status Error(const YAML::Node& node, const std::string& where, absl::string_view what) const {
+    const YAML::Mark mark = node.Mark();
+    std::string position = source_;
+    if (mark.line >= 0) absl::StrAppend(&position, ":", mark.line + 1);
+    return absl::InvalidArgumentError(
+        where.empty() ? absl::StrCat(position, ": ", what) : absl::StrCat(position, ": ", where, ": ", what));
+  }
+
+  bool has_defaults() const { return defaults_.IsMap(); }
+
+  // The entry's own value of `field`, else the default's; `where` is set to
+  // the path of whichever was used, so errors point at the right line.
+  std::optional<YAML::Node> Lookup(const YAML::Node& entry, const std::string& entry_path,
+                                   const std::string& field, std::string* where) const {
+    if (entry[field]) {
+      *where = entry_path + "." + field;
+      return entry[field];
+    }
+    if (has_defaults() && kDefaultFields.count(field) > 0 && defaults_[field]) {
+      *where = "defaults." + field;
+      return defaults_[field];
+    }
+    return std::nullopt;
+  }
+
+  template <typename T>
+  absl::StatusOr<T> Scalar(const YAML::Node& node, const std::string& where, const char* expected) const {
+    if (!node.IsScalar()) return Error(node, where, absl::StrCat("must be ", expected));
+    try {
+      return node.as<T>();
+    } catch (const YAML::Exception&) {
+      return Error(node, where, absl::StrCat("must be ", expected, ", got '", node.Scalar(), "'"));
+    }
+  }
+
+  absl::StatusOr<int64_t> Dimension(const YAML::Node& node, const std::string& where) const {
+    absl::StatusOr<int64_t> v = Scalar<int64_t>(node, where, "a positive integer");
+    if (v.ok() && *v < 1) return Error(node, where, absl::StrCat("must be a positive integer, got ", *v));
+    return v;
+  }
+
+  absl::StatusOr<DType> DTypeField(const YAML::Node& entry, const std::string& path, const std::string& field,
+                                   DType fallback) const {
+    std::string where;
+    std::optional<YAML::Node> node = Lookup(entry, path, field, &where);
+    if (!node) return fallback;
+    absl::StatusOr<std::string> name = Scalar<std::string>(*node, where, "a dtype name");
+    if (!name.ok()) return name.status();
+    absl::StatusOr<DType> dtype = ParseDType(*name);
+    if (!dtype.ok()) return Error(*node, where, dtype.status().message());
+    return dtype;
+  }
+
+  absl::StatusOr<bool> BoolField(const YAML::Node& entry, const std::string& path, const std::string& field,
+                                 bool fallback) const {
+    std::string where;
+    std::optional<YAML::Node> node = Lookup(entry, path, field, &where);
+    if (!node) return fallback;
+    return Scalar<bool>(*node, where, "true or false");
+  }
+
+  absl::Status ParseEntry(const YAML::Node& entry, const std::string& path, ProblemList* out) const {
+    if (!entry.IsMap()) return Error(entry, path, "must be a mapping like {op: rmsnorm.fwd, m: 1024, n: 4096}");
+    for (const auto& kv : entry) {
+      const std::string key = kv.first.as<std::string>();
+      if (kEntryFields.count(key) == 0) {
+        return Error(kv.first, path + "." + key,
+                     "unknown field (expected op, m, n, k, dtype, out_dtype, weight_dtype, weight, bias, eps)");
+      }
+    }
+    // op
+    if (!entry["op"]) return Error(entry, path + ".op", "missing");
+    absl::StatusOr<std::string> op = Scalar<std::string>(entry["op"], path + ".op", "an op name");
+    if (!op.ok()) return op.status();
+    const bool gemm = *op == "gemm";
+    NormProblem norm;
+    if (!gemm) {
+      if (absl::Status s = ParseNormOpName(*op, &norm.op, &norm.pass); !s.ok()) {
+        return Error(entry["op"], path + ".op", s.message());
+      }
+    }
+    // m: one value or a list
+    const YAML::Node m_node = entry["m"];
+    if (!m_node) return Error(entry, path + ".m", "missing");
+    std::vector<std::pair<int64_t, std::string>> ms;  // value, where
+    if (m_node.IsSequence()) {
+      if (m_node.size() == 0) return Error(m_node, path + ".m", "the list is empty");
+      for (size_t j = 0; j < m_node.size(); ++j) {
+        const std::string where = absl::StrCat(path, ".m[", j, "]");
+        absl::StatusOr<int64_t> m = Dimension(m_node[j], where);
+        if (!m.ok()) return m.status();
+        ms.emplace_back(*m, where);
+      }
+    } else {
+      absl::StatusOr<int64_t> m = Dimension(m_node, path + ".m");
+      if (!m.ok()) return m.status();
+      ms.emplace_back(*m, path + ".m");
+    }
+    // n, k
+    if (!entry["n"]) return Error(entry, path + ".n", "missing");
+    absl::StatusOr<int64_t> n = Dimension(entry["n"], path + ".n");
+    if (!n.ok()) return n.status();
+    int64_t k = 0;
+    if (gemm) {
+      if (!entry["k"]) return Error(entry, path + ".k", "missing (gemm needs k)");
+      absl::StatusOr<int64_t> parsed = Dimension(entry["k"], path + ".k");
+      if (!parsed.ok()) return parsed.status();
+      k = *parsed;
+    } else if (entry["k"]) {
+      return Error(entry["k"], path + ".k", "only gemm takes k");
+    }
+    // dtypes and norm flags
+    absl::StatusOr<DType> dtype = DTypeField(entry, path, "dtype", DType::kBF16);
+    if (!dtype.ok()) return dtype.status();
+    absl::StatusOr<DType> out_dtype = DTypeField(entry, path, "out_dtype", *dtype);
+    if (!out_dtype.ok()) return out_dtype.status();
+
+    if (gemm) {
+      for (const std::string& field : kNormOnlyFields) {
+        if (entry[field]) return Error(entry[field], path + "." + field, "only norms take this field");
+      }
+      for (const auto& [m, where] : ms) {
+        v1::Problem problem;
+        v1::GemmProblem* g = problem.mutable_gemm();
+        g->set_m(m);
+        g->set_n(*n);
+        g->set_k(k);
+        g->set_batch(1);
+        g->set_a_dtype(DTypeToProto(*dtype));
+        g->set_b_dtype(DTypeToProto(*dtype));
+        g->set_d_dtype(DTypeToProto(*out_dtype));
+        g->set_a_layout(v1::ROW_MAJOR);
+        g->set_b_layout(v1::COL_MAJOR);
+        out->Add(std::move(problem));
+      }
+      return absl::OkStatus();
+    }
+
+    absl::StatusOr<DType> weight_dtype = DTypeField(entry, path, "weight_dtype", *dtype);
+    if (!weight_dtype.ok()) return weight_dtype.status();
+    absl::StatusOr<bool> weight = BoolField(entry, path, "weight", true);
+    if (!weight.ok()) return weight.status();
+    // A default bias is meant for the LayerNorm entries; RMSNorm has none,
+    // and only an RMSNorm entry's own `bias: true` is an error.
+    absl::StatusOr<bool> bias = false;
+    if (norm.op == NormOp::kLayerNorm) {
+      bias = BoolField(entry, path, "bias", false);
+    } else if (entry["bias"]) {
+      bias = Scalar<bool>(entry["bias"], path + ".bias", "true or false");
+    }
+    if (!bias.ok()) return bias.status();
+    double eps = kDefaultNormEps;
+    std::string eps_where;
+    if (std::optional<YAML::Node> node = Lookup(entry, path, "eps", &eps_where)) {
+      absl::StatusOr<double> parsed = Scalar<double>(*node, eps_where, "a number");
+      if (!parsed.ok()) return parsed.status();
+      eps = *parsed;
+    }
+    norm.n = *n;
+    norm.input_dtype = *dtype;
+    norm.output_dtype = *out_dtype;
+    norm.weight_dtype = *weight_dtype;
+    norm.has_weight = *weight;
+    norm.has_bias = *bias;
+    norm.eps = static_cast<float>(eps);
+    for (const auto& [m, m_where] : ms) {
+      norm.m = m;
+      if (absl::Status s = ValidateNormProblem(norm); !s.ok()) {
+        return ValidationError(entry, path, m_where, s);
+      }
+      v1::Problem problem;
+      *problem.mutable_norm() = NormProblemToProto(norm);
+      out->Add(std::move(problem));
+    }
+    return absl::OkStatus();
+  }
+
+  // Re-words ValidateNormProblem's "problem.FIELD: what" as "problems[i].FIELD: what".
+  absl::Status ValidationError(const YAML::Node& entry, const std::string& path, const std::string& m_where,
+                               const absl::Status& s) const {
+    std::string message(s.message());
+    constexpr absl::string_view kPrefix = "problem.";
+    if (absl::StartsWith(message, kPrefix)) {
+      const size_t colon = message.find(':');
+      const std::string field = FileFieldName(message.substr(kPrefix.size(), colon - kPrefix.size()));
+      const std::string where = field == "m" ? m_where : path + "." + field;
+      YAML::Node node = entry[field] ? entry[field] : entry;
+      return Error(node, where, message.substr(colon + 2));
+    }
+    // "problem: m * n = ..." is about the entry as a whole.
+    if (absl::StartsWith(message, "problem: ")) message = message.substr(9);
+    return Error(entry, m_where == path + ".m" ? path : m_where, message);
+  }
+
+  const std::string source_;
+  YAML::Node defaults_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::vector<PrewarmProblem>> ParseShapes(absl::string_view text, const std::string& source) {
+  return ShapesParser(source).Parse(text);
+}
+
+absl::StatusOr<std::vector<PrewarmProblem>> LoadShapesFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot read the shapes file"));
+  std::stringstream text;
+  text << in.rdbuf();
+  return ParseShapes(text.str(), path);
+}
+
+}  // namespace ktune

@@ -1,0 +1,158 @@
+// Shapes files (client/shapes_file.h): YAML and JSON give the same problems,
+// defaults fill what an entry leaves out, and every bad input is one error
+// naming the file, the line, the entry and the field.
+#include <filesystem>
+
+#include <catch2/catch.hpp>
+
+#include "client/shapes_file.h"
+#include "tuner/wire.h"
+
+namespace ktune {
+namespace {
+
+NormProblem NormOf(const PrewarmProblem& p) {
+  absl::StatusOr<NormProblem> norm = NormProblemFromProto(p.problem.norm());
+  REQUIRE(norm.ok());
+  return *norm;
+}
+
+std::string ErrorOf(const std::string& text) {
+  auto parsed = ParseShapes(text, "shapes.yaml");
+  REQUIRE_FALSE(parsed.ok());
+  CHECK(parsed.status().code() == absl::StatusCode::kInvalidArgument);
+  return std::string(parsed.status().message());
+}
+
+TEST_CASE("a YAML shapes file with defaults, m lists and gemm entries", "[client][shapes]") {
+  const char* text = R"(
+defaults:
+  dtype: fp16
+  eps: 1.0e-5
+  bias: true
+problems:
+  - {op: rmsnorm.fwd, m: [1, 16], n: 4096}
+  - op: layernorm.bwd
+    m: 128
+    n: 1024
+    weight_dtype: fp32
+  - {op: rmsnorm.fwd, m: 16, n: 4096}   # a duplicate: dropped
+  - {op: gemm, m: 64, n: 128, k: 256, dtype: bf16}
+)";
+  auto parsed = ParseShapes(text, "shapes.yaml");
+  REQUIRE(parsed.ok());
+  REQUIRE(parsed->size() == 4);
+
+  const NormProblem a = NormOf((*parsed)[0]);
+  CHECK(a.op == NormOp::kRMSNorm);
+  CHECK(a.pass == NormPass::kForward);
+  CHECK(a.m == 1);
+  CHECK(a.n == 4096);
+  CHECK(a.input_dtype == DType::kFP16);
+  CHECK(a.weight_dtype == DType::kFP16);
+  CHECK(a.eps == 1e-5f);
+  CHECK_FALSE(a.has_bias);  // the default bias is for LayerNorm entries only
+  CHECK(NormOf((*parsed)[1]).m == 16);
+
+  const NormProblem ln = NormOf((*parsed)[2]);
+  CHECK(ln.op == NormOp::kLayerNorm);
+  CHECK(ln.pass == NormPass::kBackward);
+  CHECK(ln.has_bias);
+  CHECK(ln.weight_dtype == DType::kFP32);
+  CHECK(ln.output_dtype == DType::kFP16);
+
+  const PrewarmProblem& g = (*parsed)[3];
+  REQUIRE(IsGemm(g));
+  CHECK(g.problem.gemm().k() == 256);
+  CHECK(g.problem.gemm().a_dtype() == v1::BF16);
+  CHECK(g.key.rfind("gemm m=64 n=128 k=256", 0) == 0);
+}
+
+TEST_CASE("JSON shapes give the same problems as YAML", "[client][shapes]") {
+  const char* yaml = "- {op: rmsnorm.bwd, m: [8, 4096], n: 2048, eps: 1.0e-6}\n"
+                     "- {op: layernorm.fwd, m: 3, n: 5, bias: true, weight: false}\n";
+  const char* json = R"({"problems": [
+      {"op": "rmsnorm.bwd", "m": [8, 4096], "n": 2048, "eps": 1e-6},
+      {"op": "layernorm.fwd", "m": 3, "n": 5, "bias": true, "weight": false}]})";
+  auto a = ParseShapes(yaml, "a.yaml");
+  auto b = ParseShapes(json, "b.json");
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  REQUIRE(a->size() == 3);
+  REQUIRE(b->size() == 3);
+  for (size_t i = 0; i < a->size(); ++i) CHECK((*a)[i].key == (*b)[i].key);
+  CHECK_FALSE(NormOf((*b)[2]).has_weight);
+}
+
+TEST_CASE("the shipped example shapes file parses", "[client][shapes]") {
+  const auto path = std::filesystem::path(__FILE__).parent_path().parent_path().parent_path() / "deploy" /
+                    "shapes-example.yaml";
+  auto parsed = LoadShapesFile(path.string());
+  REQUIRE(parsed.ok());
+  CHECK(parsed->size() == 11);
+  CHECK(IsGemm(parsed->back()));
+}
+
+TEST_CASE("bad shapes files name the file, line, entry and field", "[client][shapes]") {
+  SECTION("not YAML") {
+    const std::string e = ErrorOf("problems: [ {op: rmsnorm.fwd, m: 1\n");
+    CHECK(e.rfind("shapes.yaml:", 0) == 0);
+    CHECK(e.find("not valid YAML or JSON") != std::string::npos);
+  }
+  SECTION("empty") { CHECK(ErrorOf("").find("empty") != std::string::npos); }
+  SECTION("unknown op") {
+    const std::string e = ErrorOf("- {op: rmsnorm.fwd, m: 1, n: 8}\n- {op: softmax, m: 1, n: 8}\n");
+    CHECK(e.find("shapes.yaml:2: problems[1].op: unknown op 'softmax'") == 0);
+  }
+  SECTION("missing field") {
+    CHECK(ErrorOf("- {op: rmsnorm.fwd, m: 1}\n").find("problems[0].n: missing") != std::string::npos);
+  }
+  SECTION("not an integer") {
+    CHECK(ErrorOf("- {op: rmsnorm.fwd, m: [1, x], n: 8}\n")
+              .find("problems[0].m[1]: must be a positive integer, got 'x'") != std::string::npos);
+  }
+  SECTION("zero") {
+    CHECK(ErrorOf("- {op: rmsnorm.fwd, m: 0, n: 8}\n").find("problems[0].m: must be a positive integer") !=
+          std::string::npos);
+  }
+  SECTION("out of the daemon's bounds") {
+    CHECK(ErrorOf("- {op: rmsnorm.fwd, m: 1, n: 300000}\n")
+              .find("shapes.yaml:1: problems[0].n: must be in [1, 262144], got 300000") == 0);
+  }
+  SECTION("a typo in a field name") {
+    CHECK(ErrorOf("- {op: rmsnorm.fwd, m: 1, n: 8, dtpye: fp16}\n").find("problems[0].dtpye: unknown field") !=
+          std::string::npos);
+  }
+  SECTION("bad dtype, from the defaults") {
+    const std::string e = ErrorOf("defaults:\n  dtype: fp64\nproblems:\n  - {op: rmsnorm.fwd, m: 1, n: 8}\n");
+    CHECK(e.find("shapes.yaml:2: defaults.dtype: unknown dtype 'fp64'") == 0);
+  }
+  SECTION("RMSNorm with a bias") {
+    CHECK(ErrorOf("- {op: rmsnorm.fwd, m: 1, n: 8, bias: true}\n").find("problems[0].bias: RMSNorm has no bias") !=
+          std::string::npos);
+  }
+  SECTION("weight dtype neither the input's nor fp32") {
+    CHECK(ErrorOf("- {op: rmsnorm.fwd, m: 1, n: 8, dtype: bf16, weight_dtype: fp16}\n")
+              .find("problems[0].weight_dtype: must be the input dtype") != std::string::npos);
+  }
+  SECTION("gemm without k, and k on a norm") {
+    CHECK(ErrorOf("- {op: gemm, m: 1, n: 8}\n").find("problems[0].k: missing") != std::string::npos);
+    CHECK(ErrorOf("- {op: rmsnorm.fwd, m: 1, n: 8, k: 2}\n").find("problems[0].k: only gemm") != std::string::npos);
+  }
+  SECTION("one bad entry among good ones rejects the file") {
+    const std::string e = ErrorOf("- {op: rmsnorm.fwd, m: 1, n: 8}\n- {op: rmsnorm.fwd, m: 1, n: 8, eps: 2}\n");
+    CHECK(e.find("shapes.yaml:2: problems[1].eps: must be finite and in (0, 1]") == 0);
+  }
+  SECTION("unknown top-level key") {
+    CHECK(ErrorOf("problem: []\n").find("unknown top-level key") != std::string::npos);
+  }
+}
+
+TEST_CASE("an unreadable shapes file names the file", "[client][shapes]") {
+  auto parsed = LoadShapesFile("/nonexistent/shapes.yaml");
+  REQUIRE_FALSE(parsed.ok());
+  CHECK(parsed.status().message() == "/nonexistent/shapes.yaml: cannot read the shapes file");
+}
+
+}  // namespace
+}  // namespace ktune

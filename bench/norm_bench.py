@@ -78,11 +78,23 @@ def graph_time_us(launch, sets, per_graph=None, replays=40):
 
 
 def copy_ceiling_tbs():
+    """Device copy of 1 GiB, bytes read + written. Per-copy events (a copy
+    takes ~0.5 ms, far above event resolution): replaying ten 1 GiB copies in
+    a graph measured 2.76 TB/s on 2026-11-29, against 4.22-4.27 by events."""
     n = 1 << 30
-    a = torch.empty(n, dtype=torch.uint8, device="cuda").random_()
+    a = torch.empty(n // 4, dtype=torch.float32, device="cuda").uniform_()
     b = torch.empty_like(a)
-    t = graph_time_us(lambda i: b.copy_(a), 1, per_graph=10, replays=10)
-    return 2 * n / (t * 1e-6) / 1e12
+    for _ in range(3):
+        b.copy_(a)
+    samples = []
+    for _ in range(20):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        b.copy_(a)
+        e.record()
+        e.synchronize()
+        samples.append(s.elapsed_time(e) * 1e3)
+    return 2 * n / (statistics.median(samples) * 1e-6) / 1e12
 
 
 class Recipe:

@@ -1,5 +1,7 @@
 #include "client/bundle_command.h"
 
+#include "client/cli_util.h"
+
 #include <unistd.h>
 
 #include <cstdio>
@@ -21,53 +23,7 @@
 namespace ktune {
 namespace {
 
-int Fail(const absl::Status& s) {
-  std::fprintf(stderr, "ktune: error: %s: %s\n", absl::StatusCodeToString(s.code()).c_str(),
-               std::string(s.message()).c_str());
-  return 1;
-}
-
-std::string ToJson(const google::protobuf::Message& message) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = true;
-  options.always_print_primitive_fields = true;
-  options.preserve_proto_field_names = true;
-  std::string out;
-  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
-  return out;
-}
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// Writes to a temporary file beside `path` and renames it into place, so a
-// reader (or an interrupted run) never sees half a bundle, and an output that
-// is also an input is read whole before it is replaced.
-absl::Status WriteFileAtomically(const std::string& path, const std::string& data) {
-  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot write ", tmp));
-    out.write(data.data(), static_cast<std::streamsize>(data.size()));
-    out.flush();
-    if (!out) {
-      std::filesystem::remove(tmp);
-      return absl::ResourceExhaustedError(absl::StrCat("short write to ", tmp));
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp);
-    return absl::PermissionDeniedError(absl::StrCat("cannot rename ", tmp, " to ", path, ": ", ec.message()));
-  }
-  return absl::OkStatus();
-}
+int Fail(const absl::Status& s) { return PrintError(s); }
 
 // A bundle file, read and validated as an import would; errors name the file.
 absl::StatusOr<v1::Bundle> LoadBundle(const std::string& path) {

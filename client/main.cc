@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "client/bundle_command.h"
+#include "client/cli_util.h"
 #include "client/client.h"
 #include "client/prewarm_command.h"
 #include "google/protobuf/util/json_util.h"
@@ -97,16 +98,6 @@ absl::StatusOr<ktune::v1::Problem> BuildProblem(const ProblemFlags& f) {
   return problem;
 }
 
-std::string ToJson(const google::protobuf::Message& message) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = true;
-  options.always_print_primitive_fields = true;
-  options.preserve_proto_field_names = true;
-  std::string out;
-  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
-  return out;
-}
-
 std::string ConfigText(const ktune::v1::Config& config) {
   if (!config.has_norm()) return "-";
   const ktune::v1::NormConfig& c = config.norm();
@@ -156,14 +147,6 @@ void PrintRow(const ktune::v1::Problem& problem, const GetConfigResponse& r) {
     std::printf("%-32s %-9s %-44s %9s %7s\n", ProblemText(problem).c_str(),
                 ktune::v1::Source_Name(r.source()).c_str(), ConfigText(r.config()).c_str(), "-", "-");
   }
-}
-
-absl::Status WriteFile(const std::string& path, const std::string& data) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return absl::InvalidArgumentError(absl::StrCat("cannot write ", path));
-  out.write(data.data(), static_cast<std::streamsize>(data.size()));
-  if (!out) return absl::InternalError(absl::StrCat("short write to ", path));
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -223,17 +206,13 @@ int main(int argc, char** argv) {
 
   if (prewarm_command->parsed()) return prewarm_command->Run(server, timeout_s);
   auto client = ktune::Client::Create(server, timeout_s);
-  auto fail = [](const absl::Status& s) {
-    std::fprintf(stderr, "ktune: error: %s: %s\n", absl::StatusCodeToString(s.code()).c_str(),
-                 std::string(s.message()).c_str());
-    return 1;
-  };
+  auto fail = [](const absl::Status& s) { return ktune::PrintError(s); };
 
   if (status_cmd->parsed()) {
     auto r = client->GetStatus();
     if (!r.ok()) return fail(r.status());
     if (json) {
-      std::printf("%s\n", ToJson(*r).c_str());
+      std::printf("%s\n", ktune::ToJson(*r).c_str());
       return 0;
     }
     std::printf("ktuned %s at %s\n", r->version().c_str(), server.c_str());
@@ -274,11 +253,11 @@ int main(int argc, char** argv) {
     auto r = client->GetConfig(request);
     if (!r.ok()) return fail(r.status());
     if (!cubin_out.empty()) {
-      if (absl::Status s = WriteFile(cubin_out, r->recipe().cubin()); !s.ok()) return fail(s);
+      if (absl::Status s = ktune::WriteFileAtomically(cubin_out, r->recipe().cubin()); !s.ok()) return fail(s);
       r->mutable_recipe()->clear_cubin();
     }
     if (json) {
-      std::printf("%s\n", ToJson(*r).c_str());
+      std::printf("%s\n", ktune::ToJson(*r).c_str());
     } else if (brief) {
       PrintRow(*problem, *r);
     } else {
@@ -311,7 +290,7 @@ int main(int argc, char** argv) {
     if (live) std::fprintf(stderr, "\n");
     if (!r.ok()) return fail(r.status());
     if (json) {
-      std::printf("%s\n", ToJson(*r).c_str());
+      std::printf("%s\n", ktune::ToJson(*r).c_str());
     } else {
       PrintAnswer(*r);
     }
@@ -324,7 +303,7 @@ int main(int argc, char** argv) {
     auto r = client->ListEntries(request);
     if (!r.ok()) return fail(r.status());
     if (json) {
-      std::printf("%s\n", ToJson(*r).c_str());
+      std::printf("%s\n", ktune::ToJson(*r).c_str());
       return 0;
     }
     std::printf("%-34s %-20s %-44s %10s %8s  %s\n", "problem", "device", "config", "time_us", "TB/s",

@@ -30,26 +30,25 @@ void Metrics::Declare(const std::string& family, Kind kind, const std::string& h
   f.help = help;
 }
 
-void Metrics::Add(const std::string& family, double value, const std::string& label_name,
-                  const std::string& label_value) {
+void Metrics::Update(const std::string& family, const std::string& label_name,
+                     const std::string& label_value, const std::function<void(double&)>& change) {
   absl::MutexLock lock(&mu_);
   auto it = families_.find(family);
   if (it == families_.end()) {
     spdlog::error("event=undeclared_metric family={}", family);
     return;
   }
-  it->second.samples[LabelKey(label_name, label_value)] += value;
+  change(it->second.samples[LabelKey(label_name, label_value)]);
+}
+
+void Metrics::Add(const std::string& family, double value, const std::string& label_name,
+                  const std::string& label_value) {
+  Update(family, label_name, label_value, [value](double& sample) { sample += value; });
 }
 
 void Metrics::Set(const std::string& family, double value, const std::string& label_name,
                   const std::string& label_value) {
-  absl::MutexLock lock(&mu_);
-  auto it = families_.find(family);
-  if (it == families_.end()) {
-    spdlog::error("event=undeclared_metric family={}", family);
-    return;
-  }
-  it->second.samples[LabelKey(label_name, label_value)] = value;
+  Update(family, label_name, label_value, [value](double& sample) { sample = value; });
 }
 
 std::map<std::string, double> Metrics::Snapshot() {

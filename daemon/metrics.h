@@ -40,6 +40,8 @@ class Metrics {
     std::map<std::string, double> samples;  // "" or `label="value"` -> value
   };
   static std::string LabelKey(const std::string& name, const std::string& value);
+  void Update(const std::string& family, const std::string& label_name,
+              const std::string& label_value, const std::function<void(double&)>& change);
 
   absl::Mutex mu_;
   std::map<std::string, Family> families_ ABSL_GUARDED_BY(mu_);

@@ -1,6 +1,7 @@
 #include "client/client.h"
 
 #include <chrono>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/create_channel.h"
@@ -24,6 +25,7 @@ std::unique_ptr<Client> Client::Create(const std::string& address, double timeou
 
 Client::Client(std::string address, double timeout_s)
     : address_(std::move(address)), timeout_s_(timeout_s) {
+  if (const char* token = std::getenv("KTUNE_TOKEN"); token != nullptr) token_ = token;
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(256 << 20);
   args.SetMaxSendMessageSize(256 << 20);
@@ -32,6 +34,7 @@ Client::Client(std::string address, double timeout_s)
 }
 
 void Client::Prepare(grpc::ClientContext* context) const {
+  if (!token_.empty()) context->AddMetadata("authorization", "Bearer " + token_);
   context->set_deadline(std::chrono::system_clock::now() +
                         std::chrono::milliseconds(static_cast<int64_t>(timeout_s_ * 1000)));
 }

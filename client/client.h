@@ -17,6 +17,8 @@ class Client {
  public:
   // `address` as ktuned's --listen ("unix:/path", "host:port"). Does not
   // connect yet; the first call does. `timeout_s` bounds each unary call.
+  // Every call carries the token of $KTUNE_TOKEN, if set (ktuned asks TCP
+  // callers for one, and imports for the admin token).
   static std::unique_ptr<Client> Create(const std::string& address, double timeout_s = 600);
 
   absl::StatusOr<v1::GetConfigResponse> GetConfig(const v1::GetConfigRequest& request);
@@ -39,6 +41,7 @@ class Client {
 
   std::string address_;
   double timeout_s_;
+  std::string token_;
   std::unique_ptr<v1::KtuneService::Stub> stub_;
 };
 

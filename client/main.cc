@@ -16,6 +16,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "client/bundle_command.h"
 #include "client/cli_util.h"
@@ -158,6 +159,10 @@ int main(int argc, char** argv) {
   double timeout_s = 600;
   app.add_option("--server", server, "ktuned address (unix:/path or host:port)")->capture_default_str();
   app.add_option("--timeout", timeout_s, "seconds per call")->check(CLI::Range(0.1, 86400.0));
+  std::string token_file;
+  app.add_option("--token-file", token_file,
+                 "send this token with every call (TCP daemons, imports); default $KTUNE_TOKEN")
+      ->check(CLI::ExistingFile);
 
   bool json = false;
   CLI::App* status_cmd = app.add_subcommand("status", "daemon version, GPU or compile-only, entries");
@@ -204,6 +209,12 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  if (!token_file.empty()) {
+    // Every client this process makes (prewarm makes one per daemon) reads it.
+    absl::StatusOr<std::string> token = ktune::ReadFile(token_file);
+    if (!token.ok()) return ktune::PrintError(token.status());
+    setenv("KTUNE_TOKEN", std::string(absl::StripAsciiWhitespace(*token)).c_str(), 1);
+  }
   if (prewarm_command->parsed()) return prewarm_command->Run(server, timeout_s);
   auto client = ktune::Client::Create(server, timeout_s);
   auto fail = [](const absl::Status& s) { return ktune::PrintError(s); };

@@ -14,6 +14,8 @@
 #include "CLI/CLI.hpp"
 #include "cache/store.h"
 #include "cache/bundle_merge.h"
+#include "absl/strings/str_cat.h"
+#include "daemon/auth.h"
 #include "daemon/metrics.h"
 #include "daemon/sd_notify.h"
 #include "daemon/server.h"
@@ -43,6 +45,7 @@ int main(int argc, char** argv) {
   std::string kernel_cache_dir = ktune::DefaultKernelCacheDir();
   int64_t kernel_cache_mb = 2048;
   std::string search = "grid";
+  std::string token_file, admin_token_file;
   std::string import_bundle;
   std::string import_policy = "keep-faster";
   app.add_option("--listen", listen,
@@ -73,6 +76,12 @@ int main(int argc, char** argv) {
   app.add_option("--kernel-cache-max-mb", kernel_cache_mb, "bound on the kernel cache (LRU eviction)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))
       ->capture_default_str();
+  app.add_option("--token-file", token_file,
+                 "a token TCP callers must present (authorization: Bearer); needed beyond loopback")
+      ->check(CLI::ExistingFile);
+  app.add_option("--admin-token-file", admin_token_file,
+                 "the token bundle imports need; without it imports come over the Unix socket only")
+      ->check(CLI::ExistingFile);
   app.add_option("--search", search, "grid (every pruned candidate) or descent (coordinate descent)")
       ->check(CLI::IsMember({"grid", "descent"}))
       ->capture_default_str();
@@ -107,14 +116,31 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  // Bad flags change nothing: check every address before touching the database.
+  // Bad flags change nothing: check every address and token before touching
+  // the database.
   const bool have_tls = !tls_cert.empty() && !tls_key.empty();
+  std::string token, admin_token;
+  for (auto [path, out] : {std::pair{&token_file, &token}, std::pair{&admin_token_file, &admin_token}}) {
+    if (path->empty()) continue;
+    absl::StatusOr<std::string> read = ktune::ReadTokenFile(*path);
+    if (!read.ok()) {
+      spdlog::critical("event=bad_flag error=\"{}\"", std::string(read.status().message()));
+      return 2;
+    }
+    *out = *read;
+  }
   for (const std::string& address : listen) {
-    if (absl::Status s = ktune::ValidateListenAddress(address, have_tls); !s.ok()) {
+    absl::Status s = ktune::ValidateListenAddress(address, have_tls);
+    if (s.ok() && address.rfind("unix:", 0) != 0 && !ktune::IsLoopbackTcp(address) && token.empty()) {
+      s = absl::InvalidArgumentError(absl::StrCat(
+          "--listen ", address, ": TCP beyond loopback needs a token too (--token-file)"));
+    }
+    if (!s.ok()) {
       spdlog::critical("event=bad_flag error=\"{}\"", std::string(s.message()));
       return 2;
     }
   }
+  service_options.auth = ktune::Authorizer(token, admin_token);
 
   absl::StatusOr<std::unique_ptr<ktune::Store>> store = ktune::Store::Open(db_path);
   if (!store.ok()) {

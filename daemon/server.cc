@@ -53,6 +53,12 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
 
 }  // namespace
 
+bool IsLoopbackTcp(const std::string& address) {
+  if (absl::StartsWith(address, kUnixPrefix)) return false;
+  const size_t colon = address.rfind(':');
+  return colon != std::string::npos && IsLoopbackHost(address.substr(0, colon));
+}
+
 absl::Status ValidateListenAddress(const std::string& address, bool have_tls) {
   if (absl::StartsWith(address, kUnixPrefix)) {
     const std::string path = address.substr(sizeof(kUnixPrefix) - 1);

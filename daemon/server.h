@@ -20,6 +20,9 @@ struct ServerOptions {
   std::string tls_key_file;
 };
 
+// True for a TCP address whose host is loopback (127.0.0.1, ::1, localhost).
+bool IsLoopbackTcp(const std::string& address);
+
 // Checks one listen address: INVALID_ARGUMENT naming what is wrong.
 absl::Status ValidateListenAddress(const std::string& address, bool have_tls);
 

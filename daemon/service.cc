@@ -308,6 +308,9 @@ absl::StatusOr<std::unique_ptr<TuneQueue::Ticket>> KtuneServiceImpl::JoinTune(
 grpc::ServerUnaryReactor* KtuneServiceImpl::GetConfig(grpc::CallbackServerContext* context,
                                                       const v1::GetConfigRequest* request,
                                                       v1::GetConfigResponse* response) {
+  if (absl::Status s = options_.auth.Check(*context, Authorizer::Access::kUse); !s.ok()) {
+    return Finish(context, s);
+  }
   absl::StatusOr<Resolved> resolved = Resolve(request->problem());
   if (!resolved.ok()) {
     metrics_.Add("ktune_getconfig_total", 1, "answer", "error");
@@ -384,6 +387,10 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::GetConfig(grpc::CallbackServerContex
 grpc::ServerWriteReactor<v1::TuneEvent>* KtuneServiceImpl::Tune(
     grpc::CallbackServerContext* context, const v1::TuneRequest* request) {
   auto* stream = new TuneStream();
+  if (absl::Status s = options_.auth.Check(*context, Authorizer::Access::kUse); !s.ok()) {
+    stream->Close(s);
+    return stream;
+  }
   absl::StatusOr<Resolved> resolved = Resolve(request->problem());
   if (!resolved.ok()) {
     stream->Close(resolved.status());
@@ -418,6 +425,9 @@ grpc::ServerWriteReactor<v1::TuneEvent>* KtuneServiceImpl::Tune(
 grpc::ServerUnaryReactor* KtuneServiceImpl::ListEntries(grpc::CallbackServerContext* context,
                                                         const v1::ListEntriesRequest* request,
                                                         v1::ListEntriesResponse* response) {
+  if (absl::Status s = options_.auth.Check(*context, Authorizer::Access::kUse); !s.ok()) {
+    return Finish(context, s);
+  }
   if (!request->op().empty()) {
     NormOp op;
     NormPass pass;
@@ -434,6 +444,9 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::ListEntries(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* KtuneServiceImpl::ExportBundle(grpc::CallbackServerContext* context,
                                                          const v1::ExportBundleRequest* request,
                                                          v1::ExportBundleResponse* response) {
+  if (absl::Status s = options_.auth.Check(*context, Authorizer::Access::kUse); !s.ok()) {
+    return Finish(context, s);
+  }
   if (!request->op().empty()) {
     NormOp op;
     NormPass pass;
@@ -520,6 +533,9 @@ absl::StatusOr<v1::ImportBundleResponse> KtuneServiceImpl::Import(
 grpc::ServerUnaryReactor* KtuneServiceImpl::ImportBundle(grpc::CallbackServerContext* context,
                                                          const v1::ImportBundleRequest* request,
                                                          v1::ImportBundleResponse* response) {
+  if (absl::Status s = options_.auth.Check(*context, Authorizer::Access::kAdmin); !s.ok()) {
+    return Finish(context, s);
+  }
   absl::StatusOr<v1::ImportBundleResponse> report = Import(*request);
   if (!report.ok()) return Finish(context, report.status());
   *response = *std::move(report);
@@ -529,6 +545,9 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::ImportBundle(grpc::CallbackServerCon
 grpc::ServerUnaryReactor* KtuneServiceImpl::GetStatus(grpc::CallbackServerContext* context,
                                                       const v1::GetStatusRequest* request,
                                                       v1::GetStatusResponse* response) {
+  if (absl::Status s = options_.auth.Check(*context, Authorizer::Access::kUse); !s.ok()) {
+    return Finish(context, s);
+  }
   response->set_version(KTUNE_VERSION);
   response->set_compile_only(compile_only());
   if (compile_only()) {

@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "cache/bundle_merge.h"
 #include "cache/store.h"
+#include "daemon/auth.h"
 #include "daemon/entry_cache.h"
 #include "daemon/metrics.h"
 #include "daemon/tune_queue.h"
@@ -38,6 +39,7 @@ struct ServiceOptions {
   bool background_tunes = true;
   SearchKind search = SearchKind::kGrid;
   SearchBudget budget;  // for SearchKind::kCoordinateDescent
+  Authorizer auth;      // tokens for TCP callers and for imports
 };
 
 class KtuneServiceImpl final : public v1::KtuneService::CallbackService {

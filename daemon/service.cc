@@ -7,6 +7,7 @@
 #include "daemon/reactors.h"
 #include "daemon/status_mapping.h"
 #include "spdlog/spdlog.h"
+#include "tuner/gemm_problem.h"
 #include "tuner/kernel_source.h"
 #include "tuner/norm_space.h"
 #include "tuner/nvrtc_compiler.h"
@@ -99,6 +100,7 @@ void KtuneServiceImpl::RefreshGauges() {
 absl::StatusOr<KtuneServiceImpl::Resolved> KtuneServiceImpl::Resolve(
     const v1::Problem& problem) const {
   if (problem.has_gemm()) {
+    if (absl::Status s = ValidateGemmProblem(problem.gemm()); !s.ok()) return s;
     return absl::UnimplementedError(
         "GEMM problems are part of the API but not served by this version of ktuned");
   }

@@ -170,15 +170,22 @@ TEST_CASE("ktuned serves status, heuristic answers and refuses what it cannot do
     CHECK(t.status().code() == absl::StatusCode::kFailedPrecondition);
   }
 
-  SECTION("GEMM is defined but not served yet") {
+  SECTION("GEMM is defined but not served yet, and validated all the same") {
     v1::GetConfigRequest request;
     v1::GemmProblem* g = request.mutable_problem()->mutable_gemm();
     g->set_m(128);
     g->set_n(128);
     g->set_k(128);
+    g->set_a_dtype(v1::BF16);
+    g->set_b_dtype(v1::BF16);
     auto r = client->GetConfig(request);
     REQUIRE_FALSE(r.ok());
     CHECK(r.status().code() == absl::StatusCode::kUnimplemented);
+    g->set_k(0);
+    auto bad = client->GetConfig(request);
+    REQUIRE_FALSE(bad.ok());
+    CHECK(bad.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK(bad.status().message().find("problem.gemm.k") != std::string::npos);
   }
 
   CHECK(daemon.Stop() == 0);

@@ -1,0 +1,33 @@
+// GEMM problems as the wire defines them (proto GemmProblem), checked at the
+// edge: D = epilogue(alpha * A x B + beta * C) with A [M, K] row-major and B
+// given as [N, K] (COL_MAJOR, the nn.Linear weight layout) or [K, N]
+// (ROW_MAJOR), batch >= 1. BF16 with fp32 accumulation (D in bf16 or fp32), or
+// FP8 e4m3 with per-tensor scales and a bf16 D. Served by a later version:
+// today a valid GEMM problem is answered UNIMPLEMENTED, an invalid one
+// INVALID_ARGUMENT naming the field. Thread-safe: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "ktune/v1/ktune.pb.h"
+
+namespace ktune {
+
+inline constexpr int64_t kMaxGemmDim = int64_t{1} << 20;     // M, N or K
+inline constexpr int64_t kMaxGemmBatch = int64_t{1} << 16;
+inline constexpr int64_t kMaxGemmElements = int64_t{1} << 34;  // of A, B or D, over the batch
+
+// OK, or INVALID_ARGUMENT naming the first bad field ("problem.gemm.k: ...").
+// batch 0 means 1; c_dtype unspecified means no C (beta = 0).
+absl::Status ValidateGemmProblem(const v1::GemmProblem& problem);
+
+// Stable text, e.g. "gemm m=128 n=4096 k=4096 batch=1 a=bf16 b=bf16 c=none d=bf16
+// a_layout=row b_layout=col epilogue=none". REQUIRES: ValidateGemmProblem ok.
+std::string GemmCanonicalKey(const v1::GemmProblem& problem);
+
+// 2 * M * N * K * batch.
+double GemmFlops(const v1::GemmProblem& problem);
+
+}  // namespace ktune

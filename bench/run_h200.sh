@@ -15,7 +15,9 @@ export LD_LIBRARY_PATH=$PWD/.gpu/lib:/usr/local/cuda/lib64
 bin=$PWD/.gpu/bin
 work=$(mktemp -d)
 sock="unix:$work/ktuned.sock"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv >"$out/gpu.txt" 2>&1
+# At most 8 files come back from a device run: keep to env.txt, gpu_tests.log,
+# ktuned.log, norm_bench.{json,txt}, tuning_bench.{json,txt}, latency.txt.
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv >"$out/env.txt" 2>&1
 summary=()
 
 gpu_filter=${GPU_TESTS-'[gpu]~[perf]~[perf-fwd]'}
@@ -29,7 +31,7 @@ fi
   --log-level info --no-background-tunes 2>"$out/ktuned.log" &
 pid=$!
 for _ in $(seq 300); do "$bin/ktune" --server "$sock" status >/dev/null 2>&1 && break; sleep 0.1; done
-"$bin/ktune" --server "$sock" status | head -n 8 | tee "$out/status.txt"
+"$bin/ktune" --server "$sock" status | head -n 8 | tee -a "$out/env.txt"
 
 if [ "${NORM:-1}" = 1 ]; then
   echo "== norm bench $*"

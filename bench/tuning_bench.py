@@ -54,6 +54,12 @@ class Daemon:
         self.log.close()
 
 
+def save(path, rows):
+    """Written after every tune: a run cut short keeps what it measured."""
+    with open(path, "w") as f:
+        json.dump(rows, f, indent=1)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ktuned", required=True)
@@ -74,21 +80,22 @@ def main():
             warm_s, warm_cfg, warm_us = a.tune(op, m, n, force=True)
             rows.append({"op": op, "M": m, "N": n, "cold_s": cold_s, "warm_s": warm_s, "config": cfg, "us": us,
                          "warm_config": warm_cfg, "warm_us": warm_us})
+            save(args.out, rows)
             print(f"  A {op} {m}x{n}: cold {cold_s:.1f} s, warm {warm_s:.1f} s", flush=True)
     a.stop()
     b = Daemon(args.ktuned, args.ktune, work, "b", ["--kernel-cache-dir", f"{work}/kc-a"])
     for r in rows:
         _, cfg, us = b.tune(r["op"], r["M"], r["N"])
         r["fresh_config"], r["fresh_us"] = cfg, us
+        save(args.out, rows)
     b.stop()
     c = Daemon(args.ktuned, args.ktune, work, "c", ["--kernel-cache-dir", f"{work}/kc-c", "--search", "descent",
                                                    "--search-max-candidates", str(args.max_candidates)])
     for r in rows:
         wall, cfg, us = c.tune(r["op"], r["M"], r["N"])
         r["descent_s"], r["descent_config"], r["descent_us"] = wall, cfg, us
+        save(args.out, rows)
     c.stop()
-    with open(args.out, "w") as f:
-        json.dump(rows, f, indent=1)
 
     print(f"\nTuning cost and stability (bf16; grid = every pruned candidate; descent budget "
           f"{args.max_candidates} candidates)")

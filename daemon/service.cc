@@ -40,6 +40,7 @@ KtuneServiceImpl::KtuneServiceImpl(Store* store, KernelCache* kernel_cache,
       executor_(std::move(executor)),
       compile_only_reason_(std::move(compile_only_reason)),
       target_(executor_ ? executor_->device() : CompileOnlyTarget()),
+      target_key_(DeviceKey(target_)),
       options_(options),
       started_(std::chrono::steady_clock::now()),
       queue_(options.max_queued_tunes) {
@@ -115,7 +116,7 @@ absl::StatusOr<KtuneServiceImpl::Resolved> KtuneServiceImpl::Resolve(
   r.software.template_hash = (*source)->hash;
   r.software.nvrtc_version = NvrtcVersion();
   r.software.schema_version = kSchemaVersion;
-  r.key = EntryKey{OpName(r.problem), CanonicalKey(r.problem), DeviceKey(target_),
+  r.key = EntryKey{OpName(r.problem), CanonicalKey(r.problem), target_key_,
                    SoftwareKey(r.software)};
   return r;
 }

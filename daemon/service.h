@@ -126,6 +126,7 @@ class KtuneServiceImpl final : public v1::KtuneService::CallbackService {
   const std::unique_ptr<CandidateExecutor> executor_;
   const std::string compile_only_reason_;
   const DeviceInfo target_;
+  const std::string target_key_;  // DeviceKey(target_), on every request's key
   const ServiceOptions options_;
   const std::chrono::steady_clock::time_point started_;
   Metrics metrics_;

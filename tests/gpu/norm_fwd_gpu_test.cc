@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "tests/gpu/gpu_env.h"
+#include "tests/gpu/tune_helpers.h"
 #include "tuner/norm_runner.h"
 #include "tuner/norm_space.h"
 #include "tuner/nvrtc_compiler.h"
@@ -36,24 +37,8 @@ NormProblem Rms(int64_t m, int64_t n, DType in, DType out, bool weight) {
   return p;
 }
 
-TuneOptions QuickOptions() {
-  TuneOptions o;
-  o.measure.warmup = 3;
-  o.measure.repetitions = 20;
-  o.remeasure_top = 2;
-  return o;
-}
-
-std::string Failures(const TuneResult& r) {
-  std::string out;
-  for (const CandidateOutcome& o : r.outcomes) {
-    if (o.status != CandidateStatus::kOk) {
-      out += ToString(o.config) + ": " + CandidateStatusName(o.status) + ": " +
-             o.detail.substr(0, 400) + "\n";
-    }
-  }
-  return out;
-}
+using testing::Failures;
+using testing::QuickOptions;
 
 // Compiles `recipe` after replacing `from` by `to` in its name expression.
 LaunchRecipe Mutated(LaunchRecipe recipe, const std::string& from, const std::string& to) {

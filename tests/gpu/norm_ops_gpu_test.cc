@@ -19,6 +19,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "tests/gpu/gpu_env.h"
+#include "tests/gpu/tune_helpers.h"
 #include "tuner/norm_runner.h"
 #include "tuner/norm_space.h"
 #include "tuner/nvrtc_compiler.h"
@@ -48,24 +49,8 @@ NormProblem Op(NormOp op, NormPass pass, int64_t m, int64_t n, DType d, DType wt
   return p;
 }
 
-TuneOptions QuickOptions() {
-  TuneOptions o;
-  o.measure.warmup = 3;
-  o.measure.repetitions = 20;
-  o.remeasure_top = 2;
-  return o;
-}
-
-std::string Failures(const TuneResult& r) {
-  std::string out;
-  for (const CandidateOutcome& o : r.outcomes) {
-    if (o.status != CandidateStatus::kOk) {
-      out += ToString(o.config) + ": " + CandidateStatusName(o.status) + ": " +
-             o.detail.substr(0, 400) + "\n";
-    }
-  }
-  return out;
-}
+using testing::Failures;
+using testing::QuickOptions;
 
 TEST_CASE("TuneNorm: every op, every candidate correct on odd shapes, then winners relaunch",
           "[gpu]") {

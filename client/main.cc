@@ -194,6 +194,8 @@ int main(int argc, char** argv) {
   CLI::App* ls_cmd = app.add_subcommand("ls", "list tuned entries");
   ls_cmd->add_option("--op", ls_op, "only this op (rmsnorm.fwd, ...)");
   ls_cmd->add_flag("--json", json, "print JSON");
+  bool ls_stale = false;
+  ls_cmd->add_flag("--stale", ls_stale, "only entries of an older software fingerprint (not served)");
 
   ktune::BundleCommands bundle_commands(&app);  // export, import, bundle inspect|merge
   auto prewarm_command = ktune::PrewarmCommand::Add(&app);
@@ -237,6 +239,10 @@ int main(int argc, char** argv) {
     std::printf("nvrtc        %d\n", r->nvrtc_version());
     std::printf("database     %s\n", r->db_path().c_str());
     std::printf("entries      %lld\n", static_cast<long long>(r->entries()));
+    if (r->stale_entries() > 0) {
+      std::printf("stale        %lld (another software fingerprint: `ktune ls --stale`, re-tune them)\n",
+                  static_cast<long long>(r->stale_entries()));
+    }
     for (const auto& [op, n] : r->entries_by_op()) {
       std::printf("  %-11s %lld\n", op.c_str(), static_cast<long long>(n));
     }
@@ -311,6 +317,7 @@ int main(int argc, char** argv) {
   if (ls_cmd->parsed()) {
     ktune::v1::ListEntriesRequest request;
     request.set_op(ls_op);
+    request.set_stale_only(ls_stale);
     auto r = client->ListEntries(request);
     if (!r.ok()) return fail(r.status());
     if (json) {

@@ -1,5 +1,7 @@
 #include "daemon/service.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -440,8 +442,19 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::ListEntries(grpc::CallbackServerCont
   }
   absl::StatusOr<std::vector<v1::Entry>> all = store_->List(request->op());
   if (!all.ok()) return Finish(context, all.status());
-  for (v1::Entry& e : *all) *response->add_entries() = std::move(e);
+  for (v1::Entry& e : *all) {
+    if (request->stale_only() && !IsStale(e)) continue;
+    *response->add_entries() = std::move(e);
+  }
   return Finish(context, absl::OkStatus());
+}
+
+bool KtuneServiceImpl::IsStale(const v1::Entry& entry) const {
+  if (!entry.problem().has_norm()) return false;
+  if (DeviceKey(DeviceFromProto(entry.device())) != target_key_) return false;  // another GPU's
+  absl::StatusOr<Resolved> current = Resolve(entry.problem());
+  if (!current.ok()) return false;
+  return SoftwareKey(SoftwareFromProto(entry.software())) != current->key.software_key;
 }
 
 grpc::ServerUnaryReactor* KtuneServiceImpl::ExportBundle(grpc::CallbackServerContext* context,
@@ -566,6 +579,10 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::GetStatus(grpc::CallbackServerContex
     total += n;
   }
   response->set_entries(total);
+  if (absl::StatusOr<std::vector<v1::Entry>> all = store_->List(); all.ok()) {
+    response->set_stale_entries(std::count_if(all->begin(), all->end(),
+                                              [this](const v1::Entry& e) { return IsStale(e); }));
+  }
   response->set_db_path(store_->path());
   response->set_nvrtc_version(NvrtcVersion());
   response->set_uptime_s(

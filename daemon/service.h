@@ -113,6 +113,9 @@ class KtuneServiceImpl final : public v1::KtuneService::CallbackService {
                                                               JobPriority priority, int repetitions,
                                                               bool force, TuneQueue::DoneFn done,
                                                               TuneQueue::ProgressFn progress);
+  // True for an entry of this daemon's device whose software fingerprint is
+  // not the one this binary would tune with (so it is never served).
+  bool IsStale(const v1::Entry& entry) const;
   // The compiled recipe (lowered names, cubin) for `recipe`, memoized.
   absl::StatusOr<LaunchRecipe> Compiled(LaunchRecipe recipe);
   void DeclareMetrics();

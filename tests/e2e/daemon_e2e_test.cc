@@ -555,3 +555,50 @@ TEST_CASE("hits, nearest-shape answers and metrics on a compile-only daemon", "[
 
 }  // namespace
 }  // namespace ktune
+
+namespace ktune {
+namespace {
+
+TEST_CASE("entries of an older software fingerprint are kept, listed as stale, never served",
+          "[e2e]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.path(), dir.path() + "/cache.db");
+  REQUIRE(daemon.Start());
+  auto client = daemon.NewClient();
+  NormProblem shape;
+  shape.m = 2048;
+  shape.n = 4096;
+  const NormConfig config = NormSearchSpace(shape, CompileOnlyTarget()).front();
+  v1::Entry current = LocalEntry(2048, 4096, config);
+  v1::Entry stale = LocalEntry(8192, 4096, config);
+  stale.mutable_software()->set_template_hash(std::string(64, 'b'));  // an older template
+  stale.mutable_recipe()->set_template_hash(std::string(64, 'b'));
+  REQUIRE(client->ImportBundle(EncodeBundle({current, stale}, "test", 1795000000)).ok());
+
+  auto status = client->GetStatus();
+  REQUIRE(status.ok());
+  CHECK(status->entries() == 2);
+  CHECK(status->stale_entries() == 1);
+  v1::ListEntriesRequest only_stale;
+  only_stale.set_stale_only(true);
+  auto listed = client->ListEntries(only_stale);
+  REQUIRE(listed.ok());
+  REQUIRE(listed->entries_size() == 1);
+  CHECK(listed->entries(0).problem().norm().m() == 8192);
+
+  v1::GetConfigRequest request;
+  *request.mutable_problem() = RmsNormProblem(8192, 4096);
+  request.set_policy(v1::CACHED_ONLY);
+  CHECK(client->GetConfig(request).status().code() == absl::StatusCode::kNotFound);
+  *request.mutable_problem() = RmsNormProblem(2048, 4096);
+  CHECK(client->GetConfig(request).ok());
+
+  auto cli = RunCommand(Cli(daemon) + "status", dir.path());
+  CHECK(cli.out.find("stale        1") != std::string::npos);
+  auto ls = RunCommand(Cli(daemon) + "ls --stale", dir.path());
+  CHECK(ls.out.find("1 entries") != std::string::npos);
+  CHECK(daemon.Stop() == 0);
+}
+
+}  // namespace
+}  // namespace ktune

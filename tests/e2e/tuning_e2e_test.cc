@@ -199,3 +199,51 @@ TEST_CASE("coordinate descent measures fewer candidates than the grid", "[e2e][t
 
 }  // namespace
 }  // namespace ktune
+
+namespace ktune {
+namespace {
+
+TEST_CASE("a full queue says so, and tunes every caller abandoned are dropped or stopped",
+          "[e2e][tuning]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.path(), dir.path() + "/cache.db");
+  // Every RMSNorm forward candidate hangs until the 2 s watchdog: tunes are slow.
+  REQUIRE(daemon.Start({"--max-queued-tunes", "1", "--candidate-timeout", "2"},
+                       {kFake, "KTUNE_WORKER_FAULT=hang:ktune::rmsnorm_fwd"}));
+  auto ask = [&](int64_t m, double timeout_s) {
+    v1::GetConfigRequest request;
+    *request.mutable_problem() = Rms(m, 1024);
+    request.set_policy(v1::TUNE_ON_MISS);
+    return Client::Create(daemon.address(), timeout_s)->GetConfig(request);
+  };
+  absl::StatusOr<v1::GetConfigResponse> first = absl::UnknownError("unset");
+  absl::StatusOr<v1::GetConfigResponse> second = absl::UnknownError("unset");
+  std::thread running([&] { first = ask(1000, 3); });  // the job that runs
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  std::thread queued([&] { second = ask(2000, 2); });  // the one queued behind it
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  auto refused = ask(3000, 5);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK(refused.status().message().find("queue is full") != std::string::npos);
+  running.join();
+  queued.join();
+  CHECK(first.status().code() == absl::StatusCode::kDeadlineExceeded);
+  CHECK(second.status().code() == absl::StatusCode::kDeadlineExceeded);
+
+  // Both callers left: the queued job was dropped and the running one stops
+  // at its next candidate.
+  double cancelled_tunes = 0;
+  for (int i = 0; i < 100 && cancelled_tunes == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    cancelled_tunes = Metric(daemon, "ktune_tunes_total{result=\"cancelled\"}");
+  }
+  CHECK(cancelled_tunes == 1);
+  CHECK(Metric(daemon, "ktune_tune_jobs_cancelled_total") == 2);
+  CHECK(Metric(daemon, "ktune_tune_jobs_rejected_total") == 1);
+  CHECK(Metric(daemon, "ktune_tunes_total{result=\"ok\"}") == 0);
+  CHECK(daemon.Stop() == 0);
+}
+
+}  // namespace
+}  // namespace ktune

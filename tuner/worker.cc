@@ -141,6 +141,10 @@ void SetStatus(const absl::Status& s, v1::WorkerReply* reply) {
 DeviceInfo FakeWorkerDevice() {
   DeviceInfo d = CompileOnlyTarget();  // an sm_90 part with H100/H200 limits
   d.name = "ktune fake device (tests only)";
+  // A second fake GPU kind, for tests of fleets with several kinds.
+  if (const char* kind = std::getenv("KTUNE_WORKER_FAKE_DEVICE_NAME"); kind != nullptr && *kind != '\0') {
+    d.name = absl::StrCat(d.name, " ", kind);
+  }
   d.memory_bytes = uint64_t{80} << 30;
   d.driver_version = 13000;
   return d;

@@ -15,6 +15,7 @@
 //   KTUNE_WORKER_FAKE_DEVICE=1   no GPU: verification passes and timings are
 //       made up from the name expression, so the process plumbing (restarts,
 //       watchdog, queueing) can be exercised on machines without a GPU.
+//   KTUNE_WORKER_FAKE_DEVICE_NAME=X   with the above: a fake GPU kind named X.
 #pragma once
 
 #include <sys/types.h>

@@ -244,3 +244,41 @@ TEST_CASE("prewarm usage errors exit 2 with one clear message", "[e2e][prewarm]"
 
 }  // namespace
 }  // namespace ktune
+
+namespace ktune {
+namespace {
+
+TEST_CASE("prewarm tunes each problem once per GPU kind", "[e2e][prewarm]") {
+  TempDir dir_a1, dir_a2, dir_b, scratch;
+  DaemonProcess a1(dir_a1.path(), dir_a1.path() + "/cache.db");
+  DaemonProcess a2(dir_a2.path(), dir_a2.path() + "/cache.db");
+  DaemonProcess b(dir_b.path(), dir_b.path() + "/cache.db");
+  REQUIRE(a1.Start({}, {kFake, "KTUNE_WORKER_FAKE_DEVICE_NAME=A"}));
+  REQUIRE(a2.Start({}, {kFake, "KTUNE_WORKER_FAKE_DEVICE_NAME=A"}));
+  REQUIRE(b.Start({}, {kFake, "KTUNE_WORKER_FAKE_DEVICE_NAME=B"}));
+  const std::string shapes = scratch.path() + "/shapes.yaml";
+  WriteFile(shapes, "- {op: rmsnorm.fwd, n: 512, m: [10, 20, 30, 40]}\n");
+  auto problems = LoadShapesFile(shapes);
+  REQUIRE(problems.ok());
+
+  PrewarmOptions options;
+  options.call_timeout_s = 120;
+  const PrewarmReport report = Prewarm(*problems, {a1.address(), a2.address(), b.address()}, options, nullptr);
+  CHECK(report.complete());
+  CHECK(report.kinds.size() == 2);
+  CHECK(report.count(PrewarmOutcome::kTuned) == 8);  // 4 problems x 2 kinds
+  // Kind B has one daemon: it holds everything. Kind A's two share the work
+  // and hold every problem exactly once between them.
+  int on_a = 0;
+  for (const PrewarmProblem& p : *problems) {
+    CHECK(StoredOn(b, p));
+    on_a += (StoredOn(a1, p) ? 1 : 0) + (StoredOn(a2, p) ? 1 : 0);
+  }
+  CHECK(on_a == 4);
+  CHECK(a1.Stop() == 0);
+  CHECK(a2.Stop() == 0);
+  CHECK(b.Stop() == 0);
+}
+
+}  // namespace
+}  // namespace ktune

@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
   // (tuner/worker.h). Not a user-facing mode.
   if (argc == 3 && std::string(argv[1]) == "--worker-fd") return ktune::RunWorker(std::atoi(argv[2]));
 
-  CLI::App app{"ktuned: kernel autotuning daemon (RMSNorm forward today; norms and GEMM next)"};
+  CLI::App app{"ktuned: kernel autotuning daemon (RMSNorm and LayerNorm, forward and backward; GEMM next)"};
   std::vector<std::string> listen;
   std::string db_path = ktune::DefaultDatabasePath();
   std::string log_level = "info";

@@ -126,6 +126,19 @@ class DaemonProcess {
   pid_t pid_ = -1;
 };
 
+// `callers` threads, each with its own client, send `request` at once; their
+// answers in thread order (single-flight tests).
+inline std::vector<absl::StatusOr<v1::GetConfigResponse>> ConcurrentGetConfig(
+    const DaemonProcess& daemon, const v1::GetConfigRequest& request, int callers) {
+  std::vector<absl::StatusOr<v1::GetConfigResponse>> answers(callers, absl::UnknownError("unset"));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < callers; ++i) {
+    threads.emplace_back([&, i] { answers[i] = daemon.NewClient()->GetConfig(request); });
+  }
+  for (auto& t : threads) t.join();
+  return answers;
+}
+
 // Runs a command through the shell; returns its exit code and stdout/stderr.
 struct CommandResult {
   int exit_code = -1;

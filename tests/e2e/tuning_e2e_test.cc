@@ -69,17 +69,10 @@ TEST_CASE("32 concurrent TUNE_ON_MISS callers of one key run one job", "[e2e][tu
   TempDir dir;
   DaemonProcess daemon(dir.path(), dir.path() + "/cache.db");
   REQUIRE(daemon.Start({}, {kFake}));
-  std::vector<absl::StatusOr<v1::GetConfigResponse>> answers(32, absl::UnknownError("unset"));
-  std::vector<std::thread> callers;
-  for (int i = 0; i < 32; ++i) {
-    callers.emplace_back([&, i] {
-      v1::GetConfigRequest request;
-      *request.mutable_problem() = Rms(4096, 4096);
-      request.set_policy(v1::TUNE_ON_MISS);
-      answers[i] = daemon.NewClient()->GetConfig(request);
-    });
-  }
-  for (auto& t : callers) t.join();
+  v1::GetConfigRequest request;
+  *request.mutable_problem() = Rms(4096, 4096);
+  request.set_policy(v1::TUNE_ON_MISS);
+  const auto answers = testing::ConcurrentGetConfig(daemon, request, 32);
   for (const auto& a : answers) {
     REQUIRE(a.ok());
     CHECK(a->source() == v1::TUNED);

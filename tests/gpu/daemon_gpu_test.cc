@@ -74,17 +74,10 @@ TEST_CASE("ktuned tunes over gRPC, stores the winner and serves it after a resta
   INFO(verified->detail);
 
   // 32 concurrent TUNE_ON_MISS callers of one new key share one tuning job.
-  std::vector<std::thread> callers;
-  std::vector<absl::StatusOr<v1::GetConfigResponse>> answers(32, absl::UnknownError("unset"));
-  for (int i = 0; i < 32; ++i) {
-    callers.emplace_back([&, i] {
-      v1::GetConfigRequest request;
-      *request.mutable_problem() = Rms(1024, 5120);
-      request.set_policy(v1::TUNE_ON_MISS);
-      answers[i] = daemon.NewClient()->GetConfig(request);
-    });
-  }
-  for (auto& t : callers) t.join();
+  v1::GetConfigRequest shared;
+  *shared.mutable_problem() = Rms(1024, 5120);
+  shared.set_policy(v1::TUNE_ON_MISS);
+  const auto answers = testing::ConcurrentGetConfig(daemon, shared, 32);
   for (const auto& a : answers) {
     REQUIRE(a.ok());
     CHECK(a->source() == v1::TUNED);

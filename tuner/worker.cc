@@ -92,14 +92,21 @@ class FakeExecutor final : public CandidateExecutor {
  public:
   FakeExecutor() : device_(FakeWorkerDevice()) {}
   const DeviceInfo& device() const override { return device_; }
-  absl::Status Prepare(const NormProblem&) override { return absl::OkStatus(); }
+  // Like the real executor, it refuses to run before Prepare: a worker
+  // restarted without its problem must fail here as it would on a GPU.
+  absl::Status Prepare(const NormProblem&) override {
+    prepared_ = true;
+    return absl::OkStatus();
+  }
   absl::StatusOr<VerifyResult> Verify(const LaunchRecipe& recipe) override {
+    if (!prepared_) return absl::FailedPreconditionError("Verify before Prepare");
     VerifyResult v;
     v.ok = !recipe.cubin.empty();
     v.detail = v.ok ? "" : "no cubin";
     return v;
   }
   absl::StatusOr<Timing> Time(const LaunchRecipe& recipe, const MeasureOptions& options) override {
+    if (!prepared_) return absl::FailedPreconditionError("Time before Prepare");
     size_t h = 0;
     for (const KernelLaunch& k : recipe.kernels) h = h * 31 + std::hash<std::string>()(k.name_expression);
     Timing t;
@@ -113,6 +120,7 @@ class FakeExecutor final : public CandidateExecutor {
 
  private:
   DeviceInfo device_;
+  bool prepared_ = false;
 };
 
 void MaybeInjectFault(const LaunchRecipe& recipe) {
@@ -343,15 +351,19 @@ absl::StatusOr<v1::WorkerReply> WorkerExecutor::Call(v1::WorkerRequest request, 
 
 absl::Status WorkerExecutor::Recover() {
   ++restarts_;
+  // Spawn() forgets the problem (a new process has no buffers): remember
+  // whether the old worker had one, and give it to the new worker.
+  const bool was_prepared = prepared_;
   Kill();
   if (absl::Status s = Spawn(); !s.ok()) return s;
-  if (!prepared_) return absl::OkStatus();
+  if (!was_prepared) return absl::OkStatus();
   v1::WorkerRequest prepare;
   *prepare.mutable_prepare()->mutable_problem() = problem_;
   prepare.mutable_prepare()->set_seed(options_.seed);
   absl::StatusOr<v1::WorkerReply> reply = Call(prepare, options_.prepare_timeout_s);
   if (!reply.ok()) return reply.status();
   if (reply->code() != 0) return absl::Status(static_cast<absl::StatusCode>(reply->code()), reply->message());
+  prepared_ = true;
   return absl::OkStatus();
 }
 

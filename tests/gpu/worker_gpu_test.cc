@@ -16,13 +16,15 @@ namespace {
 // Same parameters as ktune::rmsnorm_fwd: (x, w, y, rstd, M, N, eps).
 constexpr char kMisbehavingKernels[] = R"(
 namespace ktune_test {
+// Never written: hang() waits for it forever. A global (not a local volatile,
+// which the H200 run of 2026-11-29 showed returning at once) so every read
+// really goes to memory.
+__device__ volatile int release = 0;
 __global__ void fault(const void*, const void*, void*, float*, int, int, float) {
   *reinterpret_cast<volatile int*>(0x8) = 1;  // an illegal address
 }
 __global__ void hang(const void*, const void*, void*, float*, int, int, float) {
-  volatile int spin = 1;
-  while (spin) {
-  }
+  while (release == 0) __nanosleep(1000);
 }
 }  // namespace ktune_test
 )";

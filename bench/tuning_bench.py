@@ -20,7 +20,8 @@ import tempfile
 import time
 
 OPS = ["rmsnorm.fwd", "rmsnorm.bwd", "layernorm.fwd", "layernorm.bwd"]
-SHAPES = [(32768, 4096), (4096, 4096), (65536, 2048), (16384, 12288)]
+SHAPES = [(32768, 1024), (32768, 4096), (16384, 8192), (8192, 16384), (65536, 2048),
+          (4096, 4096), (4096, 5120), (16384, 12288)]  # bench/norm_bench.py's
 
 
 class Daemon:
@@ -73,32 +74,36 @@ def main():
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     work = tempfile.mkdtemp(prefix="ktune-tuning-")
     rows = []
+    # Three daemons side by side (only one tunes at a time): each problem gets
+    # all of its figures before the next starts, so a run cut short by its time
+    # limit still has whole rows.
     a = Daemon(args.ktuned, args.ktune, work, "a", ["--kernel-cache-dir", f"{work}/kc-a"])
-    for op in ops:
-        for m, n in shapes:
-            cold_s, cfg, us = a.tune(op, m, n)
-            warm_s, warm_cfg, warm_us = a.tune(op, m, n, force=True)
-            rows.append({"op": op, "M": m, "N": n, "cold_s": cold_s, "warm_s": warm_s, "config": cfg, "us": us,
-                         "warm_config": warm_cfg, "warm_us": warm_us})
-            save(args.out, rows)
-            print(f"  A {op} {m}x{n}: cold {cold_s:.1f} s, warm {warm_s:.1f} s", flush=True)
-    a.stop()
     b = Daemon(args.ktuned, args.ktune, work, "b", ["--kernel-cache-dir", f"{work}/kc-a"])
-    for r in rows:
-        _, cfg, us = b.tune(r["op"], r["M"], r["N"])
-        r["fresh_config"], r["fresh_us"] = cfg, us
-        save(args.out, rows)
-    b.stop()
     c = Daemon(args.ktuned, args.ktune, work, "c", ["--kernel-cache-dir", f"{work}/kc-c", "--search", "descent",
                                                    "--search-max-candidates", str(args.max_candidates)])
-    for r in rows:
-        wall, cfg, us = c.tune(r["op"], r["M"], r["N"])
-        r["descent_s"], r["descent_config"], r["descent_us"] = wall, cfg, us
-        save(args.out, rows)
-    c.stop()
+    try:
+        for op in ops:
+            for m, n in shapes:
+                cold_s, cfg, us = a.tune(op, m, n)
+                warm_s, warm_cfg, warm_us = a.tune(op, m, n, force=True)
+                _, fresh_cfg, fresh_us = b.tune(op, m, n)  # fresh database, A's kernel cache
+                descent_s, descent_cfg, descent_us = c.tune(op, m, n)
+                rows.append({"op": op, "M": m, "N": n, "cold_s": cold_s, "warm_s": warm_s, "config": cfg, "us": us,
+                             "warm_config": warm_cfg, "warm_us": warm_us, "fresh_config": fresh_cfg,
+                             "fresh_us": fresh_us, "descent_s": descent_s, "descent_config": descent_cfg,
+                             "descent_us": descent_us})
+                save(args.out, rows)
+                print(f"  {op} {m}x{n}: cold {cold_s:.1f} s, warm {warm_s:.1f} s, descent {descent_s:.1f} s",
+                      flush=True)
+    finally:
+        for d in (a, b, c):
+            d.stop()
+        report(rows, args.max_candidates)
 
+
+def report(rows, max_candidates):
     print(f"\nTuning cost and stability (bf16; grid = every pruned candidate; descent budget "
-          f"{args.max_candidates} candidates)")
+          f"{max_candidates} candidates)")
     hdr = (f"{'problem':<26} {'cold s':>6} {'warm s':>6} | {'fresh winner':>12} {'d%':>6} | "
            f"{'descent s':>9} {'saved':>6} {'loss%':>6}")
     print(hdr)
@@ -113,8 +118,9 @@ def main():
               f"{'same' if same else 'differs':>12} {d_fresh:6.1f} | {r['descent_s']:9.1f} "
               f"{100 * (1 - r['descent_s'] / r['cold_s']):5.0f}% {loss:6.1f}")
     print(f"winners that differ between two fresh tunes: {differ} of {len(rows)}")
-    print(f"total: cold {sum(r['cold_s'] for r in rows):.0f} s, warm {sum(r['warm_s'] for r in rows):.0f} s, "
-          f"descent {sum(r['descent_s'] for r in rows):.0f} s")
+    if rows:
+        print(f"total: cold {sum(r['cold_s'] for r in rows):.0f} s, warm {sum(r['warm_s'] for r in rows):.0f} s, "
+              f"descent {sum(r['descent_s'] for r in rows):.0f} s")
 
 
 if __name__ == "__main__":

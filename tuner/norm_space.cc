@@ -25,6 +25,11 @@ constexpr int kMaxLiveWords = 96;
 // LayerNorm forward: at 96 words ptxas spilled a few bytes (4096 x 3000 bf16,
 // 12 chunks, when bf16 x was still held unpacked).
 constexpr int kMaxLiveWordsLayerNormForward = 88;
+// The forward at PIPELINE 1 loads w (and b) as y is stored. ptxas hoists
+// those loads for all chunks, so beyond this many chunks of LayerNorm (w and
+// b) it spilled at the occupancy the model targets (compile-all test,
+// 2026-11-29: 12 and 16 chunks); the H200 winners use at most 8.
+constexpr int kMaxLateParamChunksLayerNorm = 8;
 // Shared memory an SM gives its CTAs, and what each CTA reserves besides its
 // own (sm_80+: 1 KiB per CTA); used with the device's opt-in limit per CTA.
 constexpr int kSmemReservedPerCta = 1024;
@@ -101,7 +106,15 @@ int LiveWordsWith(const NormProblem& p, const NormConfig& c, bool smem_partials)
   const int w_words = c.chunks() * WordsPerVector(p.weight_dtype, c.vec, false);
   const int params = (p.has_weight ? w_words : 0) + (ln_fwd && p.has_bias ? w_words : 0);
   if (IsForward(p)) {
-    if (c.persistent) return c.pipeline_depth * x_words + params;
+    if (c.persistent && c.pipeline_depth == 2) return 2 * x_words + params;  // w, b kept
+    if (c.persistent) {
+      // One vector of w (and b) at a time, loaded as y is stored. fp32 x
+      // (no packed conversions to share) needed a word more per chunk: at 8
+      // chunks ptxas spilled under the bare estimate (compile-all test).
+      const int w_vec = WordsPerVector(p.weight_dtype, c.vec, false);
+      const int fp32_extra = p.input_dtype == DType::kFP32 ? c.chunks() : 0;
+      return x_words + fp32_extra + (p.has_weight ? w_vec : 0) + (ln_fwd && p.has_bias ? w_vec : 0);
+    }
     return x_words + params;  // pass 2 holds x, w and b chunks at once
   }
   // Backward: x and dy (twice when pipelined), w, and the fp32 column partials.
@@ -193,7 +206,7 @@ NormConfig MakeConfig(int num_warps, int threads_per_row, int vec, int chunks, b
 // ---- the reduce kernel of the backward -------------------------------------------
 // norm_bwd_reduce's geometry follows from (P, N): 32 consecutive columns per
 // warp row (128-byte coalesced loads), and enough thread rows that each sums
-// about 8 partials with 4 loads in flight; reading P * N * 4 bytes takes a few
+// about 8 partials, all 8 loads in flight; reading P * N * 4 bytes takes a few
 // microseconds at most for the spaces' splits, so it is not searched.
 struct ReduceGeometry {
   int threads_x = 32;
@@ -295,6 +308,11 @@ absl::Status CanImplement(const NormProblem& p, const NormConfig& c, const Devic
         static_cast<int64_t>(c.threads()) * c.vec * 4 > 48 * 1024) {
       return fail("the partials' shared-memory sum needs more than 48 KiB");
     }
+  }
+  if (IsLayerNorm(p) && IsForward(p) && c.persistent && c.pipeline_depth == 1 &&
+      (p.has_weight || p.has_bias) && c.chunks() > kMaxLateParamChunksLayerNorm) {
+    return fail(absl::StrCat("more than ", kMaxLateParamChunksLayerNorm,
+                             " chunks with w and b loaded late (ptxas spills)"));
   }
   const int max_live =
       IsLayerNorm(p) && IsForward(p) ? kMaxLiveWordsLayerNormForward : kMaxLiveWords;

@@ -3,10 +3,15 @@
 // access, 32 as two 16-byte accesses) and the cache policy are exactly what the
 // kernel asks for.
 //
-//   kReuse  : read-only path, default caching (weights, data read again soon)
-//   kStream : read once: evict-first in L1 and L2 so it does not push out
-//             data that is reused (the weight, or x between two passes)
-// Stores are always streaming (written once, never read back by the kernel).
+//   kReuse : read-only (non-coherent) path, default caching: weights, and
+//            data read again soon
+//   kOnce  : data read once (x, dy): a plain coherent load, default caching
+// Stores are plain (write-back) as well.
+//
+// Why no streaming hints: on the H200 (lab run, 2026-11-29, bench/RESULTS.md)
+// evict-first loads (ld.global.cs) made the norm kernels 2-4% slower forward
+// and 6-9% slower backward than plain loads, at the same configs; st.global.cs
+// made no difference beyond noise, and plain stores were as fast or faster.
 //
 // REQUIRES: every address is aligned to the access width.
 #pragma once
@@ -15,7 +20,7 @@
 
 namespace ktune {
 
-enum class LoadHint { kReuse, kStream };
+enum class LoadHint { kReuse, kOnce };
 
 template <int BYTES, LoadHint HINT>
 struct GlobalAccess;
@@ -24,8 +29,8 @@ template <LoadHint HINT>
 struct GlobalAccess<2, HINT> {
   __device__ __forceinline__ static void load(const void* p, unsigned int* w) {
     unsigned short h;
-    if (HINT == LoadHint::kStream) {
-      asm volatile("ld.global.cs.u16 %0, [%1];" : "=h"(h) : "l"(p));
+    if (HINT == LoadHint::kOnce) {
+      asm volatile("ld.global.u16 %0, [%1];" : "=h"(h) : "l"(p));
     } else {
       asm volatile("ld.global.nc.u16 %0, [%1];" : "=h"(h) : "l"(p));
     }
@@ -33,35 +38,35 @@ struct GlobalAccess<2, HINT> {
   }
   __device__ __forceinline__ static void store(void* p, const unsigned int* w) {
     const unsigned short h = static_cast<unsigned short>(w[0]);
-    asm volatile("st.global.cs.u16 [%0], %1;" ::"l"(p), "h"(h) : "memory");
+    asm volatile("st.global.u16 [%0], %1;" ::"l"(p), "h"(h) : "memory");
   }
 };
 
 template <LoadHint HINT>
 struct GlobalAccess<4, HINT> {
   __device__ __forceinline__ static void load(const void* p, unsigned int* w) {
-    if (HINT == LoadHint::kStream) {
-      asm volatile("ld.global.cs.u32 %0, [%1];" : "=r"(w[0]) : "l"(p));
+    if (HINT == LoadHint::kOnce) {
+      asm volatile("ld.global.u32 %0, [%1];" : "=r"(w[0]) : "l"(p));
     } else {
       asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(w[0]) : "l"(p));
     }
   }
   __device__ __forceinline__ static void store(void* p, const unsigned int* w) {
-    asm volatile("st.global.cs.u32 [%0], %1;" ::"l"(p), "r"(w[0]) : "memory");
+    asm volatile("st.global.u32 [%0], %1;" ::"l"(p), "r"(w[0]) : "memory");
   }
 };
 
 template <LoadHint HINT>
 struct GlobalAccess<8, HINT> {
   __device__ __forceinline__ static void load(const void* p, unsigned int* w) {
-    if (HINT == LoadHint::kStream) {
-      asm volatile("ld.global.cs.v2.u32 {%0, %1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(p));
+    if (HINT == LoadHint::kOnce) {
+      asm volatile("ld.global.v2.u32 {%0, %1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(p));
     } else {
       asm volatile("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(p));
     }
   }
   __device__ __forceinline__ static void store(void* p, const unsigned int* w) {
-    asm volatile("st.global.cs.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(w[0]), "r"(w[1])
+    asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(w[0]), "r"(w[1])
                  : "memory");
   }
 };
@@ -69,8 +74,8 @@ struct GlobalAccess<8, HINT> {
 template <LoadHint HINT>
 struct GlobalAccess<16, HINT> {
   __device__ __forceinline__ static void load(const void* p, unsigned int* w) {
-    if (HINT == LoadHint::kStream) {
-      asm volatile("ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];"
+    if (HINT == LoadHint::kOnce) {
+      asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
                    : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
                    : "l"(p));
     } else {
@@ -80,7 +85,7 @@ struct GlobalAccess<16, HINT> {
     }
   }
   __device__ __forceinline__ static void store(void* p, const unsigned int* w) {
-    asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w[0]), "r"(w[1]),
+    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w[0]), "r"(w[1]),
                  "r"(w[2]), "r"(w[3])
                  : "memory");
   }
@@ -105,10 +110,10 @@ __device__ __forceinline__ void load_packed(const T* p, Packed<T, VEC>& v) {
   GlobalAccess<Packed<T, VEC>::kBytes, HINT>::load(p, v.w);
 }
 
-// Stores VEC elements of T from `v` to p (streaming).
+// Stores VEC elements of T from `v` to p.
 template <typename T, int VEC>
 __device__ __forceinline__ void store_packed(T* p, const Packed<T, VEC>& v) {
-  GlobalAccess<Packed<T, VEC>::kBytes, LoadHint::kStream>::store(p, v.w);
+  GlobalAccess<Packed<T, VEC>::kBytes, LoadHint::kOnce>::store(p, v.w);
 }
 
 }  // namespace ktune

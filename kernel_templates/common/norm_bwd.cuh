@@ -231,8 +231,8 @@ __device__ __forceinline__ void fused_bwd(const TIn* __restrict__ x, const TIn* 
     if constexpr (PIPELINE == 2) {
       const int row = row_begin + row_in_block;  // [row_begin, row_begin + XBLOCK)
       const bool ok = row < row_end;
-      load_chunks<LoadHint::kStream, kTpr>(x + static_cast<long long>(row) * N, ok, lane, N, 0, xa);
-      load_chunks<LoadHint::kStream, kTpr>(dy + static_cast<long long>(row) * N, ok, lane, N, 0,
+      load_chunks<LoadHint::kOnce, kTpr>(x + static_cast<long long>(row) * N, ok, lane, N, 0, xa);
+      load_chunks<LoadHint::kOnce, kTpr>(dy + static_cast<long long>(row) * N, ok, lane, N, 0,
                                            da);
       load_stats<LN>(mean, rstd, row, ok, &mu_a, &r_a);
     }
@@ -240,17 +240,17 @@ __device__ __forceinline__ void fused_bwd(const TIn* __restrict__ x, const TIn* 
       const int row = r0 + row_in_block;  // [r0, r0 + XBLOCK)
       const bool row_ok = row < row_end;
       if constexpr (PIPELINE == 1) {
-        load_chunks<LoadHint::kStream, kTpr>(x + static_cast<long long>(row) * N, row_ok, lane, N,
+        load_chunks<LoadHint::kOnce, kTpr>(x + static_cast<long long>(row) * N, row_ok, lane, N,
                                              0, xa);
-        load_chunks<LoadHint::kStream, kTpr>(dy + static_cast<long long>(row) * N, row_ok, lane,
+        load_chunks<LoadHint::kOnce, kTpr>(dy + static_cast<long long>(row) * N, row_ok, lane,
                                              N, 0, da);
         load_stats<LN>(mean, rstd, row, row_ok, &mu_a, &r_a);
       } else {
         const int next = row + XBLOCK;  // this row group's row in the next block
         const bool next_ok = next < row_end;
-        load_chunks<LoadHint::kStream, kTpr>(x + static_cast<long long>(next) * N, next_ok, lane,
+        load_chunks<LoadHint::kOnce, kTpr>(x + static_cast<long long>(next) * N, next_ok, lane,
                                              N, 0, xb);
-        load_chunks<LoadHint::kStream, kTpr>(dy + static_cast<long long>(next) * N, next_ok, lane,
+        load_chunks<LoadHint::kOnce, kTpr>(dy + static_cast<long long>(next) * N, next_ok, lane,
                                              N, 0, db);
         load_stats<LN>(mean, rstd, next, next_ok, &mu_b, &r_b);
       }
@@ -386,8 +386,8 @@ __device__ __forceinline__ void fused_bwd(const TIn* __restrict__ x, const TIn* 
       for (int base = 0; base < N; base += kRBlock) {
         XVec xv[CHUNKS], dv[CHUNKS];  // (CHUNKS, VEC) TIn, last use
         WVec wv[CHUNKS];              // (CHUNKS, VEC) TW
-        load_chunks<LoadHint::kStream, kTpr>(x_row, true, lane, N, base, xv);
-        load_chunks<LoadHint::kStream, kTpr>(dy_row, true, lane, N, base, dv);
+        load_chunks<LoadHint::kOnce, kTpr>(x_row, true, lane, N, base, xv);
+        load_chunks<LoadHint::kOnce, kTpr>(dy_row, true, lane, N, base, dv);
         if constexpr (HAS_WEIGHT) load_chunks<LoadHint::kReuse, kTpr>(w, true, lane, N, base, wv);
 #pragma unroll
         for (int c = 0; c < CHUNKS; ++c) {
@@ -420,7 +420,7 @@ __device__ __forceinline__ void fused_bwd(const TIn* __restrict__ x, const TIn* 
 // over its P rows, in a fixed order (the result is deterministic).
 // A CTA of (THREADS_X, THREADS_Y) threads covers THREADS_X consecutive columns
 // (coalesced 4-byte loads along a workspace row); its THREADS_Y thread rows
-// split the P rows between them, 4 loads in flight each, and add up through
+// split the P rows between them, 8 loads in flight each, and add up through
 // shared memory. Grid: (ceil(N / THREADS_X), PARTS).
 //
 // Kernel arguments, in order (the recipe's `params`):
@@ -440,16 +440,24 @@ __global__ void __launch_bounds__(THREADS_X * THREADS_Y)
   const int col = blockIdx.x * THREADS_X + threadIdx.x;              // element column
   const float* src = ws + static_cast<long long>(part) * P * N;      // (P, N) f32
   TW* dst = (HAS_WEIGHT && part == 0) ? dw : db;                     // (N) TW
-  float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // independent accumulators: 4 loads in flight
+  // Independent accumulators: 8 loads in flight per thread. The partials were
+  // just written (L2 hits), so the kernel is latency-bound: the more loads in
+  // flight, the fewer round trips.
+  constexpr int kInFlight = 8;
+  float a[kInFlight];
+#pragma unroll
+  for (int u = 0; u < kInFlight; ++u) a[u] = 0.0f;
   if (col < N) {
     int p = threadIdx.y;
-    for (; p + 3 * THREADS_Y < P; p += 4 * THREADS_Y) {
+    for (; p + (kInFlight - 1) * THREADS_Y < P; p += kInFlight * THREADS_Y) {
 #pragma unroll
-      for (int u = 0; u < 4; ++u) a[u] += src[static_cast<long long>(p + u * THREADS_Y) * N + col];
+      for (int u = 0; u < kInFlight; ++u) {
+        a[u] += src[static_cast<long long>(p + u * THREADS_Y) * N + col];
+      }
     }
     for (; p < P; p += THREADS_Y) a[0] += src[static_cast<long long>(p) * N + col];
   }
-  red[threadIdx.y * THREADS_X + threadIdx.x] = (a[0] + a[1]) + (a[2] + a[3]);
+  red[threadIdx.y * THREADS_X + threadIdx.x] = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
   __syncthreads();
   if (threadIdx.y == 0 && col < N) {
     float s = 0.0f;

@@ -50,7 +50,7 @@ __device__ __forceinline__ void load_chunks(const T* row_ptr, bool row_ok, int l
   }
 }
 
-// y = (x - mu) * r * w + b, rounded to TOut and stored with a streaming hint.
+// y = (x - mu) * r * w + b, rounded to TOut and stored.
 template <bool HAS_WEIGHT, bool HAS_BIAS, typename TIn, typename TW, typename TOut, int VEC>
 __device__ __forceinline__ void normalize_store(const Packed<TIn, VEC>& xv,
                                                 const Packed<TW, VEC>& wv,
@@ -104,28 +104,32 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
   int parity = 0;  // alternates the cross-warp scratch slot
 
   if constexpr (PERSISTENT) {
+    // PIPELINE == 2: w and b are kept for every row the CTA walks; PIPELINE
+    // == 1 (a CTA per row block): loaded one vector at a time as y is stored,
+    // holding no registers across the reductions (see rmsnorm_fwd).
+    constexpr bool kKeepParams = PIPELINE == 2;
     WVec wv[CHUNKS];  // (CHUNKS, VEC) TW, this thread's weight columns for every row
     WVec bv[CHUNKS];  // (CHUNKS, VEC) TW, this thread's bias columns for every row
-    if constexpr (HAS_WEIGHT) load_chunks<LoadHint::kReuse, kTpr>(w, true, lane, N, 0, wv);
-    if constexpr (HAS_BIAS) load_chunks<LoadHint::kReuse, kTpr>(b, true, lane, N, 0, bv);
+    if constexpr (HAS_WEIGHT && kKeepParams) load_chunks<LoadHint::kReuse, kTpr>(w, true, lane, N, 0, wv);
+    if constexpr (HAS_BIAS && kKeepParams) load_chunks<LoadHint::kReuse, kTpr>(b, true, lane, N, 0, bv);
     XVec xa[CHUNKS];  // (CHUNKS, VEC) TIn, the row block being normalized
     XVec xb[CHUNKS];  // (CHUNKS, VEC) TIn, the next row block (PIPELINE == 2)
     unsigned int rb = blockIdx.x;  // row block index
     if constexpr (PIPELINE == 2) {
       const int row = static_cast<int>(rb) * XBLOCK + row_in_block;  // [0, M + XBLOCK)
-      load_chunks<LoadHint::kStream, kTpr>(x + static_cast<long long>(row) * N,
+      load_chunks<LoadHint::kOnce, kTpr>(x + static_cast<long long>(row) * N,
                                            rb < row_blocks && row < M, lane, N, 0, xa);
     }
     for (; rb < row_blocks; rb += gridDim.x) {
       const int row = static_cast<int>(rb) * XBLOCK + row_in_block;  // [0, M + XBLOCK)
       const bool row_ok = row < M;
       if constexpr (PIPELINE == 1) {
-        load_chunks<LoadHint::kStream, kTpr>(x + static_cast<long long>(row) * N, row_ok, lane, N,
+        load_chunks<LoadHint::kOnce, kTpr>(x + static_cast<long long>(row) * N, row_ok, lane, N,
                                              0, xa);
       } else {
         const unsigned int next = rb + gridDim.x;                             // next row block
         const int next_row = static_cast<int>(next) * XBLOCK + row_in_block;  // row of `next`
-        load_chunks<LoadHint::kStream, kTpr>(x + static_cast<long long>(next_row) * N,
+        load_chunks<LoadHint::kOnce, kTpr>(x + static_cast<long long>(next_row) * N,
                                              next < row_blocks && next_row < M, lane, N, 0, xb);
       }
       // Pass 1: the mean (padding vectors are zero and add nothing).
@@ -163,6 +167,8 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
       for (int c = 0; c < CHUNKS; ++c) {
         const int col = (c * kTpr + lane) * VEC;  // element column
         if (row_ok && col < N) {
+          if constexpr (HAS_WEIGHT && !kKeepParams) load_packed<LoadHint::kReuse>(w + col, wv[c]);
+          if constexpr (HAS_BIAS && !kKeepParams) load_packed<LoadHint::kReuse>(b + col, bv[c]);
           normalize_store<HAS_WEIGHT, HAS_BIAS>(xa[c], wv[c], bv[c], mu, r, y_row + col);
         }
       }
@@ -218,7 +224,7 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
         XVec xv[CHUNKS];  // (CHUNKS, VEC) TIn, last use
         WVec wv[CHUNKS];  // (CHUNKS, VEC) TW
         WVec bv[CHUNKS];  // (CHUNKS, VEC) TW
-        load_chunks<LoadHint::kStream, kTpr>(x_row, row_ok, lane, N, base, xv);
+        load_chunks<LoadHint::kOnce, kTpr>(x_row, row_ok, lane, N, base, xv);
         if constexpr (HAS_WEIGHT) load_chunks<LoadHint::kReuse, kTpr>(w, true, lane, N, base, wv);
         if constexpr (HAS_BIAS) load_chunks<LoadHint::kReuse, kTpr>(b, true, lane, N, base, bv);
 #pragma unroll

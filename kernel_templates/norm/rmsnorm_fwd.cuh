@@ -10,7 +10,11 @@
 // R_BLOCK = threads_per_row * VEC * CHUNKS elements of a row:
 //
 //   PERSISTENT (N <= R_BLOCK): the row stays in registers, x is read once.
-//     The thread's weight columns are loaded once per CTA and kept.
+//     PIPELINE == 2 (a grid of about one wave, each CTA walks many row
+//     blocks): the thread's weight columns are loaded once per CTA and kept.
+//     PIPELINE == 1 (a CTA per row block): the weight is loaded one vector at
+//     a time as y is stored, so it holds no registers across the reduction
+//     (more CTAs fit an SM; the weight is an L1/L2 hit).
 //   looped (any N): pass 1 sums squares over R_BLOCK chunks, pass 2 reads the
 //     chunks again (from L2 when they are still there) and writes y.
 //
@@ -75,7 +79,7 @@ __device__ __forceinline__ float sum_squares(const Packed<T, VEC> (&v)[CHUNKS]) 
   return even + odd;
 }
 
-// y = x * r (* w), rounded to TOut and stored with a streaming hint.
+// y = x * r (* w), rounded to TOut and stored.
 template <bool HAS_WEIGHT, typename TIn, typename TW, typename TOut, int VEC>
 __device__ __forceinline__ void normalize_store(const Packed<TIn, VEC>& xv,
                                                 const Packed<TW, VEC>& wv, float r, TOut* dst) {
@@ -125,8 +129,9 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
   int parity = 0;  // alternates the cross-warp scratch slot
 
   if constexpr (PERSISTENT) {
+    constexpr bool kKeepWeight = PIPELINE == 2;  // else loaded as y is stored
     Packed<TW, VEC> wv[CHUNKS];  // (CHUNKS, VEC) TW, this thread's weight columns for every row
-    if constexpr (HAS_WEIGHT) {
+    if constexpr (HAS_WEIGHT && kKeepWeight) {
       load_chunks<LoadHint::kReuse, kTpr>(w, true, lane, N, 0, wv);
     }
     XVec xa[CHUNKS];  // (CHUNKS, VEC) TIn, the row block being normalized
@@ -134,19 +139,19 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
     unsigned int rb = blockIdx.x;  // row block index
     if constexpr (PIPELINE == 2) {
       const int row = static_cast<int>(rb) * XBLOCK + row_in_block;  // [0, M + XBLOCK)
-      load_chunks<LoadHint::kStream, kTpr>(x + static_cast<long long>(row) * N,
+      load_chunks<LoadHint::kOnce, kTpr>(x + static_cast<long long>(row) * N,
                                            rb < row_blocks && row < M, lane, N, 0, xa);
     }
     for (; rb < row_blocks; rb += gridDim.x) {
       const int row = static_cast<int>(rb) * XBLOCK + row_in_block;  // [0, M + XBLOCK)
       const bool row_ok = row < M;
       if constexpr (PIPELINE == 1) {
-        load_chunks<LoadHint::kStream, kTpr>(x + static_cast<long long>(row) * N, row_ok, lane, N,
+        load_chunks<LoadHint::kOnce, kTpr>(x + static_cast<long long>(row) * N, row_ok, lane, N,
                                              0, xa);
       } else {
         const unsigned int next = rb + gridDim.x;                          // next row block
         const int next_row = static_cast<int>(next) * XBLOCK + row_in_block;  // row of `next`
-        load_chunks<LoadHint::kStream, kTpr>(x + static_cast<long long>(next_row) * N,
+        load_chunks<LoadHint::kOnce, kTpr>(x + static_cast<long long>(next_row) * N,
                                              next < row_blocks && next_row < M, lane, N, 0, xb);
       }
       float ss = sum_squares(xa);  // this thread's part of sum(x^2)
@@ -158,7 +163,10 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
 #pragma unroll
       for (int c = 0; c < CHUNKS; ++c) {
         const int col = (c * kTpr + lane) * VEC;  // element column
-        if (row_ok && col < N) normalize_store<HAS_WEIGHT>(xa[c], wv[c], r, y_row + col);
+        if (row_ok && col < N) {
+          if constexpr (HAS_WEIGHT && !kKeepWeight) load_packed<LoadHint::kReuse>(w + col, wv[c]);
+          normalize_store<HAS_WEIGHT>(xa[c], wv[c], r, y_row + col);
+        }
       }
       if constexpr (PIPELINE == 2) {
 #pragma unroll
@@ -184,7 +192,7 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
       for (int base = 0; base < N; base += kRBlock) {
         XVec xv[CHUNKS];  // (CHUNKS, VEC) TIn, last use
         Packed<TW, VEC> wv[CHUNKS];  // (CHUNKS, VEC) TW
-        load_chunks<LoadHint::kStream, kTpr>(x_row, row_ok, lane, N, base, xv);
+        load_chunks<LoadHint::kOnce, kTpr>(x_row, row_ok, lane, N, base, xv);
         if constexpr (HAS_WEIGHT) load_chunks<LoadHint::kReuse, kTpr>(w, true, lane, N, base, wv);
 #pragma unroll
         for (int c = 0; c < CHUNKS; ++c) {

@@ -1,0 +1,344 @@
+// GEMM on tensor cores through mma.sync (sm_80 and later), one template for
+// every tuned variant:
+//
+//   D[b] = epilogue(alpha * A[b] x op(B[b]) + beta * C[b])
+//
+// A is [M, K] row-major; B is [N, K] (B_NK, the nn.Linear weight layout:
+// D = A x B^T) or [K, N] row-major; T is bf16 or fp16, accumulation fp32, D and
+// C are TD (T or float). Batches are contiguous (A[b] = A + b * M * K, ...),
+// one per gridDim.z.
+//
+// Tiling: a CTA computes a BM x BN tile of D with WARPS_M x WARPS_N warps, each
+// a (BM / WARPS_M) x (BN / WARPS_N) warp tile of m16n8k16 MMAs. K advances BK
+// at a time through a ring of STAGES shared-memory stages filled by cp.async
+// (16-byte copies, zero-filled outside the matrix), so STAGES - 1 tiles are in
+// flight while one is multiplied. Shared-memory rows are stored as 16-byte
+// chunks XOR-swizzled by row, so the ldmatrix reads of 8 rows hit 8 different
+// bank groups. CTAs are rasterised in groups of GROUP_M tile rows (consecutive
+// CTAs share B tiles in L2).
+//
+// C, when HAS_C, is added as beta * C before the epilogue; a residual add is
+// C with beta = 1. Epilogues (EPI): 0 none, 1 + bias[n], 2 gelu(. + bias[n])
+// (erf form, torch's default), 3 silu(. + bias[n]).
+//
+// Kernel arguments, in order (the recipe's `params`):
+//   a         const T*   [batch, M, K]
+//   b         const T*   [batch, N, K] (B_NK) or [batch, K, N]
+//   c         const TD*  [batch, M, N], read when HAS_C (may be null otherwise)
+//   d         TD*        [batch, M, N]
+//   bias      const T*   [N], read when EPI > 0 (may be null otherwise)
+//   M, N, K   int
+//   alpha, beta  float
+// REQUIRES: K % 8 == 0 (16-byte rows of A and of B_NK); N % 8 == 0 when B is
+// [K, N]; every pointer 16-byte aligned; dynamic shared memory of
+// STAGES * (BM + BN) * BK * sizeof(T) bytes.
+#pragma once
+
+#include "common/types.cuh"
+
+namespace ktune {
+namespace gemm_mma_detail {
+
+// Physical 16-byte chunk of logical chunk `chunk` in shared-memory row `row`
+// of a tile whose rows hold CPR chunks. Any 8 consecutive rows read at one
+// logical chunk land in 8 different 16-byte bank groups (one 128-byte line
+// holds 128 / (16 * CPR) rows).
+template <int CPR>
+__device__ __forceinline__ int swizzle(int row, int chunk) {
+  static_assert(CPR == 2 || CPR == 4 || CPR >= 8, "rows of 2, 4 or >= 8 chunks");
+  if constexpr (CPR >= 8) {
+    return chunk ^ (row & 7);
+  } else if constexpr (CPR == 4) {
+    return chunk ^ ((row >> 1) & 3);
+  } else {
+    return chunk ^ ((row >> 2) & 1);
+  }
+}
+
+__device__ __forceinline__ unsigned int smem_addr(const void* p) {
+  return static_cast<unsigned int>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared; zero-filled (nothing read) when !valid.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(smem)), "l"(gmem),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4(unsigned int (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned int (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+// acc += a (16x16, row) x b (16x8, col), fp32 accumulators.
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&acc)[4], const unsigned int (&a)[4],
+                                         unsigned int b0, unsigned int b1);
+template <>
+__device__ __forceinline__ void mma16816<bf16>(float (&acc)[4], const unsigned int (&a)[4],
+                                               unsigned int b0, unsigned int b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mma16816<fp16>(float (&acc)[4], const unsigned int (&a)[4],
+                                               unsigned int b0, unsigned int b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Scalar loads and stores of the element types, as floats.
+__device__ __forceinline__ float to_float(bf16 v) { return bf16_bits_to_float(v.bits); }
+__device__ __forceinline__ float to_float(fp16 v) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.bits));
+  return f;
+}
+__device__ __forceinline__ float to_float(float v) { return v; }
+
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ bf16 from_float<bf16>(float v) {
+  bf16 r;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r.bits) : "f"(v));
+  return r;
+}
+template <>
+__device__ __forceinline__ fp16 from_float<fp16>(float v) {
+  fp16 r;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r.bits) : "f"(v));
+  return r;
+}
+template <>
+__device__ __forceinline__ float from_float<float>(float v) {
+  return v;
+}
+
+template <int EPI>
+__device__ __forceinline__ float activate(float v) {
+  if constexpr (EPI == 2) return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+  if constexpr (EPI == 3) return v / (1.0f + __expf(-v));
+  return v;
+}
+
+}  // namespace gemm_mma_detail
+
+template <typename T, typename TD, bool B_NK, int EPI, bool HAS_C, int BM, int BN, int BK,
+          int WARPS_M, int WARPS_N, int STAGES, int GROUP_M>
+__global__ void __launch_bounds__(WARPS_M * WARPS_N * 32)
+    gemm_mma(const T* __restrict__ a, const T* __restrict__ b, const TD* __restrict__ c,
+             TD* __restrict__ d, const T* __restrict__ bias, int M, int N, int K, float alpha,
+             float beta) {
+  using namespace gemm_mma_detail;
+  constexpr int kThreads = WARPS_M * WARPS_N * 32;
+  constexpr int kWarpM = BM / WARPS_M;  // warp tile rows
+  constexpr int kWarpN = BN / WARPS_N;  // warp tile columns
+  constexpr int kMmaM = kWarpM / 16;    // m16 tiles per warp
+  constexpr int kMmaN = kWarpN / 8;     // n8 tiles per warp
+  constexpr int kChunk = 8;             // elements per 16-byte chunk
+  constexpr int kCprA = BK / kChunk;    // chunks per row of an A (and B_NK) tile
+  constexpr int kCprB = B_NK ? kCprA : BN / kChunk;
+  constexpr int kTileA = BM * BK;  // elements of one A stage
+  constexpr int kTileB = BN * BK;  // elements of one B stage
+  static_assert(sizeof(T) == 2, "T is bf16 or fp16");
+  static_assert(BM % (16 * WARPS_M) == 0 && BN % (16 * WARPS_N) == 0,
+                "warp tiles are multiples of 16 x 16");
+  static_assert(BK % 16 == 0 && BK >= 16, "BK is a multiple of 16");
+  static_assert(STAGES >= 2, "at least double buffering");
+  static_assert((BM * kCprA) % kThreads == 0 && (BN * BK / kChunk) % kThreads == 0,
+                "every thread copies whole chunks of each tile");
+  static_assert(EPI >= 0 && EPI <= 3, "epilogue 0..3");
+
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  T* smem_a = reinterpret_cast<T*>(smem_raw);  // (STAGES, BM, BK) T, swizzled chunks
+  T* smem_b = smem_a + STAGES * kTileA;        // (STAGES, BN, BK) or (STAGES, BK, BN) T
+
+  // Grouped rasterisation of the tile grid.
+  const int tiles_m = (M + BM - 1) / BM;
+  const int tiles_n = (N + BN - 1) / BN;
+  const int pid = blockIdx.x;
+  const int per_group = GROUP_M * tiles_n;
+  const int first_m = (pid / per_group) * GROUP_M;
+  const int group_rows = min(tiles_m - first_m, GROUP_M);
+  const int tile_m = first_m + (pid % per_group) % group_rows;
+  const int tile_n = (pid % per_group) / group_rows;
+  const int m0 = tile_m * BM;
+  const int n0 = tile_n * BN;
+
+  const long long batch = blockIdx.z;
+  const T* a_b = a + batch * M * K;                   // [M, K]
+  const T* b_b = b + batch * static_cast<long long>(N) * K;  // [N, K] or [K, N]
+
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int warp_m = warp / WARPS_N;  // [0, WARPS_M)
+  const int warp_n = warp % WARPS_N;  // [0, WARPS_N)
+
+  // Copies k-tile `kt` into stage `stage`: chunks outside A, B are zeros.
+  auto load_tile = [&](int kt, int stage) {
+    const int k0 = kt * BK;
+    T* sa = smem_a + stage * kTileA;
+#pragma unroll
+    for (int it = 0; it < BM * kCprA / kThreads; ++it) {
+      const int i = static_cast<int>(threadIdx.x) + it * kThreads;  // chunk of the tile
+      const int row = i / kCprA, chunk = i % kCprA;
+      const int gm = m0 + row, gk = k0 + chunk * kChunk;
+      const bool ok = gm < M && gk < K;
+      cp_async16(sa + row * BK + swizzle<kCprA>(row, chunk) * kChunk,
+                 ok ? a_b + static_cast<long long>(gm) * K + gk : a_b, ok);
+    }
+    T* sb = smem_b + stage * kTileB;
+    if constexpr (B_NK) {
+#pragma unroll
+      for (int it = 0; it < BN * kCprB / kThreads; ++it) {
+        const int i = static_cast<int>(threadIdx.x) + it * kThreads;
+        const int row = i / kCprB, chunk = i % kCprB;
+        const int gn = n0 + row, gk = k0 + chunk * kChunk;
+        const bool ok = gn < N && gk < K;
+        cp_async16(sb + row * BK + swizzle<kCprB>(row, chunk) * kChunk,
+                   ok ? b_b + static_cast<long long>(gn) * K + gk : b_b, ok);
+      }
+    } else {
+#pragma unroll
+      for (int it = 0; it < BK * kCprB / kThreads; ++it) {
+        const int i = static_cast<int>(threadIdx.x) + it * kThreads;
+        const int row = i / kCprB, chunk = i % kCprB;  // row: k, chunk: 8 columns of n
+        const int gk = k0 + row, gn = n0 + chunk * kChunk;
+        const bool ok = gk < K && gn < N;
+        cp_async16(sb + row * BN + swizzle<kCprB>(row, chunk) * kChunk,
+                   ok ? b_b + static_cast<long long>(gk) * N + gn : b_b, ok);
+      }
+    }
+  };
+
+  float acc[kMmaM][kMmaN][4];  // (kMmaM, kMmaN, 4) f32, the warp tile
+#pragma unroll
+  for (int i = 0; i < kMmaM; ++i) {
+#pragma unroll
+    for (int j = 0; j < kMmaN; ++j) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.0f;
+    }
+  }
+
+  const int k_tiles = (K + BK - 1) / BK;
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < k_tiles) load_tile(s, s);
+    cp_async_commit();  // empty groups keep the count uniform
+  }
+
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    cp_async_wait<STAGES - 2>();  // tile kt has landed (this thread's copies)
+    __syncthreads();              // everyone's copies; stage kt - 1 is free
+    const int next = kt + STAGES - 1;
+    if (next < k_tiles) load_tile(next, next % STAGES);
+    cp_async_commit();
+
+    const T* sa = smem_a + (kt % STAGES) * kTileA;
+    const T* sb = smem_b + (kt % STAGES) * kTileB;
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk) {
+      unsigned int af[kMmaM][4];  // A fragments, one 16 x 16 per m tile
+#pragma unroll
+      for (int i = 0; i < kMmaM; ++i) {
+        const int row = warp_m * kWarpM + i * 16 + lane % 16;
+        const int chunk = kk * 2 + lane / 16;
+        ldmatrix_x4(af[i], sa + row * BK + swizzle<kCprA>(row, chunk) * kChunk);
+      }
+      unsigned int bf[kMmaN][2];  // B fragments, one k16 x n8 per n tile
+#pragma unroll
+      for (int j = 0; j < kMmaN; j += 2) {
+        unsigned int r[4];
+        if constexpr (B_NK) {
+          // matrices: (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15)
+          const int row = warp_n * kWarpN + j * 8 + lane % 8 + (lane / 16) * 8;
+          const int chunk = kk * 2 + (lane / 8) % 2;
+          ldmatrix_x4(r, sb + row * BK + swizzle<kCprB>(row, chunk) * kChunk);
+        } else {
+          // stored [k][n]; transposed: (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15), ...
+          const int row = kk * 16 + lane % 8 + ((lane / 8) % 2) * 8;
+          const int chunk = (warp_n * kWarpN + j * 8) / kChunk + lane / 16;
+          ldmatrix_x4_trans(r, sb + row * BN + swizzle<kCprB>(row, chunk) * kChunk);
+        }
+        bf[j][0] = r[0];
+        bf[j][1] = r[1];
+        if (j + 1 < kMmaN) {
+          bf[j + 1][0] = r[2];
+          bf[j + 1][1] = r[3];
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kMmaM; ++i) {
+#pragma unroll
+        for (int j = 0; j < kMmaN; ++j) mma16816<T>(acc[i][j], af[i], bf[j][0], bf[j][1]);
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  // Epilogue straight from the accumulators: thread (g = lane / 4, t = lane % 4)
+  // holds rows g and g + 8, columns 2t and 2t + 1 of each m16n8 tile.
+  const long long d_off = batch * M * static_cast<long long>(N);
+  const bool pairs = (N % 2) == 0;  // two adjacent outputs are one aligned store
+#pragma unroll
+  for (int i = 0; i < kMmaM; ++i) {
+#pragma unroll
+    for (int j = 0; j < kMmaN; ++j) {
+      const int col = n0 + warp_n * kWarpN + j * 8 + (lane % 4) * 2;
+      float bias_v[2] = {0.0f, 0.0f};
+      if constexpr (EPI >= 1) {
+        if (col < N) bias_v[0] = to_float(bias[col]);
+        if (col + 1 < N) bias_v[1] = to_float(bias[col + 1]);
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = m0 + warp_m * kWarpM + i * 16 + lane / 4 + h * 8;
+        if (row >= M) continue;
+        const long long base = d_off + static_cast<long long>(row) * N;
+        float v[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float x = alpha * acc[i][j][2 * h + e];
+          if (col + e < N) {
+            if constexpr (HAS_C) x += beta * to_float(c[base + col + e]);
+            if constexpr (EPI >= 1) x = activate<EPI>(x + bias_v[e]);
+          }
+          v[e] = x;
+        }
+        if (pairs && col + 1 < N) {
+          if constexpr (sizeof(TD) == 2) {
+            const unsigned int lo = from_float<TD>(v[0]).bits, hi = from_float<TD>(v[1]).bits;
+            *reinterpret_cast<unsigned int*>(d + base + col) = lo | (hi << 16);
+          } else {
+            *reinterpret_cast<float2*>(d + base + col) = make_float2(v[0], v[1]);
+          }
+        } else {
+          if (col < N) d[base + col] = from_float<TD>(v[0]);
+          if (col + 1 < N) d[base + col + 1] = from_float<TD>(v[1]);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace ktune

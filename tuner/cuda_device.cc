@@ -242,6 +242,8 @@ class CudaDevice final : public Device {
     return KTUNE_CU(api_->cuStreamSynchronize_(stream_), "cuStreamSynchronize");
   }
 
+  void* stream() const override { return stream_; }
+
   absl::StatusOr<std::vector<float>> TimeEach(const std::function<absl::Status(int)>& launch,
                                               int repetitions) override {
     MakeCurrent();

@@ -51,6 +51,9 @@ class Device {
                               void** args) = 0;
   // Waits for all work; returns the first asynchronous error (a faulting kernel).
   virtual absl::Status Synchronize() = 0;
+  // The stream (a CUstream) every call above is ordered on, for libraries
+  // that enqueue their own work (cuBLASLt) in the same order.
+  virtual void* stream() const = 0;
 
   // Times `launch(i)` for i in [0, repetitions) with a pair of events around
   // each call; returns the elapsed milliseconds of each. `launch` enqueues work.

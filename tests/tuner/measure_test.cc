@@ -71,6 +71,7 @@ class FakeDevice : public Device {
     ++syncs;
     return absl::OkStatus();
   }
+  void* stream() const override { return nullptr; }
   absl::StatusOr<std::vector<float>> TimeEach(const std::function<absl::Status(int)>& launch,
                                               int repetitions) override {
     timed_from = static_cast<int>(launched.size());

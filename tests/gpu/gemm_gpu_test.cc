@@ -1,0 +1,197 @@
+// GEMM candidates on a real GPU: every pruned mma.sync candidate and every
+// algorithm cuBLASLt's heuristic returns compute D = epilogue(alpha A x B +
+// beta C) within bf16 tolerance of a float64 host reference, on small and odd
+// problems; cuBLASLt's algorithms are re-created from their 64 bytes.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "tests/gpu/gpu_env.h"
+#include "tuner/cublaslt.h"
+#include "tuner/gemm_problem.h"
+#include "tuner/gemm_space.h"
+#include "tuner/nvrtc_compiler.h"
+
+namespace ktune {
+namespace {
+
+uint16_t ToBf16(float f) {  // round to nearest even; the inputs here are finite
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7fff + ((u >> 16) & 1);
+  return static_cast<uint16_t>(u >> 16);
+}
+double FromBf16(uint16_t b) {
+  const uint32_t u = uint32_t{b} << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// Host data, device copies and the float64 reference of one problem.
+struct GemmCase {
+  v1::GemmProblem p;
+  std::vector<uint16_t> a, b, c, bias;  // bf16 bits (C: D's type bf16 here)
+  std::vector<double> ref;              // [batch, M, N]
+  DeviceBuffer da, db, dc, dd, dbias;
+  float alpha = 1.0f, beta = 0.0f;
+
+  int64_t batch() const { return p.batch() == 0 ? 1 : p.batch(); }
+  size_t d_elems() const { return static_cast<size_t>(batch() * p.m() * p.n()); }
+
+  static GemmCase Make(Device* device, int64_t m, int64_t n, int64_t k, v1::Layout b_layout,
+                       v1::Epilogue epilogue, bool with_c, int64_t batch) {
+    GemmCase g;
+    g.p.set_m(m);
+    g.p.set_n(n);
+    g.p.set_k(k);
+    g.p.set_batch(batch);
+    g.p.set_a_dtype(v1::BF16);
+    g.p.set_b_dtype(v1::BF16);
+    g.p.set_d_dtype(v1::BF16);
+    g.p.set_c_dtype(with_c ? v1::BF16 : v1::DTYPE_UNSPECIFIED);
+    g.p.set_b_layout(b_layout);
+    g.p.set_epilogue(epilogue);
+    REQUIRE(ValidateGemmProblem(g.p).ok());
+    g.alpha = 0.75f;
+    g.beta = with_c ? 0.5f : 0.0f;
+    std::mt19937 rng(static_cast<uint32_t>(m * 131 + n * 7 + k));
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    auto fill = [&](std::vector<uint16_t>* v, size_t count) {
+      v->resize(count);
+      for (uint16_t& x : *v) x = ToBf16(u(rng));
+    };
+    fill(&g.a, batch * m * k);
+    fill(&g.b, batch * n * k);
+    fill(&g.c, with_c ? batch * m * n : 0);
+    fill(&g.bias, epilogue == v1::EPILOGUE_NONE || epilogue == v1::EPILOGUE_RESIDUAL_ADD ? 0 : n);
+    g.ref.assign(g.d_elems(), 0.0);
+    const bool b_nk = b_layout == v1::COL_MAJOR;
+    for (int64_t z = 0; z < batch; ++z) {
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          double s = 0;
+          for (int64_t q = 0; q < k; ++q) {
+            const double bv = b_nk ? FromBf16(g.b[(z * n + j) * k + q]) : FromBf16(g.b[(z * k + q) * n + j]);
+            s += FromBf16(g.a[(z * m + i) * k + q]) * bv;
+          }
+          double v = g.alpha * s;
+          if (with_c) v += g.beta * FromBf16(g.c[(z * m + i) * n + j]);
+          if (!g.bias.empty()) v += FromBf16(g.bias[j]);
+          if (epilogue == v1::EPILOGUE_BIAS_GELU) v = 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
+          if (epilogue == v1::EPILOGUE_BIAS_SILU) v = v / (1.0 + std::exp(-v));
+          g.ref[(z * m + i) * n + j] = v;
+        }
+      }
+    }
+    auto upload = [&](const std::vector<uint16_t>& host, DeviceBuffer* out) {
+      absl::StatusOr<DeviceBuffer> buf = DeviceBuffer::Create(device, std::max<size_t>(host.size() * 2, 16));
+      REQUIRE(buf.ok());
+      if (!host.empty()) REQUIRE(device->CopyToDevice(buf->get(), host.data(), host.size() * 2).ok());
+      *out = *std::move(buf);
+    };
+    upload(g.a, &g.da);
+    upload(g.b, &g.db);
+    upload(g.c, &g.dc);
+    upload(g.bias, &g.dbias);
+    upload(std::vector<uint16_t>(g.d_elems()), &g.dd);
+    return g;
+  }
+
+  // Poisons D (0xFFFF is a bf16 NaN) so an unwritten output fails.
+  void Poison(Device* device) { REQUIRE(device->Fill(dd.get(), 0xFF, d_elems() * 2).ok()); }
+
+  // Relative Frobenius error of D against the reference (NaN: unwritten).
+  double Error(Device* device) {
+    std::vector<uint16_t> d(d_elems());
+    REQUIRE(device->CopyToHost(d.data(), dd.get(), d.size() * 2).ok());
+    double num = 0, den = 0;
+    for (size_t i = 0; i < d.size(); ++i) {
+      const double diff = FromBf16(d[i]) - ref[i];
+      num += diff * diff;
+      den += ref[i] * ref[i];
+    }
+    return std::sqrt(num / std::max(den, 1e-30));
+  }
+};
+
+std::vector<GemmCase> Cases(Device* device) {
+  std::vector<GemmCase> cases;
+  cases.push_back(GemmCase::Make(device, 256, 384, 512, v1::COL_MAJOR, v1::EPILOGUE_NONE, false, 1));
+  cases.push_back(GemmCase::Make(device, 1, 520, 264, v1::COL_MAJOR, v1::EPILOGUE_BIAS, false, 1));
+  cases.push_back(GemmCase::Make(device, 7, 257, 136, v1::COL_MAJOR, v1::EPILOGUE_BIAS_GELU, false, 2));
+  cases.push_back(GemmCase::Make(device, 127, 264, 1000, v1::ROW_MAJOR, v1::EPILOGUE_BIAS_SILU, true, 1));
+  cases.push_back(GemmCase::Make(device, 129, 136, 72, v1::ROW_MAJOR, v1::EPILOGUE_RESIDUAL_ADD, true, 3));
+  return cases;
+}
+
+constexpr double kTolerance = 1e-2;  // bf16 D: about 4e-3 from rounding alone
+
+TEST_CASE("every pruned mma.sync GEMM candidate matches a float64 reference", "[gpu][gemm]") {
+  Device* device = testing::GpuDevice();
+  for (GemmCase& g : Cases(device)) {
+    for (const GemmTileConfig& c : GemmSearchSpace(g.p, device->info())) {
+      INFO(GemmCanonicalKey(g.p) << " " << ToString(c));
+      absl::StatusOr<LaunchRecipe> r = GemmLaunchRecipe(g.p, c, device->info());
+      REQUIRE(r.ok());
+      const CompileResult compiled = Compile(&*r);
+      INFO(compiled.log);
+      REQUIRE(compiled.ok);
+      absl::StatusOr<LoadedKernel> k = device->LoadKernel(r->cubin, r->kernels[0].lowered_name);
+      REQUIRE(k.ok());
+      uint64_t a = g.da.get(), b = g.db.get(), cc = g.p.c_dtype() ? g.dc.get() : 0, d = g.dd.get();
+      uint64_t bias = g.bias.empty() ? 0 : g.dbias.get();
+      int m = static_cast<int>(g.p.m()), n = static_cast<int>(g.p.n()), kk = static_cast<int>(g.p.k());
+      void* args[] = {&a, &b, &cc, &d, &bias, &m, &n, &kk, &g.alpha, &g.beta};
+      g.Poison(device);
+      REQUIRE(device->Launch(*k, r->kernels[0], args).ok());
+      REQUIRE(device->Synchronize().ok());
+      CHECK(g.Error(device) < kTolerance);
+      device->UnloadKernel(*k);
+    }
+  }
+}
+
+TEST_CASE("cuBLASLt's algorithms match a float64 reference and come back from their bytes", "[gpu][gemm][cublaslt]") {
+  Device* device = testing::GpuDevice();
+  absl::StatusOr<std::unique_ptr<CublasLt>> lt = CublasLt::Open();
+  INFO(lt.status().ToString());
+  REQUIRE(lt.ok());
+  absl::StatusOr<DeviceBuffer> workspace = DeviceBuffer::Create(device, 32 << 20);
+  REQUIRE(workspace.ok());
+  int served = 0;
+  for (GemmCase& g : Cases(device)) {
+    INFO(GemmCanonicalKey(g.p));
+    if (!CublasLtCanServe(g.p).ok()) continue;
+    ++served;
+    absl::StatusOr<std::vector<CublasLtAlgo>> algos = (*lt)->Heuristic(g.p, 16, 32 << 20);
+    INFO(algos.status().ToString());
+    REQUIRE(algos.ok());
+    CHECK(algos->size() >= 1);
+    std::printf("%s: %zu cuBLASLt algorithms\n", GemmCanonicalKey(g.p).c_str(), algos->size());
+    for (const CublasLtAlgo& algo : *algos) {
+      CublasLtAlgo stored;  // as read back from an entry: bytes and workspace only
+      stored.data = std::string(algo.data.data(), algo.data.size());
+      stored.workspace_bytes = algo.workspace_bytes;
+      REQUIRE((*lt)->Check(g.p, stored).ok());
+      GemmOperands o;
+      o.a = g.da.get();
+      o.b = g.db.get();
+      o.c = g.p.c_dtype() ? g.dc.get() : 0;
+      o.d = g.dd.get();
+      o.bias = g.bias.empty() ? 0 : g.dbias.get();
+      o.alpha = g.alpha;
+      o.beta = g.beta;
+      g.Poison(device);
+      REQUIRE((*lt)->Run(g.p, stored, o, workspace->get(), workspace->size(), device->stream()).ok());
+      CHECK(g.Error(device) < kTolerance);  // the copy back is ordered after it on the stream
+    }
+  }
+  CHECK(served >= 3);
+}
+
+}  // namespace
+}  // namespace ktune

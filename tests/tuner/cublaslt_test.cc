@@ -1,0 +1,65 @@
+// cuBLASLt as a candidate source (tuner/cublaslt.h): what it serves, and that
+// the library loads and answers cleanly on machines with or without a GPU.
+// Running its algorithms is checked on the GPU machine.
+#include <catch2/catch.hpp>
+
+#include "tuner/cublaslt.h"
+#include "tuner/gemm_problem.h"
+
+namespace ktune {
+namespace {
+
+v1::GemmProblem Problem(v1::DType ab, v1::Layout b_layout, v1::Epilogue epilogue = v1::EPILOGUE_NONE) {
+  v1::GemmProblem p;
+  p.set_m(256);
+  p.set_n(512);
+  p.set_k(1024);
+  p.set_a_dtype(ab);
+  p.set_b_dtype(ab);
+  p.set_d_dtype(v1::BF16);
+  p.set_b_layout(b_layout);
+  p.set_epilogue(epilogue);
+  REQUIRE(ValidateGemmProblem(p).ok());
+  return p;
+}
+
+TEST_CASE("cuBLASLt serves bf16 and TN fp8 with no epilogue or a bias", "[tuner][cublaslt]") {
+  CHECK(CublasLtCanServe(Problem(v1::BF16, v1::COL_MAJOR)).ok());
+  CHECK(CublasLtCanServe(Problem(v1::BF16, v1::ROW_MAJOR, v1::EPILOGUE_BIAS)).ok());
+  CHECK(CublasLtCanServe(Problem(v1::FP8_E4M3, v1::COL_MAJOR)).ok());
+  const absl::Status fp8_nn = CublasLtCanServe(Problem(v1::FP8_E4M3, v1::ROW_MAJOR));
+  CHECK(fp8_nn.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(fp8_nn.message()), Catch::Contains("TN"));
+  const absl::Status gelu = CublasLtCanServe(Problem(v1::BF16, v1::COL_MAJOR, v1::EPILOGUE_BIAS_GELU));
+  CHECK_THAT(std::string(gelu.message()), Catch::Contains("GELU"));
+}
+
+TEST_CASE("cuBLASLt loads or says why not and its heuristic fails cleanly without a GPU", "[tuner][cublaslt]") {
+  absl::StatusOr<std::unique_ptr<CublasLt>> lt = CublasLt::Open();
+  if (!lt.ok()) {
+    // A machine without the library: a clear refusal, nothing else.
+    CHECK(lt.status().code() == absl::StatusCode::kFailedPrecondition);
+    CHECK_THAT(std::string(lt.status().message()), Catch::Contains("cuBLASLt") || Catch::Contains("cublasLt"));
+    return;
+  }
+  CHECK((*lt)->version() >= 120000);
+  const v1::GemmProblem p = Problem(v1::BF16, v1::COL_MAJOR);
+  CublasLtAlgo short_algo;
+  short_algo.data = "too short";
+  CHECK((*lt)->Check(p, short_algo).code() == absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<std::vector<CublasLtAlgo>> algos = (*lt)->Heuristic(p, 8, 32 << 20);
+  if (!algos.ok()) {
+    INFO(algos.status().ToString());
+    CHECK_FALSE(algos.status().message().empty());  // no GPU: an error naming the call, no crash
+    return;
+  }
+  // A GPU: algorithms of 64 bytes that cuBLASLt itself accepts back.
+  REQUIRE_FALSE(algos->empty());
+  for (const CublasLtAlgo& a : *algos) {
+    CHECK(a.data.size() == 64);
+    CHECK((*lt)->Check(p, a).ok());
+  }
+}
+
+}  // namespace
+}  // namespace ktune

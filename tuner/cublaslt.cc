@@ -1,0 +1,296 @@
+#include "tuner/cublaslt.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include <cublasLt.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace ktune {
+
+// Entry points, resolved by name from the library (the header supplies only
+// their types: ktune never links libcublasLt).
+#define KTUNE_LT_FUNCTIONS(X)           \
+  X(cublasLtCreate)                     \
+  X(cublasLtDestroy)                    \
+  X(cublasLtGetVersion)                 \
+  X(cublasLtGetStatusName)              \
+  X(cublasLtMatmulDescCreate)           \
+  X(cublasLtMatmulDescDestroy)          \
+  X(cublasLtMatmulDescSetAttribute)     \
+  X(cublasLtMatrixLayoutCreate)         \
+  X(cublasLtMatrixLayoutDestroy)        \
+  X(cublasLtMatrixLayoutSetAttribute)   \
+  X(cublasLtMatmulPreferenceCreate)     \
+  X(cublasLtMatmulPreferenceDestroy)    \
+  X(cublasLtMatmulPreferenceSetAttribute) \
+  X(cublasLtMatmulAlgoGetHeuristic)     \
+  X(cublasLtMatmulAlgoCheck)            \
+  X(cublasLtMatmul)
+
+struct CublasLt::Api {
+#define KTUNE_LT_MEMBER(f) decltype(&::f) f = nullptr;
+  KTUNE_LT_FUNCTIONS(KTUNE_LT_MEMBER)
+#undef KTUNE_LT_MEMBER
+};
+
+namespace {
+
+constexpr const char* kLibraries[] = {"libcublasLt.so.13", "libcublasLt.so"};
+static_assert(sizeof(cublasLtMatmulAlgo_t) == 64, "the stored algorithm is 64 bytes");
+
+bool BIsNK(const v1::GemmProblem& p) { return p.b_layout() == v1::COL_MAJOR; }
+int64_t Batch(const v1::GemmProblem& p) { return p.batch() == 0 ? 1 : p.batch(); }
+bool IsFp8(const v1::GemmProblem& p) { return p.a_dtype() == v1::FP8_E4M3; }
+v1::DType DDType(const v1::GemmProblem& p) {
+  return p.d_dtype() == v1::DTYPE_UNSPECIFIED ? v1::BF16 : p.d_dtype();
+}
+cudaDataType_t CudaType(v1::DType d) {
+  switch (d) {
+    case v1::FP32:
+      return CUDA_R_32F;
+    case v1::FP8_E4M3:
+      return CUDA_R_8F_E4M3;
+    default:
+      return CUDA_R_16BF;
+  }
+}
+
+// The descriptors of one problem, destroyed together.
+class Descriptors {
+ public:
+  explicit Descriptors(const CublasLt::Api* api) : api_(api) {}
+  ~Descriptors() {
+    if (op_ != nullptr) api_->cublasLtMatmulDescDestroy(op_);
+    for (cublasLtMatrixLayout_t l : {a_, b_, c_, d_}) {
+      if (l != nullptr) api_->cublasLtMatrixLayoutDestroy(l);
+    }
+  }
+  Descriptors(const Descriptors&) = delete;
+  Descriptors& operator=(const Descriptors&) = delete;
+
+  cublasLtMatmulDesc_t op_ = nullptr;
+  // cuBLASLt's operands: its A is ktune's B, its B is ktune's A (see the header).
+  cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, c_ = nullptr, d_ = nullptr;
+
+ private:
+  const CublasLt::Api* api_;
+};
+
+}  // namespace
+
+absl::Status CublasLtCanServe(const v1::GemmProblem& p) {
+  auto no = [](const std::string& why) { return absl::FailedPreconditionError(absl::StrCat("cuBLASLt: ", why)); };
+  if (IsFp8(p) && !BIsNK(p)) return no("fp8 needs B as [N, K] (the TN layout)");
+  if (IsFp8(p) && DDType(p) != v1::BF16) return no("fp8 is served with a bf16 D");
+  if (p.epilogue() == v1::EPILOGUE_BIAS_GELU || p.epilogue() == v1::EPILOGUE_BIAS_SILU) {
+    return no("no erf-GELU or SiLU epilogue (its GELU is the tanh approximation)");
+  }
+  return absl::OkStatus();
+}
+
+CublasLt::CublasLt(void* library, std::unique_ptr<Api> api, void* handle, uint64_t version)
+    : library_(library), api_(std::move(api)), handle_(handle), version_(version) {}
+
+CublasLt::~CublasLt() {
+  if (handle_ != nullptr) api_->cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
+  if (library_ != nullptr) dlclose(library_);
+}
+
+absl::StatusOr<std::unique_ptr<CublasLt>> CublasLt::Open() {
+  void* library = nullptr;
+  std::string errors;
+  for (const char* name : kLibraries) {
+    library = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (library != nullptr) break;
+    absl::StrAppend(&errors, errors.empty() ? "" : "; ", dlerror());
+  }
+  if (library == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("cuBLASLt is not available: ", errors));
+  }
+  auto api = std::make_unique<Api>();
+#define KTUNE_LT_RESOLVE(f)                                                                  \
+  api->f = reinterpret_cast<decltype(api->f)>(dlsym(library, #f));                          \
+  if (api->f == nullptr) {                                                                   \
+    dlclose(library);                                                                        \
+    return absl::FailedPreconditionError("cuBLASLt is not usable: it lacks " #f);            \
+  }
+  KTUNE_LT_FUNCTIONS(KTUNE_LT_RESOLVE)
+#undef KTUNE_LT_RESOLVE
+  cublasLtHandle_t handle = nullptr;
+  const cublasStatus_t s = api->cublasLtCreate(&handle);
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    const std::string name = api->cublasLtGetStatusName(s);
+    dlclose(library);
+    return absl::FailedPreconditionError(absl::StrCat("cublasLtCreate failed: ", name));
+  }
+  const uint64_t version = api->cublasLtGetVersion();
+  return std::unique_ptr<CublasLt>(new CublasLt(library, std::move(api), handle, version));
+}
+
+namespace {
+
+absl::Status LtStatus(const CublasLt::Api& api, cublasStatus_t s, const char* what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, " failed: ", api.cublasLtGetStatusName(s)));
+}
+
+#define KTUNE_LT(call, what)                                    \
+  do {                                                          \
+    if (absl::Status lt_status_ = LtStatus(*api, (call), what); !lt_status_.ok()) { \
+      return lt_status_;                                        \
+    }                                                           \
+  } while (0)
+
+// Column-major layout of rows x cols with leading dimension ld, batched.
+absl::Status Layout(const CublasLt::Api* api, cublasLtMatrixLayout_t* out, cudaDataType_t type, uint64_t rows,
+                    uint64_t cols, int64_t ld, int64_t batch) {
+  KTUNE_LT(api->cublasLtMatrixLayoutCreate(out, type, rows, cols, ld), "cublasLtMatrixLayoutCreate");
+  if (batch > 1) {
+    const int32_t count = static_cast<int32_t>(batch);
+    const int64_t stride = static_cast<int64_t>(rows) * static_cast<int64_t>(cols);
+    KTUNE_LT(api->cublasLtMatrixLayoutSetAttribute(*out, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)),
+             "batch count");
+    KTUNE_LT(api->cublasLtMatrixLayoutSetAttribute(*out, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                   sizeof(stride)),
+             "batch stride");
+  }
+  return absl::OkStatus();
+}
+
+// The matmul and layout descriptors of `p`; with `operands`, the pointers the
+// descriptor carries (bias, fp8 scales) are set too.
+absl::Status Describe(const CublasLt::Api* api, const v1::GemmProblem& p, const GemmOperands* operands,
+                      Descriptors* d) {
+  KTUNE_LT(api->cublasLtMatmulDescCreate(&d->op_, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  const cublasOperation_t trans_a = BIsNK(p) ? CUBLAS_OP_T : CUBLAS_OP_N;  // ktune's B
+  const cublasOperation_t trans_b = CUBLAS_OP_N;                            // ktune's A
+  KTUNE_LT(api->cublasLtMatmulDescSetAttribute(d->op_, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)),
+           "transa");
+  KTUNE_LT(api->cublasLtMatmulDescSetAttribute(d->op_, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)),
+           "transb");
+  if (p.epilogue() == v1::EPILOGUE_BIAS) {
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    const cudaDataType_t bias_type = IsFp8(p) ? CUDA_R_16BF : CudaType(p.a_dtype());
+    KTUNE_LT(api->cublasLtMatmulDescSetAttribute(d->op_, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                                 sizeof(epilogue)),
+             "epilogue");
+    KTUNE_LT(api->cublasLtMatmulDescSetAttribute(d->op_, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                 sizeof(bias_type)),
+             "bias type");
+    if (operands != nullptr) {
+      const void* bias = reinterpret_cast<const void*>(operands->bias);
+      KTUNE_LT(api->cublasLtMatmulDescSetAttribute(d->op_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
+               "bias pointer");
+    }
+  }
+  if (IsFp8(p) && operands != nullptr) {
+    const void* a_scale = reinterpret_cast<const void*>(operands->b_scale);  // cuBLASLt's A is ktune's B
+    const void* b_scale = reinterpret_cast<const void*>(operands->a_scale);
+    KTUNE_LT(api->cublasLtMatmulDescSetAttribute(d->op_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale,
+                                                 sizeof(a_scale)),
+             "A scale");
+    KTUNE_LT(api->cublasLtMatmulDescSetAttribute(d->op_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale,
+                                                 sizeof(b_scale)),
+             "B scale");
+  }
+  const int64_t m = p.m(), n = p.n(), k = p.k(), batch = Batch(p);
+  // ktune's B: [N, K] row-major is column-major K x N (transposed by op);
+  // [K, N] row-major is column-major N x K.
+  if (BIsNK(p)) {
+    if (absl::Status s = Layout(api, &d->a_, CudaType(p.b_dtype()), k, n, k, batch); !s.ok()) return s;
+  } else {
+    if (absl::Status s = Layout(api, &d->a_, CudaType(p.b_dtype()), n, k, n, batch); !s.ok()) return s;
+  }
+  // ktune's A [M, K] row-major is column-major K x M.
+  if (absl::Status s = Layout(api, &d->b_, CudaType(p.a_dtype()), k, m, k, batch); !s.ok()) return s;
+  // D [M, N] row-major is column-major N x M; C likewise (D's type).
+  const cudaDataType_t d_type = CudaType(DDType(p));
+  if (absl::Status s = Layout(api, &d->c_, d_type, n, m, n, batch); !s.ok()) return s;
+  return Layout(api, &d->d_, d_type, n, m, n, batch);
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<CublasLtAlgo>> CublasLt::Heuristic(const v1::GemmProblem& p, int max_algos,
+                                                              uint64_t max_workspace_bytes) {
+  if (absl::Status s = CublasLtCanServe(p); !s.ok()) return s;
+  const Api* api = api_.get();
+  Descriptors d(api);
+  if (absl::Status s = Describe(api, p, nullptr, &d); !s.ok()) return s;
+  cublasLtMatmulPreference_t pref = nullptr;
+  KTUNE_LT(api->cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+  const size_t workspace = max_workspace_bytes;
+  cublasStatus_t st = api->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                               &workspace, sizeof(workspace));
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(std::max(max_algos, 1)));
+  int returned = 0;
+  if (st == CUBLAS_STATUS_SUCCESS) {
+    st = api->cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), d.op_, d.a_, d.b_, d.c_, d.d_,
+                                             pref, static_cast<int>(results.size()), results.data(), &returned);
+  }
+  api->cublasLtMatmulPreferenceDestroy(pref);
+  KTUNE_LT(st, "cublasLtMatmulAlgoGetHeuristic");
+  std::vector<CublasLtAlgo> algos;
+  for (int i = 0; i < returned; ++i) {
+    if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
+    CublasLtAlgo a;
+    a.data.assign(reinterpret_cast<const char*>(&results[i].algo), sizeof(results[i].algo));
+    a.workspace_bytes = results[i].workspaceSize;
+    a.waves = results[i].wavesCount;
+    algos.push_back(std::move(a));
+  }
+  if (algos.empty()) return absl::NotFoundError("cuBLASLt's heuristic returned no algorithm for the problem");
+  return algos;
+}
+
+absl::Status CublasLt::Check(const v1::GemmProblem& p, const CublasLtAlgo& algo) {
+  if (algo.data.size() != sizeof(cublasLtMatmulAlgo_t)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a cuBLASLt algorithm is ", sizeof(cublasLtMatmulAlgo_t), " bytes, got ", algo.data.size()));
+  }
+  if (absl::Status s = CublasLtCanServe(p); !s.ok()) return s;
+  const Api* api = api_.get();
+  Descriptors d(api);
+  if (absl::Status s = Describe(api, p, nullptr, &d); !s.ok()) return s;
+  cublasLtMatmulAlgo_t a;
+  std::memcpy(&a, algo.data.data(), sizeof(a));
+  cublasLtMatmulHeuristicResult_t result;
+  std::memset(&result, 0, sizeof(result));
+  KTUNE_LT(api->cublasLtMatmulAlgoCheck(static_cast<cublasLtHandle_t>(handle_), d.op_, d.a_, d.b_, d.c_, d.d_, &a,
+                                        &result),
+           "cublasLtMatmulAlgoCheck");
+  if (result.workspaceSize > algo.workspace_bytes) {
+    return absl::FailedPreconditionError(absl::StrCat("the algorithm needs ", result.workspaceSize,
+                                                      " bytes of workspace, the entry allows ", algo.workspace_bytes));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CublasLt::Run(const v1::GemmProblem& p, const CublasLtAlgo& algo, const GemmOperands& o,
+                           uint64_t workspace, uint64_t workspace_bytes, void* stream) {
+  if (algo.data.size() != sizeof(cublasLtMatmulAlgo_t)) {
+    return absl::InvalidArgumentError("a cuBLASLt algorithm is 64 bytes");
+  }
+  const Api* api = api_.get();
+  Descriptors d(api);
+  if (absl::Status s = Describe(api, p, &o, &d); !s.ok()) return s;
+  cublasLtMatmulAlgo_t a;
+  std::memcpy(&a, algo.data.data(), sizeof(a));
+  const float beta = p.c_dtype() == v1::DTYPE_UNSPECIFIED ? 0.0f : o.beta;
+  // Without C, D doubles as C (read never: beta = 0).
+  const void* c = p.c_dtype() == v1::DTYPE_UNSPECIFIED ? reinterpret_cast<const void*>(o.d)
+                                                        : reinterpret_cast<const void*>(o.c);
+  KTUNE_LT(api->cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), d.op_, &o.alpha,
+                               reinterpret_cast<const void*>(o.b), d.a_, reinterpret_cast<const void*>(o.a), d.b_,
+                               &beta, c, d.c_, reinterpret_cast<void*>(o.d), d.d_, &a,
+                               reinterpret_cast<void*>(workspace), workspace_bytes,
+                               static_cast<cudaStream_t>(stream)),
+           "cublasLtMatmul");
+  return absl::OkStatus();
+}
+
+}  // namespace ktune

@@ -1,0 +1,88 @@
+// cuBLASLt as a source of GEMM candidates. The library is loaded at run time
+// (dlopen of libcublasLt.so.13, like libcuda), so ktuned starts and serves
+// NVRTC candidates on machines without it.
+//
+// A candidate is one of the algorithms cuBLASLt's heuristic returns for the
+// problem (its first is what cuBLASLt would run by default). The algorithm is
+// an opaque 64-byte value: it is stored as bytes with the cuBLASLt version
+// (part of the software fingerprint), and re-created from the store after
+// cublasLtMatmulAlgoCheck accepts it for the problem on this GPU.
+//
+// The mapping: ktune's row-major D[M, N] = A[M, K] x B is cuBLASLt's
+// column-major D^T[N, M] = op(B) x A^T, so B is cuBLASLt's first operand
+// (transposed when ktune's B is [N, K]) and A its second. Served: bf16 A and B
+// (fp32 compute, bf16 or fp32 D), and fp8 e4m3 A and B with B as [N, K]
+// (cuBLASLt's FP8 needs that "TN" layout) and bf16 D; epilogues none and bias,
+// and C (a residual add is C with beta = 1). GELU and SiLU are not offered:
+// cuBLASLt's GELU is the tanh approximation, not the erf GELU the problem
+// means, and it has no SiLU.
+//
+// Thread-compatible: one CublasLt per thread (the worker has one).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "ktune/v1/ktune.pb.h"
+
+namespace ktune {
+
+struct CublasLtAlgo {
+  std::string data;              // the 64 bytes of cublasLtMatmulAlgo_t
+  uint64_t workspace_bytes = 0;  // what the algorithm needs (heuristic's answer)
+  float waves = 0;               // heuristic's device-utilisation estimate
+};
+
+// Device pointers (CUdeviceptr values) of one GEMM call. c, bias and the fp8
+// scales (float, one each) may be 0 when the problem has none.
+struct GemmOperands {
+  uint64_t a = 0, b = 0, c = 0, d = 0, bias = 0, a_scale = 0, b_scale = 0;
+  float alpha = 1.0f;
+  float beta = 0.0f;
+};
+
+// OK if cuBLASLt can serve `problem` (the list above), else
+// FAILED_PRECONDITION saying why. REQUIRES: ValidateGemmProblem OK.
+absl::Status CublasLtCanServe(const v1::GemmProblem& problem);
+
+class CublasLt {
+ public:
+  // Loads the library and creates a handle. FAILED_PRECONDITION naming the
+  // library when it is missing or the handle cannot be created.
+  static absl::StatusOr<std::unique_ptr<CublasLt>> Open();
+  ~CublasLt();
+  CublasLt(const CublasLt&) = delete;
+  CublasLt& operator=(const CublasLt&) = delete;
+
+  // cublasLtGetVersion(), e.g. 130100 for 13.1.0.
+  uint64_t version() const { return version_; }
+
+  // Up to `max_algos` algorithms from the heuristic, best first (the first is
+  // cuBLASLt's default choice), each needing at most `max_workspace_bytes`.
+  // Needs a GPU (a current CUDA context).
+  absl::StatusOr<std::vector<CublasLtAlgo>> Heuristic(const v1::GemmProblem& problem, int max_algos,
+                                                      uint64_t max_workspace_bytes);
+
+  // OK if `algo` (e.g. read back from the store) is valid for `problem` here.
+  absl::Status Check(const v1::GemmProblem& problem, const CublasLtAlgo& algo);
+
+  // Enqueues the matmul on `stream` (a CUstream / cudaStream_t) with
+  // `workspace` (device pointer, algo.workspace_bytes or more).
+  absl::Status Run(const v1::GemmProblem& problem, const CublasLtAlgo& algo, const GemmOperands& operands,
+                   uint64_t workspace, uint64_t workspace_bytes, void* stream);
+
+  struct Api;  // the library's entry points (cublaslt.cc)
+
+ private:
+  CublasLt(void* library, std::unique_ptr<Api> api, void* handle, uint64_t version);
+  void* library_;
+  std::unique_ptr<Api> api_;
+  void* handle_;
+  uint64_t version_;
+};
+
+}  // namespace ktune

@@ -206,4 +206,36 @@ LaunchRecipe RecipeFromProto(const v1::LaunchRecipe& in) {
   return r;
 }
 
+absl::StatusOr<GemmTileConfig> GemmTileConfigFromProto(const v1::MmaSyncTile& in) {
+  GemmTileConfig c;
+  c.block_m = in.block_m();
+  c.block_n = in.block_n();
+  c.block_k = in.block_k();
+  c.warps_m = in.warps_m();
+  c.warps_n = in.warps_n();
+  c.stages = in.stages();
+  c.group_m = in.group_m();
+  for (auto [field, value] : {std::pair{"block_m", c.block_m}, std::pair{"block_n", c.block_n},
+                              std::pair{"block_k", c.block_k}, std::pair{"warps_m", c.warps_m},
+                              std::pair{"warps_n", c.warps_n}, std::pair{"stages", c.stages},
+                              std::pair{"group_m", c.group_m}}) {
+    if (value < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("config.gemm.mma_sync.", field, ": must be >= 1, got ", value));
+    }
+  }
+  return c;
+}
+
+v1::MmaSyncTile GemmTileConfigToProto(const GemmTileConfig& c) {
+  v1::MmaSyncTile out;
+  out.set_block_m(c.block_m);
+  out.set_block_n(c.block_n);
+  out.set_block_k(c.block_k);
+  out.set_warps_m(c.warps_m);
+  out.set_warps_n(c.warps_n);
+  out.set_stages(c.stages);
+  out.set_group_m(c.group_m);
+  return out;
+}
+
 }  // namespace ktune

@@ -7,6 +7,7 @@
 #include "absl/status/statusor.h"
 #include "ktune/v1/ktune.pb.h"
 #include "tuner/fingerprint.h"
+#include "tuner/gemm_space.h"
 #include "tuner/launch_recipe.h"
 #include "tuner/norm_config.h"
 #include "tuner/problem.h"
@@ -23,6 +24,10 @@ v1::NormProblem NormProblemToProto(const NormProblem& problem);
 
 absl::StatusOr<NormConfig> NormConfigFromProto(const v1::NormConfig& config);
 v1::NormConfig NormConfigToProto(const NormConfig& config);
+
+// The mma.sync GEMM tile; INVALID_ARGUMENT naming the field when one is < 1.
+absl::StatusOr<GemmTileConfig> GemmTileConfigFromProto(const v1::MmaSyncTile& tile);
+v1::MmaSyncTile GemmTileConfigToProto(const GemmTileConfig& config);
 
 DeviceInfo DeviceFromProto(const v1::DeviceFingerprint& device);
 v1::DeviceFingerprint DeviceToProto(const DeviceInfo& device);

@@ -211,3 +211,28 @@ TEST_CASE("fingerprints and recipes round-trip, and keys separate environments",
 
 }  // namespace
 }  // namespace ktune
+
+namespace ktune {
+namespace {
+
+TEST_CASE("mma.sync GEMM tiles round-trip through the wire format and bad ones are named", "[tuner][wire]") {
+  GemmTileConfig c;
+  c.block_m = 64;
+  c.block_n = 256;
+  c.block_k = 32;
+  c.warps_m = 1;
+  c.warps_n = 4;
+  c.stages = 5;
+  c.group_m = 4;
+  absl::StatusOr<GemmTileConfig> back = GemmTileConfigFromProto(GemmTileConfigToProto(c));
+  REQUIRE(back.ok());
+  CHECK(*back == c);
+  v1::MmaSyncTile bad = GemmTileConfigToProto(c);
+  bad.set_stages(0);
+  const absl::Status s = GemmTileConfigFromProto(bad).status();
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(s.message()) == "config.gemm.mma_sync.stages: must be >= 1, got 0");
+}
+
+}  // namespace
+}  // namespace ktune

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Everything bench/ measures, in one call on the GPU machine. Build and pack here:
 #   ../shared/device/pack.sh .gpu build/daemon/ktuned build/client/ktune \
-#       build/bench/ktune_get_latency build/tests/ktune_gpu_tests && strip --strip-debug .gpu/bin/*
+#       build/bench/ktune_get_latency build/bench/ktune_gemm_bench build/tests/ktune_gpu_tests \
+#       && strip --strip-debug .gpu/bin/*
 # then run (carry .gpu):  [VARS] bash bench/run_h200.sh [norm_bench.py args]
 #   GPU_TESTS='[gpu]~[perf]~[perf-fwd]'  Catch2 filter for ktune_gpu_tests ("" skips them)
 #   NORM=1      bench/norm_bench.py with the arguments given (peers in the same run)
 #   TUNING=0    bench/tuning_bench.py (cold/warm tunes, stable winners, descent)
 #   LATENCY=1   GetConfig latency on a cache hit
+#   GEMM=0      ktune_gemm_bench: both GEMM sources tuned in process (GEMM_SHAPES=MxNxK,...)
 # Full results go to $OUT (or /tmp/ktune-bench); short tables print last.
 set -uo pipefail
 out=${OUT:-/tmp/ktune-bench}
@@ -16,7 +18,8 @@ bin=$PWD/.gpu/bin
 work=$(mktemp -d)
 sock="unix:$work/ktuned.sock"
 # At most 8 files come back from a device run: keep to env.txt, gpu_tests.log,
-# ktuned.log, norm_bench.{json,txt}, tuning_bench.{json,txt}, latency.txt.
+# ktuned.log, norm_bench.{json,txt}, tuning_bench.{json,txt}, latency.txt,
+# gemm_bench.{json,txt} (not all in one run).
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv >"$out/env.txt" 2>&1
 summary=()
 
@@ -48,5 +51,11 @@ if [ "${TUNING:-0}" = 1 ]; then
   echo "== tuning bench"
   PYTHONUNBUFFERED=1 python3 bench/tuning_bench.py --ktuned "$bin/ktuned" --ktune "$bin/ktune" \
     --out "$out/tuning_bench.json" 2>&1 | tee "$out/tuning_bench.txt" | grep -v "^  "
+fi
+if [ "${GEMM:-0}" = 1 ]; then
+  echo "== gemm bench"
+  "$bin/ktune_gemm_bench" ${GEMM_SHAPES:+--shapes "$GEMM_SHAPES"} --json "$out/gemm_bench.json" 2>&1 |
+    tee "$out/gemm_bench.txt"
+  summary+=("gemm bench exit: ${PIPESTATUS[0]}")
 fi
 printf '%s\n' "${summary[@]}"

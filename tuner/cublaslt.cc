@@ -8,6 +8,7 @@
 #include <cublasLt.h>
 
 #include "absl/strings/str_cat.h"
+#include "tuner/gemm_problem.h"
 
 namespace ktune {
 
@@ -42,12 +43,7 @@ namespace {
 constexpr const char* kLibraries[] = {"libcublasLt.so.13", "libcublasLt.so"};
 static_assert(sizeof(cublasLtMatmulAlgo_t) == 64, "the stored algorithm is 64 bytes");
 
-bool BIsNK(const v1::GemmProblem& p) { return p.b_layout() == v1::COL_MAJOR; }
-int64_t Batch(const v1::GemmProblem& p) { return p.batch() == 0 ? 1 : p.batch(); }
 bool IsFp8(const v1::GemmProblem& p) { return p.a_dtype() == v1::FP8_E4M3; }
-v1::DType DDType(const v1::GemmProblem& p) {
-  return p.d_dtype() == v1::DTYPE_UNSPECIFIED ? v1::BF16 : p.d_dtype();
-}
 cudaDataType_t CudaType(v1::DType d) {
   switch (d) {
     case v1::FP32:
@@ -84,8 +80,8 @@ class Descriptors {
 
 absl::Status CublasLtCanServe(const v1::GemmProblem& p) {
   auto no = [](const std::string& why) { return absl::FailedPreconditionError(absl::StrCat("cuBLASLt: ", why)); };
-  if (IsFp8(p) && !BIsNK(p)) return no("fp8 needs B as [N, K] (the TN layout)");
-  if (IsFp8(p) && DDType(p) != v1::BF16) return no("fp8 is served with a bf16 D");
+  if (IsFp8(p) && !GemmBIsNK(p)) return no("fp8 needs B as [N, K] (the TN layout)");
+  if (IsFp8(p) && GemmDType(p) != v1::BF16) return no("fp8 is served with a bf16 D");
   if (p.epilogue() == v1::EPILOGUE_BIAS_GELU || p.epilogue() == v1::EPILOGUE_BIAS_SILU) {
     return no("no erf-GELU or SiLU epilogue (its GELU is the tanh approximation)");
   }
@@ -166,7 +162,7 @@ absl::Status Layout(const CublasLt::Api* api, cublasLtMatrixLayout_t* out, cudaD
 absl::Status Describe(const CublasLt::Api* api, const v1::GemmProblem& p, const GemmOperands* operands,
                       Descriptors* d) {
   KTUNE_LT(api->cublasLtMatmulDescCreate(&d->op_, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
-  const cublasOperation_t trans_a = BIsNK(p) ? CUBLAS_OP_T : CUBLAS_OP_N;  // ktune's B
+  const cublasOperation_t trans_a = GemmBIsNK(p) ? CUBLAS_OP_T : CUBLAS_OP_N;  // ktune's B
   const cublasOperation_t trans_b = CUBLAS_OP_N;                            // ktune's A
   KTUNE_LT(api->cublasLtMatmulDescSetAttribute(d->op_, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)),
            "transa");
@@ -197,10 +193,10 @@ absl::Status Describe(const CublasLt::Api* api, const v1::GemmProblem& p, const 
                                                  sizeof(b_scale)),
              "B scale");
   }
-  const int64_t m = p.m(), n = p.n(), k = p.k(), batch = Batch(p);
+  const int64_t m = p.m(), n = p.n(), k = p.k(), batch = GemmBatch(p);
   // ktune's B: [N, K] row-major is column-major K x N (transposed by op);
   // [K, N] row-major is column-major N x K.
-  if (BIsNK(p)) {
+  if (GemmBIsNK(p)) {
     if (absl::Status s = Layout(api, &d->a_, CudaType(p.b_dtype()), k, n, k, batch); !s.ok()) return s;
   } else {
     if (absl::Status s = Layout(api, &d->a_, CudaType(p.b_dtype()), n, k, n, batch); !s.ok()) return s;
@@ -208,7 +204,7 @@ absl::Status Describe(const CublasLt::Api* api, const v1::GemmProblem& p, const 
   // ktune's A [M, K] row-major is column-major K x M.
   if (absl::Status s = Layout(api, &d->b_, CudaType(p.a_dtype()), k, m, k, batch); !s.ok()) return s;
   // D [M, N] row-major is column-major N x M; C likewise (D's type).
-  const cudaDataType_t d_type = CudaType(DDType(p));
+  const cudaDataType_t d_type = CudaType(GemmDType(p));
   if (absl::Status s = Layout(api, &d->c_, d_type, n, m, n, batch); !s.ok()) return s;
   return Layout(api, &d->d_, d_type, n, m, n, batch);
 }

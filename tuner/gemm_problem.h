@@ -30,4 +30,31 @@ std::string GemmCanonicalKey(const v1::GemmProblem& problem);
 // 2 * M * N * K * batch.
 double GemmFlops(const v1::GemmProblem& problem);
 
+// The problem's fields with their defaults applied (REQUIRES: valid).
+inline int64_t GemmBatch(const v1::GemmProblem& p) { return p.batch() == 0 ? 1 : p.batch(); }
+inline bool GemmBIsNK(const v1::GemmProblem& p) { return p.b_layout() == v1::COL_MAJOR; }  // else [K, N]
+inline v1::DType GemmDType(const v1::GemmProblem& p) {
+  return p.d_dtype() == v1::DTYPE_UNSPECIFIED ? v1::BF16 : p.d_dtype();
+}
+inline bool GemmHasC(const v1::GemmProblem& p) { return p.c_dtype() != v1::DTYPE_UNSPECIFIED; }
+// Bias added before the activation: bias, bias + GELU, bias + SiLU.
+inline bool GemmHasBias(const v1::GemmProblem& p) {
+  return p.epilogue() == v1::EPILOGUE_BIAS || p.epilogue() == v1::EPILOGUE_BIAS_GELU ||
+         p.epilogue() == v1::EPILOGUE_BIAS_SILU;
+}
+// The kernels' EPI code: 0 none, 1 bias, 2 bias + GELU (erf), 3 bias + SiLU. A
+// residual add is C with beta = 1 and code 0.
+inline int GemmEpilogueCode(const v1::GemmProblem& p) {
+  switch (p.epilogue()) {
+    case v1::EPILOGUE_BIAS:
+      return 1;
+    case v1::EPILOGUE_BIAS_GELU:
+      return 2;
+    case v1::EPILOGUE_BIAS_SILU:
+      return 3;
+    default:
+      return 0;
+  }
+}
+
 }  // namespace ktune

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "tuner/gemm_problem.h"
 #include "tuner/kernel_source.h"
 
 namespace ktune {
@@ -28,28 +29,6 @@ constexpr double kMemoryTBps = 4.0;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 bool IsPowerOfTwo(int v) { return v > 0 && (v & (v - 1)) == 0; }
-
-bool BIsNK(const v1::GemmProblem& p) { return p.b_layout() == v1::COL_MAJOR; }
-int64_t Batch(const v1::GemmProblem& p) { return p.batch() == 0 ? 1 : p.batch(); }
-v1::DType DDType(const v1::GemmProblem& p) {
-  return p.d_dtype() == v1::DTYPE_UNSPECIFIED ? v1::BF16 : p.d_dtype();
-}
-bool HasC(const v1::GemmProblem& p) { return p.c_dtype() != v1::DTYPE_UNSPECIFIED; }
-
-// The template's EPI: 0 none, 1 bias, 2 bias + GELU, 3 bias + SiLU. A
-// residual add is C (HAS_C) with no epilogue of its own.
-int EpilogueCode(const v1::GemmProblem& p) {
-  switch (p.epilogue()) {
-    case v1::EPILOGUE_BIAS:
-      return 1;
-    case v1::EPILOGUE_BIAS_GELU:
-      return 2;
-    case v1::EPILOGUE_BIAS_SILU:
-      return 3;
-    default:
-      return 0;
-  }
-}
 
 int Accumulators(const GemmTileConfig& c) { return c.block_m * c.block_n / c.threads(); }
 
@@ -131,10 +110,10 @@ absl::Status CanImplementGemm(const v1::GemmProblem& p, const GemmTileConfig& c,
   if (p.k() % kChunkElements != 0) {
     return fail(absl::StrCat("K = ", p.k(), " is not a multiple of 8 (16-byte rows)"));
   }
-  if (!BIsNK(p) && p.n() % kChunkElements != 0) {
+  if (!GemmBIsNK(p) && p.n() % kChunkElements != 0) {
     return fail(absl::StrCat("N = ", p.n(), " is not a multiple of 8 with B given as [K, N]"));
   }
-  if (Batch(p) > kMaxBatch) return fail(absl::StrCat("batch over ", kMaxBatch));
+  if (GemmBatch(p) > kMaxBatch) return fail(absl::StrCat("batch over ", kMaxBatch));
   if (d.cc_major < 8) return fail(absl::StrCat("needs sm_80 or newer, device is ", Arch(d)));
   // The config.
   if (!IsPowerOfTwo(c.block_m) || !IsPowerOfTwo(c.block_n) || !IsPowerOfTwo(c.block_k) ||
@@ -145,7 +124,7 @@ absl::Status CanImplementGemm(const v1::GemmProblem& p, const GemmTileConfig& c,
     return fail("warp tiles must be multiples of 16 x 16");
   }
   if (c.block_k < 16 || c.block_k > 128) return fail("block_k must be 16 to 128");
-  if (!BIsNK(p) && c.block_n < 16) return fail("block_n must be >= 16 with B given as [K, N]");
+  if (!GemmBIsNK(p) && c.block_n < 16) return fail("block_n must be >= 16 with B given as [K, N]");
   if (c.threads() > kMaxThreads) return fail("more than 1024 threads");
   const int chunks_a = c.block_m * c.block_k / kChunkElements;
   const int chunks_b = c.block_n * c.block_k / kChunkElements;
@@ -176,7 +155,7 @@ absl::Status CanImplementGemm(const v1::GemmProblem& p, const GemmTileConfig& c,
 double GemmModelTimeUs(const v1::GemmProblem& p, const GemmTileConfig& c, const DeviceInfo& d) {
   const int sms = std::max(d.sm_count, 1);
   const int ctas = std::max(CtasPerSm(c, d), 1);
-  const int64_t tiles = Tiles(p, c) * Batch(p);
+  const int64_t tiles = Tiles(p, c) * GemmBatch(p);
   const int64_t waves = CeilDiv(tiles, int64_t{sms} * ctas);
   // A warp tile of wm x wn reads (wm + wn) * 16 elements from shared memory
   // per k16 step for wm * wn * 16 MACs: full speed from 64 x 64 on; and the SM
@@ -193,9 +172,9 @@ double GemmModelTimeUs(const v1::GemmProblem& p, const GemmTileConfig& c, const 
   const double compute_us = static_cast<double>(waves) * tile_flops / (cta_tflops * 1e6);
   // Memory: each operand once, D (and C) once; while fewer CTAs than SMs run,
   // only that share of the bandwidth is drawn.
-  const double d_bytes = DDType(p) == v1::FP32 ? 4 : 2;
-  const double bytes = static_cast<double>(Batch(p)) *
-                       (2.0 * (p.m() * p.k() + p.n() * p.k()) + d_bytes * p.m() * p.n() * (HasC(p) ? 2 : 1));
+  const double d_bytes = GemmDType(p) == v1::FP32 ? 4 : 2;
+  const double bytes = static_cast<double>(GemmBatch(p)) *
+                       (2.0 * (p.m() * p.k() + p.n() * p.k()) + d_bytes * p.m() * p.n() * (GemmHasC(p) ? 2 : 1));
   const double busy = std::min(1.0, static_cast<double>(tiles) / sms);
   const double memory_us = bytes / (kMemoryTBps * 1e6 * busy);
   return std::max(compute_us, memory_us);
@@ -234,10 +213,10 @@ absl::StatusOr<LaunchRecipe> GemmLaunchRecipe(const v1::GemmProblem& p, const Ge
   recipe.nvrtc_options = {absl::StrCat("--gpu-architecture=", recipe.arch), "-std=c++17"};
   KernelLaunch k;
   k.name_expression = absl::StrFormat(
-      "ktune::gemm_mma<ktune::bf16, %s, %s, %d, %s, %d, %d, %d, %d, %d, %d, %d>", TypeName(DDType(p)),
-      BIsNK(p) ? "true" : "false", EpilogueCode(p), HasC(p) ? "true" : "false", c.block_m, c.block_n,
+      "ktune::gemm_mma<ktune::bf16, %s, %s, %d, %s, %d, %d, %d, %d, %d, %d, %d>", TypeName(GemmDType(p)),
+      GemmBIsNK(p) ? "true" : "false", GemmEpilogueCode(p), GemmHasC(p) ? "true" : "false", c.block_m, c.block_n,
       c.block_k, c.warps_m, c.warps_n, c.stages, c.group_m);
-  k.grid = {static_cast<uint32_t>(Tiles(p, c)), 1, static_cast<uint32_t>(Batch(p))};
+  k.grid = {static_cast<uint32_t>(Tiles(p, c)), 1, static_cast<uint32_t>(GemmBatch(p))};
   k.block = {static_cast<uint32_t>(c.threads()), 1, 1};
   k.dynamic_smem_bytes = static_cast<uint32_t>(GemmSharedMemoryBytes(c));
   k.params = {"a", "b", "c", "d", "bias", "M", "N", "K", "alpha", "beta"};

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "tuner/bf16.h"
 
 namespace ktune {
 namespace {
@@ -26,13 +27,6 @@ float BitsFloat(uint32_t u) {
   float f;
   std::memcpy(&f, &u, 4);
   return f;
-}
-
-uint16_t FloatToBf16(float f) {
-  uint32_t x = FloatBits(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40);  // NaN
-  x += 0x7fffu + ((x >> 16) & 1u);  // round to nearest even
-  return static_cast<uint16_t>(x >> 16);
 }
 
 uint16_t FloatToFp16(float f) {

@@ -1,0 +1,111 @@
+// ktune_gemm_bench: tunes GEMM problems in process on the local GPU over both
+// candidate sources (tuner/gemm_tuner.h) and prints, per problem, TFLOP/s of
+// cuBLASLt's default choice, of the best mma.sync template candidate and of
+// ktune's answer, all from one measurement (re-measured together). Peers
+// outside ktune (torch.matmul) are for a Python driver to add.
+//
+//   ktune_gemm_bench [--shapes 8192x8192x8192,1x4096x4096] [--b-layout nk|kn] [--json out.json]
+// Default shapes: issue 5's (M in {1, 16, 128, 2048, 8192} x (N, K) in
+// {(4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096)}, plus 8192^3), bf16.
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_split.h"
+#include "tuner/cublaslt.h"
+#include "tuner/gemm_problem.h"
+#include "tuner/gemm_tuner.h"
+
+namespace {
+
+double Tflops(const ktune::v1::GemmProblem& p, double us) { return us > 0 ? ktune::GemmFlops(p) / (us * 1e6) : 0; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ktune_gemm_bench: GEMM candidates of every source on this GPU"};
+  std::string shapes_text, json_path, layout = "nk";
+  app.add_option("--shapes", shapes_text, "MxNxK,... (default: issue 5's bench shapes)");
+  app.add_option("--b-layout", layout, "nk: B is [N, K] (nn.Linear); kn: B is [K, N]")
+      ->check(CLI::IsMember({"nk", "kn"}));
+  app.add_option("--json", json_path, "write every outcome here");
+  CLI11_PARSE(app, argc, argv);
+
+  std::vector<std::array<int64_t, 3>> shapes;
+  if (shapes_text.empty()) {
+    shapes.push_back({8192, 8192, 8192});
+    for (int64_t m : {8192, 2048, 128, 16, 1}) {
+      for (auto [n, k] : {std::pair<int64_t, int64_t>{4096, 4096}, {14336, 4096}, {4096, 14336}, {6144, 4096}}) {
+        shapes.push_back({m, n, k});
+      }
+    }
+  } else {
+    for (absl::string_view s : absl::StrSplit(shapes_text, ',')) {
+      std::vector<std::string> dims = absl::StrSplit(s, 'x');
+      std::array<int64_t, 3> shape{};
+      if (dims.size() != 3 || !absl::SimpleAtoi(dims[0], &shape[0]) || !absl::SimpleAtoi(dims[1], &shape[1]) ||
+          !absl::SimpleAtoi(dims[2], &shape[2])) {
+        std::fprintf(stderr, "error: --shapes: '%s' is not MxNxK\n", std::string(s).c_str());
+        return 2;
+      }
+      shapes.push_back(shape);
+    }
+  }
+  absl::StatusOr<std::unique_ptr<ktune::Device>> device = ktune::OpenCudaDevice(0);
+  if (!device.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(device.status().message()).c_str());
+    return 1;
+  }
+  absl::StatusOr<std::unique_ptr<ktune::CublasLt>> lt = ktune::CublasLt::Open();
+  if (!lt.ok()) std::fprintf(stderr, "warning: %s (template candidates only)\n", std::string(lt.status().message()).c_str());
+
+  nlohmann::json rows = nlohmann::json::array();
+  std::printf("%-22s | %9s | %9s %-32s | %9s %-36s | %7s | %5s | %6s\n", "M x N x K", "cuBLASLt", "template",
+              "(best)", "ktune", "(answer)", "vs dflt", "cands", "tune s");
+  for (const auto& [m, n, k] : shapes) {
+    ktune::v1::GemmProblem p;
+    p.set_m(m);
+    p.set_n(n);
+    p.set_k(k);
+    p.set_batch(1);
+    p.set_a_dtype(ktune::v1::BF16);
+    p.set_b_dtype(ktune::v1::BF16);
+    p.set_d_dtype(ktune::v1::BF16);
+    p.set_a_layout(ktune::v1::ROW_MAJOR);
+    p.set_b_layout(layout == "nk" ? ktune::v1::COL_MAJOR : ktune::v1::ROW_MAJOR);
+    if (absl::Status s = ktune::ValidateGemmProblem(p); !s.ok()) {
+      std::fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
+      return 2;
+    }
+    absl::StatusOr<ktune::GemmTuneResult> r = ktune::TuneGemm(p, device->get(), lt.ok() ? lt->get() : nullptr);
+    const std::string shape = std::to_string(m) + " x " + std::to_string(n) + " x " + std::to_string(k);
+    if (!r.ok()) {
+      std::printf("%-22s | error: %s\n", shape.c_str(), std::string(r.status().message()).c_str());
+      continue;
+    }
+    const double dflt = r->cublaslt_default ? Tflops(p, r->cublaslt_default->median_us) : 0;
+    const double tmpl = r->best_template ? Tflops(p, r->best_template->median_us) : 0;
+    const double ours = Tflops(p, r->winner_timing.median_us);
+    std::printf("%-22s | %9.1f | %9.1f %-32s | %9.1f %-36s | %6.3fx | %2d+%-2d | %6.1f\n", shape.c_str(), dflt, tmpl,
+                r->best_template_name.c_str(), ours, r->winner.Name().c_str(), dflt > 0 ? ours / dflt : 0,
+                r->template_candidates, r->cublaslt_candidates, r->tune_seconds);
+    std::fflush(stdout);
+    nlohmann::json row = {{"m", m}, {"n", n}, {"k", k}, {"b_layout", layout}, {"cublaslt_default_tflops", dflt},
+                          {"best_template_tflops", tmpl}, {"best_template", r->best_template_name},
+                          {"ktune_tflops", ours}, {"ktune_answer", r->winner.Name()},
+                          {"template_candidates", r->template_candidates},
+                          {"cublaslt_candidates", r->cublaslt_candidates}, {"tune_seconds", r->tune_seconds},
+                          {"outcomes", nlohmann::json::array()}};
+    for (const ktune::GemmCandidateOutcome& o : r->outcomes) {
+      row["outcomes"].push_back({{"name", o.name}, {"status", o.status}, {"median_us", o.timing.median_us},
+                                 {"spread", o.timing.spread}});
+    }
+    rows.push_back(row);
+    if (!json_path.empty()) std::ofstream(json_path) << rows.dump(1) << "\n";  // after every problem
+  }
+  return 0;
+}

@@ -1,0 +1,244 @@
+#include "tuner/gemm_runner.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "tuner/bf16.h"
+#include "tuner/gemm_problem.h"
+#include "tuner/kernel_source.h"
+#include "tuner/nvrtc_compiler.h"
+
+namespace ktune {
+namespace {
+
+constexpr int kRefTile = 16;  // gemm_reference.cuh's tile and block
+
+std::vector<uint16_t> RandomBf16(size_t count, std::mt19937_64* rng) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<uint16_t> v(count);
+  for (uint16_t& x : v) x = FloatToBf16(u(*rng));
+  return v;
+}
+
+size_t DBytes(const v1::GemmProblem& p) { return GemmDType(p) == v1::FP32 ? 4 : 2; }
+
+}  // namespace
+
+std::string GemmCandidate::Name() const {
+  if (tile.has_value()) return absl::StrCat("mma_sync ", ToString(*tile));
+  return absl::StrCat("cublaslt #", cublaslt_rank);
+}
+
+double GemmRelativeTolerance(v1::DType d_dtype) { return d_dtype == v1::FP32 ? 1e-3 : 1e-2; }
+
+struct GemmRunner::Impl {
+  v1::GemmProblem p;
+  Device* device = nullptr;
+  CublasLt* cublaslt = nullptr;
+  int rotation = 1;
+  // Per rotation set (identical contents):
+  std::vector<DeviceBuffer> a, b, c, d;
+  DeviceBuffer bias, workspace;
+  std::vector<float> ref;  // (batch, M, N) f32, the reference D of set 0
+  double ref_rms = 0;
+
+  size_t d_elems() const { return static_cast<size_t>(GemmBatch(p) * p.m() * p.n()); }
+
+  absl::Status ComputeReference();
+  // The template candidate's kernel, loaded (nullopt for cuBLASLt); the
+  // caller unloads it.
+  absl::StatusOr<std::optional<LoadedKernel>> Load(const GemmCandidate& cand) {
+    if (!cand.tile.has_value()) return std::optional<LoadedKernel>();
+    absl::StatusOr<LoadedKernel> k = device->LoadKernel(cand.recipe.cubin, cand.recipe.kernels[0].lowered_name);
+    if (!k.ok()) return k.status();
+    return std::optional<LoadedKernel>(*k);
+  }
+  // Enqueues the candidate on set `set` (a loaded kernel for mma.sync).
+  absl::Status Launch(const GemmCandidate& cand, const LoadedKernel* kernel, int set);
+};
+
+absl::Status GemmRunner::Impl::ComputeReference() {
+  LaunchRecipe r;
+  r.template_id = "gemm/gemm_reference";
+  absl::StatusOr<const KernelSource*> source = FindKernelSource(r.template_id);
+  if (!source.ok()) return source.status();
+  r.template_hash = (*source)->hash;
+  r.arch = Arch(device->info());
+  r.nvrtc_options = {absl::StrCat("--gpu-architecture=", r.arch), "-std=c++17"};
+  KernelLaunch k;
+  k.name_expression = absl::StrFormat("ktune::gemm_reference<%s, %s, %d, %s>",
+                                      GemmDType(p) == v1::FP32 ? "float" : "ktune::bf16",
+                                      GemmBIsNK(p) ? "true" : "false", GemmEpilogueCode(p),
+                                      GemmHasC(p) ? "true" : "false");
+  k.grid = {static_cast<uint32_t>((p.n() + kRefTile - 1) / kRefTile),
+            static_cast<uint32_t>((p.m() + kRefTile - 1) / kRefTile), static_cast<uint32_t>(GemmBatch(p))};
+  k.block = {kRefTile, kRefTile, 1};
+  r.kernels.push_back(k);
+  const CompileResult compiled = Compile(&r);
+  if (!compiled.ok) return absl::InternalError(absl::StrCat("the GEMM reference does not compile: ", compiled.log));
+  absl::StatusOr<LoadedKernel> kernel = device->LoadKernel(r.cubin, r.kernels[0].lowered_name);
+  if (!kernel.ok()) return kernel.status();
+  absl::StatusOr<DeviceBuffer> out = DeviceBuffer::Create(device, d_elems() * sizeof(float));
+  if (!out.ok()) return out.status();
+  uint64_t pa = a[0].get(), pb = b[0].get(), pc = c.empty() ? 0 : c[0].get(), pd = out->get(), pbias = bias.get();
+  int m = static_cast<int>(p.m()), n = static_cast<int>(p.n()), kk = static_cast<int>(p.k());
+  float alpha = 1.0f, beta = 1.0f;
+  void* args[] = {&pa, &pb, &pc, &pd, &pbias, &m, &n, &kk, &alpha, &beta};
+  absl::Status s = device->Launch(*kernel, r.kernels[0], args);
+  if (s.ok()) s = device->Synchronize();
+  device->UnloadKernel(*kernel);
+  if (!s.ok()) return s;
+  ref.resize(d_elems());
+  if (absl::Status copy = device->CopyToHost(ref.data(), out->get(), ref.size() * sizeof(float)); !copy.ok()) {
+    return copy;
+  }
+  double sum = 0;
+  for (float v : ref) sum += static_cast<double>(v) * v;
+  ref_rms = std::sqrt(sum / static_cast<double>(std::max<size_t>(ref.size(), 1)));
+  return absl::OkStatus();
+}
+
+absl::Status GemmRunner::Impl::Launch(const GemmCandidate& cand, const LoadedKernel* kernel, int set) {
+  if (cand.tile.has_value()) {
+    uint64_t pa = a[set].get(), pb = b[set].get(), pc = c.empty() ? 0 : c[set].get(), pd = d[set].get();
+    uint64_t pbias = GemmHasBias(p) ? bias.get() : 0;
+    int m = static_cast<int>(p.m()), n = static_cast<int>(p.n()), kk = static_cast<int>(p.k());
+    float alpha = 1.0f, beta = 1.0f;
+    void* args[] = {&pa, &pb, &pc, &pd, &pbias, &m, &n, &kk, &alpha, &beta};
+    return device->Launch(*kernel, cand.recipe.kernels[0], args);
+  }
+  if (cublaslt == nullptr) return absl::FailedPreconditionError("a cuBLASLt candidate without cuBLASLt");
+  GemmOperands o;
+  o.a = a[set].get();
+  o.b = b[set].get();
+  o.c = c.empty() ? 0 : c[set].get();
+  o.d = d[set].get();
+  o.bias = GemmHasBias(p) ? bias.get() : 0;
+  o.alpha = 1.0f;
+  o.beta = 1.0f;
+  return cublaslt->Run(p, *cand.cublaslt, o, workspace.get(), workspace.size(), device->stream());
+}
+
+GemmRunner::GemmRunner(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+GemmRunner::~GemmRunner() = default;
+
+absl::StatusOr<std::unique_ptr<GemmRunner>> GemmRunner::Create(const v1::GemmProblem& p, Device* device,
+                                                               CublasLt* cublaslt, uint64_t seed) {
+  if (p.a_dtype() != v1::BF16 || p.b_dtype() != v1::BF16) {
+    return absl::UnimplementedError("the GEMM runner serves bf16 A and B (fp8 comes later)");
+  }
+  auto im = std::make_unique<Impl>();
+  im->p = p;
+  im->device = device;
+  im->cublaslt = cublaslt;
+  const int64_t batch = GemmBatch(p);
+  const size_t a_elems = static_cast<size_t>(batch * p.m() * p.k());
+  const size_t b_elems = static_cast<size_t>(batch * p.n() * p.k());
+  const size_t c_elems = GemmHasC(p) ? im->d_elems() : 0;
+  const int64_t per_set = static_cast<int64_t>(2 * (a_elems + b_elems) + DBytes(p) * (c_elems + im->d_elems()));
+  im->rotation = RotationCount(device->info(), per_set);
+
+  std::mt19937_64 rng(seed);
+  const std::vector<uint16_t> a = RandomBf16(a_elems, &rng);
+  const std::vector<uint16_t> b = RandomBf16(b_elems, &rng);
+  std::vector<uint16_t> c16;
+  std::vector<float> c32;
+  if (c_elems > 0) {
+    c16 = RandomBf16(c_elems, &rng);
+    if (DBytes(p) == 4) {
+      c32.resize(c_elems);
+      for (size_t i = 0; i < c_elems; ++i) c32[i] = Bf16ToFloat(c16[i]);
+    }
+  }
+  const std::vector<uint16_t> bias = RandomBf16(static_cast<size_t>(p.n()), &rng);
+
+  auto upload = [&](const void* host, size_t bytes, DeviceBuffer* out) -> absl::Status {
+    absl::StatusOr<DeviceBuffer> buf = DeviceBuffer::Create(device, std::max<size_t>(bytes, 16));
+    if (!buf.ok()) return buf.status();
+    if (bytes > 0) {
+      if (absl::Status s = device->CopyToDevice(buf->get(), host, bytes); !s.ok()) return s;
+    }
+    *out = *std::move(buf);
+    return absl::OkStatus();
+  };
+  im->a.resize(im->rotation);
+  im->b.resize(im->rotation);
+  im->d.resize(im->rotation);
+  if (c_elems > 0) im->c.resize(im->rotation);
+  for (int s = 0; s < im->rotation; ++s) {
+    if (absl::Status st = upload(a.data(), a_elems * 2, &im->a[s]); !st.ok()) return st;
+    if (absl::Status st = upload(b.data(), b_elems * 2, &im->b[s]); !st.ok()) return st;
+    if (c_elems > 0) {
+      const void* host = DBytes(p) == 4 ? static_cast<const void*>(c32.data()) : c16.data();
+      if (absl::Status st = upload(host, c_elems * DBytes(p), &im->c[s]); !st.ok()) return st;
+    }
+    absl::StatusOr<DeviceBuffer> d = DeviceBuffer::Create(device, im->d_elems() * DBytes(p));
+    if (!d.ok()) return d.status();
+    im->d[s] = *std::move(d);
+  }
+  if (absl::Status st = upload(bias.data(), bias.size() * 2, &im->bias); !st.ok()) return st;
+  if (cublaslt != nullptr) {
+    absl::StatusOr<DeviceBuffer> ws = DeviceBuffer::Create(device, kCublasLtWorkspaceBytes);
+    if (!ws.ok()) return ws.status();
+    im->workspace = *std::move(ws);
+  }
+  if (absl::Status st = im->ComputeReference(); !st.ok()) return st;
+  return std::unique_ptr<GemmRunner>(new GemmRunner(std::move(im)));
+}
+
+absl::StatusOr<VerifyResult> GemmRunner::Verify(const GemmCandidate& cand) {
+  Impl& im = *impl_;
+  absl::StatusOr<std::optional<LoadedKernel>> kernel = im.Load(cand);
+  if (!kernel.ok()) return kernel.status();
+  absl::Status s = im.device->Fill(im.d[0].get(), 0xFF, im.d[0].size());  // NaN in bf16 and fp32
+  if (s.ok()) s = im.Launch(cand, *kernel ? &**kernel : nullptr, 0);
+  if (s.ok()) s = im.device->Synchronize();
+  if (*kernel) im.device->UnloadKernel(**kernel);
+  if (!s.ok()) return s;
+
+  std::vector<float> got(im.d_elems());
+  if (DBytes(im.p) == 4) {
+    s = im.device->CopyToHost(got.data(), im.d[0].get(), got.size() * 4);
+  } else {
+    std::vector<uint16_t> raw(got.size());
+    s = im.device->CopyToHost(raw.data(), im.d[0].get(), raw.size() * 2);
+    for (size_t i = 0; i < raw.size(); ++i) got[i] = Bf16ToFloat(raw[i]);
+  }
+  if (!s.ok()) return s;
+  const double rtol = GemmRelativeTolerance(GemmDType(im.p));
+  VerifyResult v;
+  v.ok = true;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double want = im.ref[i];
+    const double tol = rtol * (std::abs(want) + im.ref_rms);
+    const double err = std::abs(static_cast<double>(got[i]) - want);
+    const double scaled = std::isnan(got[i]) ? INFINITY : err / tol;
+    v.max_error = std::max(v.max_error, scaled);
+    if (scaled > 1.0 && v.ok) {
+      v.ok = false;
+      const int64_t n = im.p.n(), mn = im.p.m() * n;
+      v.detail = std::isnan(got[i])
+                     ? absl::StrFormat("d[%d, %d, %d] is NaN (not written: D was poisoned)", i / mn, i % mn / n, i % n)
+                     : absl::StrFormat("d[%d, %d, %d] = %g, reference %g (tolerance %g)", i / mn, i % mn / n, i % n,
+                                       got[i], want, tol);
+    }
+  }
+  return v;
+}
+
+absl::StatusOr<Timing> GemmRunner::Time(const GemmCandidate& cand, const MeasureOptions& options) {
+  Impl& im = *impl_;
+  absl::StatusOr<std::optional<LoadedKernel>> kernel = im.Load(cand);
+  if (!kernel.ok()) return kernel.status();
+  absl::StatusOr<Timing> t =
+      Measure(im.device, [&](int set) { return im.Launch(cand, *kernel ? &**kernel : nullptr, set); }, im.rotation,
+              options);
+  if (*kernel) im.device->UnloadKernel(**kernel);
+  return t;
+}
+
+}  // namespace ktune

@@ -1,0 +1,73 @@
+// Runs GEMM candidates on a Device: the mma.sync template's compiled recipes
+// and cuBLASLt's algorithms, on the same inputs, checked against the same
+// reference, timed by the same protocol (tuner/measure.h).
+//
+// Inputs are random in [-1, 1) (never zeros), the same in every rotation set;
+// D is poisoned (NaN) before each check. The reference is
+// kernel_templates/gemm/gemm_reference.cuh, fp32 on the device, computed once
+// for set 0. Calls use alpha = 1 and beta = 1 (C, when the problem has one,
+// is added as is: a residual add).
+//
+// One GemmRunner per (problem, device); it owns the device buffers.
+// Thread-compatible.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "ktune/v1/ktune.pb.h"
+#include "tuner/cublaslt.h"
+#include "tuner/device.h"
+#include "tuner/gemm_space.h"
+#include "tuner/launch_recipe.h"
+#include "tuner/measure.h"
+#include "tuner/norm_runner.h"  // VerifyResult
+
+namespace ktune {
+
+// One candidate of one source: a compiled mma.sync recipe, or a cuBLASLt
+// algorithm (`cublaslt_rank` 0 is cuBLASLt's own default choice).
+struct GemmCandidate {
+  std::optional<GemmTileConfig> tile;
+  LaunchRecipe recipe;                    // with tile: compiled (cubin, lowered name)
+  std::optional<CublasLtAlgo> cublaslt;
+  int cublaslt_rank = -1;
+
+  // "mma_sync bm128 bn128 bk32 w2x2 s4 g8" or "cublaslt #0".
+  std::string Name() const;
+};
+
+// Element tolerance of a GEMM output against the fp32 reference:
+// |d - ref| <= rtol * (|ref| + rms(ref)). bf16 D: 1e-2 (its rounding is
+// 2^-9 relative); fp32 D: 1e-3 (only summation order differs).
+double GemmRelativeTolerance(v1::DType d_dtype);
+
+class GemmRunner {
+ public:
+  // REQUIRES: ValidateGemmProblem(problem) OK, bf16 A and B. `cublaslt` may be
+  // null (no cuBLASLt candidates); it must outlive the runner. Allocates the
+  // inputs (rotation sets), D, the reference and a 32 MiB cuBLASLt workspace.
+  static absl::StatusOr<std::unique_ptr<GemmRunner>> Create(const v1::GemmProblem& problem, Device* device,
+                                                           CublasLt* cublaslt, uint64_t seed = 1);
+  ~GemmRunner();
+
+  // Runs the candidate once on set 0 and checks every element of D. A wrong
+  // answer is a value (ok == false); a launch error or fault is a status.
+  absl::StatusOr<VerifyResult> Verify(const GemmCandidate& candidate);
+
+  // Times the candidate, inputs rotated past the L2. REQUIRES: Verify passed.
+  absl::StatusOr<Timing> Time(const GemmCandidate& candidate, const MeasureOptions& options);
+
+  // The cuBLASLt workspace every algorithm gets (algorithms needing more are
+  // not candidates).
+  static constexpr uint64_t kCublasLtWorkspaceBytes = uint64_t{32} << 20;
+
+ private:
+  struct Impl;
+  explicit GemmRunner(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ktune

@@ -1,0 +1,160 @@
+#include "tuner/gemm_tuner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "tuner/gemm_problem.h"
+#include "tuner/nvrtc_compiler.h"
+
+namespace ktune {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr double kMinTieWindow = 0.01;  // as the norm tuner (tuner/tuner.cc)
+constexpr double kMaxTieWindow = 0.03;
+constexpr size_t kMaxDetail = 500;
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+std::string Short(const std::string& s) { return s.size() <= kMaxDetail ? s : s.substr(0, kMaxDetail) + " ..."; }
+
+}  // namespace
+
+size_t PickGemmWinner(const std::vector<Timing>& finals, const std::vector<int>& preference) {
+  size_t best = 0;
+  for (size_t i = 1; i < finals.size(); ++i) {
+    if (finals[i].median_us < finals[best].median_us) best = i;
+  }
+  const double window = std::clamp(finals[best].spread, kMinTieWindow, kMaxTieWindow) * finals[best].median_us;
+  size_t winner = best;
+  for (size_t i = 0; i < finals.size(); ++i) {
+    if (finals[i].median_us <= finals[best].median_us + window && preference[i] < preference[winner]) winner = i;
+  }
+  return winner;
+}
+
+absl::StatusOr<GemmTuneResult> TuneGemm(const v1::GemmProblem& problem, Device* device, CublasLt* cublaslt,
+                                        const GemmTuneOptions& options) {
+  const auto start = Clock::now();
+  GemmTuneResult result;
+  std::vector<GemmCandidate> candidates;
+
+  // Source 1: the mma.sync template, compiled on every core.
+  std::vector<LaunchRecipe> recipes;
+  std::vector<GemmTileConfig> tiles;
+  for (const GemmTileConfig& t : GemmSearchSpace(problem, device->info(), options.space)) {
+    absl::StatusOr<LaunchRecipe> r = GemmLaunchRecipe(problem, t, device->info());
+    if (!r.ok()) return r.status();  // the space offered what CanImplementGemm refuses: a bug
+    recipes.push_back(*std::move(r));
+    tiles.push_back(t);
+  }
+  const auto compile_start = Clock::now();
+  const std::vector<CompileResult> compiled = CompileAll(&recipes);
+  result.compile_seconds = Seconds(compile_start);
+  for (size_t i = 0; i < recipes.size(); ++i) {
+    GemmCandidate c;
+    c.tile = tiles[i];
+    c.recipe = std::move(recipes[i]);
+    if (!compiled[i].ok) {
+      result.outcomes.push_back({c.Name(), absl::StrCat("compile failed: ", Short(compiled[i].log)), {}});
+      continue;
+    }
+    candidates.push_back(std::move(c));
+  }
+  result.template_candidates = static_cast<int>(tiles.size());
+
+  // Source 2: cuBLASLt's heuristic, each algorithm within the runner's workspace.
+  if (cublaslt != nullptr && CublasLtCanServe(problem).ok()) {
+    absl::StatusOr<std::vector<CublasLtAlgo>> algos =
+        cublaslt->Heuristic(problem, options.cublaslt_algos, GemmRunner::kCublasLtWorkspaceBytes);
+    if (algos.ok()) {
+      for (size_t i = 0; i < algos->size(); ++i) {
+        GemmCandidate c;
+        c.cublaslt = (*algos)[i];
+        c.cublaslt_rank = static_cast<int>(i);
+        candidates.push_back(std::move(c));
+      }
+      result.cublaslt_candidates = static_cast<int>(algos->size());
+    } else {
+      result.outcomes.push_back({"cublaslt", absl::StrCat("failed: ", algos.status().message()), {}});
+    }
+  }
+  if (candidates.empty()) return absl::NotFoundError("no GEMM candidate of any source serves the problem");
+
+  absl::StatusOr<std::unique_ptr<GemmRunner>> runner = GemmRunner::Create(problem, device, cublaslt);
+  if (!runner.ok()) return runner.status();
+
+  // Round 1: verify and time every candidate.
+  std::vector<size_t> measured;  // indices into candidates
+  std::vector<Timing> first(candidates.size());
+  std::vector<size_t> outcome_of(candidates.size());
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    outcome_of[i] = result.outcomes.size();
+    result.outcomes.push_back({candidates[i].Name(), "ok", {}});
+    GemmCandidateOutcome& out = result.outcomes.back();
+    absl::StatusOr<VerifyResult> v = (*runner)->Verify(candidates[i]);
+    if (!v.ok()) {
+      out.status = absl::StrCat("failed: ", v.status().message());
+      continue;
+    }
+    if (!v->ok) {
+      out.status = absl::StrCat("wrong: ", v->detail);
+      continue;
+    }
+    absl::StatusOr<Timing> t = (*runner)->Time(candidates[i], options.measure);
+    if (!t.ok()) {
+      out.status = absl::StrCat("failed: ", t.status().message());
+      continue;
+    }
+    first[i] = *t;
+    out.timing = *t;
+    measured.push_back(i);
+  }
+  if (measured.empty()) return absl::NotFoundError("no GEMM candidate ran correctly");
+
+  // Round 2: the fastest few, cuBLASLt's default and the best template, together.
+  std::vector<size_t> by_time = measured;
+  std::stable_sort(by_time.begin(), by_time.end(),
+                   [&](size_t x, size_t y) { return first[x].median_us < first[y].median_us; });
+  std::vector<size_t> finalists(by_time.begin(),
+                                by_time.begin() + std::min<size_t>(by_time.size(), std::max(options.finalists, 1)));
+  auto add = [&](size_t i) {
+    if (std::find(finalists.begin(), finalists.end(), i) == finalists.end()) finalists.push_back(i);
+  };
+  std::optional<size_t> default_index, template_index;
+  for (size_t i : by_time) {
+    if (candidates[i].cublaslt_rank == 0) default_index = i;
+    if (candidates[i].tile.has_value() && !template_index.has_value()) template_index = i;
+  }
+  if (default_index) add(*default_index);
+  if (template_index) add(*template_index);
+  std::vector<Timing> finals;
+  std::vector<int> preference;
+  for (size_t i : finalists) {
+    absl::StatusOr<Timing> t = (*runner)->Time(candidates[i], options.final_measure);
+    if (!t.ok()) return t.status();  // it ran moments ago: a failure now is not the candidate's
+    finals.push_back(*t);
+    result.outcomes[outcome_of[i]].timing = *t;
+    // cuBLASLt's default first, then cuBLASLt's order, then the space's order.
+    preference.push_back(candidates[i].cublaslt.has_value() ? candidates[i].cublaslt_rank
+                                                            : 1000 + static_cast<int>(i));
+  }
+  const size_t w = PickGemmWinner(finals, preference);
+  result.winner = candidates[finalists[w]];
+  result.winner_timing = finals[w];
+  for (size_t f = 0; f < finalists.size(); ++f) {
+    if (default_index && finalists[f] == *default_index) result.cublaslt_default = finals[f];
+    if (template_index && finalists[f] == *template_index) {
+      result.best_template = finals[f];
+      result.best_template_name = candidates[finalists[f]].Name();
+    }
+  }
+  result.tune_seconds = Seconds(start);
+  return result;
+}
+
+}  // namespace ktune

@@ -1,0 +1,68 @@
+// Tuning one GEMM problem over every candidate source under one measurement:
+// the mma.sync template's pruned space (tuner/gemm_space.h) and the
+// algorithms cuBLASLt's heuristic returns (tuner/cublaslt.h). Every candidate
+// is verified against the reference, timed by the protocol of
+// tuner/measure.h; the fastest few, cuBLASLt's default choice and the best
+// own template are re-measured together, and the winner is the fastest, ties
+// (within the measured spread, 1-3%) going to cuBLASLt's default, then to
+// cuBLASLt's order, then to the template's space order. So the answer is
+// never measurably slower than what cuBLASLt would have run: adding a source
+// can only make it faster.
+//
+// In process, on the caller's Device (no worker isolation yet: a faulting
+// candidate ends the process; the norm path's worker is the model for it).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ktune/v1/ktune.pb.h"
+#include "tuner/cublaslt.h"
+#include "tuner/device.h"
+#include "tuner/gemm_runner.h"
+#include "tuner/gemm_space.h"
+#include "tuner/measure.h"
+
+namespace ktune {
+
+struct GemmTuneOptions {
+  GemmSpaceOptions space;
+  int cublaslt_algos = 16;  // asked of cuBLASLt's heuristic
+  MeasureOptions measure;   // the first round, every candidate
+  int finalists = 3;        // re-measured, besides cuBLASLt's default and the best template
+  MeasureOptions final_measure{10, 100};
+};
+
+struct GemmCandidateOutcome {
+  std::string name;    // GemmCandidate::Name()
+  std::string status;  // "ok", "wrong: <detail>", "failed: <error>", "compile failed: <log>"
+  Timing timing;       // final measurement for finalists, else the first round's
+};
+
+struct GemmTuneResult {
+  GemmCandidate winner;
+  Timing winner_timing;
+  std::optional<Timing> cublaslt_default;  // cuBLASLt's own choice, measured with the finalists
+  std::optional<Timing> best_template;     // the fastest mma.sync candidate, likewise
+  std::string best_template_name;
+  std::vector<GemmCandidateOutcome> outcomes;
+  int template_candidates = 0;
+  int cublaslt_candidates = 0;
+  double compile_seconds = 0;
+  double tune_seconds = 0;
+};
+
+// The finalists' winner: the fastest median, unless candidates within the tie
+// window of it (the fastest's spread clamped to [1%, 3%]) come earlier in
+// `preference` (lower is preferred); returns the index into `finals`.
+// REQUIRES: finals non-empty, preference.size() == finals.size().
+size_t PickGemmWinner(const std::vector<Timing>& finals, const std::vector<int>& preference);
+
+// REQUIRES: ValidateGemmProblem(problem) OK. `cublaslt` may be null. NOT_FOUND
+// if no candidate of any source could run the problem correctly.
+absl::StatusOr<GemmTuneResult> TuneGemm(const v1::GemmProblem& problem, Device* device, CublasLt* cublaslt,
+                                        const GemmTuneOptions& options = GemmTuneOptions());
+
+}  // namespace ktune

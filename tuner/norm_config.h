@@ -14,6 +14,10 @@ struct NormConfig {
   int pipeline_depth = 1;  // 1, or 2: the next rows' loads issue before this row is reduced
   int split_size = 0;      // backward only
   bool persistent = true;  // whole row in registers (r_block >= n), else looped over r_block
+  // Backward with a weight (or LayerNorm bias): thread rows of the partials'
+  // reduce kernel, a power of two <= 32; 0 derives it from the partial rows.
+  // Tuned after the fused kernel's winner (tuner/tuner.cc).
+  int reduce_rows = 0;
 
   int threads() const { return num_warps * 32; }
   int threads_per_row() const { return threads() / x_block; }

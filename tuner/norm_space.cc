@@ -295,6 +295,10 @@ absl::Status CanImplement(const NormProblem& p, const NormConfig& c, const Devic
   if (c.persistent && c.r_block < p.n) return fail("persistent needs r_block >= N");
   if (c.pipeline_depth != 1 && c.pipeline_depth != 2) return fail("pipeline_depth is 1 or 2");
   if (!c.persistent && c.pipeline_depth != 1) return fail("the looped variant is not pipelined");
+  if (c.reduce_rows != 0 &&
+      (IsForward(p) || GradientParts(p) == 0 || !IsPowerOfTwo(c.reduce_rows) || c.reduce_rows > 32)) {
+    return fail("reduce_rows is 0, or a power of two <= 32 for a backward with a weight or bias");
+  }
   if (IsForward(p)) {
     if (c.split_size != 0) return fail("split_size is for the backward pass");
   } else {
@@ -463,6 +467,16 @@ NormConfig HeuristicNormConfig(const NormProblem& p, const DeviceInfo& d) {
   return with_split(MakeConfig(4, 128, 1, 1, false, 1));  // implementable for every N
 }
 
+std::vector<int> ReduceRowsCandidates(const NormProblem& p, const NormConfig& c) {
+  if (IsForward(p) || GradientParts(p) == 0 || c.split_size < 1) return {};
+  const int derived = ReduceGeometryFor(PartialRows(p, c)).threads_y;
+  std::vector<int> out;
+  for (int rows : {4, 8, 16, 32}) {
+    if (rows != derived) out.push_back(rows);
+  }
+  return out;
+}
+
 std::string NormTemplateId(const NormProblem& p) {
   return absl::StrCat("norm/", p.op == NormOp::kRMSNorm ? "rmsnorm" : "layernorm",
                       p.pass == NormPass::kForward ? "_fwd" : "_bwd");
@@ -531,7 +545,8 @@ absl::StatusOr<LaunchRecipe> NormLaunchRecipe(const NormProblem& p, const NormCo
   recipe.workspace_bytes = WorkspaceBytes(p, c);
   const int parts = GradientParts(p);
   if (parts > 0) {
-    const ReduceGeometry g = ReduceGeometryFor(PartialRows(p, c));
+    ReduceGeometry g = ReduceGeometryFor(PartialRows(p, c));
+    if (c.reduce_rows > 0) g.threads_y = c.reduce_rows;  // tuned
     KernelLaunch r;
     r.name_expression = absl::StrFormat("ktune::norm_bwd_reduce<%s, %s, %s, %d, %d>", wt, has_w,
                                         ln && p.has_bias ? "true" : "false", g.threads_x,

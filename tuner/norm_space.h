@@ -41,6 +41,12 @@ std::vector<NormConfig> NormSearchSpace(const NormProblem& problem, const Device
 // Always accepted by CanImplement.
 NormConfig HeuristicNormConfig(const NormProblem& problem, const DeviceInfo& device);
 
+// Backward recipes with a reduce kernel: the reduce_rows values worth trying
+// with `config`'s fused kernel fixed (the powers of two from 4 to 32 other
+// than the derived one, which `config` with reduce_rows 0 already runs).
+// Empty for forwards and for backwards without partials.
+std::vector<int> ReduceRowsCandidates(const NormProblem& problem, const NormConfig& config);
+
 // The template id serving the problem: "norm/rmsnorm_fwd", "norm/rmsnorm_bwd",
 // "norm/layernorm_fwd", "norm/layernorm_bwd".
 std::string NormTemplateId(const NormProblem& problem);

@@ -70,6 +70,9 @@ struct TuneOptions {
   SearchKind search = SearchKind::kGrid;
   SearchBudget budget;      // for kCoordinateDescent
   KernelCache* kernel_cache = nullptr;           // not owned; may be null
+  // Backward: after the winner, try its reduce kernel's other geometries
+  // (ReduceRowsCandidates) with the fused kernel fixed.
+  bool tune_reduce = true;
   const std::atomic<bool>* cancelled = nullptr;  // checked between candidates
   // Candidates (CandidateId) that faulted or hung before: not run.
   std::set<std::string> quarantined;
@@ -93,6 +96,7 @@ struct TuneResult {
   double run_seconds = 0;      // wall time verifying and timing on the device
   int kernel_cache_hits = 0;
   int compiled = 0;            // candidates compiled by NVRTC in this tune
+  int reduce_variants_measured = 0;  // backward: reduce geometries tried after the winner
 };
 
 using ProgressCallback = std::function<void(const TuneProgress&)>;

@@ -100,6 +100,7 @@ absl::StatusOr<NormConfig> NormConfigFromProto(const v1::NormConfig& in) {
   c.pipeline_depth = in.pipeline_depth();
   c.split_size = in.split_size();
   c.persistent = in.persistent();
+  c.reduce_rows = in.reduce_rows();
   for (auto [field, value] : {std::pair{"x_block", c.x_block}, std::pair{"r_block", c.r_block},
                               std::pair{"num_warps", c.num_warps}, std::pair{"vec", c.vec},
                               std::pair{"pipeline_depth", c.pipeline_depth}}) {
@@ -111,6 +112,10 @@ absl::StatusOr<NormConfig> NormConfigFromProto(const v1::NormConfig& in) {
   if (c.split_size < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("config.norm.split_size: must be >= 0, got ", c.split_size));
+  }
+  if (c.reduce_rows < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.norm.reduce_rows: must be >= 0, got ", c.reduce_rows));
   }
   return c;
 }
@@ -124,6 +129,7 @@ v1::NormConfig NormConfigToProto(const NormConfig& c) {
   out.set_pipeline_depth(c.pipeline_depth);
   out.set_split_size(c.split_size);
   out.set_persistent(c.persistent);
+  out.set_reduce_rows(c.reduce_rows);
   return out;
 }
 

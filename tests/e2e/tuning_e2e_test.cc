@@ -52,6 +52,7 @@ std::string SomeCandidate(int64_t m, int64_t n, int index) {
 struct StreamedTune {
   absl::StatusOr<v1::GetConfigResponse> result = absl::UnknownError("unset");
   std::multiset<std::string> candidate_statuses;
+  std::vector<std::string> progress;  // progress messages, in order
 };
 
 StreamedTune TuneStreamed(DaemonProcess& daemon, const v1::Problem& problem, bool force) {
@@ -61,6 +62,7 @@ StreamedTune TuneStreamed(DaemonProcess& daemon, const v1::Problem& problem, boo
   request.mutable_options()->set_force(force);
   out.result = daemon.NewClient()->Tune(request, [&](const v1::TuneEvent& e) {
     if (e.has_candidate()) out.candidate_statuses.insert(e.candidate().status());
+    if (e.has_progress() && !e.progress().message().empty()) out.progress.push_back(e.progress().message());
   });
   return out;
 }
@@ -170,6 +172,38 @@ TEST_CASE("re-tuning compiles nothing, and fresh tunes pick the same winner", "[
   CHECK(Metric(second, "ktune_candidates_compiled_total") == 0);
   CHECK(fresh.result->config().SerializeAsString() == cold.result->config().SerializeAsString());
   CHECK(second.Stop() == 0);
+}
+
+TEST_CASE("a backward tune also tunes its reduce kernel and answers the geometry it chose", "[e2e][tuning]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.path(), dir.path() + "/cache.db");
+  REQUIRE(daemon.Start({}, {kFake}));
+  NormProblem p;
+  p.m = 8192;
+  p.n = 2048;
+  p.pass = NormPass::kBackward;
+  v1::Problem problem;
+  *problem.mutable_norm() = NormProblemToProto(p);
+  StreamedTune tuned = TuneStreamed(daemon, problem, false);
+  INFO(tuned.result.status().ToString());
+  REQUIRE(tuned.result.ok());
+  // The winner's fused kernel with each other reduce geometry was measured.
+  int reduce_variants = 0;
+  for (const std::string& m : tuned.progress) reduce_variants += m.find("(reduce kernel)") != std::string::npos;
+  CHECK(reduce_variants == 3);
+  // The answer's reduce kernel has the chosen (or, for 0, the derived) rows.
+  absl::StatusOr<NormConfig> config = NormConfigFromProto(tuned.result->config().norm());
+  REQUIRE(config.ok());
+  NormConfig derived = *config;
+  derived.reduce_rows = 0;
+  auto derived_recipe = NormLaunchRecipe(p, derived, FakeWorkerDevice());
+  REQUIRE(derived_recipe.ok());
+  const v1::LaunchRecipe& answer = tuned.result->recipe();
+  REQUIRE(answer.kernels_size() == 2);
+  const uint32_t want = config->reduce_rows > 0 ? static_cast<uint32_t>(config->reduce_rows)
+                                                : derived_recipe->kernels[1].block[1];
+  CHECK(answer.kernels(1).block(1) == want);
+  CHECK(daemon.Stop() == 0);
 }
 
 TEST_CASE("coordinate descent measures fewer candidates than the grid", "[e2e][tuning]") {

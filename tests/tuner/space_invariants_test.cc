@@ -244,6 +244,43 @@ TEST_CASE("Every norm op has a template, a space and a heuristic", "[tuner][spac
         absl::StatusCode::kFailedPrecondition);
 }
 
+TEST_CASE("the backward's reduce kernel rows are a knob of their own", "[tuner][space]") {
+  const DeviceInfo d = CompileOnlyTarget();
+  NormProblem bwd;
+  bwd.m = 32768;
+  bwd.n = 4096;
+  bwd.pass = NormPass::kBackward;
+  const NormConfig c = HeuristicNormConfig(bwd, d);
+  auto derived = NormLaunchRecipe(bwd, c, d);
+  REQUIRE(derived.ok());
+  REQUIRE(derived->kernels.size() == 2);
+  const std::vector<int> rows = ReduceRowsCandidates(bwd, c);
+  CHECK(rows.size() == 3);
+  for (int r : rows) {
+    INFO(r);
+    CHECK(static_cast<uint32_t>(r) != derived->kernels[1].block[1]);  // the winner already ran that
+    NormConfig v = c;
+    v.reduce_rows = r;
+    auto recipe = NormLaunchRecipe(bwd, v, d);
+    REQUIRE(recipe.ok());
+    CHECK(recipe->kernels[0].name_expression == derived->kernels[0].name_expression);  // fused unchanged
+    CHECK(recipe->kernels[1].block[1] == static_cast<uint32_t>(r));
+    CHECK_THAT(ToString(v), Catch::EndsWith(" rr=" + std::to_string(r)));
+  }
+  NormConfig odd = c;
+  odd.reduce_rows = 3;
+  CHECK_THAT(std::string(CanImplement(bwd, odd, d).message()), Catch::Contains("reduce_rows"));
+  NormProblem fwd = bwd;
+  fwd.pass = NormPass::kForward;
+  NormConfig f = HeuristicNormConfig(fwd, d);
+  CHECK(ReduceRowsCandidates(fwd, f).empty());
+  f.reduce_rows = 8;
+  CHECK_FALSE(CanImplement(fwd, f, d).ok());
+  NormProblem no_weight = bwd;  // RMSNorm backward without a weight: no partials, no reduce kernel
+  no_weight.has_weight = false;
+  CHECK(ReduceRowsCandidates(no_weight, HeuristicNormConfig(no_weight, d)).empty());
+}
+
 TEST_CASE("CanImplement says why a config cannot run", "[tuner][space]") {
   const DeviceInfo device = CompileOnlyTarget();
   const NormProblem p = Rms(4096, 3000, DType::kBF16, true);

@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_split.h"
-#include "tuner/cublaslt.h"
+#include "tuner/executor.h"
 #include "tuner/gemm_problem.h"
 #include "tuner/gemm_tuner.h"
 
@@ -60,8 +60,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", std::string(device.status().message()).c_str());
     return 1;
   }
-  absl::StatusOr<std::unique_ptr<ktune::CublasLt>> lt = ktune::CublasLt::Open();
-  if (!lt.ok()) std::fprintf(stderr, "warning: %s (template candidates only)\n", std::string(lt.status().message()).c_str());
+  // In process: a faulting candidate would end the bench (ktuned runs them in
+  // its worker). cuBLASLt is opened by the executor; without it, templates only.
+  std::unique_ptr<ktune::CandidateExecutor> executor = ktune::NewInProcessExecutor(device->get());
 
   nlohmann::json rows = nlohmann::json::array();
   std::printf("%-22s | %9s | %9s %-32s | %9s %-36s | %7s | %5s | %6s\n", "M x N x K", "cuBLASLt", "template",
@@ -81,7 +82,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
       return 2;
     }
-    absl::StatusOr<ktune::GemmTuneResult> r = ktune::TuneGemm(p, device->get(), lt.ok() ? lt->get() : nullptr);
+    absl::StatusOr<ktune::GemmTuneResult> r = ktune::TuneGemm(p, executor.get());
     const std::string shape = std::to_string(m) + " x " + std::to_string(n) + " x " + std::to_string(k);
     if (!r.ok()) {
       std::printf("%-22s | error: %s\n", shape.c_str(), std::string(r.status().message()).c_str());

@@ -78,6 +78,22 @@ class Descriptors {
 
 }  // namespace
 
+LaunchRecipe CublasLtRecipe(const CublasLtAlgo& algo, uint64_t version) {
+  LaunchRecipe r;
+  r.template_id = kCublasLtTemplateId;
+  r.template_hash = absl::StrCat("cublaslt-", version);
+  r.cublaslt_algo = algo.data;
+  r.workspace_bytes = algo.workspace_bytes;
+  return r;
+}
+
+CublasLtAlgo CublasLtAlgoOf(const LaunchRecipe& recipe) {
+  CublasLtAlgo a;
+  a.data = recipe.cublaslt_algo;
+  a.workspace_bytes = recipe.workspace_bytes;
+  return a;
+}
+
 absl::Status CublasLtCanServe(const v1::GemmProblem& p) {
   auto no = [](const std::string& why) { return absl::FailedPreconditionError(absl::StrCat("cuBLASLt: ", why)); };
   if (IsFp8(p) && !GemmBIsNK(p)) return no("fp8 needs B as [N, K] (the TN layout)");

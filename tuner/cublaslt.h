@@ -28,6 +28,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "ktune/v1/ktune.pb.h"
+#include "tuner/launch_recipe.h"
 
 namespace ktune {
 
@@ -44,6 +45,12 @@ struct GemmOperands {
   float alpha = 1.0f;
   float beta = 0.0f;
 };
+
+// A cuBLASLt algorithm as a recipe (template kCublasLtTemplateId, no kernels,
+// the algorithm's bytes and workspace; the version in template_hash, so the
+// kernel cache and quarantine keep versions apart), and back.
+LaunchRecipe CublasLtRecipe(const CublasLtAlgo& algo, uint64_t version);
+CublasLtAlgo CublasLtAlgoOf(const LaunchRecipe& recipe);
 
 // OK if cuBLASLt can serve `problem` (the list above), else
 // FAILED_PRECONDITION saying why. REQUIRES: ValidateGemmProblem OK.

@@ -1,6 +1,6 @@
 // Where candidates run. The tuner hands every compiled candidate of one
-// problem to a CandidateExecutor, which verifies it against the float64
-// reference and times it. Two implementations: in this process on a Device
+// problem to a CandidateExecutor, which verifies it against the reference
+// (float64 for norms, tuner/gemm_runner.h for GEMM) and times it. Two implementations: in this process on a Device
 // (tests, benchmarks), and in a worker process (tuner/worker.h), which is what
 // ktuned uses so that a faulting or hanging candidate cannot take it down.
 //
@@ -13,7 +13,10 @@
 
 #include <memory>
 
+#include <vector>
+
 #include "absl/status/statusor.h"
+#include "ktune/v1/ktune.pb.h"
 #include "tuner/device.h"
 #include "tuner/launch_recipe.h"
 #include "tuner/measure.h"
@@ -30,6 +33,13 @@ class CandidateExecutor {
   virtual const DeviceInfo& device() const = 0;
   // Allocates inputs and outputs for `problem`; later calls run its candidates.
   virtual absl::Status Prepare(const NormProblem& problem) = 0;
+  // The same for a GEMM problem; its candidates are kernel recipes of the
+  // GEMM templates or cuBLASLt recipes (CublasLtCandidates).
+  virtual absl::Status PrepareGemm(const v1::GemmProblem& problem) = 0;
+  // Up to `max` algorithms of cuBLASLt's heuristic for the prepared GEMM, as
+  // recipes, best first (the first is cuBLASLt's default). Empty when
+  // cuBLASLt is not available here or does not serve the problem.
+  virtual absl::StatusOr<std::vector<LaunchRecipe>> CublasLtCandidates(int max) = 0;
   virtual absl::StatusOr<VerifyResult> Verify(const LaunchRecipe& recipe) = 0;
   // REQUIRES: Verify(recipe) passed.
   virtual absl::StatusOr<Timing> Time(const LaunchRecipe& recipe, const MeasureOptions& options) = 0;

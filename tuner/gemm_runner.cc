@@ -33,6 +33,10 @@ std::string GemmCandidate::Name() const {
   return absl::StrCat("cublaslt #", cublaslt_rank);
 }
 
+namespace {
+bool IsCublasLt(const LaunchRecipe& r) { return r.template_id == kCublasLtTemplateId; }
+}  // namespace
+
 double GemmRelativeTolerance(v1::DType d_dtype) { return d_dtype == v1::FP32 ? 1e-3 : 1e-2; }
 
 struct GemmRunner::Impl {
@@ -51,14 +55,15 @@ struct GemmRunner::Impl {
   absl::Status ComputeReference();
   // The template candidate's kernel, loaded (nullopt for cuBLASLt); the
   // caller unloads it.
-  absl::StatusOr<std::optional<LoadedKernel>> Load(const GemmCandidate& cand) {
-    if (!cand.tile.has_value()) return std::optional<LoadedKernel>();
-    absl::StatusOr<LoadedKernel> k = device->LoadKernel(cand.recipe.cubin, cand.recipe.kernels[0].lowered_name);
+  absl::StatusOr<std::optional<LoadedKernel>> Load(const LaunchRecipe& recipe) {
+    if (IsCublasLt(recipe)) return std::optional<LoadedKernel>();
+    if (recipe.kernels.size() != 1) return absl::InvalidArgumentError("a GEMM recipe has one kernel");
+    absl::StatusOr<LoadedKernel> k = device->LoadKernel(recipe.cubin, recipe.kernels[0].lowered_name);
     if (!k.ok()) return k.status();
     return std::optional<LoadedKernel>(*k);
   }
-  // Enqueues the candidate on set `set` (a loaded kernel for mma.sync).
-  absl::Status Launch(const GemmCandidate& cand, const LoadedKernel* kernel, int set);
+  // Enqueues the recipe on set `set` (its loaded kernel, or a cuBLASLt call).
+  absl::Status Launch(const LaunchRecipe& recipe, const LoadedKernel* kernel, int set);
 };
 
 absl::Status GemmRunner::Impl::ComputeReference() {
@@ -102,14 +107,14 @@ absl::Status GemmRunner::Impl::ComputeReference() {
   return absl::OkStatus();
 }
 
-absl::Status GemmRunner::Impl::Launch(const GemmCandidate& cand, const LoadedKernel* kernel, int set) {
-  if (cand.tile.has_value()) {
+absl::Status GemmRunner::Impl::Launch(const LaunchRecipe& recipe, const LoadedKernel* kernel, int set) {
+  if (!IsCublasLt(recipe)) {
     uint64_t pa = a[set].get(), pb = b[set].get(), pc = c.empty() ? 0 : c[set].get(), pd = d[set].get();
     uint64_t pbias = GemmHasBias(p) ? bias.get() : 0;
     int m = static_cast<int>(p.m()), n = static_cast<int>(p.n()), kk = static_cast<int>(p.k());
     float alpha = 1.0f, beta = 1.0f;
     void* args[] = {&pa, &pb, &pc, &pd, &pbias, &m, &n, &kk, &alpha, &beta};
-    return device->Launch(*kernel, cand.recipe.kernels[0], args);
+    return device->Launch(*kernel, recipe.kernels[0], args);
   }
   if (cublaslt == nullptr) return absl::FailedPreconditionError("a cuBLASLt candidate without cuBLASLt");
   GemmOperands o;
@@ -120,7 +125,7 @@ absl::Status GemmRunner::Impl::Launch(const GemmCandidate& cand, const LoadedKer
   o.bias = GemmHasBias(p) ? bias.get() : 0;
   o.alpha = 1.0f;
   o.beta = 1.0f;
-  return cublaslt->Run(p, *cand.cublaslt, o, workspace.get(), workspace.size(), device->stream());
+  return cublaslt->Run(p, CublasLtAlgoOf(recipe), o, workspace.get(), workspace.size(), device->stream());
 }
 
 GemmRunner::GemmRunner(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -190,12 +195,12 @@ absl::StatusOr<std::unique_ptr<GemmRunner>> GemmRunner::Create(const v1::GemmPro
   return std::unique_ptr<GemmRunner>(new GemmRunner(std::move(im)));
 }
 
-absl::StatusOr<VerifyResult> GemmRunner::Verify(const GemmCandidate& cand) {
+absl::StatusOr<VerifyResult> GemmRunner::Verify(const LaunchRecipe& recipe) {
   Impl& im = *impl_;
-  absl::StatusOr<std::optional<LoadedKernel>> kernel = im.Load(cand);
+  absl::StatusOr<std::optional<LoadedKernel>> kernel = im.Load(recipe);
   if (!kernel.ok()) return kernel.status();
   absl::Status s = im.device->Fill(im.d[0].get(), 0xFF, im.d[0].size());  // NaN in bf16 and fp32
-  if (s.ok()) s = im.Launch(cand, *kernel ? &**kernel : nullptr, 0);
+  if (s.ok()) s = im.Launch(recipe, *kernel ? &**kernel : nullptr, 0);
   if (s.ok()) s = im.device->Synchronize();
   if (*kernel) im.device->UnloadKernel(**kernel);
   if (!s.ok()) return s;
@@ -230,12 +235,12 @@ absl::StatusOr<VerifyResult> GemmRunner::Verify(const GemmCandidate& cand) {
   return v;
 }
 
-absl::StatusOr<Timing> GemmRunner::Time(const GemmCandidate& cand, const MeasureOptions& options) {
+absl::StatusOr<Timing> GemmRunner::Time(const LaunchRecipe& recipe, const MeasureOptions& options) {
   Impl& im = *impl_;
-  absl::StatusOr<std::optional<LoadedKernel>> kernel = im.Load(cand);
+  absl::StatusOr<std::optional<LoadedKernel>> kernel = im.Load(recipe);
   if (!kernel.ok()) return kernel.status();
   absl::StatusOr<Timing> t =
-      Measure(im.device, [&](int set) { return im.Launch(cand, *kernel ? &**kernel : nullptr, set); }, im.rotation,
+      Measure(im.device, [&](int set) { return im.Launch(recipe, *kernel ? &**kernel : nullptr, set); }, im.rotation,
               options);
   if (*kernel) im.device->UnloadKernel(**kernel);
   return t;

@@ -27,14 +27,15 @@
 
 namespace ktune {
 
-// One candidate of one source: a compiled mma.sync recipe, or a cuBLASLt
-// algorithm (`cublaslt_rank` 0 is cuBLASLt's own default choice).
+// One candidate of one source: a compiled mma.sync recipe (with its tile), or
+// a cuBLASLt recipe (CublasLtRecipe; `cublaslt_rank` 0 is cuBLASLt's own
+// default choice).
 struct GemmCandidate {
   std::optional<GemmTileConfig> tile;
-  LaunchRecipe recipe;                    // with tile: compiled (cubin, lowered name)
-  std::optional<CublasLtAlgo> cublaslt;
+  LaunchRecipe recipe;  // compiled (cubin, lowered name), or a cuBLASLt call
   int cublaslt_rank = -1;
 
+  bool is_cublaslt() const { return recipe.template_id == kCublasLtTemplateId; }
   // "mma_sync bm128 bn128 bk32 w2x2 s4 g8" or "cublaslt #0".
   std::string Name() const;
 };
@@ -53,12 +54,13 @@ class GemmRunner {
                                                            CublasLt* cublaslt, uint64_t seed = 1);
   ~GemmRunner();
 
-  // Runs the candidate once on set 0 and checks every element of D. A wrong
-  // answer is a value (ok == false); a launch error or fault is a status.
-  absl::StatusOr<VerifyResult> Verify(const GemmCandidate& candidate);
+  // Runs the recipe (kernels, or a cuBLASLt call) once on set 0 and checks
+  // every element of D. A wrong answer is a value (ok == false); a launch
+  // error or fault is a status.
+  absl::StatusOr<VerifyResult> Verify(const LaunchRecipe& recipe);
 
-  // Times the candidate, inputs rotated past the L2. REQUIRES: Verify passed.
-  absl::StatusOr<Timing> Time(const GemmCandidate& candidate, const MeasureOptions& options);
+  // Times the recipe, inputs rotated past the L2. REQUIRES: Verify passed.
+  absl::StatusOr<Timing> Time(const LaunchRecipe& recipe, const MeasureOptions& options);
 
   // The cuBLASLt workspace every algorithm gets (algorithms needing more are
   // not candidates).

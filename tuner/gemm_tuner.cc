@@ -37,8 +37,9 @@ size_t PickGemmWinner(const std::vector<Timing>& finals, const std::vector<int>&
   return winner;
 }
 
-absl::StatusOr<GemmTuneResult> TuneGemm(const v1::GemmProblem& problem, Device* device, CublasLt* cublaslt,
+absl::StatusOr<GemmTuneResult> TuneGemm(const v1::GemmProblem& problem, CandidateExecutor* executor,
                                         const GemmTuneOptions& options) {
+  const DeviceInfo& info = executor->device();
   const auto start = Clock::now();
   GemmTuneResult result;
   std::vector<GemmCandidate> candidates;
@@ -46,8 +47,8 @@ absl::StatusOr<GemmTuneResult> TuneGemm(const v1::GemmProblem& problem, Device* 
   // Source 1: the mma.sync template, compiled on every core.
   std::vector<LaunchRecipe> recipes;
   std::vector<GemmTileConfig> tiles;
-  for (const GemmTileConfig& t : GemmSearchSpace(problem, device->info(), options.space)) {
-    absl::StatusOr<LaunchRecipe> r = GemmLaunchRecipe(problem, t, device->info());
+  for (const GemmTileConfig& t : GemmSearchSpace(problem, info, options.space)) {
+    absl::StatusOr<LaunchRecipe> r = GemmLaunchRecipe(problem, t, info);
     if (!r.ok()) return r.status();  // the space offered what CanImplementGemm refuses: a bug
     recipes.push_back(*std::move(r));
     tiles.push_back(t);
@@ -67,26 +68,24 @@ absl::StatusOr<GemmTuneResult> TuneGemm(const v1::GemmProblem& problem, Device* 
   }
   result.template_candidates = static_cast<int>(tiles.size());
 
-  // Source 2: cuBLASLt's heuristic, each algorithm within the runner's workspace.
-  if (cublaslt != nullptr && CublasLtCanServe(problem).ok()) {
-    absl::StatusOr<std::vector<CublasLtAlgo>> algos =
-        cublaslt->Heuristic(problem, options.cublaslt_algos, GemmRunner::kCublasLtWorkspaceBytes);
-    if (algos.ok()) {
-      for (size_t i = 0; i < algos->size(); ++i) {
-        GemmCandidate c;
-        c.cublaslt = (*algos)[i];
-        c.cublaslt_rank = static_cast<int>(i);
-        candidates.push_back(std::move(c));
-      }
-      result.cublaslt_candidates = static_cast<int>(algos->size());
-    } else {
-      result.outcomes.push_back({"cublaslt", absl::StrCat("failed: ", algos.status().message()), {}});
+  if (absl::Status s = executor->PrepareGemm(problem); !s.ok()) return s;
+
+  // Source 2: cuBLASLt's heuristic (each algorithm within the runner's workspace).
+  absl::StatusOr<std::vector<LaunchRecipe>> lt = executor->CublasLtCandidates(options.cublaslt_algos);
+  if (lt.ok()) {
+    for (size_t i = 0; i < lt->size(); ++i) {
+      GemmCandidate c;
+      c.recipe = std::move((*lt)[i]);
+      c.cublaslt_rank = static_cast<int>(i);
+      candidates.push_back(std::move(c));
     }
+    result.cublaslt_candidates = static_cast<int>(lt->size());
+  } else if (absl::IsUnavailable(lt.status())) {
+    return lt.status();
+  } else {
+    result.outcomes.push_back({"cublaslt", absl::StrCat("failed: ", lt.status().message()), {}});
   }
   if (candidates.empty()) return absl::NotFoundError("no GEMM candidate of any source serves the problem");
-
-  absl::StatusOr<std::unique_ptr<GemmRunner>> runner = GemmRunner::Create(problem, device, cublaslt);
-  if (!runner.ok()) return runner.status();
 
   // Round 1: verify and time every candidate.
   std::vector<size_t> measured;  // indices into candidates
@@ -96,8 +95,9 @@ absl::StatusOr<GemmTuneResult> TuneGemm(const v1::GemmProblem& problem, Device* 
     outcome_of[i] = result.outcomes.size();
     result.outcomes.push_back({candidates[i].Name(), "ok", {}});
     GemmCandidateOutcome& out = result.outcomes.back();
-    absl::StatusOr<VerifyResult> v = (*runner)->Verify(candidates[i]);
+    absl::StatusOr<VerifyResult> v = executor->Verify(candidates[i].recipe);
     if (!v.ok()) {
+      if (absl::IsUnavailable(v.status())) return v.status();  // the executor is gone
       out.status = absl::StrCat("failed: ", v.status().message());
       continue;
     }
@@ -105,8 +105,9 @@ absl::StatusOr<GemmTuneResult> TuneGemm(const v1::GemmProblem& problem, Device* 
       out.status = absl::StrCat("wrong: ", v->detail);
       continue;
     }
-    absl::StatusOr<Timing> t = (*runner)->Time(candidates[i], options.measure);
+    absl::StatusOr<Timing> t = executor->Time(candidates[i].recipe, options.measure);
     if (!t.ok()) {
+      if (absl::IsUnavailable(t.status())) return t.status();
       out.status = absl::StrCat("failed: ", t.status().message());
       continue;
     }
@@ -135,13 +136,12 @@ absl::StatusOr<GemmTuneResult> TuneGemm(const v1::GemmProblem& problem, Device* 
   std::vector<Timing> finals;
   std::vector<int> preference;
   for (size_t i : finalists) {
-    absl::StatusOr<Timing> t = (*runner)->Time(candidates[i], options.final_measure);
+    absl::StatusOr<Timing> t = executor->Time(candidates[i].recipe, options.final_measure);
     if (!t.ok()) return t.status();  // it ran moments ago: a failure now is not the candidate's
     finals.push_back(*t);
     result.outcomes[outcome_of[i]].timing = *t;
     // cuBLASLt's default first, then cuBLASLt's order, then the space's order.
-    preference.push_back(candidates[i].cublaslt.has_value() ? candidates[i].cublaslt_rank
-                                                            : 1000 + static_cast<int>(i));
+    preference.push_back(candidates[i].is_cublaslt() ? candidates[i].cublaslt_rank : 1000 + static_cast<int>(i));
   }
   const size_t w = PickGemmWinner(finals, preference);
   result.winner = candidates[finalists[w]];

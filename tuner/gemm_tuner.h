@@ -9,8 +9,9 @@
 // never measurably slower than what cuBLASLt would have run: adding a source
 // can only make it faster.
 //
-// In process, on the caller's Device (no worker isolation yet: a faulting
-// candidate ends the process; the norm path's worker is the model for it).
+// Candidates run on a CandidateExecutor: in ktuned the worker process
+// (tuner/worker.h), so a candidate that faults or hangs fails alone (its
+// outcome says so) and the tune goes on; in benchmarks, in process.
 #pragma once
 
 #include <optional>
@@ -19,8 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "ktune/v1/ktune.pb.h"
-#include "tuner/cublaslt.h"
-#include "tuner/device.h"
+#include "tuner/executor.h"
 #include "tuner/gemm_runner.h"
 #include "tuner/gemm_space.h"
 #include "tuner/measure.h"
@@ -37,7 +37,8 @@ struct GemmTuneOptions {
 
 struct GemmCandidateOutcome {
   std::string name;    // GemmCandidate::Name()
-  std::string status;  // "ok", "wrong: <detail>", "failed: <error>", "compile failed: <log>"
+  std::string status;  // "ok", "wrong: <detail>", "failed: <error>" (a fault or hang
+                       // included), "compile failed: <log>"
   Timing timing;       // final measurement for finalists, else the first round's
 };
 
@@ -60,9 +61,9 @@ struct GemmTuneResult {
 // REQUIRES: finals non-empty, preference.size() == finals.size().
 size_t PickGemmWinner(const std::vector<Timing>& finals, const std::vector<int>& preference);
 
-// REQUIRES: ValidateGemmProblem(problem) OK. `cublaslt` may be null. NOT_FOUND
-// if no candidate of any source could run the problem correctly.
-absl::StatusOr<GemmTuneResult> TuneGemm(const v1::GemmProblem& problem, Device* device, CublasLt* cublaslt,
+// REQUIRES: ValidateGemmProblem(problem) OK. NOT_FOUND if no candidate of
+// any source ran the problem correctly; UNAVAILABLE if the executor is gone.
+absl::StatusOr<GemmTuneResult> TuneGemm(const v1::GemmProblem& problem, CandidateExecutor* executor,
                                         const GemmTuneOptions& options = GemmTuneOptions());
 
 }  // namespace ktune

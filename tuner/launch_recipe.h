@@ -9,6 +9,9 @@
 
 namespace ktune {
 
+// The template id of a recipe that is a cuBLASLt call (tuner/cublaslt.h).
+inline constexpr char kCublasLtTemplateId[] = "cublaslt";
+
 struct KernelLaunch {
   std::string name_expression;  // "ktune::rmsnorm_fwd<ktune::bf16, ...>"
   std::string lowered_name;     // mangled name in the cubin ("" until compiled)
@@ -26,6 +29,10 @@ struct LaunchRecipe {
   std::vector<KernelLaunch> kernels;  // in launch order
   uint64_t workspace_bytes = 0;
   std::string cubin;          // filled once compiled
+  // A cuBLASLt call instead of kernels (template_id kCublasLtTemplateId, no
+  // kernels): the 64 bytes of its cublasLtMatmulAlgo_t; workspace_bytes of
+  // workspace. Empty for kernel recipes.
+  std::string cublaslt_algo;
 };
 
 }  // namespace ktune

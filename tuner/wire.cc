@@ -188,6 +188,7 @@ v1::LaunchRecipe RecipeToProto(const LaunchRecipe& r, bool include_cubin) {
   }
   out.set_workspace_bytes(r.workspace_bytes);
   if (include_cubin) out.set_cubin(r.cubin);
+  out.set_cublaslt_algo(r.cublaslt_algo);
   return out;
 }
 
@@ -209,6 +210,7 @@ LaunchRecipe RecipeFromProto(const v1::LaunchRecipe& in) {
   }
   r.workspace_bytes = in.workspace_bytes();
   r.cubin = in.cubin();
+  r.cublaslt_algo = in.cublaslt_algo();
   return r;
 }
 

@@ -16,6 +16,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
+#include "tuner/cublaslt.h"
+#include "tuner/gemm_problem.h"
 #include "tuner/wire.h"
 
 extern char** environ;
@@ -96,18 +98,35 @@ class FakeExecutor final : public CandidateExecutor {
   // restarted without its problem must fail here as it would on a GPU.
   absl::Status Prepare(const NormProblem&) override {
     prepared_ = true;
+    gemm_ = false;
     return absl::OkStatus();
+  }
+  absl::Status PrepareGemm(const v1::GemmProblem&) override {
+    prepared_ = true;
+    gemm_ = true;
+    return absl::OkStatus();
+  }
+  // Three made-up algorithms (64 distinct bytes each), as cuBLASLt would give.
+  absl::StatusOr<std::vector<LaunchRecipe>> CublasLtCandidates(int max) override {
+    if (!prepared_ || !gemm_) return absl::FailedPreconditionError("CublasLtCandidates before PrepareGemm");
+    std::vector<LaunchRecipe> out;
+    for (int i = 0; i < std::min(max, 3); ++i) {
+      CublasLtAlgo a;
+      a.data = std::string(64, static_cast<char>('a' + i));
+      out.push_back(CublasLtRecipe(a, 130100));
+    }
+    return out;
   }
   absl::StatusOr<VerifyResult> Verify(const LaunchRecipe& recipe) override {
     if (!prepared_) return absl::FailedPreconditionError("Verify before Prepare");
     VerifyResult v;
-    v.ok = !recipe.cubin.empty();
+    v.ok = !recipe.cubin.empty() || !recipe.cublaslt_algo.empty();
     v.detail = v.ok ? "" : "no cubin";
     return v;
   }
   absl::StatusOr<Timing> Time(const LaunchRecipe& recipe, const MeasureOptions& options) override {
     if (!prepared_) return absl::FailedPreconditionError("Time before Prepare");
-    size_t h = 0;
+    size_t h = std::hash<std::string>()(recipe.cublaslt_algo);
     for (const KernelLaunch& k : recipe.kernels) h = h * 31 + std::hash<std::string>()(k.name_expression);
     Timing t;
     t.median_us = 10.0 + static_cast<double>(h % 1000) / 100.0;
@@ -121,6 +140,7 @@ class FakeExecutor final : public CandidateExecutor {
  private:
   DeviceInfo device_;
   bool prepared_ = false;
+  bool gemm_ = false;
 };
 
 void MaybeInjectFault(const LaunchRecipe& recipe) {
@@ -190,10 +210,21 @@ int RunWorker(int fd) {
       }
     } else if (!executor) {
       SetStatus(absl::FailedPreconditionError("worker: hello first"), &reply);
+    } else if (request.has_prepare() && request.prepare().has_gemm()) {
+      const v1::GemmProblem& gemm = request.prepare().gemm();
+      absl::Status s = ValidateGemmProblem(gemm);
+      if (s.ok()) s = executor->PrepareGemm(gemm);
+      SetStatus(s, &reply);
     } else if (request.has_prepare()) {
       absl::StatusOr<NormProblem> problem = NormProblemFromProto(request.prepare().problem());
       absl::Status s = problem.ok() ? executor->Prepare(*problem) : problem.status();
       SetStatus(s, &reply);
+    } else if (request.has_cublaslt()) {
+      absl::StatusOr<std::vector<LaunchRecipe>> recipes = executor->CublasLtCandidates(request.cublaslt().max());
+      if (recipes.ok()) {
+        for (const LaunchRecipe& r : *recipes) *reply.add_recipes() = RecipeToProto(r, /*include_cubin=*/false);
+      }
+      SetStatus(recipes.status(), &reply);
     } else if (request.has_run()) {
       const v1::WorkerRun& run = request.run();
       const LaunchRecipe recipe = RecipeFromProto(run.recipe());
@@ -358,8 +389,7 @@ absl::Status WorkerExecutor::Recover() {
   if (absl::Status s = Spawn(); !s.ok()) return s;
   if (!was_prepared) return absl::OkStatus();
   v1::WorkerRequest prepare;
-  *prepare.mutable_prepare()->mutable_problem() = problem_;
-  prepare.mutable_prepare()->set_seed(options_.seed);
+  *prepare.mutable_prepare() = prepare_;
   absl::StatusOr<v1::WorkerReply> reply = Call(prepare, options_.prepare_timeout_s);
   if (!reply.ok()) return reply.status();
   if (reply->code() != 0) return absl::Status(static_cast<absl::StatusCode>(reply->code()), reply->message());
@@ -367,19 +397,46 @@ absl::Status WorkerExecutor::Recover() {
   return absl::OkStatus();
 }
 
-absl::Status WorkerExecutor::Prepare(const NormProblem& problem) {
+absl::Status WorkerExecutor::SendPrepare(const v1::WorkerPrepare& prepare) {
   if (fd_ < 0) {
     if (absl::Status s = Recover(); !s.ok()) return s;
   }
-  problem_ = NormProblemToProto(problem);
-  v1::WorkerRequest prepare;
-  *prepare.mutable_prepare()->mutable_problem() = problem_;
-  prepare.mutable_prepare()->set_seed(options_.seed);
-  absl::StatusOr<v1::WorkerReply> reply = Call(prepare, options_.prepare_timeout_s);
+  prepare_ = prepare;
+  prepare_.set_seed(options_.seed);
+  prepared_ = false;
+  v1::WorkerRequest request;
+  *request.mutable_prepare() = prepare_;
+  absl::StatusOr<v1::WorkerReply> reply = Call(request, options_.prepare_timeout_s);
   if (!reply.ok()) return reply.status();
   if (reply->code() != 0) return absl::Status(static_cast<absl::StatusCode>(reply->code()), reply->message());
   prepared_ = true;
   return absl::OkStatus();
+}
+
+absl::Status WorkerExecutor::Prepare(const NormProblem& problem) {
+  v1::WorkerPrepare prepare;
+  *prepare.mutable_problem() = NormProblemToProto(problem);
+  return SendPrepare(prepare);
+}
+
+absl::Status WorkerExecutor::PrepareGemm(const v1::GemmProblem& problem) {
+  v1::WorkerPrepare prepare;
+  *prepare.mutable_gemm() = problem;
+  return SendPrepare(prepare);
+}
+
+absl::StatusOr<std::vector<LaunchRecipe>> WorkerExecutor::CublasLtCandidates(int max) {
+  if (fd_ < 0) {
+    if (absl::Status s = Recover(); !s.ok()) return s;
+  }
+  v1::WorkerRequest request;
+  request.mutable_cublaslt()->set_max(max);
+  absl::StatusOr<v1::WorkerReply> reply = Call(request, options_.prepare_timeout_s);
+  if (!reply.ok()) return reply.status();
+  if (reply->code() != 0) return absl::Status(static_cast<absl::StatusCode>(reply->code()), reply->message());
+  std::vector<LaunchRecipe> out;
+  for (const v1::LaunchRecipe& r : reply->recipes()) out.push_back(RecipeFromProto(r));
+  return out;
 }
 
 absl::StatusOr<v1::WorkerReply> WorkerExecutor::RunOnce(const LaunchRecipe& recipe, bool verify,

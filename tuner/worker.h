@@ -55,6 +55,8 @@ class WorkerExecutor final : public CandidateExecutor {
 
   const DeviceInfo& device() const override { return device_; }
   absl::Status Prepare(const NormProblem& problem) override;
+  absl::Status PrepareGemm(const v1::GemmProblem& problem) override;
+  absl::StatusOr<std::vector<LaunchRecipe>> CublasLtCandidates(int max) override;
   absl::StatusOr<VerifyResult> Verify(const LaunchRecipe& recipe) override;
   absl::StatusOr<Timing> Time(const LaunchRecipe& recipe, const MeasureOptions& options) override;
 
@@ -78,6 +80,8 @@ class WorkerExecutor final : public CandidateExecutor {
                                           const MeasureOptions& options, bool* faulted);
   // After a candidate took the worker down: restart it and prepare again.
   absl::Status Recover();
+  // Sends `prepare` (a norm or GEMM problem) and remembers it for restarts.
+  absl::Status SendPrepare(const v1::WorkerPrepare& prepare);
 
   const WorkerOptions options_;
   DeviceInfo device_;
@@ -87,7 +91,7 @@ class WorkerExecutor final : public CandidateExecutor {
   int restarts_ = 0;
   bool prepared_ = false;
   bool last_run_faulted_ = false;
-  v1::NormProblem problem_;  // the prepared problem, for restarts
+  v1::WorkerPrepare prepare_;  // the prepared problem, for restarts
 };
 
 }  // namespace ktune

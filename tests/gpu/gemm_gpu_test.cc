@@ -14,6 +14,7 @@
 #include "tuner/cublaslt.h"
 #include "tuner/gemm_problem.h"
 #include "tuner/gemm_space.h"
+#include "tuner/executor.h"
 #include "tuner/gemm_tuner.h"
 #include "tuner/nvrtc_compiler.h"
 
@@ -184,13 +185,12 @@ TEST_CASE("cuBLASLt's algorithms match a float64 reference and come back from th
 
 TEST_CASE("TuneGemm answers correctly and never measurably slower than cuBLASLt's default", "[gpu][gemm]") {
   Device* device = testing::GpuDevice();
-  absl::StatusOr<std::unique_ptr<CublasLt>> lt = CublasLt::Open();
-  REQUIRE(lt.ok());
+  std::unique_ptr<CandidateExecutor> executor = NewInProcessExecutor(device);
   for (GemmCase& g : Cases(device)) {
     INFO(GemmCanonicalKey(g.p));
     GemmTuneOptions options;
     options.measure.repetitions = 20;
-    absl::StatusOr<GemmTuneResult> r = TuneGemm(g.p, device, lt->get(), options);
+    absl::StatusOr<GemmTuneResult> r = TuneGemm(g.p, executor.get(), options);
     INFO(r.status().ToString());
     REQUIRE(r.ok());
     // Every candidate of both sources passed the runner's reference check

@@ -6,6 +6,9 @@
 
 #include <catch2/catch.hpp>
 
+#include "tuner/gemm_problem.h"
+#include "tuner/gemm_space.h"
+#include "tuner/gemm_tuner.h"
 #include "tuner/worker.h"
 
 namespace ktune {
@@ -114,6 +117,88 @@ TEST_CASE("a worker without a GPU says why it cannot run", "[tuner][worker]") {
   auto none = WorkerExecutor::Start(missing);
   REQUIRE_FALSE(none.ok());
   CHECK(none.status().code() == absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace ktune
+
+namespace ktune {
+namespace {
+
+v1::GemmProblem SmallGemm() {
+  v1::GemmProblem p;
+  p.set_m(256);
+  p.set_n(256);
+  p.set_k(256);
+  p.set_a_dtype(v1::BF16);
+  p.set_b_dtype(v1::BF16);
+  p.set_d_dtype(v1::BF16);
+  p.set_b_layout(v1::COL_MAJOR);
+  return p;
+}
+
+TEST_CASE("a worker prepares GEMM problems, lists cuBLASLt candidates and runs both kinds", "[tuner][worker][gemm]") {
+  auto worker = WorkerExecutor::Start(FakeWorker());
+  REQUIRE(worker.ok());
+  REQUIRE((*worker)->PrepareGemm(SmallGemm()).ok());
+  auto lt = (*worker)->CublasLtCandidates(8);
+  REQUIRE(lt.ok());
+  REQUIRE(lt->size() == 3);  // what the fake device's cuBLASLt offers
+  for (const LaunchRecipe& r : *lt) {
+    CHECK(r.template_id == kCublasLtTemplateId);
+    CHECK(r.cublaslt_algo.size() == 64);
+    CHECK(r.kernels.empty());
+    auto v = (*worker)->Verify(r);
+    REQUIRE(v.ok());
+    CHECK(v->ok);
+    auto t = (*worker)->Time(r, MeasureOptions());
+    REQUIRE(t.ok());
+    CHECK(t->median_us > 0);
+  }
+  auto v = (*worker)->Verify(Candidate("ktune::gemm_mma<1>"));
+  REQUIRE(v.ok());
+  CHECK(v->ok);
+  // A norm problem after a GEMM one: the worker switches back.
+  REQUIRE((*worker)->Prepare(Problem()).ok());
+  CHECK((*worker)->CublasLtCandidates(8).status().code() == absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_CASE("TuneGemm over a worker: a crashing candidate fails alone and both sources compete",
+          "[tuner][worker][gemm][nvrtc]") {
+  const v1::GemmProblem p = SmallGemm();
+  const std::vector<GemmTileConfig> space = GemmSearchSpace(p, FakeWorkerDevice());
+  REQUIRE(space.size() >= 3);
+  auto victim = GemmLaunchRecipe(p, space[1], FakeWorkerDevice());
+  REQUIRE(victim.ok());
+  // The crash hook matches a substring of the name expression: the full one.
+  auto worker = WorkerExecutor::Start(FakeWorker({"KTUNE_WORKER_FAULT=crash:" + victim->kernels[0].name_expression}));
+  REQUIRE(worker.ok());
+  GemmTuneOptions options;
+  options.measure.repetitions = 20;
+  options.final_measure.repetitions = 20;
+  auto r = TuneGemm(p, worker->get(), options);
+  INFO(r.status().ToString());
+  REQUIRE(r.ok());
+  CHECK(r->template_candidates == static_cast<int>(space.size()));
+  CHECK(r->cublaslt_candidates == 3);
+  int failed = 0, ok = 0;
+  for (const GemmCandidateOutcome& o : r->outcomes) {
+    INFO(o.name << ": " << o.status);
+    if (o.status == "ok") {
+      ++ok;
+    } else {
+      ++failed;
+      CHECK(o.name == "mma_sync " + ToString(space[1]));
+      CHECK_THAT(o.status, Catch::StartsWith("failed: "));
+    }
+  }
+  CHECK(failed == 1);
+  CHECK(ok == r->template_candidates + r->cublaslt_candidates - 1);
+  CHECK((*worker)->restarts() == 1);
+  // cuBLASLt's default and the best template were measured with the finalists.
+  REQUIRE(r->cublaslt_default.has_value());
+  REQUIRE(r->best_template.has_value());
+  CHECK(r->winner_timing.median_us <= r->cublaslt_default->median_us * 1.03);
 }
 
 }  // namespace

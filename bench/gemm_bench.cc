@@ -4,9 +4,12 @@
 // ktune's answer, all from one measurement (re-measured together). Peers
 // outside ktune (torch.matmul) are for a Python driver to add.
 //
-//   ktune_gemm_bench [--shapes 8192x8192x8192,1x4096x4096] [--b-layout nk|kn] [--json out.json]
+//   ktune_gemm_bench [--shapes 8192x8192x8192,1x4096x4096] [--dtype bf16|fp8] [--b-layout nk|kn]
+//                    [--json out.json]
 // Default shapes: issue 5's (M in {1, 16, 128, 2048, 8192} x (N, K) in
-// {(4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096)}, plus 8192^3), bf16.
+// {(4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096)}, plus 8192^3), bf16
+// (fp8: e4m3 A and B with per-tensor scales, bf16 D; cuBLASLt candidates only
+// until an fp8 template exists).
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -28,10 +31,11 @@ double Tflops(const ktune::v1::GemmProblem& p, double us) { return us > 0 ? ktun
 
 int main(int argc, char** argv) {
   CLI::App app{"ktune_gemm_bench: GEMM candidates of every source on this GPU"};
-  std::string shapes_text, json_path, layout = "nk";
+  std::string shapes_text, json_path, layout = "nk", dtype = "bf16";
   app.add_option("--shapes", shapes_text, "MxNxK,... (default: issue 5's bench shapes)");
   app.add_option("--b-layout", layout, "nk: B is [N, K] (nn.Linear); kn: B is [K, N]")
       ->check(CLI::IsMember({"nk", "kn"}));
+  app.add_option("--dtype", dtype, "bf16, or fp8 (e4m3, scaled, bf16 D)")->check(CLI::IsMember({"bf16", "fp8"}));
   app.add_option("--json", json_path, "write every outcome here");
   CLI11_PARSE(app, argc, argv);
 
@@ -73,8 +77,8 @@ int main(int argc, char** argv) {
     p.set_n(n);
     p.set_k(k);
     p.set_batch(1);
-    p.set_a_dtype(ktune::v1::BF16);
-    p.set_b_dtype(ktune::v1::BF16);
+    p.set_a_dtype(dtype == "fp8" ? ktune::v1::FP8_E4M3 : ktune::v1::BF16);
+    p.set_b_dtype(dtype == "fp8" ? ktune::v1::FP8_E4M3 : ktune::v1::BF16);
     p.set_d_dtype(ktune::v1::BF16);
     p.set_a_layout(ktune::v1::ROW_MAJOR);
     p.set_b_layout(layout == "nk" ? ktune::v1::COL_MAJOR : ktune::v1::ROW_MAJOR);
@@ -95,7 +99,8 @@ int main(int argc, char** argv) {
                 r->best_template_name.c_str(), ours, r->winner.Name().c_str(), dflt > 0 ? ours / dflt : 0,
                 r->template_candidates, r->cublaslt_candidates, r->tune_seconds);
     std::fflush(stdout);
-    nlohmann::json row = {{"m", m}, {"n", n}, {"k", k}, {"b_layout", layout}, {"cublaslt_default_tflops", dflt},
+    nlohmann::json row = {{"m", m}, {"n", n}, {"k", k}, {"dtype", dtype}, {"b_layout", layout},
+                          {"cublaslt_default_tflops", dflt},
                           {"best_template_tflops", tmpl}, {"best_template", r->best_template_name},
                           {"ktune_tflops", ours}, {"ktune_answer", r->winner.Name()},
                           {"template_candidates", r->template_candidates},

@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "tuner/bf16.h"
+#include "tuner/host_float.h"
 #include "tuner/gemm_problem.h"
 #include "tuner/kernel_source.h"
 #include "tuner/nvrtc_compiler.h"
@@ -23,6 +23,26 @@ std::vector<uint16_t> RandomBf16(size_t count, std::mt19937_64* rng) {
   for (uint16_t& x : v) x = FloatToBf16(u(*rng));
   return v;
 }
+
+// A or B in the problem's input type, as bytes: bf16, or fp8 e4m3.
+std::string RandomInput(bool fp8, size_t count, std::mt19937_64* rng) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::string bytes(count * (fp8 ? 1 : 2), '\0');
+  for (size_t i = 0; i < count; ++i) {
+    if (fp8) {
+      bytes[i] = static_cast<char>(FloatToE4m3(u(*rng)));
+    } else {
+      const uint16_t b = FloatToBf16(u(*rng));
+      std::memcpy(&bytes[2 * i], &b, 2);
+    }
+  }
+  return bytes;
+}
+
+// FP8's per-tensor scales (applied to A x B): not 1, so a candidate that
+// ignores one fails the check.
+constexpr float kFp8ScaleA = 0.5f;
+constexpr float kFp8ScaleB = 0.25f;
 
 size_t DBytes(const v1::GemmProblem& p) { return GemmDType(p) == v1::FP32 ? 4 : 2; }
 
@@ -47,6 +67,7 @@ struct GemmRunner::Impl {
   // Per rotation set (identical contents):
   std::vector<DeviceBuffer> a, b, c, d;
   DeviceBuffer bias, workspace;
+  DeviceBuffer a_scale, b_scale;  // fp8 only
   std::vector<float> ref;  // (batch, M, N) f32, the reference D of set 0
   double ref_rms = 0;
 
@@ -75,7 +96,8 @@ absl::Status GemmRunner::Impl::ComputeReference() {
   r.arch = Arch(device->info());
   r.nvrtc_options = {absl::StrCat("--gpu-architecture=", r.arch), "-std=c++17"};
   KernelLaunch k;
-  k.name_expression = absl::StrFormat("ktune::gemm_reference<%s, %s, %d, %s>",
+  k.name_expression = absl::StrFormat("ktune::gemm_reference<%s, %s, %s, %d, %s>",
+                                      p.a_dtype() == v1::FP8_E4M3 ? "ktune::e4m3" : "ktune::bf16",
                                       GemmDType(p) == v1::FP32 ? "float" : "ktune::bf16",
                                       GemmBIsNK(p) ? "true" : "false", GemmEpilogueCode(p),
                                       GemmHasC(p) ? "true" : "false");
@@ -92,7 +114,8 @@ absl::Status GemmRunner::Impl::ComputeReference() {
   uint64_t pa = a[0].get(), pb = b[0].get(), pc = c.empty() ? 0 : c[0].get(), pd = out->get(), pbias = bias.get();
   int m = static_cast<int>(p.m()), n = static_cast<int>(p.n()), kk = static_cast<int>(p.k());
   float alpha = 1.0f, beta = 1.0f;
-  void* args[] = {&pa, &pb, &pc, &pd, &pbias, &m, &n, &kk, &alpha, &beta};
+  uint64_t pas = a_scale.get(), pbs = b_scale.get();  // 0 for bf16: no scale
+  void* args[] = {&pa, &pb, &pc, &pd, &pbias, &m, &n, &kk, &alpha, &beta, &pas, &pbs};
   absl::Status s = device->Launch(*kernel, r.kernels[0], args);
   if (s.ok()) s = device->Synchronize();
   device->UnloadKernel(*kernel);
@@ -123,6 +146,8 @@ absl::Status GemmRunner::Impl::Launch(const LaunchRecipe& recipe, const LoadedKe
   o.c = c.empty() ? 0 : c[set].get();
   o.d = d[set].get();
   o.bias = GemmHasBias(p) ? bias.get() : 0;
+  o.a_scale = a_scale.get();
+  o.b_scale = b_scale.get();
   o.alpha = 1.0f;
   o.beta = 1.0f;
   return cublaslt->Run(p, CublasLtAlgoOf(recipe), o, workspace.get(), workspace.size(), device->stream());
@@ -133,9 +158,7 @@ GemmRunner::~GemmRunner() = default;
 
 absl::StatusOr<std::unique_ptr<GemmRunner>> GemmRunner::Create(const v1::GemmProblem& p, Device* device,
                                                                CublasLt* cublaslt, uint64_t seed) {
-  if (p.a_dtype() != v1::BF16 || p.b_dtype() != v1::BF16) {
-    return absl::UnimplementedError("the GEMM runner serves bf16 A and B (fp8 comes later)");
-  }
+  const bool fp8 = p.a_dtype() == v1::FP8_E4M3;
   auto im = std::make_unique<Impl>();
   im->p = p;
   im->device = device;
@@ -144,12 +167,14 @@ absl::StatusOr<std::unique_ptr<GemmRunner>> GemmRunner::Create(const v1::GemmPro
   const size_t a_elems = static_cast<size_t>(batch * p.m() * p.k());
   const size_t b_elems = static_cast<size_t>(batch * p.n() * p.k());
   const size_t c_elems = GemmHasC(p) ? im->d_elems() : 0;
-  const int64_t per_set = static_cast<int64_t>(2 * (a_elems + b_elems) + DBytes(p) * (c_elems + im->d_elems()));
+  const size_t in_bytes = fp8 ? 1 : 2;
+  const int64_t per_set =
+      static_cast<int64_t>(in_bytes * (a_elems + b_elems) + DBytes(p) * (c_elems + im->d_elems()));
   im->rotation = RotationCount(device->info(), per_set);
 
   std::mt19937_64 rng(seed);
-  const std::vector<uint16_t> a = RandomBf16(a_elems, &rng);
-  const std::vector<uint16_t> b = RandomBf16(b_elems, &rng);
+  const std::string a = RandomInput(fp8, a_elems, &rng);
+  const std::string b = RandomInput(fp8, b_elems, &rng);
   std::vector<uint16_t> c16;
   std::vector<float> c32;
   if (c_elems > 0) {
@@ -175,8 +200,8 @@ absl::StatusOr<std::unique_ptr<GemmRunner>> GemmRunner::Create(const v1::GemmPro
   im->d.resize(im->rotation);
   if (c_elems > 0) im->c.resize(im->rotation);
   for (int s = 0; s < im->rotation; ++s) {
-    if (absl::Status st = upload(a.data(), a_elems * 2, &im->a[s]); !st.ok()) return st;
-    if (absl::Status st = upload(b.data(), b_elems * 2, &im->b[s]); !st.ok()) return st;
+    if (absl::Status st = upload(a.data(), a.size(), &im->a[s]); !st.ok()) return st;
+    if (absl::Status st = upload(b.data(), b.size(), &im->b[s]); !st.ok()) return st;
     if (c_elems > 0) {
       const void* host = DBytes(p) == 4 ? static_cast<const void*>(c32.data()) : c16.data();
       if (absl::Status st = upload(host, c_elems * DBytes(p), &im->c[s]); !st.ok()) return st;
@@ -186,6 +211,10 @@ absl::StatusOr<std::unique_ptr<GemmRunner>> GemmRunner::Create(const v1::GemmPro
     im->d[s] = *std::move(d);
   }
   if (absl::Status st = upload(bias.data(), bias.size() * 2, &im->bias); !st.ok()) return st;
+  if (fp8) {
+    if (absl::Status st = upload(&kFp8ScaleA, sizeof(float), &im->a_scale); !st.ok()) return st;
+    if (absl::Status st = upload(&kFp8ScaleB, sizeof(float), &im->b_scale); !st.ok()) return st;
+  }
   if (cublaslt != nullptr) {
     absl::StatusOr<DeviceBuffer> ws = DeviceBuffer::Create(device, kCublasLtWorkspaceBytes);
     if (!ws.ok()) return ws.status();

@@ -2,8 +2,9 @@
 // and cuBLASLt's algorithms, on the same inputs, checked against the same
 // reference, timed by the same protocol (tuner/measure.h).
 //
-// Inputs are random in [-1, 1) (never zeros), the same in every rotation set;
-// D is poisoned (NaN) before each check. The reference is
+// Inputs are random in [-1, 1) (never zeros), bf16 or fp8 e4m3 (with scales
+// 0.5 and 0.25, so a candidate ignoring one fails), the same in every
+// rotation set; D is poisoned (NaN) before each check. The reference is
 // kernel_templates/gemm/gemm_reference.cuh, fp32 on the device, computed once
 // for set 0. Calls use alpha = 1 and beta = 1 (C, when the problem has one,
 // is added as is: a residual add).
@@ -47,7 +48,7 @@ double GemmRelativeTolerance(v1::DType d_dtype);
 
 class GemmRunner {
  public:
-  // REQUIRES: ValidateGemmProblem(problem) OK, bf16 A and B. `cublaslt` may be
+  // REQUIRES: ValidateGemmProblem(problem) OK. `cublaslt` may be
   // null (no cuBLASLt candidates); it must outlive the runner. Allocates the
   // inputs (rotation sets), D, the reference and a 32 MiB cuBLASLt workspace.
   static absl::StatusOr<std::unique_ptr<GemmRunner>> Create(const v1::GemmProblem& problem, Device* device,

@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "tuner/bf16.h"
+#include "tuner/host_float.h"
 
 namespace ktune {
 namespace {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "tests/gpu/gpu_env.h"
-#include "tuner/bf16.h"
+#include "tuner/host_float.h"
 #include "tuner/cublaslt.h"
 #include "tuner/gemm_problem.h"
 #include "tuner/gemm_space.h"
@@ -212,6 +212,36 @@ TEST_CASE("TuneGemm answers correctly and never measurably slower than cuBLASLt'
                 GemmCanonicalKey(g.p).c_str(), r->winner.Name().c_str(), r->winner_timing.median_us,
                 r->cublaslt_default ? r->cublaslt_default->median_us : 0.0, r->best_template_name.c_str(),
                 r->best_template ? r->best_template->median_us : 0.0);
+  }
+}
+
+TEST_CASE("fp8 GEMMs are tuned over cuBLASLt's algorithms and checked against the scaled reference", "[gpu][gemm]") {
+  Device* device = testing::GpuDevice();
+  std::unique_ptr<CandidateExecutor> executor = NewInProcessExecutor(device);
+  for (v1::Epilogue epilogue : {v1::EPILOGUE_NONE, v1::EPILOGUE_BIAS}) {
+    v1::GemmProblem p;
+    p.set_m(256);
+    p.set_n(512);
+    p.set_k(1024);
+    p.set_a_dtype(v1::FP8_E4M3);
+    p.set_b_dtype(v1::FP8_E4M3);
+    p.set_d_dtype(v1::BF16);
+    p.set_b_layout(v1::COL_MAJOR);
+    p.set_epilogue(epilogue);
+    REQUIRE(ValidateGemmProblem(p).ok());
+    INFO(GemmCanonicalKey(p));
+    GemmTuneOptions options;
+    options.measure.repetitions = 20;
+    absl::StatusOr<GemmTuneResult> r = TuneGemm(p, executor.get(), options);
+    INFO(r.status().ToString());
+    REQUIRE(r.ok());
+    CHECK(r->template_candidates == 0);  // the mma.sync template is bf16 only
+    CHECK(r->cublaslt_candidates >= 1);
+    for (const GemmCandidateOutcome& o : r->outcomes) {
+      INFO(o.name << ": " << o.status);
+      CHECK(o.status == "ok");
+    }
+    CHECK(r->winner.is_cublaslt());
   }
 }
 

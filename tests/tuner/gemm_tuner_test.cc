@@ -37,11 +37,12 @@ TEST_CASE("the GEMM winner is the fastest unless a preferred candidate ties it",
   CHECK(PickGemmWinner({At(100.2), At(100), At(100.1)}, {1002, 1001, 1000}) == 2);
 }
 
-TEST_CASE("the GEMM reference compiles for every layout, epilogue, C and D type", "[tuner][gemm][nvrtc]") {
+TEST_CASE("the GEMM reference compiles for every input type, layout, epilogue, C and D type", "[tuner][gemm][nvrtc]") {
   absl::StatusOr<const KernelSource*> source = FindKernelSource("gemm/gemm_reference");
   REQUIRE(source.ok());
   std::vector<LaunchRecipe> recipes;
-  for (const char* d : {"ktune::bf16", "float"}) {
+  for (auto [ab, d] : {std::pair{"ktune::bf16", "ktune::bf16"}, std::pair{"ktune::bf16", "float"},
+                       std::pair{"ktune::e4m3", "ktune::bf16"}}) {
     for (const char* b_nk : {"true", "false"}) {
       for (int epi = 0; epi <= 3; ++epi) {
         for (const char* has_c : {"true", "false"}) {
@@ -51,7 +52,7 @@ TEST_CASE("the GEMM reference compiles for every layout, epilogue, C and D type"
           r.arch = "sm_90";
           r.nvrtc_options = {"--gpu-architecture=sm_90", "-std=c++17"};
           KernelLaunch k;
-          k.name_expression = absl::StrFormat("ktune::gemm_reference<%s, %s, %d, %s>", d, b_nk, epi, has_c);
+          k.name_expression = absl::StrFormat("ktune::gemm_reference<%s, %s, %s, %d, %s>", ab, d, b_nk, epi, has_c);
           r.kernels.push_back(k);
           recipes.push_back(r);
         }

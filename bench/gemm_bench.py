@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""GEMM on the GPU machine (issue 5): ktune's answer, cuBLASLt's default choice
+and the best own template (all from ktune_gemm_bench, one measurement inside
+ktune), beside torch.matmul (bf16) or torch._scaled_mm (fp8), timed the way
+ktune's protocol times candidates (tuner/measure.h): warm-up, then a pair of
+CUDA events around each call, input sets rotated past the L2, the median.
+TFLOP/s = 2*M*N*K / time.
+
+  python3 bench/gemm_bench.py --ktune-gemm-bench .gpu/bin/ktune_gemm_bench --out OUT.json [--dtype bf16|fp8]
+"""
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+
+import statistics
+
+import torch
+
+L2_BYTES = 60 << 20
+SHAPES = [(8192, 8192, 8192)] + [(m, n, k) for m in (8192, 2048, 128, 16, 1)
+                                 for n, k in ((4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096))]
+
+
+def event_time_us(call, sets, warmup=10, repetitions=100):
+    """ktune's protocol: events around each call, set = repetition % sets, median."""
+    for i in range(warmup):
+        call(i % sets)
+    torch.cuda.synchronize()
+    pairs = []
+    for i in range(repetitions):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        call(i % sets)
+        e.record()
+        pairs.append((s, e))
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) * 1e3 for s, e in pairs)
+
+
+def torch_tflops(m, n, k, dtype):
+    """torch.matmul (bf16) or torch._scaled_mm (fp8, per-tensor scales, bf16 out); B is [N, K]."""
+    per_set = (m * k + n * k) * (1 if dtype == "fp8" else 2) + 2 * m * n
+    sets = max(1, math.ceil(3 * L2_BYTES / per_set))
+    a = [torch.randn(m, k, device="cuda") for _ in range(sets)]
+    b = [torch.randn(n, k, device="cuda") for _ in range(sets)]
+    d = [torch.empty(m, n, device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
+    if dtype == "fp8":
+        a = [x.to(torch.float8_e4m3fn) for x in a]
+        b = [x.to(torch.float8_e4m3fn) for x in b]
+        sa = torch.tensor(0.5, device="cuda")
+        sb = torch.tensor(0.25, device="cuda")
+
+        def call(i):
+            # _scaled_mm wants B column-major: b[i].t() of a row-major [N, K] is.
+            torch._scaled_mm(a[i], b[i].t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16, out=d[i])
+    else:
+        a = [x.to(torch.bfloat16) for x in a]
+        b = [x.to(torch.bfloat16) for x in b]
+
+        def call(i):
+            torch.matmul(a[i], b[i].t(), out=d[i])
+    us = event_time_us(call, sets)
+    return 2 * m * n * k / us / 1e6
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ktune-gemm-bench", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp8"])
+    ap.add_argument("--shapes", default=",".join(f"{m}x{n}x{k}" for m, n, k in SHAPES))
+    args = ap.parse_args()
+    ours_json = args.out + ".ktune.json"
+    r = subprocess.run([args.ktune_gemm_bench, "--shapes", args.shapes, "--dtype", args.dtype, "--json", ours_json],
+                       capture_output=True, text=True)
+    sys.stderr.write(r.stderr)
+    if r.returncode != 0 or not os.path.exists(ours_json):
+        sys.exit(f"ktune_gemm_bench failed ({r.returncode}):\n{r.stdout}")
+    rows = json.load(open(ours_json))
+    peer = "_scaled_mm" if args.dtype == "fp8" else "matmul"
+    print(f"{args.dtype} GEMM, D = A x B^T (B [N, K]), TFLOP/s; torch.{peer} and ktune's candidates timed alike "
+          f"(events per call, L2 rotation, median)")
+    print(f"{'M x N x K':<22} | {'torch':>7} | {'cuBLASLt':>8} | {'template':>8} | {'ktune':>7} | "
+          f"{'vs cuBLASLt':>11} | {'vs torch':>8} | answer")
+    for row in rows:
+        row["torch_tflops"] = torch_tflops(row["m"], row["n"], row["k"], args.dtype)
+        torch.cuda.empty_cache()
+        ours, dflt = row["ktune_tflops"], row["cublaslt_default_tflops"]
+        print(f"{row['m']} x {row['n']} x {row['k']:<10} | {row['torch_tflops']:7.1f} | {dflt:8.1f} | "
+              f"{row['best_template_tflops']:8.1f} | {ours:7.1f} | {ours / dflt if dflt else 0:10.3f}x | "
+              f"{ours / row['torch_tflops']:7.3f}x | {row['ktune_answer']}", flush=True)
+        with open(args.out, "w") as f:
+            json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

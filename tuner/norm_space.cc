@@ -471,8 +471,8 @@ std::vector<int> ReduceRowsCandidates(const NormProblem& p, const NormConfig& c)
   if (IsForward(p) || GradientParts(p) == 0 || c.split_size < 1) return {};
   const int derived = ReduceGeometryFor(PartialRows(p, c)).threads_y;
   std::vector<int> out;
-  for (int rows : {4, 8, 16, 32}) {
-    if (rows != derived) out.push_back(rows);
+  for (int rows : {derived / 2, derived * 2}) {
+    if (rows >= 1 && rows <= 32) out.push_back(rows);
   }
   return out;
 }

@@ -42,9 +42,10 @@ std::vector<NormConfig> NormSearchSpace(const NormProblem& problem, const Device
 NormConfig HeuristicNormConfig(const NormProblem& problem, const DeviceInfo& device);
 
 // Backward recipes with a reduce kernel: the reduce_rows values worth trying
-// with `config`'s fused kernel fixed (the powers of two from 4 to 32 other
-// than the derived one, which `config` with reduce_rows 0 already runs).
-// Empty for forwards and for backwards without partials.
+// with `config`'s fused kernel fixed: the derived value's neighbours, half
+// and double, within [1, 32] (one step of a local search; each variant
+// recompiles the fused kernel with it, which a shape's tune time must
+// afford). Empty for forwards and for backwards without partials.
 std::vector<int> ReduceRowsCandidates(const NormProblem& problem, const NormConfig& config);
 
 // The template id serving the problem: "norm/rmsnorm_fwd", "norm/rmsnorm_bwd",

@@ -187,15 +187,16 @@ TEST_CASE("a backward tune also tunes its reduce kernel and answers the geometry
   StreamedTune tuned = TuneStreamed(daemon, problem, false);
   INFO(tuned.result.status().ToString());
   REQUIRE(tuned.result.ok());
-  // The winner's fused kernel with each other reduce geometry was measured.
-  int reduce_variants = 0;
-  for (const std::string& m : tuned.progress) reduce_variants += m.find("(reduce kernel)") != std::string::npos;
-  CHECK(reduce_variants == 3);
   // The answer's reduce kernel has the chosen (or, for 0, the derived) rows.
   absl::StatusOr<NormConfig> config = NormConfigFromProto(tuned.result->config().norm());
   REQUIRE(config.ok());
   NormConfig derived = *config;
   derived.reduce_rows = 0;
+  // The winner's fused kernel with each neighbouring reduce geometry was measured.
+  int reduce_variants = 0;
+  for (const std::string& m : tuned.progress) reduce_variants += m.find("(reduce kernel)") != std::string::npos;
+  CHECK(reduce_variants == static_cast<int>(ReduceRowsCandidates(p, derived).size()));
+  CHECK(reduce_variants >= 1);
   auto derived_recipe = NormLaunchRecipe(p, derived, FakeWorkerDevice());
   REQUIRE(derived_recipe.ok());
   const v1::LaunchRecipe& answer = tuned.result->recipe();

@@ -255,10 +255,12 @@ TEST_CASE("the backward's reduce kernel rows are a knob of their own", "[tuner][
   REQUIRE(derived.ok());
   REQUIRE(derived->kernels.size() == 2);
   const std::vector<int> rows = ReduceRowsCandidates(bwd, c);
-  CHECK(rows.size() == 3);
+  REQUIRE_FALSE(rows.empty());
+  CHECK(rows.size() <= 2);
   for (int r : rows) {
     INFO(r);
-    CHECK(static_cast<uint32_t>(r) != derived->kernels[1].block[1]);  // the winner already ran that
+    const int derived_rows = static_cast<int>(derived->kernels[1].block[1]);
+    CHECK((r == derived_rows / 2 || r == derived_rows * 2));  // its neighbours, not itself
     NormConfig v = c;
     v.reduce_rows = r;
     auto recipe = NormLaunchRecipe(bwd, v, d);

@@ -9,6 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "tuner/fingerprint.h"
+#include "tuner/gemm_problem.h"
+#include "tuner/launch_recipe.h"
 #include "tuner/problem.h"
 #include "tuner/wire.h"
 
@@ -25,6 +27,7 @@ constexpr int kMaxKernels = 16;
 constexpr int kMaxListItems = 64;  // nvrtc options, kernel params
 constexpr uint64_t kMaxThreadsPerBlock = 1024;
 constexpr int kMaxWarpsPerCta = 32;
+constexpr int kCublasLtAlgoBytes = 64;  // sizeof(cublasLtMatmulAlgo_t)
 
 absl::Status Bad(absl::string_view prefix, absl::string_view field, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat(prefix, field, ": ", why));
@@ -155,6 +158,37 @@ absl::Status CheckNormConfig(absl::string_view prefix, const v1::Config& config,
   return absl::OkStatus();
 }
 
+// A GEMM entry's config names its source, and its recipe is that source's.
+absl::Status CheckGemmConfig(absl::string_view prefix, const v1::Config& config,
+                             const v1::LaunchRecipe& recipe) {
+  if (!config.has_gemm()) return Bad(prefix, "config.gemm", "a GEMM problem needs a GEMM config");
+  const v1::GemmConfig& g = config.gemm();
+  switch (g.source_case()) {
+    case v1::GemmConfig::kMmaSync: {
+      absl::StatusOr<GemmTileConfig> tile = GemmTileConfigFromProto(g.mma_sync());
+      if (!tile.ok()) return FromTuner(prefix, "config.gemm", tile.status());
+      if (recipe.template_id() == kCublasLtTemplateId) {
+        return Bad(prefix, "recipe.template_id", "an mma_sync config needs a kernel recipe");
+      }
+      return absl::OkStatus();
+    }
+    case v1::GemmConfig::kCublaslt: {
+      const v1::CublasLtAlgorithm& a = g.cublaslt();
+      if (a.algo().size() != kCublasLtAlgoBytes) {
+        return Bad(prefix, "config.gemm.cublaslt.algo",
+                   absl::StrCat("must be ", kCublasLtAlgoBytes, " bytes, got ", a.algo().size()));
+      }
+      if (a.version() == 0) return Bad(prefix, "config.gemm.cublaslt.version", "must be > 0");
+      if (recipe.template_id() != kCublasLtTemplateId || recipe.cublaslt_algo() != a.algo()) {
+        return Bad(prefix, "recipe", "a cuBLASLt config needs the cuBLASLt recipe of the same algorithm");
+      }
+      return absl::OkStatus();
+    }
+    default:
+      return Bad(prefix, "config.gemm", "must name a source (mma_sync or cublaslt)");
+  }
+}
+
 absl::Status CheckKernel(absl::string_view prefix, const std::string& field,
                          const v1::KernelLaunch& kernel) {
   if (absl::Status s = CheckText(prefix, field + ".name_expression", kernel.name_expression(),
@@ -237,6 +271,17 @@ absl::Status CheckRecipe(absl::string_view prefix, const v1::LaunchRecipe& recip
       return s;
     }
   }
+  if (recipe.template_id() == kCublasLtTemplateId) {  // a library call: no kernels
+    if (recipe.kernels_size() != 0) return Bad(prefix, "recipe.kernels", "must be empty for a cuBLASLt call");
+    if (recipe.cublaslt_algo().size() != kCublasLtAlgoBytes) {
+      return Bad(prefix, "recipe.cublaslt_algo",
+                 absl::StrCat("must be ", kCublasLtAlgoBytes, " bytes, got ", recipe.cublaslt_algo().size()));
+    }
+    return absl::OkStatus();
+  }
+  if (!recipe.cublaslt_algo().empty()) {
+    return Bad(prefix, "recipe.cublaslt_algo", "must be empty for a kernel recipe");
+  }
   if (recipe.kernels_size() < 1 || recipe.kernels_size() > kMaxKernels) {
     return Bad(
         prefix, "recipe.kernels",
@@ -284,19 +329,31 @@ absl::Status ValidateEntry(const v1::Entry& entry) { return ValidateEntry(entry,
 
 absl::Status ValidateEntry(const v1::Entry& entry, std::string_view prefix_text) {
   const absl::string_view prefix(prefix_text.data(), prefix_text.size());
-  if (entry.problem().kind_case() != v1::Problem::kNorm) {
-    return Bad(prefix, "problem", "only norm problems are stored by this version");
+  const bool gemm = entry.problem().kind_case() == v1::Problem::kGemm;
+  if (gemm) {
+    if (absl::Status s = ValidateGemmProblem(entry.problem().gemm()); !s.ok()) {
+      return FromTuner(prefix, "problem", s);
+    }
+  } else if (entry.problem().kind_case() != v1::Problem::kNorm) {
+    return Bad(prefix, "problem", "missing (a norm or a GEMM problem)");
   }
-  absl::StatusOr<NormProblem> problem = NormProblemFromProto(entry.problem().norm());
-  if (!problem.ok()) return FromTuner(prefix, "problem", problem.status());
-  if (absl::Status s = ValidateNormProblem(*problem); !s.ok()) {
-    return FromTuner(prefix, "problem", s);
+  absl::StatusOr<NormProblem> problem = NormProblem();
+  if (!gemm) {
+    problem = NormProblemFromProto(entry.problem().norm());
+    if (!problem.ok()) return FromTuner(prefix, "problem", problem.status());
+    if (absl::Status s = ValidateNormProblem(*problem); !s.ok()) {
+      return FromTuner(prefix, "problem", s);
+    }
   }
   if (!entry.has_device()) return Bad(prefix, "device", "missing");
   if (absl::Status s = CheckDevice(prefix, entry.device()); !s.ok()) return s;
   if (!entry.has_software()) return Bad(prefix, "software", "missing");
   if (absl::Status s = CheckSoftware(prefix, entry.software()); !s.ok()) return s;
-  if (absl::Status s = CheckNormConfig(prefix, entry.config(), *problem); !s.ok()) return s;
+  if (absl::Status s = gemm ? CheckGemmConfig(prefix, entry.config(), entry.recipe())
+                            : CheckNormConfig(prefix, entry.config(), *problem);
+      !s.ok()) {
+    return s;
+  }
   if (!entry.has_recipe()) return Bad(prefix, "recipe", "missing");
   if (absl::Status s = CheckRecipe(prefix, entry.recipe(), entry.device()); !s.ok()) return s;
   if (!entry.has_measurement()) return Bad(prefix, "measurement", "missing");
@@ -312,9 +369,15 @@ absl::Status ValidateEntry(const v1::Entry& entry, std::string_view prefix_text)
 }
 
 absl::StatusOr<EntryKey> KeyOf(const v1::Entry& entry) {
+  if (entry.problem().kind_case() == v1::Problem::kGemm) {
+    if (absl::Status s = ValidateGemmProblem(entry.problem().gemm()); !s.ok()) {
+      return FromTuner("entry.", "problem", s);
+    }
+    return EntryKey{"gemm", GemmCanonicalKey(entry.problem().gemm()), DeviceKey(DeviceFromProto(entry.device())),
+                    SoftwareKey(SoftwareFromProto(entry.software()))};
+  }
   if (entry.problem().kind_case() != v1::Problem::kNorm) {
-    return absl::InvalidArgumentError(
-        "entry.problem: only norm problems are stored by this version");
+    return absl::InvalidArgumentError("entry.problem: missing (a norm or a GEMM problem)");
   }
   // Keys are built from the decoded domain values, not the raw proto, so that
   // equivalent spellings (output dtype unspecified vs. equal to the input, eps

@@ -31,7 +31,7 @@ namespace ktune {
 enum class PrewarmOutcome {
   kTuned,         // tuned now
   kAlreadyTuned,  // a server of the kind had it (the resume)
-  kNotServed,     // the daemon does not serve this op (UNIMPLEMENTED): GEMM today
+  kNotServed,     // the daemon does not serve this op (UNIMPLEMENTED): an older ktuned
   kFailed,        // the daemon refused or failed this problem
   kNotDone,       // every server of the kind was lost before it was tuned
 };

@@ -37,7 +37,7 @@ void PrintSummary(const PrewarmReport& r) {
   std::printf("  tuned            %d\n", r.count(PrewarmOutcome::kTuned));
   std::printf("  already tuned    %d\n", r.count(PrewarmOutcome::kAlreadyTuned));
   if (r.count(PrewarmOutcome::kNotServed) > 0) {
-    std::printf("  not served yet   %d (ktuned does not tune these ops yet, e.g. GEMM; --dry-run lists them)\n",
+    std::printf("  not served       %d (the daemon does not serve these ops: an older ktuned?)\n",
                 r.count(PrewarmOutcome::kNotServed));
   }
   std::printf("  failed           %d\n", r.count(PrewarmOutcome::kFailed));
@@ -141,13 +141,13 @@ int PrewarmCommand::Run(const std::string& default_server, double timeout_s) con
   const int gemm = CountGemm(*problems);
   if (dry_run_) {
     for (const PrewarmProblem& p : *problems) {
-      std::printf("%s%s\n", p.key.c_str(), IsGemm(p) ? "  (not served by ktuned yet)" : "");
+      std::printf("%s\n", p.key.c_str());
     }
     std::printf("%zu problems (%zu norm, %d gemm)\n", problems->size(), problems->size() - gemm, gemm);
     return kExitDone;
   }
-  std::fprintf(stderr, "ktune prewarm: %zu problems (%zu norm, %d gemm%s)\n", problems->size(),
-               problems->size() - gemm, gemm, gemm > 0 ? ": GEMM is not served by ktuned yet and will be skipped" : "");
+  std::fprintf(stderr, "ktune prewarm: %zu problems (%zu norm, %d gemm)\n", problems->size(),
+               problems->size() - gemm, gemm);
 
   PrewarmOptions options;
   options.call_timeout_s = timeout_s;

@@ -19,6 +19,7 @@ void EntryCache::RememberLocked(const v1::Entry& entry) {
   if (!key.ok()) return;
   const std::string flat = FlatKey(*key);
   entries_.insert_or_assign(flat, entry);
+  if (!entry.problem().has_norm()) return;  // nearest-M families are for norms
   absl::StatusOr<NormProblem> problem = NormProblemFromProto(entry.problem().norm());
   if (problem.ok()) {
     families_[FamilyKey(*problem, key->device_key, key->software_key)][problem->m] = flat;

@@ -3,13 +3,17 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "cache/bundle.h"
 #include "daemon/reactors.h"
 #include "daemon/status_mapping.h"
 #include "spdlog/spdlog.h"
+#include "tuner/cublaslt.h"
 #include "tuner/gemm_problem.h"
+#include "tuner/gemm_space.h"
+#include "tuner/gemm_tuner.h"
 #include "tuner/kernel_source.h"
 #include "tuner/norm_space.h"
 #include "tuner/nvrtc_compiler.h"
@@ -100,12 +104,39 @@ void KtuneServiceImpl::RefreshGauges() {
   }
 }
 
+namespace {
+
+// The software a GEMM answer depends on, whichever source won: the template,
+// the reference it was checked against, and the cuBLASLt library (0 when
+// absent). Computed once per process.
+const SoftwareFingerprint& GemmSoftware() {
+  static const SoftwareFingerprint software = [] {
+    std::string parts;
+    for (const char* id : {"gemm/gemm_mma", "gemm/gemm_reference"}) {
+      absl::StatusOr<const KernelSource*> source = FindKernelSource(id);
+      absl::StrAppend(&parts, id, "=", source.ok() ? (*source)->hash : "missing", "\n");
+    }
+    absl::StrAppend(&parts, "cublaslt=", CublasLtLibraryVersion(), "\n");
+    SoftwareFingerprint s;
+    s.template_hash = Sha256Hex(parts);
+    s.nvrtc_version = NvrtcVersion();
+    s.schema_version = kSchemaVersion;
+    return s;
+  }();
+  return software;
+}
+
+}  // namespace
+
 absl::StatusOr<KtuneServiceImpl::Resolved> KtuneServiceImpl::Resolve(
     const v1::Problem& problem) const {
   if (problem.has_gemm()) {
     if (absl::Status s = ValidateGemmProblem(problem.gemm()); !s.ok()) return s;
-    return absl::UnimplementedError(
-        "GEMM problems are part of the API but not served by this version of ktuned");
+    Resolved r;
+    r.gemm = problem.gemm();
+    r.software = GemmSoftware();
+    r.key = EntryKey{"gemm", GemmCanonicalKey(problem.gemm()), target_key_, SoftwareKey(r.software)};
+    return r;
   }
   if (!problem.has_norm()) return absl::InvalidArgumentError("problem: missing (set problem.norm)");
   Resolved r;
@@ -124,6 +155,7 @@ absl::StatusOr<KtuneServiceImpl::Resolved> KtuneServiceImpl::Resolve(
 }
 
 absl::StatusOr<LaunchRecipe> KtuneServiceImpl::Compiled(LaunchRecipe recipe) {
+  if (recipe.template_id == kCublasLtTemplateId) return recipe;  // a library call: nothing to compile
   const std::string key = CompileKey(recipe);
   {
     absl::MutexLock lock(&compiled_mu_);
@@ -182,6 +214,101 @@ absl::Status KtuneServiceImpl::AnswerUntuned(const Resolved& r, const NormConfig
   return absl::OkStatus();
 }
 
+void KtuneServiceImpl::CountTune(const std::string& key, const absl::Status& status, double tune_seconds,
+                                 double compile_seconds) {
+  if (!status.ok()) {
+    metrics_.Add("ktune_tunes_total", 1, "result", absl::IsCancelled(status) ? "cancelled" : "failed");
+    spdlog::error("event=tune_failed key=\"{}\" error=\"{}\"", key, std::string(status.message()));
+    return;
+  }
+  metrics_.Add("ktune_tunes_total", 1, "result", "ok");
+  metrics_.Add("ktune_tune_seconds_total", tune_seconds);
+  metrics_.Add("ktune_compile_seconds_total", compile_seconds);
+}
+
+absl::Status KtuneServiceImpl::AnswerUntunedGemm(const Resolved& r, bool include_cubin,
+                                                 v1::GetConfigResponse* response) {
+  // The model's best tile: what a compiler gets before a GEMM is tuned.
+  const std::vector<GemmTileConfig> space = GemmSearchSpace(*r.gemm, target_);
+  if (space.empty()) {
+    return absl::FailedPreconditionError(
+        "no heuristic answer for this GEMM: its candidates come from cuBLASLt alone (fp8), which "
+        "needs the GPU; ask with TUNE_ON_MISS");
+  }
+  absl::StatusOr<LaunchRecipe> recipe = GemmLaunchRecipe(*r.gemm, space.front(), target_);
+  if (!recipe.ok()) return recipe.status();
+  absl::StatusOr<LaunchRecipe> compiled = Compiled(*std::move(recipe));
+  if (!compiled.ok()) return compiled.status();
+  *response->mutable_config()->mutable_gemm()->mutable_mma_sync() = GemmTileConfigToProto(space.front());
+  response->set_source(v1::HEURISTIC);
+  *response->mutable_recipe() = RecipeToProto(*compiled, include_cubin);
+  *response->mutable_device() = DeviceToProto(target_);
+  *response->mutable_software() = SoftwareToProto(r.software);
+  return absl::OkStatus();
+}
+
+TuneQueue::Result KtuneServiceImpl::TuneGemmAndStore(const Resolved& r, int repetitions,
+                                                     const TuneQueue::ProgressFn& progress) {
+  GemmTuneOptions options;
+  if (repetitions > 0) options.measure.repetitions = repetitions;
+  spdlog::info("event=tune_start key=\"{}\"", r.key.problem_key);
+  auto say = [&](const std::string& stage, const std::string& message) {
+    if (!progress) return;
+    v1::TuneEvent event;
+    event.mutable_progress()->set_stage(stage);
+    event.mutable_progress()->set_message(message);
+    progress(event);
+  };
+  say("generated", absl::StrCat("GEMM candidates for ", r.key.problem_key, ": the mma.sync template and cuBLASLt"));
+  absl::StatusOr<GemmTuneResult> result = TuneGemm(*r.gemm, executor_.get(), options);
+  CountTune(r.key.problem_key, result.status(), result.ok() ? result->tune_seconds : 0,
+            result.ok() ? result->compile_seconds : 0);
+  if (!result.ok()) return result.status();
+  int measured = 0;
+  for (const GemmCandidateOutcome& o : result->outcomes) {
+    const std::string status = o.status.substr(0, o.status.find(':'));
+    metrics_.Add("ktune_candidates_total", 1, "status", status);
+    measured += o.status == "ok";
+    say("measured", absl::StrCat(o.name, ": ", o.status.substr(0, 300),
+                                 o.status == "ok" ? absl::StrFormat(" %.2f us", o.timing.median_us) : ""));
+  }
+  v1::Entry entry;
+  *entry.mutable_problem()->mutable_gemm() = *r.gemm;
+  *entry.mutable_device() = DeviceToProto(target_);
+  *entry.mutable_software() = SoftwareToProto(r.software);
+  const GemmCandidate& w = result->winner;
+  if (w.tile.has_value()) {
+    *entry.mutable_config()->mutable_gemm()->mutable_mma_sync() = GemmTileConfigToProto(*w.tile);
+  } else {
+    v1::CublasLtAlgorithm* a = entry.mutable_config()->mutable_gemm()->mutable_cublaslt();
+    a->set_algo(w.recipe.cublaslt_algo);
+    a->set_version(CublasLtLibraryVersion());
+    a->set_workspace_bytes(w.recipe.workspace_bytes);
+  }
+  *entry.mutable_recipe() = RecipeToProto(w.recipe, /*include_cubin=*/false);
+  v1::Measurement* m = entry.mutable_measurement();
+  m->set_time_us(result->winner_timing.median_us);
+  m->set_spread(result->winner_timing.spread);
+  m->set_repetitions(result->winner_timing.repetitions);
+  m->set_throughput(GemmFlops(*r.gemm) / (result->winner_timing.median_us * 1e6));
+  m->set_throughput_unit("TFLOP/s");
+  entry.set_tuned_at_unix(absl::ToUnixSeconds(absl::Now()));
+  entry.set_candidates_measured(std::max(measured, 1));
+  entry.set_ktune_version(KTUNE_VERSION);
+  if (absl::Status s = entries_.Insert(entry); !s.ok()) return s;
+  if (w.tile.has_value()) {
+    absl::MutexLock lock(&compiled_mu_);
+    compiled_.insert_or_assign(CompileKey(w.recipe), w.recipe);
+  }
+  spdlog::info("event=tune_done key=\"{}\" answer=\"{}\" time_us={:.2f} tflops={:.1f} candidates={}+{} "
+               "seconds={:.2f}",
+               r.key.problem_key, w.Name(), result->winner_timing.median_us, m->throughput(),
+               result->template_candidates, result->cublaslt_candidates, result->tune_seconds);
+  v1::GetConfigResponse response;
+  AnswerFromEntry(entry, /*include_cubin=*/false, &response);
+  return response;
+}
+
 TuneQueue::Result KtuneServiceImpl::TuneAndStore(const Resolved& r, int repetitions, bool force,
                                                  const std::atomic<bool>& cancelled,
                                                  const TuneQueue::ProgressFn& progress) {
@@ -195,6 +322,7 @@ TuneQueue::Result KtuneServiceImpl::TuneAndStore(const Resolved& r, int repetiti
     }
   }
   if (cancelled) return absl::CancelledError("every caller waiting for this tune went away");
+  if (r.gemm.has_value()) return TuneGemmAndStore(r, repetitions, progress);
   TuneOptions options;
   if (repetitions > 0) options.measure.repetitions = repetitions;
   options.search = options_.search;
@@ -241,16 +369,9 @@ TuneQueue::Result KtuneServiceImpl::TuneAndStore(const Resolved& r, int repetiti
 
   spdlog::info("event=tune_start key=\"{}\"", r.key.problem_key);
   absl::StatusOr<TuneResult> result = TuneNorm(r.problem, executor_.get(), options, on_progress);
-  if (!result.ok()) {
-    metrics_.Add("ktune_tunes_total", 1, "result",
-                 absl::IsCancelled(result.status()) ? "cancelled" : "failed");
-    spdlog::error("event=tune_failed key=\"{}\" error=\"{}\"", r.key.problem_key,
-                  std::string(result.status().message()));
-    return result.status();
-  }
-  metrics_.Add("ktune_tunes_total", 1, "result", "ok");
-  metrics_.Add("ktune_tune_seconds_total", result->tune_seconds);
-  metrics_.Add("ktune_compile_seconds_total", result->compile_seconds);
+  CountTune(r.key.problem_key, result.status(), result.ok() ? result->tune_seconds : 0,
+            result.ok() ? result->compile_seconds : 0);
+  if (!result.ok()) return result.status();
   metrics_.Add("ktune_run_seconds_total", result->run_seconds);
   metrics_.Add("ktune_kernel_cache_hits_total", result->kernel_cache_hits);
   metrics_.Add("ktune_candidates_compiled_total", result->compiled);
@@ -354,7 +475,7 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::GetConfig(grpc::CallbackServerContex
     case v1::POLICY_UNSPECIFIED:
     case v1::HEURISTIC_ON_MISS: {
       std::optional<v1::Entry> nearest;
-      if (request->nearest_on_miss()) {
+      if (request->nearest_on_miss() && !resolved->gemm.has_value()) {
         nearest = entries_.Nearest(resolved->problem, resolved->key.device_key,
                                    resolved->key.software_key);
       }
@@ -370,8 +491,10 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::GetConfig(grpc::CallbackServerContex
         metrics_.Add("ktune_getconfig_total", 1, "answer", "nearest");
       } else {
         response->Clear();
-        answered = AnswerUntuned(*resolved, HeuristicNormConfig(resolved->problem, target_),
-                                 v1::HEURISTIC, include_cubin, response);
+        answered = resolved->gemm.has_value()
+                       ? AnswerUntunedGemm(*resolved, include_cubin, response)
+                       : AnswerUntuned(*resolved, HeuristicNormConfig(resolved->problem, target_),
+                                       v1::HEURISTIC, include_cubin, response);
         metrics_.Add("ktune_getconfig_total", 1, "answer", answered.ok() ? "heuristic" : "error");
       }
       if (answered.ok() && !compile_only() && options_.background_tunes) {
@@ -436,7 +559,8 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::ListEntries(grpc::CallbackServerCont
   if (!request->op().empty()) {
     NormOp op;
     NormPass pass;
-    if (absl::Status s = ParseNormOpName(request->op(), &op, &pass); !s.ok()) {
+    if (absl::Status s = request->op() == "gemm" ? absl::OkStatus() : ParseNormOpName(request->op(), &op, &pass);
+        !s.ok()) {
       return Finish(context, absl::InvalidArgumentError(absl::StrCat("op: ", s.message())));
     }
   }
@@ -450,7 +574,6 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::ListEntries(grpc::CallbackServerCont
 }
 
 bool KtuneServiceImpl::IsStale(const v1::Entry& entry) const {
-  if (!entry.problem().has_norm()) return false;
   if (DeviceKey(DeviceFromProto(entry.device())) != target_key_) return false;  // another GPU's
   absl::StatusOr<Resolved> current = Resolve(entry.problem());
   if (!current.ok()) return false;
@@ -466,7 +589,8 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::ExportBundle(grpc::CallbackServerCon
   if (!request->op().empty()) {
     NormOp op;
     NormPass pass;
-    if (absl::Status s = ParseNormOpName(request->op(), &op, &pass); !s.ok()) {
+    if (absl::Status s = request->op() == "gemm" ? absl::OkStatus() : ParseNormOpName(request->op(), &op, &pass);
+        !s.ok()) {
       return Finish(context, absl::InvalidArgumentError(absl::StrCat("op: ", s.message())));
     }
   }
@@ -500,6 +624,7 @@ MergeTarget KtuneServiceImpl::ImportTarget() const {
   target.device = DeviceToProto(target_);
   // The fingerprint this daemon would key the entry's problem under (as Resolve does).
   target.software_for = [](const v1::Entry& e) -> absl::StatusOr<v1::SoftwareFingerprint> {
+    if (e.problem().has_gemm()) return SoftwareToProto(GemmSoftware());
     absl::StatusOr<NormProblem> problem = NormProblemFromProto(e.problem().norm());
     if (!problem.ok()) return problem.status();
     absl::StatusOr<const KernelSource*> source = FindKernelSource(NormTemplateId(*problem));

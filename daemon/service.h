@@ -9,6 +9,8 @@
 // Thread-safe: gRPC calls the handlers concurrently.
 #pragma once
 
+#include <optional>
+
 #include <chrono>
 #include <memory>
 #include <string>
@@ -82,12 +84,19 @@ class KtuneServiceImpl final : public v1::KtuneService::CallbackService {
 
   // Everything a request's problem resolves to before any work is done.
   struct Resolved {
-    NormProblem problem;
+    NormProblem problem;                 // norm problems
+    std::optional<v1::GemmProblem> gemm;  // set for GEMM problems (problem unused)
     SoftwareFingerprint software;
     EntryKey key;
   };
   // INVALID_ARGUMENT / UNIMPLEMENTED for problems this daemon cannot serve.
   absl::StatusOr<Resolved> Resolve(const v1::Problem& problem) const;
+  // GEMM: the model's best mma.sync tile as a HEURISTIC answer (compiled), and
+  // the tune of both sources (tuner/gemm_tuner.h) stored as an entry.
+  absl::Status AnswerUntunedGemm(const Resolved& r, bool include_cubin, v1::GetConfigResponse* response);
+  TuneQueue::Result TuneGemmAndStore(const Resolved& r, int repetitions, const TuneQueue::ProgressFn& progress);
+  // Counts a finished tune in the metrics; logs a failed one.
+  void CountTune(const std::string& key, const absl::Status& status, double tune_seconds, double compile_seconds);
 
   // The work of ImportBundle, also run by ktuned --import-bundle at start:
   // decodes and validates the whole bundle (INVALID_ARGUMENT "bundle refused,

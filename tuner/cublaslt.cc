@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tuner/gemm_problem.h"
+#include "tuner/kernel_source.h"
 
 namespace ktune {
 
@@ -81,10 +82,22 @@ class Descriptors {
 LaunchRecipe CublasLtRecipe(const CublasLtAlgo& algo, uint64_t version) {
   LaunchRecipe r;
   r.template_id = kCublasLtTemplateId;
-  r.template_hash = absl::StrCat("cublaslt-", version);
+  r.template_hash = Sha256Hex(absl::StrCat("cublaslt-", version));
   r.cublaslt_algo = algo.data;
   r.workspace_bytes = algo.workspace_bytes;
   return r;
+}
+
+uint64_t CublasLtLibraryVersion() {
+  for (const char* name : kLibraries) {
+    void* library = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (library == nullptr) continue;
+    auto get_version = reinterpret_cast<decltype(&::cublasLtGetVersion)>(dlsym(library, "cublasLtGetVersion"));
+    const uint64_t version = get_version != nullptr ? get_version() : 0;
+    dlclose(library);
+    return version;
+  }
+  return 0;
 }
 
 CublasLtAlgo CublasLtAlgoOf(const LaunchRecipe& recipe) {

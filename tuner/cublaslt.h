@@ -49,8 +49,13 @@ struct GemmOperands {
 // A cuBLASLt algorithm as a recipe (template kCublasLtTemplateId, no kernels,
 // the algorithm's bytes and workspace; the version in template_hash, so the
 // kernel cache and quarantine keep versions apart), and back.
+// The recipe's arch is left to the caller (the device's).
 LaunchRecipe CublasLtRecipe(const CublasLtAlgo& algo, uint64_t version);
 CublasLtAlgo CublasLtAlgoOf(const LaunchRecipe& recipe);
+
+// The installed library's cublasLtGetVersion() (no GPU needed), 0 if there is
+// none: part of the software fingerprint of GEMM entries.
+uint64_t CublasLtLibraryVersion();
 
 // OK if cuBLASLt can serve `problem` (the list above), else
 // FAILED_PRECONDITION saying why. REQUIRES: ValidateGemmProblem OK.

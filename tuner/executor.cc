@@ -49,7 +49,10 @@ class InProcessExecutor final : public CandidateExecutor {
     absl::StatusOr<std::vector<CublasLtAlgo>> algos =
         cublaslt_->Heuristic(gemm_problem_, max, GemmRunner::kCublasLtWorkspaceBytes);
     if (!algos.ok()) return algos.status();
-    for (const CublasLtAlgo& a : *algos) out.push_back(CublasLtRecipe(a, cublaslt_->version()));
+    for (const CublasLtAlgo& a : *algos) {
+      out.push_back(CublasLtRecipe(a, cublaslt_->version()));
+      out.back().arch = Arch(device_->info());
+    }
     return out;
   }
 

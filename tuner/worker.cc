@@ -114,6 +114,7 @@ class FakeExecutor final : public CandidateExecutor {
       CublasLtAlgo a;
       a.data = std::string(64, static_cast<char>('a' + i));
       out.push_back(CublasLtRecipe(a, 130100));
+      out.back().arch = Arch(device_);
     }
     return out;
   }

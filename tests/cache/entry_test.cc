@@ -121,10 +121,8 @@ TEST_CASE("ValidateEntry: each bad field is named", "[cache]") {
   };
   const std::vector<Case> cases = {
       // problem
-      {[](v1::Entry& e) { e.clear_problem(); },
-       "entry.problem: only norm problems are stored by this version"},
-      {[](v1::Entry& e) { e.mutable_problem()->mutable_gemm()->set_m(1); },
-       "entry.problem: only norm problems are stored by this version"},
+      {[](v1::Entry& e) { e.clear_problem(); }, "entry.problem: missing (a norm or a GEMM problem)"},
+      {[](v1::Entry& e) { e.mutable_problem()->mutable_gemm()->set_m(1); }, "entry.problem.gemm.n:"},
       {[](v1::Entry& e) { e.mutable_problem()->mutable_norm()->set_m(0); }, "entry.problem.m:"},
       {[](v1::Entry& e) { e.mutable_problem()->mutable_norm()->set_n(-4); }, "entry.problem.n:"},
       {[](v1::Entry& e) { e.mutable_problem()->mutable_norm()->set_op(v1::NORM_OP_UNSPECIFIED); },
@@ -265,6 +263,59 @@ TEST_CASE("FlatKey: parts cannot run into each other", "[cache]") {
   EntryKey a{"rmsnorm.fwd", "p", "d x", "s"};
   EntryKey b{"rmsnorm.fwd", "p", "d", "x s"};
   CHECK(FlatKey(a) != FlatKey(b));
+}
+
+using testutil::MakeTestGemmEntry;
+
+TEST_CASE("ValidateEntry: GEMM entries of either source are valid and keyed by their problem", "[cache][gemm]") {
+  for (bool cublaslt : {false, true}) {
+    INFO(cublaslt);
+    const v1::Entry e = MakeTestGemmEntry(2048, 4096, 4096, cublaslt);
+    absl::Status s = ValidateEntry(e);
+    INFO(s.ToString());
+    CHECK(s.ok());
+    const EntryKey key = KeyOrFail(e);
+    CHECK(key.op == "gemm");
+    CHECK(key.problem_key == "gemm m=2048 n=4096 k=4096 batch=1 a=bf16 b=bf16 c=none d=bf16 a_layout=row b_layout=col epilogue=none");
+    CHECK(KeyOrFail(MakeTestGemmEntry(2048, 4096, 4096, !cublaslt)) == key);  // the source is not part of the key
+    CHECK_FALSE(KeyOrFail(MakeTestGemmEntry(2049, 4096, 4096, cublaslt)) == key);
+  }
+}
+
+TEST_CASE("ValidateEntry: each bad GEMM field is named", "[cache][gemm]") {
+  struct Case {
+    bool cublaslt;
+    std::function<void(v1::Entry&)> change;
+    std::string expected;  // the start of the message
+  };
+  const std::vector<Case> cases = {
+      {false, [](v1::Entry& e) { e.mutable_problem()->mutable_gemm()->set_k(0); }, "entry.problem.gemm.k:"},
+      {false, [](v1::Entry& e) { e.mutable_config()->mutable_norm()->set_x_block(1); },
+       "entry.config.gemm: a GEMM problem needs a GEMM config"},
+      {false, [](v1::Entry& e) { e.mutable_config()->mutable_gemm()->clear_source(); },
+       "entry.config.gemm: must name a source"},
+      {false, [](v1::Entry& e) { e.mutable_config()->mutable_gemm()->mutable_mma_sync()->set_stages(0); },
+       "entry.config.gemm.mma_sync.stages:"},
+      {false, [](v1::Entry& e) { e.mutable_recipe()->set_cublaslt_algo(std::string(64, 'x')); },
+       "entry.recipe.cublaslt_algo: must be empty"},
+      {true, [](v1::Entry& e) { e.mutable_config()->mutable_gemm()->mutable_cublaslt()->set_algo("short"); },
+       "entry.config.gemm.cublaslt.algo: must be 64 bytes, got 5"},
+      {true, [](v1::Entry& e) { e.mutable_config()->mutable_gemm()->mutable_cublaslt()->set_version(0); },
+       "entry.config.gemm.cublaslt.version:"},
+      {true, [](v1::Entry& e) { e.mutable_recipe()->set_cublaslt_algo(std::string(64, 'y')); },
+       "entry.recipe: a cuBLASLt config needs the cuBLASLt recipe of the same algorithm"},
+      {true, [](v1::Entry& e) { e.mutable_recipe()->add_kernels()->set_name_expression("x"); },
+       "entry.recipe.kernels: must be empty for a cuBLASLt call"},
+  };
+  for (const Case& c : cases) {
+    v1::Entry e = MakeTestGemmEntry(2048, 4096, 4096, c.cublaslt);
+    c.change(e);
+    const absl::Status s = ValidateEntry(e);
+    INFO(c.expected);
+    INFO(s.ToString());
+    CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+    CHECK(std::string(s.message()).rfind(c.expected, 0) == 0);
+  }
 }
 
 }  // namespace

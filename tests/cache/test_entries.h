@@ -77,4 +77,55 @@ inline v1::Entry MakeTestEntry(int64_t m = 4096, int64_t n = 4096) {
   return e;
 }
 
+// A GEMM winner on the same H200: bf16, B as [N, K], M x N x K; its source
+// the mma.sync template (cublaslt false) or a cuBLASLt algorithm.
+inline v1::Entry MakeTestGemmEntry(int64_t m = 2048, int64_t n = 4096, int64_t k = 4096, bool cublaslt = false) {
+  v1::Entry e = MakeTestEntry();
+  v1::GemmProblem* p = e.mutable_problem()->mutable_gemm();
+  p->set_m(m);
+  p->set_n(n);
+  p->set_k(k);
+  p->set_batch(1);
+  p->set_a_dtype(v1::BF16);
+  p->set_b_dtype(v1::BF16);
+  p->set_d_dtype(v1::BF16);
+  p->set_a_layout(v1::ROW_MAJOR);
+  p->set_b_layout(v1::COL_MAJOR);
+  v1::LaunchRecipe* r = e.mutable_recipe();
+  if (cublaslt) {
+    v1::CublasLtAlgorithm* a = e.mutable_config()->mutable_gemm()->mutable_cublaslt();
+    a->set_algo(std::string(64, '\x5a'));
+    a->set_version(130100);
+    a->set_workspace_bytes(1 << 20);
+    r->Clear();
+    r->set_template_id("cublaslt");
+    r->set_template_hash(kTestTemplateHash);
+    r->set_arch("sm_90");
+    r->set_workspace_bytes(1 << 20);
+    r->set_cublaslt_algo(a->algo());
+  } else {
+    v1::MmaSyncTile* t = e.mutable_config()->mutable_gemm()->mutable_mma_sync();
+    t->set_block_m(128);
+    t->set_block_n(128);
+    t->set_block_k(32);
+    t->set_warps_m(2);
+    t->set_warps_n(2);
+    t->set_stages(4);
+    t->set_group_m(8);
+    r->set_template_id("gemm/gemm_mma");
+    v1::KernelLaunch* kl = r->mutable_kernels(0);
+    kl->set_name_expression("ktune::gemm_mma<ktune::bf16, ktune::bf16, true, 0, false, 128, 128, 32, 2, 2, 4, 8>");
+    kl->set_lowered_name("_ZN5ktune8gemm_mmaINS_4bf16ES1_Lb1ELi0ELb0ELi128ELi128ELi32ELi2ELi2ELi4ELi8EEEvPKT_S4_PKT0_PS5_S4_iiiff");
+    kl->set_dynamic_smem_bytes(65536);
+    kl->clear_params();
+    for (const char* param : {"a", "b", "c", "d", "bias", "M", "N", "K", "alpha", "beta"}) kl->add_params(param);
+  }
+  v1::Measurement* meas = e.mutable_measurement();
+  meas->set_time_us(180.0);
+  meas->set_throughput(381.7);
+  meas->set_throughput_unit("TFLOP/s");
+  e.set_candidates_measured(24);
+  return e;
+}
+
 }  // namespace ktune::testutil

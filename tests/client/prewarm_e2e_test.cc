@@ -26,7 +26,7 @@ using testing::TempDir;
 
 constexpr char kFake[] = "KTUNE_WORKER_FAKE_DEVICE=1";
 
-// 16 RMSNorm problems and one GEMM (not served: counted, never a failure).
+// 16 RMSNorm problems and one GEMM (tuned like them, over both GEMM sources).
 constexpr char kShapes[] = R"(
 problems:
   - {op: rmsnorm.fwd, n: 1024, m: [100, 200, 300, 400, 500, 600, 700, 800,
@@ -34,6 +34,7 @@ problems:
   - {op: gemm, m: 64, n: 64, k: 64}
 )";
 constexpr int kNorms = 16;
+constexpr int kProblems = kNorms + 1;
 
 void WriteFile(const std::string& path, const std::string& text) {
   std::ofstream out(path);
@@ -118,7 +119,7 @@ TEST_CASE("prewarm over two daemons finishes on the survivor when one is killed,
   WriteFile(shapes_path, kShapes);
   auto problems = LoadShapesFile(shapes_path);
   REQUIRE(problems.ok());
-  REQUIRE(problems->size() == kNorms + 1);
+  REQUIRE(problems->size() == kProblems);
 
   const pid_t b_pid = ChildServing(b.address());
   REQUIRE(b_pid > 0);
@@ -132,20 +133,20 @@ TEST_CASE("prewarm over two daemons finishes on the survivor when one is killed,
   CHECK(killer.servers_left() == 1);
   CHECK(report.kinds.size() == 1);
   CHECK(report.complete());
-  CHECK(report.count(PrewarmOutcome::kTuned) == kNorms);
-  CHECK(report.count(PrewarmOutcome::kNotServed) == 1);
+  CHECK(report.count(PrewarmOutcome::kTuned) == kProblems);
+  CHECK(report.count(PrewarmOutcome::kNotServed) == 0);
   CHECK(report.count(PrewarmOutcome::kFailed) == 0);
   CHECK(report.count(PrewarmOutcome::kNotDone) == 0);
   REQUIRE(report.servers.size() == 2);
   CHECK(report.servers[0].state == PrewarmServerReport::State::kUsed);
   CHECK(report.servers[1].state == PrewarmServerReport::State::kLost);
   CHECK(report.servers[1].counts.at(PrewarmOutcome::kTuned) == 2);
-  CHECK(report.servers[0].counts.at(PrewarmOutcome::kTuned) == kNorms - 2);
-  // Each norm is stored where the report says it was tuned; the survivor has
-  // everything but the killed daemon's two.
+  CHECK(report.servers[0].counts.at(PrewarmOutcome::kTuned) == kProblems - 2);
+  // Each problem is stored where the report says it was tuned; the survivor
+  // has everything but the killed daemon's two.
   int on_a = 0;
-  for (const PrewarmProblem& p : *problems) on_a += IsGemm(p) ? 0 : StoredOn(a, p) ? 1 : 0;
-  CHECK(on_a == kNorms - 2);
+  for (const PrewarmProblem& p : *problems) on_a += StoredOn(a, p) ? 1 : 0;
+  CHECK(on_a == kProblems - 2);
 
   // b comes back with its database (the two entries it acknowledged). A
   // resume over both, through the CLI, finds every problem on one or the
@@ -161,12 +162,12 @@ TEST_CASE("prewarm over two daemons finishes on the survivor when one is killed,
   const auto summary = nlohmann::json::parse(resume.out);
   CHECK(summary["complete"] == true);
   CHECK(summary["tuned"] == 0);
-  CHECK(summary["skipped_already"] == kNorms);
-  CHECK(summary["not_served"] == 1);
+  CHECK(summary["skipped_already"] == kProblems);
+  CHECK(summary["not_served"] == 0);
   CHECK(summary["failed"] == 0);
   CHECK(summary["servers"][0]["skipped_already"].get<int>() + summary["servers"][1]["skipped_already"].get<int>() ==
-        kNorms);
-  CHECK(summary["not_served_problems"].size() == 1);
+        kProblems);
+  CHECK(summary["not_served_problems"].empty());
   CHECK(a.Stop() == 0);
   CHECK(b.Stop() == 0);
 }
@@ -239,7 +240,7 @@ TEST_CASE("prewarm usage errors exit 2 with one clear message", "[e2e][prewarm]"
   const auto dry = RunCommand(cli + "--from-model " + model + " --tokens 1,16 --backward --dry-run", scratch.path());
   CHECK(dry.exit_code == 0);
   CHECK(dry.out.find("rmsnorm.bwd m=16 n=64") != std::string::npos);
-  CHECK(dry.out.find("(not served by ktuned yet)") != std::string::npos);
+  CHECK(dry.out.find("gemm m=16") != std::string::npos);
 }
 
 }  // namespace

@@ -170,7 +170,7 @@ TEST_CASE("ktuned serves status, heuristic answers and refuses what it cannot do
     CHECK(t.status().code() == absl::StatusCode::kFailedPrecondition);
   }
 
-  SECTION("GEMM is defined but not served yet, and validated all the same") {
+  SECTION("GEMM on a compile-only daemon: the model's tile compiled, no tuning, validated all the same") {
     v1::GetConfigRequest request;
     v1::GemmProblem* g = request.mutable_problem()->mutable_gemm();
     g->set_m(128);
@@ -178,9 +178,28 @@ TEST_CASE("ktuned serves status, heuristic answers and refuses what it cannot do
     g->set_k(128);
     g->set_a_dtype(v1::BF16);
     g->set_b_dtype(v1::BF16);
+    request.set_include_cubin(true);
     auto r = client->GetConfig(request);
-    REQUIRE_FALSE(r.ok());
-    CHECK(r.status().code() == absl::StatusCode::kUnimplemented);
+    INFO(r.status().ToString());
+    REQUIRE(r.ok());
+    CHECK(r->source() == v1::HEURISTIC);
+    CHECK(r->config().gemm().has_mma_sync());
+    CHECK(r->recipe().template_id() == "gemm/gemm_mma");
+    REQUIRE(r->recipe().kernels_size() == 1);
+    CHECK_FALSE(r->recipe().kernels(0).lowered_name().empty());
+    CHECK_FALSE(r->recipe().cubin().empty());
+    request.set_policy(v1::CACHED_ONLY);
+    CHECK(client->GetConfig(request).status().code() == absl::StatusCode::kNotFound);
+    request.set_policy(v1::TUNE_ON_MISS);
+    CHECK(client->GetConfig(request).status().code() == absl::StatusCode::kFailedPrecondition);
+    // fp8 has only cuBLASLt candidates: nothing to answer without the GPU.
+    request.set_policy(v1::HEURISTIC_ON_MISS);
+    g->set_a_dtype(v1::FP8_E4M3);
+    g->set_b_dtype(v1::FP8_E4M3);
+    g->set_b_layout(v1::COL_MAJOR);
+    auto fp8 = client->GetConfig(request);
+    CHECK(fp8.status().code() == absl::StatusCode::kFailedPrecondition);
+    CHECK(fp8.status().message().find("cuBLASLt") != std::string::npos);
     g->set_k(0);
     auto bad = client->GetConfig(request);
     REQUIRE_FALSE(bad.ok());

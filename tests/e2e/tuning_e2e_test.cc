@@ -207,6 +207,66 @@ TEST_CASE("a backward tune also tunes its reduce kernel and answers the geometry
   CHECK(daemon.Stop() == 0);
 }
 
+TEST_CASE("GEMM: tuned over both sources in the worker, stored, kept across a restart, exported and imported",
+          "[e2e][tuning][gemm]") {
+  TempDir dir;
+  DaemonProcess a(dir.path(), dir.path() + "/a.db");
+  REQUIRE(a.Start({}, {kFake}));
+  v1::GetConfigRequest request;
+  v1::GemmProblem* g = request.mutable_problem()->mutable_gemm();
+  g->set_m(256);
+  g->set_n(512);
+  g->set_k(1024);
+  g->set_a_dtype(v1::BF16);
+  g->set_b_dtype(v1::BF16);
+  g->set_b_layout(v1::COL_MAJOR);
+  g->set_epilogue(v1::EPILOGUE_BIAS);
+  request.set_policy(v1::TUNE_ON_MISS);
+  request.set_include_cubin(true);
+  auto tuned = a.NewClient()->GetConfig(request);
+  INFO(tuned.status().ToString());
+  REQUIRE(tuned.ok());
+  CHECK(tuned->source() == v1::TUNED);
+  CHECK(tuned->measurement().throughput_unit() == "TFLOP/s");
+  // Either source may win on the fake device; the recipe is that source's.
+  if (tuned->config().gemm().has_cublaslt()) {
+    CHECK(tuned->recipe().template_id() == "cublaslt");
+    CHECK(tuned->recipe().kernels_size() == 0);
+    CHECK(tuned->recipe().cublaslt_algo() == tuned->config().gemm().cublaslt().algo());
+  } else {
+    REQUIRE(tuned->config().gemm().has_mma_sync());
+    CHECK(tuned->recipe().template_id() == "gemm/gemm_mma");
+    REQUIRE(tuned->recipe().kernels_size() == 1);
+    CHECK_FALSE(tuned->recipe().cubin().empty());
+  }
+  request.set_policy(v1::CACHED_ONLY);
+  request.set_include_cubin(false);
+  auto hit = a.NewClient()->GetConfig(request);
+  REQUIRE(hit.ok());
+  CHECK(hit->config().SerializeAsString() == tuned->config().SerializeAsString());
+  REQUIRE(a.Stop() == 0);
+
+  REQUIRE(a.Start({}, {kFake}));  // the entry survives a restart
+  auto kept = a.NewClient()->GetConfig(request);
+  REQUIRE(kept.ok());
+  CHECK(kept->source() == v1::TUNED);
+  v1::ExportBundleRequest only_gemm;
+  only_gemm.set_op("gemm");
+  auto exported = a.NewClient()->ExportBundle(only_gemm);
+  REQUIRE(exported.ok());
+  CHECK(exported->entries() == 1);
+  DaemonProcess b(dir.path(), dir.path() + "/b.db");
+  REQUIRE(b.Start({}, {kFake}));
+  auto imported = b.NewClient()->ImportBundle(exported->bundle());
+  INFO(imported.status().ToString());
+  REQUIRE(imported.ok());
+  auto on_b = b.NewClient()->GetConfig(request);
+  REQUIRE(on_b.ok());
+  CHECK(on_b->config().SerializeAsString() == tuned->config().SerializeAsString());
+  CHECK(a.Stop() == 0);
+  CHECK(b.Stop() == 0);
+}
+
 TEST_CASE("coordinate descent measures fewer candidates than the grid", "[e2e][tuning]") {
   TempDir dir;
   DaemonProcess grid(dir.path(), dir.path() + "/grid.db");

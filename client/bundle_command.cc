@@ -41,7 +41,11 @@ std::string Date(int64_t unix_seconds) {
 }
 
 std::string ShortProblem(const v1::Problem& problem) {
-  if (!problem.has_norm()) return "gemm";
+  if (problem.has_gemm()) {
+    const v1::GemmProblem& g = problem.gemm();
+    return absl::StrFormat("gemm %dx%dx%d %s", g.m(), g.n(), g.k(), g.a_dtype() == v1::FP8_E4M3 ? "fp8" : "bf16");
+  }
+  if (!problem.has_norm()) return "?";
   absl::StatusOr<NormProblem> p = NormProblemFromProto(problem.norm());
   if (!p.ok()) return "?";
   return absl::StrFormat("%s %dx%d %s%s%s", OpName(*p), p->m, p->n, DTypeName(p->input_dtype),

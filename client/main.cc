@@ -100,6 +100,15 @@ absl::StatusOr<ktune::v1::Problem> BuildProblem(const ProblemFlags& f) {
 }
 
 std::string ConfigText(const ktune::v1::Config& config) {
+  if (config.has_gemm()) {
+    if (config.gemm().has_cublaslt()) {
+      return absl::StrFormat("cublaslt algorithm (cuBLASLt %d, workspace %d bytes)", config.gemm().cublaslt().version(),
+                             config.gemm().cublaslt().workspace_bytes());
+    }
+    const ktune::v1::MmaSyncTile& t = config.gemm().mma_sync();
+    return absl::StrFormat("mma_sync %dx%dx%d warps=%dx%d stages=%d group=%d", t.block_m(), t.block_n(), t.block_k(),
+                           t.warps_m(), t.warps_n(), t.stages(), t.group_m());
+  }
   if (!config.has_norm()) return "-";
   const ktune::v1::NormConfig& c = config.norm();
   std::string text = absl::StrFormat("xb=%d rb=%d warps=%d vec=%d depth=%d %s", c.x_block(),
@@ -110,7 +119,11 @@ std::string ConfigText(const ktune::v1::Config& config) {
 }
 
 std::string ProblemText(const ktune::v1::Problem& problem) {
-  if (!problem.has_norm()) return "gemm";
+  if (problem.has_gemm()) {
+    const ktune::v1::GemmProblem& g = problem.gemm();
+    return absl::StrFormat("gemm %dx%dx%d %s", g.m(), g.n(), g.k(), g.a_dtype() == ktune::v1::FP8_E4M3 ? "fp8" : "bf16");
+  }
+  if (!problem.has_norm()) return "?";
   absl::StatusOr<ktune::NormProblem> p = ktune::NormProblemFromProto(problem.norm());
   if (!p.ok()) return "?";
   return absl::StrFormat("%s %dx%d %s%s%s%s", ktune::OpName(*p), p->m, p->n,

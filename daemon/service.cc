@@ -247,10 +247,35 @@ absl::Status KtuneServiceImpl::AnswerUntunedGemm(const Resolved& r, bool include
   return absl::OkStatus();
 }
 
+std::set<std::string> KtuneServiceImpl::QuarantinedFor(const Resolved& r) {
+  std::set<std::string> out;
+  if (absl::StatusOr<std::vector<QuarantineRecord>> q = store_->Quarantined(r.key.device_key, r.key.software_key);
+      q.ok()) {
+    for (const QuarantineRecord& record : *q) out.insert(record.candidate);
+  }
+  return out;
+}
+
+std::function<void(const std::string&, const std::string&, const std::string&)> KtuneServiceImpl::QuarantineFn(
+    const Resolved& r) {
+  return [this, key = r.key](const std::string& candidate, const std::string& reason, const std::string& detail) {
+    spdlog::error("event=candidate_quarantined key=\"{}\" reason={} candidate=\"{}\" detail=\"{}\"",
+                  key.problem_key, reason, candidate, detail);
+    metrics_.Add("ktune_quarantined_total", 1, "reason", reason);
+    absl::Status s = store_->Quarantine({key.device_key, key.software_key, candidate, reason, detail.substr(0, 2000),
+                                         absl::ToUnixSeconds(absl::Now())});
+    if (!s.ok()) spdlog::error("event=quarantine_store_failed error=\"{}\"", std::string(s.message()));
+  };
+}
+
 TuneQueue::Result KtuneServiceImpl::TuneGemmAndStore(const Resolved& r, int repetitions,
+                                                     const std::atomic<bool>& cancelled,
                                                      const TuneQueue::ProgressFn& progress) {
   GemmTuneOptions options;
   if (repetitions > 0) options.measure.repetitions = repetitions;
+  options.cancelled = &cancelled;
+  options.quarantined = QuarantinedFor(r);
+  options.on_quarantine = QuarantineFn(r);
   spdlog::info("event=tune_start key=\"{}\"", r.key.problem_key);
   auto say = [&](const std::string& stage, const std::string& message) {
     if (!progress) return;
@@ -322,27 +347,15 @@ TuneQueue::Result KtuneServiceImpl::TuneAndStore(const Resolved& r, int repetiti
     }
   }
   if (cancelled) return absl::CancelledError("every caller waiting for this tune went away");
-  if (r.gemm.has_value()) return TuneGemmAndStore(r, repetitions, progress);
+  if (r.gemm.has_value()) return TuneGemmAndStore(r, repetitions, cancelled, progress);
   TuneOptions options;
   if (repetitions > 0) options.measure.repetitions = repetitions;
   options.search = options_.search;
   options.budget = options_.budget;
   options.kernel_cache = kernel_cache_;
   options.cancelled = &cancelled;
-  if (absl::StatusOr<std::vector<QuarantineRecord>> q =
-          store_->Quarantined(r.key.device_key, r.key.software_key);
-      q.ok()) {
-    for (const QuarantineRecord& record : *q) options.quarantined.insert(record.candidate);
-  }
-  options.on_quarantine = [this, &r](const std::string& candidate, const std::string& reason,
-                                     const std::string& detail) {
-    spdlog::error("event=candidate_quarantined key=\"{}\" reason={} candidate=\"{}\" detail=\"{}\"",
-                  r.key.problem_key, reason, candidate, detail);
-    metrics_.Add("ktune_quarantined_total", 1, "reason", reason);
-    absl::Status s = store_->Quarantine({r.key.device_key, r.key.software_key, candidate, reason,
-                                         detail.substr(0, 2000), absl::ToUnixSeconds(absl::Now())});
-    if (!s.ok()) spdlog::error("event=quarantine_store_failed error=\"{}\"", std::string(s.message()));
-  };
+  options.quarantined = QuarantinedFor(r);
+  options.on_quarantine = QuarantineFn(r);
   auto on_progress = [&](const TuneProgress& p) {
     v1::TuneEvent event;
     if (p.candidate != nullptr) {

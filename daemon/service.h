@@ -10,6 +10,9 @@
 #pragma once
 
 #include <optional>
+#include <set>
+#include <functional>
+#include <atomic>
 
 #include <chrono>
 #include <memory>
@@ -94,7 +97,12 @@ class KtuneServiceImpl final : public v1::KtuneService::CallbackService {
   // GEMM: the model's best mma.sync tile as a HEURISTIC answer (compiled), and
   // the tune of both sources (tuner/gemm_tuner.h) stored as an entry.
   absl::Status AnswerUntunedGemm(const Resolved& r, bool include_cubin, v1::GetConfigResponse* response);
-  TuneQueue::Result TuneGemmAndStore(const Resolved& r, int repetitions, const TuneQueue::ProgressFn& progress);
+  TuneQueue::Result TuneGemmAndStore(const Resolved& r, int repetitions, const std::atomic<bool>& cancelled,
+                                     const TuneQueue::ProgressFn& progress);
+  // The candidates quarantined in r's environment, and the callback that
+  // quarantines one (store, metric, log).
+  std::set<std::string> QuarantinedFor(const Resolved& r);
+  std::function<void(const std::string&, const std::string&, const std::string&)> QuarantineFn(const Resolved& r);
   // Counts a finished tune in the metrics; logs a failed one.
   void CountTune(const std::string& key, const absl::Status& status, double tune_seconds, double compile_seconds);
 

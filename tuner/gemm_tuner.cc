@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "tuner/gemm_problem.h"
 #include "tuner/nvrtc_compiler.h"
+#include "tuner/tuner.h"  // CandidateId
 
 namespace ktune {
 namespace {
@@ -87,6 +88,16 @@ absl::StatusOr<GemmTuneResult> TuneGemm(const v1::GemmProblem& problem, Candidat
   }
   if (candidates.empty()) return absl::NotFoundError("no GEMM candidate of any source serves the problem");
 
+  auto cancelled = [&] { return options.cancelled != nullptr && options.cancelled->load(); };
+  // A failed run: a fault or hang is the candidate's (quarantined), anything
+  // else a plain failure. Returns the outcome's status text.
+  auto failure = [&](const GemmCandidate& c, const absl::Status& s) -> std::string {
+    const char* reason = absl::IsAborted(s) ? "fault" : absl::IsDeadlineExceeded(s) ? "timeout" : nullptr;
+    if (reason == nullptr) return absl::StrCat("failed: ", s.message());
+    if (options.on_quarantine) options.on_quarantine(CandidateId(c.recipe), reason, std::string(s.message()));
+    return absl::StrCat(reason, ": ", s.message());
+  };
+
   // Round 1: verify and time every candidate.
   std::vector<size_t> measured;  // indices into candidates
   std::vector<Timing> first(candidates.size());
@@ -95,10 +106,15 @@ absl::StatusOr<GemmTuneResult> TuneGemm(const v1::GemmProblem& problem, Candidat
     outcome_of[i] = result.outcomes.size();
     result.outcomes.push_back({candidates[i].Name(), "ok", {}});
     GemmCandidateOutcome& out = result.outcomes.back();
+    if (cancelled()) return absl::CancelledError("the tune was cancelled");
+    if (options.quarantined.count(CandidateId(candidates[i].recipe)) > 0) {
+      out.status = "quarantined";
+      continue;
+    }
     absl::StatusOr<VerifyResult> v = executor->Verify(candidates[i].recipe);
     if (!v.ok()) {
       if (absl::IsUnavailable(v.status())) return v.status();  // the executor is gone
-      out.status = absl::StrCat("failed: ", v.status().message());
+      out.status = failure(candidates[i], v.status());
       continue;
     }
     if (!v->ok) {
@@ -108,7 +124,7 @@ absl::StatusOr<GemmTuneResult> TuneGemm(const v1::GemmProblem& problem, Candidat
     absl::StatusOr<Timing> t = executor->Time(candidates[i].recipe, options.measure);
     if (!t.ok()) {
       if (absl::IsUnavailable(t.status())) return t.status();
-      out.status = absl::StrCat("failed: ", t.status().message());
+      out.status = failure(candidates[i], t.status());
       continue;
     }
     first[i] = *t;

@@ -14,7 +14,10 @@
 // outcome says so) and the tune goes on; in benchmarks, in process.
 #pragma once
 
+#include <atomic>
+#include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -33,12 +36,18 @@ struct GemmTuneOptions {
   MeasureOptions measure;   // the first round, every candidate
   int finalists = 3;        // re-measured, besides cuBLASLt's default and the best template
   MeasureOptions final_measure{10, 100};
+  const std::atomic<bool>* cancelled = nullptr;  // checked between candidates
+  // Candidates (CandidateId, tuner/tuner.h) that faulted or hung before: not run.
+  std::set<std::string> quarantined;
+  // Called for a candidate that faulted or hung: reason "fault" or "timeout".
+  std::function<void(const std::string& candidate, const std::string& reason, const std::string& detail)>
+      on_quarantine;
 };
 
 struct GemmCandidateOutcome {
   std::string name;    // GemmCandidate::Name()
-  std::string status;  // "ok", "wrong: <detail>", "failed: <error>" (a fault or hang
-                       // included), "compile failed: <log>"
+  std::string status;  // "ok", "wrong: <detail>", "fault: <error>", "timeout: <error>",
+                       // "failed: <error>", "quarantined", "compile failed: <log>"
   Timing timing;       // final measurement for finalists, else the first round's
 };
 
@@ -62,7 +71,8 @@ struct GemmTuneResult {
 size_t PickGemmWinner(const std::vector<Timing>& finals, const std::vector<int>& preference);
 
 // REQUIRES: ValidateGemmProblem(problem) OK. NOT_FOUND if no candidate of
-// any source ran the problem correctly; UNAVAILABLE if the executor is gone.
+// any source ran the problem correctly; UNAVAILABLE if the executor is gone;
+// CANCELLED if options.cancelled was set.
 absl::StatusOr<GemmTuneResult> TuneGemm(const v1::GemmProblem& problem, CandidateExecutor* executor,
                                         const GemmTuneOptions& options = GemmTuneOptions());
 

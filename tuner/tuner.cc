@@ -5,6 +5,7 @@
 #include <mutex>
 #include <optional>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -61,6 +62,9 @@ std::string CandidateStatusName(CandidateStatus status) {
 }
 
 std::string CandidateId(const LaunchRecipe& recipe) {
+  if (recipe.template_id == kCublasLtTemplateId) {  // no kernels: the algorithm is the identity
+    return absl::StrCat("cublaslt:", absl::BytesToHexString(recipe.cublaslt_algo));
+  }
   std::vector<std::string> names;
   for (const KernelLaunch& k : recipe.kernels) names.push_back(k.name_expression);
   return absl::StrJoin(names, ";");

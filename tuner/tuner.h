@@ -102,7 +102,8 @@ struct TuneResult {
 using ProgressCallback = std::function<void(const TuneProgress&)>;
 
 // The identity of a candidate across tunes of one environment: its kernels'
-// name expressions (they fix the template instantiation, not the shape).
+// name expressions (they fix the template instantiation, not the shape), or
+// for a cuBLASLt call its algorithm's bytes.
 std::string CandidateId(const LaunchRecipe& recipe);
 
 // Tunes `problem` on `executor`. REQUIRES: ValidateNormProblem(problem).ok().

@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include "tests/e2e/daemon_process.h"
+#include "tuner/gemm_space.h"
 #include "tuner/norm_space.h"
 #include "tuner/wire.h"
 #include "tuner/worker.h"
@@ -255,7 +256,8 @@ TEST_CASE("GEMM: tuned over both sources in the worker, stored, kept across a re
   auto exported = a.NewClient()->ExportBundle(only_gemm);
   REQUIRE(exported.ok());
   CHECK(exported->entries() == 1);
-  DaemonProcess b(dir.path(), dir.path() + "/b.db");
+  TempDir dir_b;  // its own directory: its own socket
+  DaemonProcess b(dir_b.path(), dir_b.path() + "/b.db");
   REQUIRE(b.Start({}, {kFake}));
   auto imported = b.NewClient()->ImportBundle(exported->bundle());
   INFO(imported.status().ToString());
@@ -265,6 +267,47 @@ TEST_CASE("GEMM: tuned over both sources in the worker, stored, kept across a re
   CHECK(on_b->config().SerializeAsString() == tuned->config().SerializeAsString());
   CHECK(a.Stop() == 0);
   CHECK(b.Stop() == 0);
+}
+
+TEST_CASE("GEMM: a candidate that crashes its worker is quarantined and not run again after a restart",
+          "[e2e][tuning][gemm]") {
+  TempDir dir;
+  v1::Problem problem;
+  v1::GemmProblem* g = problem.mutable_gemm();
+  g->set_m(128);
+  g->set_n(256);
+  g->set_k(512);
+  g->set_a_dtype(v1::BF16);
+  g->set_b_dtype(v1::BF16);
+  g->set_b_layout(v1::COL_MAJOR);
+  const std::vector<GemmTileConfig> space = GemmSearchSpace(*g, FakeWorkerDevice());
+  REQUIRE(space.size() >= 2);
+  auto victim = GemmLaunchRecipe(*g, space[1], FakeWorkerDevice());
+  REQUIRE(victim.ok());
+  const std::string crash = "KTUNE_WORKER_FAULT=crash:" + victim->kernels[0].name_expression;
+  const std::string victim_line = "mma_sync " + ToString(space[1]) + ": ";
+  auto said = [&](const StreamedTune& t, const std::string& status) {
+    int n = 0;
+    for (const std::string& m : t.progress) n += m.rfind(victim_line + status, 0) == 0;
+    return n;
+  };
+  DaemonProcess daemon(dir.path(), dir.path() + "/cache.db");
+  REQUIRE(daemon.Start({}, {kFake, crash}));
+  StreamedTune first = TuneStreamed(daemon, problem, false);
+  INFO(first.result.status().ToString());
+  REQUIRE(first.result.ok());
+  CHECK(first.result->source() == v1::TUNED);
+  CHECK(said(first, "fault") == 1);
+  CHECK(Metric(daemon, "ktune_quarantined_total{reason=\"fault\"}") == 1);
+  REQUIRE(daemon.Stop() == 0);
+
+  REQUIRE(daemon.Start({}, {kFake, crash}));
+  StreamedTune again = TuneStreamed(daemon, problem, true);
+  REQUIRE(again.result.ok());
+  CHECK(said(again, "quarantined") == 1);
+  CHECK(said(again, "fault") == 0);
+  CHECK(Metric(daemon, "ktune_quarantined_total{reason=\"fault\"}") == 0);  // nothing new this run
+  CHECK(daemon.Stop() == 0);
 }
 
 TEST_CASE("coordinate descent measures fewer candidates than the grid", "[e2e][tuning]") {

@@ -337,12 +337,15 @@ int main(int argc, char** argv) {
       std::printf("%s\n", ktune::ToJson(*r).c_str());
       return 0;
     }
-    std::printf("%-34s %-20s %-44s %10s %8s  %s\n", "problem", "device", "config", "time_us", "TB/s",
+    // Throughput in the entry's unit: TB/s for norms, TFLOP/s for GEMM.
+    std::printf("%-34s %-20s %-44s %10s %16s  %s\n", "problem", "device", "config", "time_us", "throughput",
                 "tuned_at (UTC)");
     for (const auto& e : r->entries()) {
-      std::printf("%-34s %-20s %-44s %10.2f %8.3f  %s\n", ProblemText(e.problem()).c_str(),
+      const std::string throughput =
+          absl::StrFormat("%.3f %s", e.measurement().throughput(), e.measurement().throughput_unit());
+      std::printf("%-34s %-20s %-44s %10.2f %16s  %s\n", ProblemText(e.problem()).c_str(),
                   e.device().name().c_str(), ConfigText(e.config()).c_str(), e.measurement().time_us(),
-                  e.measurement().throughput(),
+                  throughput.c_str(),
                   absl::FormatTime("%Y-%m-%d %H:%M", absl::FromUnixSeconds(e.tuned_at_unix()),
                                    absl::UTCTimeZone())
                       .c_str());

@@ -277,25 +277,33 @@ TuneQueue::Result KtuneServiceImpl::TuneGemmAndStore(const Resolved& r, int repe
   options.quarantined = QuarantinedFor(r);
   options.on_quarantine = QuarantineFn(r);
   spdlog::info("event=tune_start key=\"{}\"", r.key.problem_key);
-  auto say = [&](const std::string& stage, const std::string& message) {
+  // The GEMM tuner reports once it is done: its candidates are then replayed
+  // as progress, in order.
+  auto say = [&](const std::string& stage, int done, int total, const std::string& message) {
     if (!progress) return;
     v1::TuneEvent event;
     event.mutable_progress()->set_stage(stage);
+    event.mutable_progress()->set_done(done);
+    event.mutable_progress()->set_total(total);
     event.mutable_progress()->set_message(message);
     progress(event);
   };
-  say("generated", absl::StrCat("GEMM candidates for ", r.key.problem_key, ": the mma.sync template and cuBLASLt"));
+  say("generated", 0, 0,
+      absl::StrCat("GEMM candidates for ", r.key.problem_key, ": the mma.sync template and cuBLASLt"));
   absl::StatusOr<GemmTuneResult> result = TuneGemm(*r.gemm, executor_.get(), options);
   CountTune(r.key.problem_key, result.status(), result.ok() ? result->tune_seconds : 0,
             result.ok() ? result->compile_seconds : 0);
   if (!result.ok()) return result.status();
   int measured = 0;
-  for (const GemmCandidateOutcome& o : result->outcomes) {
+  const int outcomes = static_cast<int>(result->outcomes.size());
+  for (int i = 0; i < outcomes; ++i) {
+    const GemmCandidateOutcome& o = result->outcomes[i];
     const std::string status = o.status.substr(0, o.status.find(':'));
     metrics_.Add("ktune_candidates_total", 1, "status", status);
     measured += o.status == "ok";
-    say("measured", absl::StrCat(o.name, ": ", o.status.substr(0, 300),
-                                 o.status == "ok" ? absl::StrFormat(" %.2f us", o.timing.median_us) : ""));
+    say("measured", i + 1, outcomes,
+        absl::StrCat(o.name, ": ", o.status.substr(0, 300),
+                     o.status == "ok" ? absl::StrFormat(" %.2f us", o.timing.median_us) : ""));
   }
   v1::Entry entry;
   *entry.mutable_problem()->mutable_gemm() = *r.gemm;

@@ -40,6 +40,7 @@ struct ProblemFlags {
   bool no_weight = false;
   bool bias = false;
   float eps = 0;
+  std::string b_layout;  // gemm: "nk" (B is [N, K], nn.Linear) or "kn"
 };
 
 void AddProblemFlags(CLI::App* cmd, ProblemFlags* f) {
@@ -54,6 +55,8 @@ void AddProblemFlags(CLI::App* cmd, ProblemFlags* f) {
   cmd->add_flag("--no-weight", f->no_weight, "the norm has no weight (gamma)");
   cmd->add_flag("--bias", f->bias, "LayerNorm has a bias (beta)");
   cmd->add_option("--eps", f->eps, "epsilon (default 1e-6)");
+  cmd->add_option("--b-layout", f->b_layout, "gemm: nk (B is [N, K], the nn.Linear weight) or kn (default)")
+      ->check(CLI::IsMember({"nk", "kn"}));
 }
 
 // `value` parsed as a dtype, or `fallback` when the flag was not given.
@@ -82,8 +85,11 @@ absl::StatusOr<ktune::v1::Problem> BuildProblem(const ProblemFlags& f) {
     g->set_a_dtype(ktune::DTypeToProto(*dtype));
     g->set_b_dtype(ktune::DTypeToProto(*dtype));
     g->set_d_dtype(ktune::DTypeToProto(*out));
+    g->set_a_layout(ktune::v1::ROW_MAJOR);
+    g->set_b_layout(f.b_layout == "nk" ? ktune::v1::COL_MAJOR : ktune::v1::ROW_MAJOR);
     return problem;
   }
+  if (!f.b_layout.empty()) return absl::InvalidArgumentError("--b-layout: only gemm has a B operand");
   ktune::NormProblem p;
   if (absl::Status s = ktune::ParseNormOpName(f.op, &p.op, &p.pass); !s.ok()) return s;
   if (f.k != 0) return absl::InvalidArgumentError("--k: only gemm takes K");

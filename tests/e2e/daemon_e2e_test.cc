@@ -369,6 +369,20 @@ TEST_CASE("the ktune CLI drives a daemon and fails with one-line reasons", "[e2e
   CHECK(bad_dtype.err.find("int7") != std::string::npos);
   CHECK(std::count(bad_dtype.err.begin(), bad_dtype.err.end(), '\n') == 1);
 
+  // GEMM from the CLI: the model's tile for B as [N, K]; flags checked.
+  auto gemm = RunCommand(cli + "get gemm --m 128 --n 4096 --k 4096 --b-layout nk", dir.path());
+  INFO(gemm.err);
+  REQUIRE(gemm.exit_code == 0);
+  CHECK(gemm.out.find("HEURISTIC") != std::string::npos);
+  CHECK(gemm.out.find("mma_sync") != std::string::npos);
+  CHECK(gemm.out.find("Lb1E") != std::string::npos);  // the kernel's B_NK template argument is true
+  auto bad_layout = RunCommand(cli + "get gemm --m 16 --n 16 --k 16 --b-layout mn", dir.path());
+  CHECK(bad_layout.exit_code != 0);
+  CHECK(bad_layout.err.find("b-layout") != std::string::npos);
+  auto layout_on_norm = RunCommand(cli + "get rmsnorm.fwd --m 16 --n 16 --b-layout nk", dir.path());
+  CHECK(layout_on_norm.exit_code != 0);
+  CHECK(layout_on_norm.err.find("only gemm") != std::string::npos);
+
   auto bad_op = RunCommand(cli + "get softmax --m 16 --n 16", dir.path());
   CHECK(bad_op.exit_code != 0);
   CHECK(bad_op.err.find("softmax") != std::string::npos);

@@ -155,7 +155,7 @@ absl::StatusOr<KtuneServiceImpl::Resolved> KtuneServiceImpl::Resolve(
 }
 
 absl::StatusOr<LaunchRecipe> KtuneServiceImpl::Compiled(LaunchRecipe recipe) {
-  if (recipe.template_id == kCublasLtTemplateId) return recipe;  // a library call: nothing to compile
+  if (recipe.is_cublaslt_call()) return recipe;  // a library call: nothing to compile
   const std::string key = CompileKey(recipe);
   {
     absl::MutexLock lock(&compiled_mu_);
@@ -274,6 +274,7 @@ TuneQueue::Result KtuneServiceImpl::TuneGemmAndStore(const Resolved& r, int repe
   GemmTuneOptions options;
   if (repetitions > 0) options.measure.repetitions = repetitions;
   options.cancelled = &cancelled;
+  options.kernel_cache = kernel_cache_;
   options.quarantined = QuarantinedFor(r);
   options.on_quarantine = QuarantineFn(r);
   spdlog::info("event=tune_start key=\"{}\"", r.key.problem_key);
@@ -294,6 +295,8 @@ TuneQueue::Result KtuneServiceImpl::TuneGemmAndStore(const Resolved& r, int repe
   CountTune(r.key.problem_key, result.status(), result.ok() ? result->tune_seconds : 0,
             result.ok() ? result->compile_seconds : 0);
   if (!result.ok()) return result.status();
+  metrics_.Add("ktune_kernel_cache_hits_total", result->kernel_cache_hits);
+  metrics_.Add("ktune_candidates_compiled_total", result->compiled);
   int measured = 0;
   const int outcomes = static_cast<int>(result->outcomes.size());
   for (int i = 0; i < outcomes; ++i) {

@@ -56,8 +56,10 @@ cudaDataType_t CudaType(v1::DType d) {
   }
 }
 
+}  // namespace
+
 // The descriptors of one problem, destroyed together.
-class Descriptors {
+class CublasLt::Descriptors {
  public:
   explicit Descriptors(const CublasLt::Api* api) : api_(api) {}
   ~Descriptors() {
@@ -77,8 +79,6 @@ class Descriptors {
   const CublasLt::Api* api_;
 };
 
-}  // namespace
-
 LaunchRecipe CublasLtRecipe(const CublasLtAlgo& algo, uint64_t version) {
   LaunchRecipe r;
   r.template_id = kCublasLtTemplateId;
@@ -89,15 +89,20 @@ LaunchRecipe CublasLtRecipe(const CublasLtAlgo& algo, uint64_t version) {
 }
 
 uint64_t CublasLtLibraryVersion() {
-  for (const char* name : kLibraries) {
-    void* library = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    if (library == nullptr) continue;
-    auto get_version = reinterpret_cast<decltype(&::cublasLtGetVersion)>(dlsym(library, "cublasLtGetVersion"));
-    const uint64_t version = get_version != nullptr ? get_version() : 0;
-    dlclose(library);
-    return version;
-  }
-  return 0;
+  // Loading the library is not cheap and its version cannot change under a
+  // running process: read it once.
+  static const uint64_t version = [] {
+    for (const char* name : kLibraries) {
+      void* library = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+      if (library == nullptr) continue;
+      auto get_version = reinterpret_cast<decltype(&::cublasLtGetVersion)>(dlsym(library, "cublasLtGetVersion"));
+      const uint64_t v = get_version != nullptr ? get_version() : 0;
+      dlclose(library);
+      return v;
+    }
+    return uint64_t{0};
+  }();
+  return version;
 }
 
 CublasLtAlgo CublasLtAlgoOf(const LaunchRecipe& recipe) {
@@ -121,6 +126,7 @@ CublasLt::CublasLt(void* library, std::unique_ptr<Api> api, void* handle, uint64
     : library_(library), api_(std::move(api)), handle_(handle), version_(version) {}
 
 CublasLt::~CublasLt() {
+  run_descriptors_.reset();  // before the library they were made by
   if (handle_ != nullptr) api_->cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
   if (library_ != nullptr) dlclose(library_);
 }
@@ -189,7 +195,7 @@ absl::Status Layout(const CublasLt::Api* api, cublasLtMatrixLayout_t* out, cudaD
 // The matmul and layout descriptors of `p`; with `operands`, the pointers the
 // descriptor carries (bias, fp8 scales) are set too.
 absl::Status Describe(const CublasLt::Api* api, const v1::GemmProblem& p, const GemmOperands* operands,
-                      Descriptors* d) {
+                      CublasLt::Descriptors* d) {
   KTUNE_LT(api->cublasLtMatmulDescCreate(&d->op_, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
   const cublasOperation_t trans_a = GemmBIsNK(p) ? CUBLAS_OP_T : CUBLAS_OP_N;  // ktune's B
   const cublasOperation_t trans_b = CUBLAS_OP_N;                            // ktune's A
@@ -301,8 +307,14 @@ absl::Status CublasLt::Run(const v1::GemmProblem& p, const CublasLtAlgo& algo, c
     return absl::InvalidArgumentError("a cuBLASLt algorithm is 64 bytes");
   }
   const Api* api = api_.get();
-  Descriptors d(api);
-  if (absl::Status s = Describe(api, p, &o, &d); !s.ok()) return s;
+  const std::string key = absl::StrCat(p.SerializeAsString(), "|", o.bias, "|", o.a_scale, "|", o.b_scale);
+  if (run_descriptors_ == nullptr || key != run_key_) {
+    auto fresh = std::make_unique<Descriptors>(api);
+    if (absl::Status s = Describe(api, p, &o, fresh.get()); !s.ok()) return s;
+    run_descriptors_ = std::move(fresh);
+    run_key_ = key;
+  }
+  const Descriptors& d = *run_descriptors_;
   cublasLtMatmulAlgo_t a;
   std::memcpy(&a, algo.data.data(), sizeof(a));
   const float beta = p.c_dtype() == v1::DTYPE_UNSPECIFIED ? 0.0f : o.beta;

@@ -54,7 +54,7 @@ LaunchRecipe CublasLtRecipe(const CublasLtAlgo& algo, uint64_t version);
 CublasLtAlgo CublasLtAlgoOf(const LaunchRecipe& recipe);
 
 // The installed library's cublasLtGetVersion() (no GPU needed), 0 if there is
-// none: part of the software fingerprint of GEMM entries.
+// none: part of the software fingerprint of GEMM entries. Read once per process.
 uint64_t CublasLtLibraryVersion();
 
 // OK if cuBLASLt can serve `problem` (the list above), else
@@ -87,7 +87,8 @@ class CublasLt {
   absl::Status Run(const v1::GemmProblem& problem, const CublasLtAlgo& algo, const GemmOperands& operands,
                    uint64_t workspace, uint64_t workspace_bytes, void* stream);
 
-  struct Api;  // the library's entry points (cublaslt.cc)
+  struct Api;          // the library's entry points (cublaslt.cc)
+  class Descriptors;   // the descriptors of one problem (cublaslt.cc)
 
  private:
   CublasLt(void* library, std::unique_ptr<Api> api, void* handle, uint64_t version);
@@ -95,6 +96,11 @@ class CublasLt {
   std::unique_ptr<Api> api_;
   void* handle_;
   uint64_t version_;
+  // Run's descriptors, kept for the next call with the same problem, bias and
+  // scales: a timed launch must not include building them (the events around
+  // it would measure host work).
+  std::string run_key_;
+  std::unique_ptr<Descriptors> run_descriptors_;
 };
 
 }  // namespace ktune

@@ -53,9 +53,6 @@ std::string GemmCandidate::Name() const {
   return absl::StrCat("cublaslt #", cublaslt_rank);
 }
 
-namespace {
-bool IsCublasLt(const LaunchRecipe& r) { return r.template_id == kCublasLtTemplateId; }
-}  // namespace
 
 double GemmRelativeTolerance(v1::DType d_dtype) { return d_dtype == v1::FP32 ? 1e-3 : 1e-2; }
 
@@ -77,7 +74,7 @@ struct GemmRunner::Impl {
   // The template candidate's kernel, loaded (nullopt for cuBLASLt); the
   // caller unloads it.
   absl::StatusOr<std::optional<LoadedKernel>> Load(const LaunchRecipe& recipe) {
-    if (IsCublasLt(recipe)) return std::optional<LoadedKernel>();
+    if (recipe.is_cublaslt_call()) return std::optional<LoadedKernel>();
     if (recipe.kernels.size() != 1) return absl::InvalidArgumentError("a GEMM recipe has one kernel");
     absl::StatusOr<LoadedKernel> k = device->LoadKernel(recipe.cubin, recipe.kernels[0].lowered_name);
     if (!k.ok()) return k.status();
@@ -131,7 +128,7 @@ absl::Status GemmRunner::Impl::ComputeReference() {
 }
 
 absl::Status GemmRunner::Impl::Launch(const LaunchRecipe& recipe, const LoadedKernel* kernel, int set) {
-  if (!IsCublasLt(recipe)) {
+  if (!recipe.is_cublaslt_call()) {
     uint64_t pa = a[set].get(), pb = b[set].get(), pc = c.empty() ? 0 : c[set].get(), pd = d[set].get();
     uint64_t pbias = GemmHasBias(p) ? bias.get() : 0;
     int m = static_cast<int>(p.m()), n = static_cast<int>(p.n()), kk = static_cast<int>(p.k());

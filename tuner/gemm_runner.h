@@ -36,7 +36,7 @@ struct GemmCandidate {
   LaunchRecipe recipe;  // compiled (cubin, lowered name), or a cuBLASLt call
   int cublaslt_rank = -1;
 
-  bool is_cublaslt() const { return recipe.template_id == kCublasLtTemplateId; }
+  bool is_cublaslt() const { return recipe.is_cublaslt_call(); }
   // "mma_sync bm128 bn128 bk32 w2x2 s4 g8" or "cublaslt #0".
   std::string Name() const;
 };

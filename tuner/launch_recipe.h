@@ -33,6 +33,8 @@ struct LaunchRecipe {
   // kernels): the 64 bytes of its cublasLtMatmulAlgo_t; workspace_bytes of
   // workspace. Empty for kernel recipes.
   std::string cublaslt_algo;
+
+  bool is_cublaslt_call() const { return template_id == kCublasLtTemplateId; }
 };
 
 }  // namespace ktune

@@ -62,7 +62,7 @@ std::string CandidateStatusName(CandidateStatus status) {
 }
 
 std::string CandidateId(const LaunchRecipe& recipe) {
-  if (recipe.template_id == kCublasLtTemplateId) {  // no kernels: the algorithm is the identity
+  if (recipe.is_cublaslt_call()) {  // no kernels: the algorithm is the identity
     return absl::StrCat("cublaslt:", absl::BytesToHexString(recipe.cublaslt_algo));
   }
   std::vector<std::string> names;

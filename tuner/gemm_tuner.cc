@@ -54,15 +54,37 @@ absl::StatusOr<GemmTuneResult> TuneGemm(const v1::GemmProblem& problem, Candidat
     recipes.push_back(*std::move(r));
     tiles.push_back(t);
   }
+  // The kernel cache first (a re-tune compiles nothing), NVRTC for the rest.
+  std::vector<size_t> to_compile_index;
+  std::vector<LaunchRecipe> to_compile;
+  for (size_t i = 0; i < recipes.size(); ++i) {
+    if (options.kernel_cache != nullptr && options.kernel_cache->Lookup(&recipes[i], NvrtcVersion())) {
+      ++result.kernel_cache_hits;
+      continue;
+    }
+    to_compile_index.push_back(i);
+    to_compile.push_back(recipes[i]);
+  }
   const auto compile_start = Clock::now();
-  const std::vector<CompileResult> compiled = CompileAll(&recipes);
+  const std::vector<CompileResult> compiled = CompileAll(&to_compile);
   result.compile_seconds = Seconds(compile_start);
+  std::vector<std::string> compile_error(recipes.size());
+  for (size_t b = 0; b < to_compile.size(); ++b) {
+    const size_t i = to_compile_index[b];
+    ++result.compiled;
+    if (!compiled[b].ok) {
+      compile_error[i] = Short(compiled[b].log);
+      continue;
+    }
+    recipes[i] = std::move(to_compile[b]);
+    if (options.kernel_cache != nullptr) options.kernel_cache->Store(recipes[i], NvrtcVersion());
+  }
   for (size_t i = 0; i < recipes.size(); ++i) {
     GemmCandidate c;
     c.tile = tiles[i];
     c.recipe = std::move(recipes[i]);
-    if (!compiled[i].ok) {
-      result.outcomes.push_back({c.Name(), absl::StrCat("compile failed: ", Short(compiled[i].log)), {}});
+    if (!compile_error[i].empty()) {
+      result.outcomes.push_back({c.Name(), absl::StrCat("compile failed: ", compile_error[i]), {}});
       continue;
     }
     candidates.push_back(std::move(c));

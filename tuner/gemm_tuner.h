@@ -26,6 +26,7 @@
 #include "tuner/executor.h"
 #include "tuner/gemm_runner.h"
 #include "tuner/gemm_space.h"
+#include "tuner/kernel_cache.h"
 #include "tuner/measure.h"
 
 namespace ktune {
@@ -36,6 +37,7 @@ struct GemmTuneOptions {
   MeasureOptions measure;   // the first round, every candidate
   int finalists = 3;        // re-measured, besides cuBLASLt's default and the best template
   MeasureOptions final_measure{10, 100};
+  KernelCache* kernel_cache = nullptr;           // not owned; may be null
   const std::atomic<bool>* cancelled = nullptr;  // checked between candidates
   // Candidates (CandidateId, tuner/tuner.h) that faulted or hung before: not run.
   std::set<std::string> quarantined;
@@ -60,6 +62,8 @@ struct GemmTuneResult {
   std::vector<GemmCandidateOutcome> outcomes;
   int template_candidates = 0;
   int cublaslt_candidates = 0;
+  int compiled = 0;           // template candidates compiled by NVRTC in this tune
+  int kernel_cache_hits = 0;  // template candidates found compiled
   double compile_seconds = 0;
   double tune_seconds = 0;
 };

@@ -245,6 +245,15 @@ TEST_CASE("GEMM: tuned over both sources in the worker, stored, kept across a re
   auto hit = a.NewClient()->GetConfig(request);
   REQUIRE(hit.ok());
   CHECK(hit->config().SerializeAsString() == tuned->config().SerializeAsString());
+  // A forced re-tune finds every template candidate in the kernel cache.
+  const double compiled = Metric(a, "ktune_candidates_compiled_total");
+  CHECK(compiled >= 1);
+  v1::TuneRequest retune;
+  *retune.mutable_problem() = request.problem();
+  retune.mutable_options()->set_force(true);
+  REQUIRE(a.NewClient()->Tune(retune, nullptr).ok());
+  CHECK(Metric(a, "ktune_candidates_compiled_total") == compiled);
+  CHECK(Metric(a, "ktune_kernel_cache_hits_total") >= compiled);
   REQUIRE(a.Stop() == 0);
 
   REQUIRE(a.Start({}, {kFake}));  // the entry survives a restart

@@ -151,6 +151,10 @@ absl::Status CheckNormConfig(absl::string_view prefix, const v1::Config& config,
     return Bad(prefix, "config.norm.reduce_rows",
                absl::StrCat("must be 0 for a forward problem, got ", c.reduce_rows));
   }
+  if (c.reduce_rows > 32 || (c.reduce_rows & (c.reduce_rows - 1)) != 0) {
+    return Bad(prefix, "config.norm.reduce_rows",
+               absl::StrCat("must be 0 or a power of two <= 32, got ", c.reduce_rows));
+  }
   if (problem.pass == NormPass::kBackward && c.split_size < 1) {
     return Bad(prefix, "config.norm.split_size",
                absl::StrCat("must be >= 1 for a backward problem, got ", c.split_size));

@@ -124,6 +124,16 @@ TEST_CASE("ValidateEntry: each bad field is named", "[cache]") {
       {[](v1::Entry& e) { e.clear_problem(); }, "entry.problem: missing (a norm or a GEMM problem)"},
       {[](v1::Entry& e) { e.mutable_problem()->mutable_gemm()->set_m(1); }, "entry.problem.gemm.n:"},
       {[](v1::Entry& e) { e.mutable_problem()->mutable_norm()->set_m(0); }, "entry.problem.m:"},
+      {[](v1::Entry& e) { e.mutable_config()->mutable_norm()->set_reduce_rows(8); },
+       "entry.config.norm.reduce_rows: must be 0 for a forward problem, got 8"},
+      {[](v1::Entry& e) { e.mutable_config()->mutable_norm()->set_reduce_rows(-1); },
+       "entry.config.norm.reduce_rows: must be >= 0, got -1"},
+      {[](v1::Entry& e) {
+         e.mutable_problem()->mutable_norm()->set_pass(v1::BWD);
+         e.mutable_config()->mutable_norm()->set_split_size(64);
+         e.mutable_config()->mutable_norm()->set_reduce_rows(3);
+       },
+       "entry.config.norm.reduce_rows: must be 0 or a power of two <= 32, got 3"},
       {[](v1::Entry& e) { e.mutable_problem()->mutable_norm()->set_n(-4); }, "entry.problem.n:"},
       {[](v1::Entry& e) { e.mutable_problem()->mutable_norm()->set_op(v1::NORM_OP_UNSPECIFIED); },
        "entry.problem.op:"},

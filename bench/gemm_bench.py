@@ -2,8 +2,11 @@
 """GEMM on the GPU machine (issue 5): ktune's answer, cuBLASLt's default choice
 and the best own template (all from ktune_gemm_bench, one measurement inside
 ktune), beside torch.matmul (bf16) or torch._scaled_mm (fp8), timed the way
-ktune's protocol times candidates (tuner/measure.h): warm-up, then a pair of
-CUDA events around each call, input sets rotated past the L2, the median.
+ktune's protocol times candidates (tuner/measure.h, tuner/gemm_tuner.h): the
+GPU kept busy for 200 ms first (a large GEMM pulls the clocks down under the
+power limit within tens of ms, so a peer timed from idle would be flattered),
+then a pair of CUDA events around each call, input sets rotated past the L2,
+the median.
 TFLOP/s = 2*M*N*K / time.
 
   python3 bench/gemm_bench.py --ktune-gemm-bench .gpu/bin/ktune_gemm_bench --out OUT.json [--dtype bf16|fp8]
@@ -24,9 +27,15 @@ SHAPES = [(8192, 8192, 8192)] + [(m, n, k) for m in (8192, 2048, 128, 16, 1)
                                  for n, k in ((4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096))]
 
 
-def event_time_us(call, sets, warmup=10, repetitions=100):
-    """ktune's protocol: events around each call, set = repetition % sets, median."""
-    for i in range(warmup):
+def event_time_us(call, sets, heat_ms=200, repetitions=100):
+    """ktune's protocol: busy for heat_ms, then events around each call, set = repetition % sets, median."""
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    for i in range(10):
+        call(i % sets)
+    e.record()
+    torch.cuda.synchronize()
+    for i in range(max(20, min(5000, int(heat_ms / (s.elapsed_time(e) / 10))))):
         call(i % sets)
     torch.cuda.synchronize()
     pairs = []

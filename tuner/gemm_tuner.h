@@ -3,7 +3,9 @@
 // algorithms cuBLASLt's heuristic returns (tuner/cublaslt.h). Every candidate
 // is verified against the reference, timed by the protocol of
 // tuner/measure.h; the fastest few, cuBLASLt's default choice and the best
-// own template are re-measured together, and the winner is the fastest, ties
+// own template are re-measured together (in interleaved passes, on a GPU
+// already busy: clocks fall under a large GEMM's power draw, see TuneGemm),
+// and the winner is the fastest, ties
 // (within the measured spread, 1-3%) going to cuBLASLt's default, then to
 // cuBLASLt's order, then to the template's space order. So the answer is
 // never measurably slower than what cuBLASLt would have run: adding a source
@@ -34,9 +36,15 @@ namespace ktune {
 struct GemmTuneOptions {
   GemmSpaceOptions space;
   int cublaslt_algos = 16;  // asked of cuBLASLt's heuristic
-  MeasureOptions measure;   // the first round, every candidate
-  int finalists = 3;        // re-measured, besides cuBLASLt's default and the best template
-  MeasureOptions final_measure{10, 100};
+  // Before the first round the GPU is kept busy this long with one candidate,
+  // so that every candidate is timed at the clocks of a busy GPU (see TuneGemm).
+  double heat_ms = 200;
+  MeasureOptions measure;  // the first round, every candidate
+  int finalists = 5;       // re-measured, besides cuBLASLt's default and the best template
+  // The finalists are re-measured in `final_passes` interleaved passes of
+  // `final_measure` each; a finalist's timing is the median pass.
+  MeasureOptions final_measure{2, 20};
+  int final_passes = 5;
   KernelCache* kernel_cache = nullptr;           // not owned; may be null
   const std::atomic<bool>* cancelled = nullptr;  // checked between candidates
   // Candidates (CandidateId, tuner/tuner.h) that faulted or hung before: not run.
@@ -50,7 +58,7 @@ struct GemmCandidateOutcome {
   std::string name;    // GemmCandidate::Name()
   std::string status;  // "ok", "wrong: <detail>", "fault: <error>", "timeout: <error>",
                        // "failed: <error>", "quarantined", "compile failed: <log>"
-  Timing timing;       // final measurement for finalists, else the first round's
+  Timing timing;       // final measurement for finalists (CombinePasses), else the first round's
 };
 
 struct GemmTuneResult {
@@ -73,6 +81,12 @@ struct GemmTuneResult {
 // `preference` (lower is preferred); returns the index into `finals`.
 // REQUIRES: finals non-empty, preference.size() == finals.size().
 size_t PickGemmWinner(const std::vector<Timing>& finals, const std::vector<int>& preference);
+
+// One timing from interleaved passes over the same candidate: the median of
+// the pass medians and percentiles, the repetitions summed, the spread widened
+// to cover how far the pass medians drifted apart.
+// REQUIRES: passes non-empty.
+Timing CombinePasses(const std::vector<Timing>& passes);
 
 // REQUIRES: ValidateGemmProblem(problem) OK. NOT_FOUND if no candidate of
 // any source ran the problem correctly; UNAVAILABLE if the executor is gone;

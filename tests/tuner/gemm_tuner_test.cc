@@ -1,5 +1,6 @@
 // The GEMM tuner's parts that need no GPU: how the winner is picked among
-// the re-measured finalists, and that the reference every candidate is
+// the re-measured finalists, that a GPU whose clocks fall as it gets busy
+// does not bias the winner, and that the reference every candidate is
 // checked against compiles for every kind of problem.
 #include <catch2/catch.hpp>
 
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "tuner/executor.h"
 #include "tuner/gemm_tuner.h"
 #include "tuner/kernel_source.h"
 #include "tuner/nvrtc_compiler.h"
@@ -35,6 +37,97 @@ TEST_CASE("the GEMM winner is the fastest unless a preferred candidate ties it",
   CHECK(PickGemmWinner({At(103.5), At(100, 0.2)}, {0, 1000}) == 1);
   // Among tied templates, the earlier in space order.
   CHECK(PickGemmWinner({At(100.2), At(100), At(100.1)}, {1002, 1001, 1000}) == 2);
+}
+
+TEST_CASE("interleaved passes combine to the median pass, the spread covering their drift", "[tuner][gemm]") {
+  const Timing t = CombinePasses({At(100), At(104), At(101), At(99), At(100)});
+  CHECK(t.median_us == 100);
+  CHECK(t.repetitions == 500);
+  CHECK(t.spread == Approx(0.05));  // (104 - 99) / 100, wider than each pass's 0.5%
+  CHECK(CombinePasses({At(100, 0.2)}).spread == Approx(0.2));
+}
+
+// cuBLASLt-only candidates (an fp8 problem: no template serves it) on a GPU
+// that is fast while idle and slows to its steady clocks over `ramp_us` of
+// busy time, as a power-limited H200 does under a large GEMM. Candidate i
+// takes base_us[i] at steady clocks; candidates are named by their algo byte.
+class BusyGpuExecutor : public CandidateExecutor {
+ public:
+  BusyGpuExecutor(std::vector<double> base_us, double ramp_us) : base_us_(std::move(base_us)), ramp_us_(ramp_us) {
+    info_.name = "fake busy GPU";
+    info_.cc_major = 9;
+    info_.sm_count = 132;
+    info_.l2_bytes = 50 << 20;
+    info_.max_smem_per_block_optin = 227 << 10;
+  }
+  const DeviceInfo& device() const override { return info_; }
+  absl::Status Prepare(const NormProblem&) override { return absl::UnimplementedError("GEMM only"); }
+  absl::Status PrepareGemm(const v1::GemmProblem&) override { return absl::OkStatus(); }
+  absl::StatusOr<std::vector<LaunchRecipe>> CublasLtCandidates(int max) override {
+    std::vector<LaunchRecipe> out;
+    for (size_t i = 0; i < base_us_.size() && static_cast<int>(i) < max; ++i) {
+      LaunchRecipe r;
+      r.template_id = kCublasLtTemplateId;
+      r.cublaslt_algo = std::string(1, static_cast<char>(i));
+      out.push_back(r);
+    }
+    return out;
+  }
+  absl::StatusOr<VerifyResult> Verify(const LaunchRecipe&) override { return VerifyResult{true, "", 0}; }
+  absl::StatusOr<Timing> Time(const LaunchRecipe& recipe, const MeasureOptions& options) override {
+    const double base = base_us_.at(static_cast<size_t>(recipe.cublaslt_algo.at(0)));
+    std::vector<float> samples_ms;
+    for (int i = 0; i < options.warmup + options.repetitions; ++i) {
+      const double us = base * (0.7 + 0.3 * std::min(1.0, busy_us_ / ramp_us_));
+      busy_us_ += us;
+      if (i >= options.warmup) samples_ms.push_back(static_cast<float>(us / 1e3));
+    }
+    return Summarize(samples_ms);
+  }
+
+ private:
+  DeviceInfo info_;
+  std::vector<double> base_us_;
+  double ramp_us_;
+  double busy_us_ = 0;
+};
+
+TEST_CASE("a GPU whose clocks fall as it gets busy does not favour the candidates timed first", "[tuner][gemm]") {
+  v1::GemmProblem p;
+  p.set_m(8192);
+  p.set_n(8192);
+  p.set_k(8192);
+  p.set_batch(1);
+  p.set_a_dtype(v1::FP8_E4M3);
+  p.set_b_dtype(v1::FP8_E4M3);
+  p.set_d_dtype(v1::BF16);
+  p.set_a_layout(v1::ROW_MAJOR);
+  p.set_b_layout(v1::COL_MAJOR);
+  // The last of eight is 10% faster than the rest at steady clocks. Timed
+  // from idle, the first ones read up to 30% faster and would fill the
+  // finalists, leaving it out; with the heat-up it is found.
+  const std::vector<double> base = {100, 101, 102, 103, 104, 105, 106, 90};
+  const double ramp_us = 4 * 35 * 100;  // four first-round measurements
+  GemmTuneOptions options;
+  {
+    BusyGpuExecutor gpu(base, ramp_us);
+    auto r = TuneGemm(p, &gpu, options);
+    REQUIRE(r.ok());
+    CHECK(r->winner.Name() == "cublaslt #7");
+    CHECK(r->winner_timing.median_us == Approx(90).epsilon(0.01));
+    REQUIRE(r->cublaslt_default.has_value());
+    CHECK(r->cublaslt_default->median_us == Approx(100).epsilon(0.01));
+  }
+  {
+    // The control: the same GPU without the heat-up picks a wrong winner,
+    // so the case above shows the heat-up at work.
+    options.heat_ms = 0;
+    options.finalists = 3;
+    BusyGpuExecutor gpu(base, ramp_us);
+    auto r = TuneGemm(p, &gpu, options);
+    REQUIRE(r.ok());
+    CHECK(r->winner.Name() != "cublaslt #7");
+  }
 }
 
 TEST_CASE("the GEMM reference compiles for every input type, layout, epilogue, C and D type", "[tuner][gemm][nvrtc]") {

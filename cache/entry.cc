@@ -176,6 +176,22 @@ absl::Status CheckGemmConfig(absl::string_view prefix, const v1::Config& config,
       }
       return absl::OkStatus();
     }
+    case v1::GemmConfig::kWgmma: {
+      absl::StatusOr<WgmmaTileConfig> tile = WgmmaTileConfigFromProto(g.wgmma());
+      if (!tile.ok()) return FromTuner(prefix, "config.gemm", tile.status());
+      if (recipe.template_id() == kCublasLtTemplateId) {
+        return Bad(prefix, "recipe.template_id", "a wgmma config needs a kernel recipe");
+      }
+      return absl::OkStatus();
+    }
+    case v1::GemmConfig::kSkinny: {
+      absl::StatusOr<SkinnyConfig> tile = SkinnyConfigFromProto(g.skinny());
+      if (!tile.ok()) return FromTuner(prefix, "config.gemm", tile.status());
+      if (recipe.template_id() == kCublasLtTemplateId) {
+        return Bad(prefix, "recipe.template_id", "a skinny config needs a kernel recipe");
+      }
+      return absl::OkStatus();
+    }
     case v1::GemmConfig::kCublaslt: {
       const v1::CublasLtAlgorithm& a = g.cublaslt();
       if (a.algo().size() != kCublasLtAlgoBytes) {
@@ -189,7 +205,7 @@ absl::Status CheckGemmConfig(absl::string_view prefix, const v1::Config& config,
       return absl::OkStatus();
     }
     default:
-      return Bad(prefix, "config.gemm", "must name a source (mma_sync or cublaslt)");
+      return Bad(prefix, "config.gemm", "must name a source (mma_sync, wgmma, skinny or cublaslt)");
   }
 }
 

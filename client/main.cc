@@ -111,6 +111,15 @@ std::string ConfigText(const ktune::v1::Config& config) {
       return absl::StrFormat("cublaslt algorithm (cuBLASLt %d, workspace %d bytes)", config.gemm().cublaslt().version(),
                              config.gemm().cublaslt().workspace_bytes());
     }
+    if (config.gemm().has_skinny()) {
+      return absl::StrFormat("skinny warps=%d unroll=%d", config.gemm().skinny().warps(),
+                             config.gemm().skinny().unroll());
+    }
+    if (config.gemm().has_wgmma()) {
+      const ktune::v1::WgmmaTile& t = config.gemm().wgmma();
+      return absl::StrFormat("wgmma %dx%d consumers=%d stages=%d group=%d", t.block_m(), t.block_n(), t.consumers(),
+                             t.stages(), t.group_m());
+    }
     const ktune::v1::MmaSyncTile& t = config.gemm().mma_sync();
     return absl::StrFormat("mma_sync %dx%dx%d warps=%dx%d stages=%d group=%d", t.block_m(), t.block_n(), t.block_k(),
                            t.warps_m(), t.warps_n(), t.stages(), t.group_m());

@@ -106,13 +106,13 @@ void KtuneServiceImpl::RefreshGauges() {
 
 namespace {
 
-// The software a GEMM answer depends on, whichever source won: the template,
+// The software a GEMM answer depends on, whichever source won: the templates,
 // the reference it was checked against, and the cuBLASLt library (0 when
 // absent). Computed once per process.
 const SoftwareFingerprint& GemmSoftware() {
   static const SoftwareFingerprint software = [] {
     std::string parts;
-    for (const char* id : {"gemm/gemm_mma", "gemm/gemm_reference"}) {
+    for (const char* id : {"gemm/gemm_mma", "gemm/gemm_wgmma", "gemm/gemm_skinny", "gemm/gemm_reference"}) {
       absl::StatusOr<const KernelSource*> source = FindKernelSource(id);
       absl::StrAppend(&parts, id, "=", source.ok() ? (*source)->hash : "missing", "\n");
     }
@@ -290,7 +290,7 @@ TuneQueue::Result KtuneServiceImpl::TuneGemmAndStore(const Resolved& r, int repe
     progress(event);
   };
   say("generated", 0, 0,
-      absl::StrCat("GEMM candidates for ", r.key.problem_key, ": the mma.sync template and cuBLASLt"));
+      absl::StrCat("GEMM candidates for ", r.key.problem_key, ": our templates and cuBLASLt"));
   absl::StatusOr<GemmTuneResult> result = TuneGemm(*r.gemm, executor_.get(), options);
   CountTune(r.key.problem_key, result.status(), result.ok() ? result->tune_seconds : 0,
             result.ok() ? result->compile_seconds : 0);
@@ -315,6 +315,10 @@ TuneQueue::Result KtuneServiceImpl::TuneGemmAndStore(const Resolved& r, int repe
   const GemmCandidate& w = result->winner;
   if (w.tile.has_value()) {
     *entry.mutable_config()->mutable_gemm()->mutable_mma_sync() = GemmTileConfigToProto(*w.tile);
+  } else if (w.wgmma.has_value()) {
+    *entry.mutable_config()->mutable_gemm()->mutable_wgmma() = WgmmaTileConfigToProto(*w.wgmma);
+  } else if (w.skinny.has_value()) {
+    *entry.mutable_config()->mutable_gemm()->mutable_skinny() = SkinnyConfigToProto(*w.skinny);
   } else {
     v1::CublasLtAlgorithm* a = entry.mutable_config()->mutable_gemm()->mutable_cublaslt();
     a->set_algo(w.recipe.cublaslt_algo);
@@ -332,7 +336,7 @@ TuneQueue::Result KtuneServiceImpl::TuneGemmAndStore(const Resolved& r, int repe
   entry.set_candidates_measured(std::max(measured, 1));
   entry.set_ktune_version(KTUNE_VERSION);
   if (absl::Status s = entries_.Insert(entry); !s.ok()) return s;
-  if (w.tile.has_value()) {
+  if (w.is_template()) {
     absl::MutexLock lock(&compiled_mu_);
     compiled_.insert_or_assign(CompileKey(w.recipe), w.recipe);
   }

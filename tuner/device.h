@@ -28,6 +28,21 @@ struct LoadedKernel {
   void* function = nullptr;  // CUfunction
 };
 
+// A TMA descriptor (a CUtensorMap: 128 opaque bytes, passed to a kernel by
+// value) for a row-major bf16 tensor of dims {inner, rows, batch} with rows
+// `row_pitch` elements apart and batches `batch_pitch` elements apart, read
+// in boxes of {box_inner, box_rows, 1} with the 128-byte swizzle, zeros
+// outside the tensor.
+struct TmaDescriptorBytes {
+  alignas(64) unsigned char bytes[128];
+};
+struct TmaTensor {
+  DevicePtr base = 0;
+  uint64_t inner = 0, rows = 0, batch = 1;
+  uint64_t row_pitch = 0, batch_pitch = 0;  // elements
+  uint32_t box_inner = 64, box_rows = 0;
+};
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -49,6 +64,12 @@ class Device {
   // Launches asynchronously on the device's stream. `args` as cuLaunchKernel's.
   virtual absl::Status Launch(const LoadedKernel& kernel, const KernelLaunch& geometry,
                               void** args) = 0;
+  // Encodes a TMA descriptor (cuTensorMapEncodeTiled): a host computation,
+  // nothing is enqueued. INVALID_ARGUMENT when the driver refuses the tensor.
+  virtual absl::StatusOr<TmaDescriptorBytes> EncodeTma(const TmaTensor& tensor) {
+    (void)tensor;
+    return absl::UnimplementedError("this device cannot encode TMA descriptors");
+  }
   // Waits for all work; returns the first asynchronous error (a faulting kernel).
   virtual absl::Status Synchronize() = 0;
   // The stream (a CUstream) every call above is ordered on, for libraries

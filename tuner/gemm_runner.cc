@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <random>
 #include <vector>
 
@@ -9,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "tuner/host_float.h"
 #include "tuner/gemm_problem.h"
+#include "tuner/gemm_wgmma_space.h"
 #include "tuner/kernel_source.h"
 #include "tuner/nvrtc_compiler.h"
 
@@ -50,6 +52,8 @@ size_t DBytes(const v1::GemmProblem& p) { return GemmDType(p) == v1::FP32 ? 4 : 
 
 std::string GemmCandidate::Name() const {
   if (tile.has_value()) return absl::StrCat("mma_sync ", ToString(*tile));
+  if (wgmma.has_value()) return absl::StrCat("wgmma ", ToString(*wgmma));
+  if (skinny.has_value()) return absl::StrCat("skinny ", ToString(*skinny));
   return absl::StrCat("cublaslt #", cublaslt_rank);
 }
 
@@ -82,7 +86,33 @@ struct GemmRunner::Impl {
   }
   // Enqueues the recipe on set `set` (its loaded kernel, or a cuBLASLt call).
   absl::Status Launch(const LaunchRecipe& recipe, const LoadedKernel* kernel, int set);
+
+  // The TMA descriptor a recipe parameter ("tma_a:64x128") names for set
+  // `set`, encoded once (a host call, kept out of timed launches).
+  absl::StatusOr<const TmaDescriptorBytes*> Tma(const std::string& param, int set);
+  std::map<std::pair<std::string, int>, TmaDescriptorBytes> tma;
 };
+
+absl::StatusOr<const TmaDescriptorBytes*> GemmRunner::Impl::Tma(const std::string& param, int set) {
+  auto it = tma.find({param, set});
+  if (it != tma.end()) return &it->second;
+  absl::StatusOr<TmaParam> t = ParseTmaParam(param);
+  if (!t.ok()) return t.status();
+  // A is [M, K] and B [N, K] per batch, K contiguous (the templates using TMA
+  // take B as [N, K] only).
+  TmaTensor tensor;
+  tensor.base = t->operand == 'a' ? a[set].get() : b[set].get();
+  tensor.inner = static_cast<uint64_t>(p.k());
+  tensor.rows = static_cast<uint64_t>(t->operand == 'a' ? p.m() : p.n());
+  tensor.batch = static_cast<uint64_t>(GemmBatch(p));
+  tensor.row_pitch = tensor.inner;
+  tensor.batch_pitch = tensor.rows * tensor.inner;
+  tensor.box_inner = static_cast<uint32_t>(t->box_inner);
+  tensor.box_rows = static_cast<uint32_t>(t->box_outer);
+  absl::StatusOr<TmaDescriptorBytes> encoded = device->EncodeTma(tensor);
+  if (!encoded.ok()) return encoded.status();
+  return &tma.emplace(std::make_pair(param, set), *encoded).first->second;
+}
 
 absl::Status GemmRunner::Impl::ComputeReference() {
   LaunchRecipe r;
@@ -134,6 +164,14 @@ absl::Status GemmRunner::Impl::Launch(const LaunchRecipe& recipe, const LoadedKe
     int m = static_cast<int>(p.m()), n = static_cast<int>(p.n()), kk = static_cast<int>(p.k());
     float alpha = 1.0f, beta = 1.0f;
     void* args[] = {&pa, &pb, &pc, &pd, &pbias, &m, &n, &kk, &alpha, &beta};
+    // A TMA template takes descriptors of A and B in their places.
+    const std::vector<std::string>& params = recipe.kernels[0].params;
+    for (int i = 0; i < 2 && i < static_cast<int>(params.size()); ++i) {
+      if (params[i].rfind("tma_", 0) != 0) continue;
+      absl::StatusOr<const TmaDescriptorBytes*> d = Tma(params[i], set);
+      if (!d.ok()) return d.status();
+      args[i] = const_cast<TmaDescriptorBytes*>(*d);
+    }
     return device->Launch(*kernel, recipe.kernels[0], args);
   }
   if (cublaslt == nullptr) return absl::FailedPreconditionError("a cuBLASLt candidate without cuBLASLt");

@@ -21,23 +21,29 @@
 #include "ktune/v1/ktune.pb.h"
 #include "tuner/cublaslt.h"
 #include "tuner/device.h"
+#include "tuner/gemm_skinny_space.h"
 #include "tuner/gemm_space.h"
+#include "tuner/gemm_wgmma_space.h"
 #include "tuner/launch_recipe.h"
 #include "tuner/measure.h"
 #include "tuner/norm_runner.h"  // VerifyResult
 
 namespace ktune {
 
-// One candidate of one source: a compiled mma.sync recipe (with its tile), or
-// a cuBLASLt recipe (CublasLtRecipe; `cublaslt_rank` 0 is cuBLASLt's own
-// default choice).
+// One candidate of one source: a compiled recipe of one of our templates
+// (with its config: mma.sync `tile`, Hopper `wgmma` or `skinny`), or a cuBLASLt recipe
+// (CublasLtRecipe; `cublaslt_rank` 0 is cuBLASLt's own default choice).
 struct GemmCandidate {
   std::optional<GemmTileConfig> tile;
+  std::optional<WgmmaTileConfig> wgmma;
+  std::optional<SkinnyConfig> skinny;
   LaunchRecipe recipe;  // compiled (cubin, lowered name), or a cuBLASLt call
   int cublaslt_rank = -1;
 
   bool is_cublaslt() const { return recipe.is_cublaslt_call(); }
-  // "mma_sync bm128 bn128 bk32 w2x2 s4 g8" or "cublaslt #0".
+  bool is_template() const { return tile.has_value() || wgmma.has_value() || skinny.has_value(); }
+  // "mma_sync bm128 bn128 bk32 w2x2 s4 g8", "wgmma bm128 bn256 c2 s4 g8", "skinny w8 u4"
+  // or "cublaslt #0".
   std::string Name() const;
 };
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tuner/gemm_problem.h"
+#include "tuner/gemm_wgmma_space.h"
 #include "tuner/nvrtc_compiler.h"
 #include "tuner/tuner.h"  // CandidateId
 
@@ -66,30 +67,42 @@ absl::StatusOr<GemmTuneResult> TuneGemm(const v1::GemmProblem& problem, Candidat
   GemmTuneResult result;
   std::vector<GemmCandidate> candidates;
 
-  // Source 1: the mma.sync template, compiled on every core.
-  std::vector<LaunchRecipe> recipes;
-  std::vector<GemmTileConfig> tiles;
+  // Source 1: our templates (mma.sync; wgmma on sm_90; skinny for M <= 16),
+  // compiled on every core.
+  std::vector<GemmCandidate> own;
   for (const GemmTileConfig& t : GemmSearchSpace(problem, info, options.space)) {
     absl::StatusOr<LaunchRecipe> r = GemmLaunchRecipe(problem, t, info);
     if (!r.ok()) return r.status();  // the space offered what CanImplementGemm refuses: a bug
-    recipes.push_back(*std::move(r));
-    tiles.push_back(t);
+    own.emplace_back().tile = t;
+    own.back().recipe = *std::move(r);
+  }
+  for (const WgmmaTileConfig& t : WgmmaSearchSpace(problem, info, options.space)) {
+    absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(problem, t, info);
+    if (!r.ok()) return r.status();
+    own.emplace_back().wgmma = t;
+    own.back().recipe = *std::move(r);
+  }
+  for (const SkinnyConfig& t : SkinnySearchSpace(problem, info)) {
+    absl::StatusOr<LaunchRecipe> r = SkinnyLaunchRecipe(problem, t, info);
+    if (!r.ok()) return r.status();
+    own.emplace_back().skinny = t;
+    own.back().recipe = *std::move(r);
   }
   // The kernel cache first (a re-tune compiles nothing), NVRTC for the rest.
   std::vector<size_t> to_compile_index;
   std::vector<LaunchRecipe> to_compile;
-  for (size_t i = 0; i < recipes.size(); ++i) {
-    if (options.kernel_cache != nullptr && options.kernel_cache->Lookup(&recipes[i], NvrtcVersion())) {
+  for (size_t i = 0; i < own.size(); ++i) {
+    if (options.kernel_cache != nullptr && options.kernel_cache->Lookup(&own[i].recipe, NvrtcVersion())) {
       ++result.kernel_cache_hits;
       continue;
     }
     to_compile_index.push_back(i);
-    to_compile.push_back(recipes[i]);
+    to_compile.push_back(own[i].recipe);
   }
   const auto compile_start = Clock::now();
   const std::vector<CompileResult> compiled = CompileAll(&to_compile);
   result.compile_seconds = Seconds(compile_start);
-  std::vector<std::string> compile_error(recipes.size());
+  std::vector<std::string> compile_error(own.size());
   for (size_t b = 0; b < to_compile.size(); ++b) {
     const size_t i = to_compile_index[b];
     ++result.compiled;
@@ -97,20 +110,17 @@ absl::StatusOr<GemmTuneResult> TuneGemm(const v1::GemmProblem& problem, Candidat
       compile_error[i] = Short(compiled[b].log);
       continue;
     }
-    recipes[i] = std::move(to_compile[b]);
-    if (options.kernel_cache != nullptr) options.kernel_cache->Store(recipes[i], NvrtcVersion());
+    own[i].recipe = std::move(to_compile[b]);
+    if (options.kernel_cache != nullptr) options.kernel_cache->Store(own[i].recipe, NvrtcVersion());
   }
-  for (size_t i = 0; i < recipes.size(); ++i) {
-    GemmCandidate c;
-    c.tile = tiles[i];
-    c.recipe = std::move(recipes[i]);
+  for (size_t i = 0; i < own.size(); ++i) {
     if (!compile_error[i].empty()) {
-      result.outcomes.push_back({c.Name(), absl::StrCat("compile failed: ", compile_error[i]), {}});
+      result.outcomes.push_back({own[i].Name(), absl::StrCat("compile failed: ", compile_error[i]), {}});
       continue;
     }
-    candidates.push_back(std::move(c));
+    candidates.push_back(std::move(own[i]));
   }
-  result.template_candidates = static_cast<int>(tiles.size());
+  result.template_candidates = static_cast<int>(own.size());
 
   if (absl::Status s = executor->PrepareGemm(problem); !s.ok()) return s;
 
@@ -206,7 +216,7 @@ absl::StatusOr<GemmTuneResult> TuneGemm(const v1::GemmProblem& problem, Candidat
   std::optional<size_t> default_index, template_index;
   for (size_t i : by_time) {
     if (candidates[i].cublaslt_rank == 0) default_index = i;
-    if (candidates[i].tile.has_value() && !template_index.has_value()) template_index = i;
+    if (candidates[i].is_template() && !template_index.has_value()) template_index = i;
   }
   if (default_index) add(*default_index);
   if (template_index) add(*template_index);

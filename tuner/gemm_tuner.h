@@ -1,5 +1,7 @@
 // Tuning one GEMM problem over every candidate source under one measurement:
-// the mma.sync template's pruned space (tuner/gemm_space.h) and the
+// our templates' pruned spaces (mma.sync, tuner/gemm_space.h; Hopper's wgmma
+// on sm_90, tuner/gemm_wgmma_space.h; for M <= 16, tuner/gemm_skinny_space.h)
+// and the
 // algorithms cuBLASLt's heuristic returns (tuner/cublaslt.h). Every candidate
 // is verified against the reference, timed by the protocol of
 // tuner/measure.h; the fastest few, cuBLASLt's default choice and the best
@@ -65,7 +67,7 @@ struct GemmTuneResult {
   GemmCandidate winner;
   Timing winner_timing;
   std::optional<Timing> cublaslt_default;  // cuBLASLt's own choice, measured with the finalists
-  std::optional<Timing> best_template;     // the fastest mma.sync candidate, likewise
+  std::optional<Timing> best_template;     // the fastest own template candidate, likewise
   std::string best_template_name;
   std::vector<GemmCandidateOutcome> outcomes;
   int template_candidates = 0;

@@ -246,4 +246,48 @@ v1::MmaSyncTile GemmTileConfigToProto(const GemmTileConfig& c) {
   return out;
 }
 
+absl::StatusOr<WgmmaTileConfig> WgmmaTileConfigFromProto(const v1::WgmmaTile& in) {
+  WgmmaTileConfig c;
+  c.block_m = in.block_m();
+  c.block_n = in.block_n();
+  c.consumers = in.consumers();
+  c.stages = in.stages();
+  c.group_m = in.group_m();
+  for (auto [field, value] : {std::pair{"block_m", c.block_m}, std::pair{"block_n", c.block_n},
+                              std::pair{"consumers", c.consumers}, std::pair{"stages", c.stages},
+                              std::pair{"group_m", c.group_m}}) {
+    if (value < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("config.gemm.wgmma.", field, ": must be >= 1, got ", value));
+    }
+  }
+  return c;
+}
+
+v1::WgmmaTile WgmmaTileConfigToProto(const WgmmaTileConfig& c) {
+  v1::WgmmaTile out;
+  out.set_block_m(c.block_m);
+  out.set_block_n(c.block_n);
+  out.set_consumers(c.consumers);
+  out.set_stages(c.stages);
+  out.set_group_m(c.group_m);
+  return out;
+}
+
+absl::StatusOr<SkinnyConfig> SkinnyConfigFromProto(const v1::SkinnyTile& in) {
+  SkinnyConfig c{in.warps(), in.unroll()};
+  for (auto [field, value] : {std::pair{"warps", c.warps}, std::pair{"unroll", c.unroll}}) {
+    if (value < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("config.gemm.skinny.", field, ": must be >= 1, got ", value));
+    }
+  }
+  return c;
+}
+
+v1::SkinnyTile SkinnyConfigToProto(const SkinnyConfig& c) {
+  v1::SkinnyTile out;
+  out.set_warps(c.warps);
+  out.set_unroll(c.unroll);
+  return out;
+}
+
 }  // namespace ktune

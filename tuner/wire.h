@@ -7,7 +7,9 @@
 #include "absl/status/statusor.h"
 #include "ktune/v1/ktune.pb.h"
 #include "tuner/fingerprint.h"
+#include "tuner/gemm_skinny_space.h"
 #include "tuner/gemm_space.h"
+#include "tuner/gemm_wgmma_space.h"
 #include "tuner/launch_recipe.h"
 #include "tuner/norm_config.h"
 #include "tuner/problem.h"
@@ -28,6 +30,11 @@ v1::NormConfig NormConfigToProto(const NormConfig& config);
 // The mma.sync GEMM tile; INVALID_ARGUMENT naming the field when one is < 1.
 absl::StatusOr<GemmTileConfig> GemmTileConfigFromProto(const v1::MmaSyncTile& tile);
 v1::MmaSyncTile GemmTileConfigToProto(const GemmTileConfig& config);
+// Field checks only (every field >= 1); CanImplementWgmma judges the rest.
+absl::StatusOr<WgmmaTileConfig> WgmmaTileConfigFromProto(const v1::WgmmaTile& tile);
+v1::WgmmaTile WgmmaTileConfigToProto(const WgmmaTileConfig& config);
+absl::StatusOr<SkinnyConfig> SkinnyConfigFromProto(const v1::SkinnyTile& tile);
+v1::SkinnyTile SkinnyConfigToProto(const SkinnyConfig& config);
 
 DeviceInfo DeviceFromProto(const v1::DeviceFingerprint& device);
 v1::DeviceFingerprint DeviceToProto(const DeviceInfo& device);

@@ -35,6 +35,7 @@
 #pragma once
 
 #include "common/types.cuh"
+#include "gemm/epilogue.cuh"
 
 namespace ktune {
 namespace gemm_mma_detail {
@@ -105,41 +106,6 @@ __device__ __forceinline__ void mma16816<fp16>(float (&acc)[4], const unsigned i
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Scalar loads and stores of the element types, as floats.
-__device__ __forceinline__ float to_float(bf16 v) { return bf16_bits_to_float(v.bits); }
-__device__ __forceinline__ float to_float(fp16 v) {
-  float f;
-  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.bits));
-  return f;
-}
-__device__ __forceinline__ float to_float(float v) { return v; }
-
-template <typename T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ bf16 from_float<bf16>(float v) {
-  bf16 r;
-  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r.bits) : "f"(v));
-  return r;
-}
-template <>
-__device__ __forceinline__ fp16 from_float<fp16>(float v) {
-  fp16 r;
-  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r.bits) : "f"(v));
-  return r;
-}
-template <>
-__device__ __forceinline__ float from_float<float>(float v) {
-  return v;
-}
-
-template <int EPI>
-__device__ __forceinline__ float activate(float v) {
-  if constexpr (EPI == 2) return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
-  if constexpr (EPI == 3) return v / (1.0f + __expf(-v));
-  return v;
-}
-
 }  // namespace gemm_mma_detail
 
 template <typename T, typename TD, bool B_NK, int EPI, bool HAS_C, int BM, int BN, int BK,
@@ -149,6 +115,7 @@ __global__ void __launch_bounds__(WARPS_M * WARPS_N * 32)
              TD* __restrict__ d, const T* __restrict__ bias, int M, int N, int K, float alpha,
              float beta) {
   using namespace gemm_mma_detail;
+  using gemm_epilogue::store_pair;
   constexpr int kThreads = WARPS_M * WARPS_N * 32;
   constexpr int kWarpM = BM / WARPS_M;  // warp tile rows
   constexpr int kWarpN = BN / WARPS_N;  // warp tile columns
@@ -299,43 +266,16 @@ __global__ void __launch_bounds__(WARPS_M * WARPS_N * 32)
   // Epilogue straight from the accumulators: thread (g = lane / 4, t = lane % 4)
   // holds rows g and g + 8, columns 2t and 2t + 1 of each m16n8 tile.
   const long long d_off = batch * M * static_cast<long long>(N);
-  const bool pairs = (N % 2) == 0;  // two adjacent outputs are one aligned store
 #pragma unroll
   for (int i = 0; i < kMmaM; ++i) {
 #pragma unroll
     for (int j = 0; j < kMmaN; ++j) {
       const int col = n0 + warp_n * kWarpN + j * 8 + (lane % 4) * 2;
-      float bias_v[2] = {0.0f, 0.0f};
-      if constexpr (EPI >= 1) {
-        if (col < N) bias_v[0] = to_float(bias[col]);
-        if (col + 1 < N) bias_v[1] = to_float(bias[col + 1]);
-      }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int row = m0 + warp_m * kWarpM + i * 16 + lane / 4 + h * 8;
-        if (row >= M) continue;
-        const long long base = d_off + static_cast<long long>(row) * N;
-        float v[2];
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          float x = alpha * acc[i][j][2 * h + e];
-          if (col + e < N) {
-            if constexpr (HAS_C) x += beta * to_float(c[base + col + e]);
-            if constexpr (EPI >= 1) x = activate<EPI>(x + bias_v[e]);
-          }
-          v[e] = x;
-        }
-        if (pairs && col + 1 < N) {
-          if constexpr (sizeof(TD) == 2) {
-            const unsigned int lo = from_float<TD>(v[0]).bits, hi = from_float<TD>(v[1]).bits;
-            *reinterpret_cast<unsigned int*>(d + base + col) = lo | (hi << 16);
-          } else {
-            *reinterpret_cast<float2*>(d + base + col) = make_float2(v[0], v[1]);
-          }
-        } else {
-          if (col < N) d[base + col] = from_float<TD>(v[0]);
-          if (col + 1 < N) d[base + col + 1] = from_float<TD>(v[1]);
-        }
+        store_pair<TD, T, EPI, HAS_C>(d + d_off, c + d_off, bias, row, col, M, N, alpha, beta,
+                                      acc[i][j][2 * h], acc[i][j][2 * h + 1]);
       }
     }
   }

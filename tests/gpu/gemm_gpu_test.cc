@@ -1,4 +1,4 @@
-// GEMM candidates on a real GPU: every pruned mma.sync candidate and every
+// GEMM candidates on a real GPU: every pruned mma.sync, wgmma and skinny candidate and every
 // algorithm cuBLASLt's heuristic returns compute D = epilogue(alpha A x B +
 // beta C) within bf16 tolerance of a float64 host reference, on small and odd
 // problems; cuBLASLt's algorithms are re-created from their 64 bytes.
@@ -13,7 +13,9 @@
 #include "tuner/host_float.h"
 #include "tuner/cublaslt.h"
 #include "tuner/gemm_problem.h"
+#include "tuner/gemm_skinny_space.h"
 #include "tuner/gemm_space.h"
+#include "tuner/gemm_wgmma_space.h"
 #include "tuner/executor.h"
 #include "tuner/gemm_tuner.h"
 #include "tuner/nvrtc_compiler.h"
@@ -120,6 +122,25 @@ std::vector<GemmCase> Cases(Device* device) {
 
 constexpr double kTolerance = 1e-2;  // bf16 D: about 4e-3 from rounding alone
 
+// Compiles `r`, runs it on g's inputs (parameters a, b, c, d, bias, M, N, K,
+// alpha, beta) over a poisoned D and returns the error against the reference.
+double RunPlainRecipe(Device* device, GemmCase& g, LaunchRecipe r) {
+  const CompileResult compiled = Compile(&r);
+  INFO(compiled.log);
+  REQUIRE(compiled.ok);
+  absl::StatusOr<LoadedKernel> k = device->LoadKernel(r.cubin, r.kernels[0].lowered_name);
+  REQUIRE(k.ok());
+  uint64_t a = g.da.get(), b = g.db.get(), cc = g.p.c_dtype() ? g.dc.get() : 0, d = g.dd.get();
+  uint64_t bias = g.bias.empty() ? 0 : g.dbias.get();
+  int m = static_cast<int>(g.p.m()), n = static_cast<int>(g.p.n()), kk = static_cast<int>(g.p.k());
+  void* args[] = {&a, &b, &cc, &d, &bias, &m, &n, &kk, &g.alpha, &g.beta};
+  g.Poison(device);
+  REQUIRE(device->Launch(*k, r.kernels[0], args).ok());
+  REQUIRE(device->Synchronize().ok());
+  device->UnloadKernel(*k);
+  return g.Error(device);
+}
+
 TEST_CASE("every pruned mma.sync GEMM candidate matches a float64 reference", "[gpu][gemm]") {
   Device* device = testing::GpuDevice();
   for (GemmCase& g : Cases(device)) {
@@ -127,22 +148,86 @@ TEST_CASE("every pruned mma.sync GEMM candidate matches a float64 reference", "[
       INFO(GemmCanonicalKey(g.p) << " " << ToString(c));
       absl::StatusOr<LaunchRecipe> r = GemmLaunchRecipe(g.p, c, device->info());
       REQUIRE(r.ok());
+      CHECK(RunPlainRecipe(device, g, *r) < kTolerance);
+    }
+  }
+}
+
+TEST_CASE("every skinny GEMM candidate matches a float64 reference", "[gpu][gemm][skinny]") {
+  Device* device = testing::GpuDevice();
+  std::vector<GemmCase> cases;
+  // M of 1, 7 and 16 (both MMA widths); N with a tail of 16-column blocks; K
+  // not a multiple of the 32-wide chunks; every epilogue, C, a batch.
+  cases.push_back(GemmCase::Make(device, 1, 520, 264, v1::COL_MAJOR, v1::EPILOGUE_BIAS, false, 1));
+  cases.push_back(GemmCase::Make(device, 7, 257, 136, v1::COL_MAJOR, v1::EPILOGUE_BIAS_GELU, false, 2));
+  cases.push_back(GemmCase::Make(device, 16, 4096, 1000, v1::COL_MAJOR, v1::EPILOGUE_BIAS_SILU, true, 1));
+  cases.push_back(GemmCase::Make(device, 9, 136, 4104, v1::COL_MAJOR, v1::EPILOGUE_RESIDUAL_ADD, true, 3));
+  cases.push_back(GemmCase::Make(device, 16, 1024, 2048, v1::COL_MAJOR, v1::EPILOGUE_NONE, false, 1));
+  int tested = 0;
+  for (GemmCase& g : cases) {
+    for (const SkinnyConfig& c : SkinnySearchSpace(g.p, device->info())) {
+      INFO(GemmCanonicalKey(g.p) << " skinny " << ToString(c));
+      absl::StatusOr<LaunchRecipe> r = SkinnyLaunchRecipe(g.p, c, device->info());
+      REQUIRE(r.ok());
+      CHECK(RunPlainRecipe(device, g, *r) < kTolerance);
+      ++tested;
+    }
+  }
+  CHECK(tested == 30);
+}
+
+TEST_CASE("every pruned wgmma GEMM candidate matches a float64 reference", "[gpu][gemm][wgmma]") {
+  Device* device = testing::GpuDevice();
+  std::vector<GemmCase> cases;
+  for (GemmCase& g : Cases(device)) {
+    if (g.p.b_layout() == v1::COL_MAJOR) cases.push_back(std::move(g));
+  }
+  // K tails, a C and SiLU; more tiles than SMs (each CTA takes several, the
+  // producer running ahead into the next tile); a batch with fp32-sized tails.
+  cases.push_back(GemmCase::Make(device, 127, 264, 1000, v1::COL_MAJOR, v1::EPILOGUE_BIAS_SILU, true, 1));
+  cases.push_back(GemmCase::Make(device, 2304, 2304, 136, v1::COL_MAJOR, v1::EPILOGUE_NONE, false, 1));
+  cases.push_back(GemmCase::Make(device, 300, 130, 200, v1::COL_MAJOR, v1::EPILOGUE_RESIDUAL_ADD, true, 3));
+  int tested = 0;
+  for (GemmCase& g : cases) {
+    GemmSpaceOptions all;
+    all.pruned = false;  // every config, not only the model's favourites
+    for (const WgmmaTileConfig& c : WgmmaSearchSpace(g.p, device->info(), all)) {
+      INFO(GemmCanonicalKey(g.p) << " wgmma " << ToString(c));
+      absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(g.p, c, device->info());
+      REQUIRE(r.ok());
       const CompileResult compiled = Compile(&*r);
       INFO(compiled.log);
       REQUIRE(compiled.ok);
       absl::StatusOr<LoadedKernel> k = device->LoadKernel(r->cubin, r->kernels[0].lowered_name);
       REQUIRE(k.ok());
-      uint64_t a = g.da.get(), b = g.db.get(), cc = g.p.c_dtype() ? g.dc.get() : 0, d = g.dd.get();
+      TmaTensor ta, tb;
+      ta.base = g.da.get();
+      tb.base = g.db.get();
+      ta.inner = tb.inner = static_cast<uint64_t>(g.p.k());
+      ta.rows = static_cast<uint64_t>(g.p.m());
+      tb.rows = static_cast<uint64_t>(g.p.n());
+      ta.batch = tb.batch = static_cast<uint64_t>(g.batch());
+      ta.row_pitch = tb.row_pitch = ta.inner;
+      ta.batch_pitch = ta.rows * ta.inner;
+      tb.batch_pitch = tb.rows * tb.inner;
+      ta.box_rows = static_cast<uint32_t>(c.block_m);
+      tb.box_rows = static_cast<uint32_t>(c.block_n);
+      absl::StatusOr<TmaDescriptorBytes> tma_a = device->EncodeTma(ta), tma_b = device->EncodeTma(tb);
+      REQUIRE(tma_a.ok());
+      REQUIRE(tma_b.ok());
+      uint64_t cc = g.p.c_dtype() ? g.dc.get() : 0, d = g.dd.get();
       uint64_t bias = g.bias.empty() ? 0 : g.dbias.get();
       int m = static_cast<int>(g.p.m()), n = static_cast<int>(g.p.n()), kk = static_cast<int>(g.p.k());
-      void* args[] = {&a, &b, &cc, &d, &bias, &m, &n, &kk, &g.alpha, &g.beta};
+      void* args[] = {&*tma_a, &*tma_b, &cc, &d, &bias, &m, &n, &kk, &g.alpha, &g.beta};
       g.Poison(device);
       REQUIRE(device->Launch(*k, r->kernels[0], args).ok());
       REQUIRE(device->Synchronize().ok());
       CHECK(g.Error(device) < kTolerance);
       device->UnloadKernel(*k);
+      ++tested;
     }
   }
+  CHECK(tested >= 20);
 }
 
 TEST_CASE("cuBLASLt's algorithms match a float64 reference and come back from their bytes", "[gpu][gemm][cublaslt]") {

@@ -1,0 +1,83 @@
+// The epilogue every GEMM template shares: from two fp32 accumulators of
+// adjacent columns to D, through alpha, beta * C, bias and the activation.
+//
+//   D[row, col + e] = act(alpha * acc_e + beta * C[row, col + e] + bias[col + e])
+//
+// Both tensor-core fragment layouts in use (mma.sync m16n8 and wgmma m64nN)
+// give a thread pairs of adjacent columns of one row, so the pair is the unit:
+// one 4-byte (bf16) or 8-byte (fp32) store when N is even, scalars at an odd
+// right edge. Epilogues (EPI): 0 none, 1 + bias, 2 gelu(. + bias) (erf form,
+// torch's default), 3 silu(. + bias); C is read when HAS_C.
+#pragma once
+
+#include "common/types.cuh"
+
+namespace ktune {
+namespace gemm_epilogue {
+
+__device__ __forceinline__ float to_float(bf16 v) { return bf16_bits_to_float(v.bits); }
+__device__ __forceinline__ float to_float(fp16 v) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.bits));
+  return f;
+}
+__device__ __forceinline__ float to_float(float v) { return v; }
+
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ bf16 from_float<bf16>(float v) {
+  bf16 r;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r.bits) : "f"(v));
+  return r;
+}
+template <>
+__device__ __forceinline__ fp16 from_float<fp16>(float v) {
+  fp16 r;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r.bits) : "f"(v));
+  return r;
+}
+template <>
+__device__ __forceinline__ float from_float<float>(float v) {
+  return v;
+}
+
+template <int EPI>
+__device__ __forceinline__ float activate(float v) {
+  if constexpr (EPI == 2) return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+  if constexpr (EPI == 3) return v / (1.0f + __expf(-v));
+  return v;
+}
+
+// D[row, col] and D[row, col + 1] of the [M, N] matrix at d (C likewise at c)
+// from accumulators acc0, acc1; nothing outside the matrix is read or written.
+// REQUIRES: col even; d, c 8-byte aligned.
+template <typename TD, typename TB, int EPI, bool HAS_C>
+__device__ __forceinline__ void store_pair(TD* d, const TD* c, const TB* bias, int row, int col, int M,
+                                           int N, float alpha, float beta, float acc0, float acc1) {
+  static_assert(EPI >= 0 && EPI <= 3, "epilogue 0..3");
+  if (row >= M || col >= N) return;
+  const long long base = static_cast<long long>(row) * N;
+  const bool second = col + 1 < N;
+  float v[2] = {alpha * acc0, alpha * acc1};
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    if (e == 1 && !second) break;
+    if constexpr (HAS_C) v[e] += beta * to_float(c[base + col + e]);
+    if constexpr (EPI >= 1) v[e] = activate<EPI>(v[e] + to_float(bias[col + e]));
+  }
+  if (second && (N % 2) == 0) {  // an aligned pair: one store
+    if constexpr (sizeof(TD) == 2) {
+      const unsigned int lo = from_float<TD>(v[0]).bits, hi = from_float<TD>(v[1]).bits;
+      *reinterpret_cast<unsigned int*>(d + base + col) = lo | (hi << 16);
+    } else {
+      *reinterpret_cast<float2*>(d + base + col) = make_float2(v[0], v[1]);
+    }
+  } else {
+    d[base + col] = from_float<TD>(v[0]);
+    if (second) d[base + col + 1] = from_float<TD>(v[1]);
+  }
+}
+
+}  // namespace gemm_epilogue
+}  // namespace ktune

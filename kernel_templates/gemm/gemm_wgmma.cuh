@@ -1,0 +1,314 @@
+// GEMM on Hopper's tensor cores (sm_90a): TMA, mbarriers, wgmma and warp
+// specialisation, one template for every tuned variant:
+//
+//   D[b] = epilogue(alpha * A[b] x B[b]^T + beta * C[b])
+//
+// A is [M, K] and B is [N, K] (nn.Linear's weight), both row-major bf16 (K
+// contiguous: the "K-major" operands wgmma reads from shared memory without a
+// transpose); accumulation fp32; C and D are TD (bf16 or float). Batches are
+// contiguous, one per gridDim.z.
+//
+// A CTA is 1 + CONSUMERS warpgroups and persistent: it walks the output tiles
+// blockIdx.x, blockIdx.x + gridDim.x, ... in grouped raster order (GROUP_M
+// tile rows at a time, so the CTAs running together share B tiles in L2).
+//  - The producer warpgroup gives most of its registers back (setmaxnreg) and
+//    one of its threads issues the TMA copies: for each 64-wide step of K, a
+//    BM x 64 tile of A and a BN x 64 tile of B into one stage of a ring of
+//    STAGES, completed on the stage's "full" mbarrier by transaction bytes.
+//    It runs ahead across tiles, so the next tile's loads overlap this tile's
+//    epilogue.
+//  - Each consumer warpgroup owns BM / CONSUMERS rows of the tile and
+//    multiplies them with wgmma m64nBNk16 straight from shared memory (TMA
+//    writes the 128-byte-swizzled layout the wgmma descriptors name). One
+//    group of wgmmas stays in flight: a stage is handed back (its "empty"
+//    mbarrier) once the next stage's wgmmas are issued and the previous have
+//    retired. The epilogue (gemm/epilogue.cuh) stores from the accumulators.
+// TMA zero-fills outside A and B, so any M, N and K tail is exact.
+//
+// Kernel arguments, in order (the recipe's `params`):
+//   tma_a:64xBM   TmaDescriptor (by value)  A as a 3D tensor (K, M, batch) of
+//                 bf16, box (64, BM, 1), 128-byte swizzle, zero fill
+//   tma_b:64xBN   TmaDescriptor  B as (K, N, batch), box (64, BN, 1), likewise
+//   c, d, bias, M, N, K, alpha, beta   as kernel_templates/gemm/gemm_mma.cuh
+// REQUIRES: K % 8 == 0 (TMA strides are multiples of 16 bytes); c and d
+// 8-byte aligned; dynamic shared memory of STAGES * (BM + BN) * 128 + 1024 +
+// 16 * STAGES bytes; a grid of (min(tiles, SMs / batch), 1, batch).
+#pragma once
+
+#include "common/types.cuh"
+#include "gemm/epilogue.cuh"
+
+namespace ktune {
+
+// A CUtensorMap (the TMA descriptor), opaque: encoded on the host by
+// cuTensorMapEncodeTiled and passed by value as a __grid_constant__.
+struct alignas(64) TmaDescriptor {
+  unsigned long long words[16];
+};
+
+namespace gemm_wgmma_detail {
+
+constexpr int kBK = 64;            // bf16 elements of K per stage: one 128-byte swizzle row
+constexpr int kRowBytes = kBK * 2;
+
+__device__ __forceinline__ unsigned int smem_addr(const void* p) {
+  return static_cast<unsigned int>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+// One arrival that also announces `bytes` of TMA transactions to come.
+__device__ __forceinline__ void mbar_arrive_expect_tx(unsigned long long* bar, unsigned int bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned long long* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+// Waits until the phase of parity `parity` has completed.
+__device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned int parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+
+// A box of the 3D tensor at (c0, c1, c2) into shared memory; completes on bar.
+__device__ __forceinline__ void tma_load_3d(void* dst, const TmaDescriptor* map, unsigned long long* bar, int c0,
+                                            int c1, int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], "
+      "[%2];" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<unsigned long long>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+
+// wgmma's shared-memory matrix descriptor for a K-major tile stored as rows of
+// 128 bytes, 128-byte swizzled: 8-row groups 1024 bytes apart (the stride
+// byte offset); the leading byte offset is unused in this mode.
+__device__ __forceinline__ unsigned long long smem_desc(const void* p) {
+  const unsigned long long addr = smem_addr(p);
+  return ((addr & 0x3FFFF) >> 4) | (1ull << 16) | (static_cast<unsigned long long>(1024 >> 4) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+
+// d (64 x N, fp32, the m64nN accumulator fragment) += A (64 x 16) x B^T
+// (16 x N), both from shared memory. Thread t of the warpgroup holds, for
+// each n8 column block j, d[4j], d[4j + 1] at row 16 * (t / 32) + (t % 32) / 4,
+// columns 8j + 2 * (t % 4) + {0, 1}, and d[4j + 2], d[4j + 3] eight rows below.
+template <int N>
+__device__ __forceinline__ void wgmma_m64k16(float (&d)[N / 2], unsigned long long desc_a,
+                                             unsigned long long desc_b);
+// The specialisations spell out each accumulator register (inline PTX cannot
+// take an array): N = 64, 128 and 256.
+template <>
+__device__ __forceinline__ void wgmma_m64k16<64>(float (&d)[32], unsigned long long desc_a,
+                                                  unsigned long long desc_b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(desc_a), "l"(desc_b), "r"(1));
+}
+template <>
+__device__ __forceinline__ void wgmma_m64k16<128>(float (&d)[64], unsigned long long desc_a,
+                                                  unsigned long long desc_b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "r"(1));
+}
+template <>
+__device__ __forceinline__ void wgmma_m64k16<256>(float (&d)[128], unsigned long long desc_a,
+                                                  unsigned long long desc_b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+      "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(desc_a), "l"(desc_b), "r"(1));
+}
+}  // namespace gemm_wgmma_detail
+
+template <typename TD, int EPI, bool HAS_C, int BM, int BN, int CONSUMERS, int STAGES, int GROUP_M>
+__global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
+    gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ TmaDescriptor tma_b,
+               const TD* __restrict__ c, TD* __restrict__ d, const bf16* __restrict__ bias, int M, int N, int K,
+               float alpha, float beta) {
+  using namespace gemm_wgmma_detail;
+  constexpr int kRowsPerConsumer = BM / CONSUMERS;
+  constexpr int kMSub = kRowsPerConsumer / 64;  // m64 wgmmas per consumer per k16 step
+  constexpr int kTileA = BM * kBK;              // elements of one A stage
+  constexpr int kTileB = BN * kBK;
+  static_assert(CONSUMERS == 1 || CONSUMERS == 2, "one or two consumer warpgroups");
+  static_assert(kRowsPerConsumer % 64 == 0 && kMSub >= 1 && kMSub <= 2, "64 or 128 rows per consumer");
+  static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma N of 64, 128 or 256");
+  static_assert(BM <= 256 && BN <= 256, "a TMA box is at most 256 rows");
+  static_assert(kMSub * BN / 2 <= 128, "at most 128 accumulator registers per thread");
+  static_assert(STAGES >= 2, "at least double buffering");
+
+  // The ring, 1024-byte aligned as the 128-byte swizzle wants, then the barriers.
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  bf16* smem_a = reinterpret_cast<bf16*>(smem);  // (STAGES, BM, 64)
+  bf16* smem_b = smem_a + STAGES * kTileA;        // (STAGES, BN, 64)
+  unsigned long long* full = reinterpret_cast<unsigned long long*>(smem_b + STAGES * kTileB);
+  unsigned long long* empty = full + STAGES;
+
+  const int warpgroup = threadIdx.x / 128;
+  const int thread = threadIdx.x % 128;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], CONSUMERS);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  const int tiles_m = (M + BM - 1) / BM;
+  const int tiles_n = (N + BN - 1) / BN;
+  const int tiles = tiles_m * tiles_n;
+  const int k_tiles = (K + kBK - 1) / kBK;
+  const int batch = blockIdx.z;
+  // Grouped raster order: tile -> (tile_m, tile_n).
+  auto locate = [&](int tile, int& tile_m, int& tile_n) {
+    const int per_group = GROUP_M * tiles_n;
+    const int first_m = (tile / per_group) * GROUP_M;
+    const int group_rows = min(tiles_m - first_m, GROUP_M);
+    tile_m = first_m + (tile % per_group) % group_rows;
+    tile_n = (tile % per_group) / group_rows;
+  };
+
+  if (warpgroup == 0) {
+    // Producer: 40 registers are plenty for one thread's address arithmetic.
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+    if (thread == 0) {
+      int step = 0;  // k-steps issued, over all tiles: stage = step % STAGES
+      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        int tile_m, tile_n;
+        locate(tile, tile_m, tile_n);
+        for (int kt = 0; kt < k_tiles; ++kt, ++step) {
+          const int s = step % STAGES;
+          // The first pass finds every stage empty (waiting on the phase
+          // "before" phase 0 returns at once).
+          mbar_wait(&empty[s], ((step / STAGES) & 1) ^ 1);
+          mbar_arrive_expect_tx(&full[s], (BM + BN) * kRowBytes);
+          tma_load_3d(smem_a + s * kTileA, &tma_a, &full[s], kt * kBK, tile_m * BM, batch);
+          tma_load_3d(smem_b + s * kTileB, &tma_b, &full[s], kt * kBK, tile_n * BN, batch);
+        }
+      }
+    }
+    return;
+  }
+
+  // Consumers: the registers the producer gave back.
+  if constexpr (CONSUMERS == 2) {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;");
+  }
+  const int consumer = warpgroup - 1;
+  const int warp = thread / 32;
+  const int lane = thread % 32;
+  const long long d_off = static_cast<long long>(batch) * M * N;
+  int step = 0;
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    int tile_m, tile_n;
+    locate(tile, tile_m, tile_n);
+    float acc[kMSub][BN / 2];
+#pragma unroll
+    for (int i = 0; i < kMSub; ++i) {
+#pragma unroll
+      for (int j = 0; j < BN / 2; ++j) acc[i][j] = 0.0f;
+    }
+    int previous = -1;  // the stage whose wgmmas may still be in flight
+    for (int kt = 0; kt < k_tiles; ++kt, ++step) {
+      const int s = step % STAGES;
+      mbar_wait(&full[s], (step / STAGES) & 1);
+      const bf16* sa = smem_a + s * kTileA + consumer * kRowsPerConsumer * kBK;
+      const bf16* sb = smem_b + s * kTileB;
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBK / 16; ++kk) {
+#pragma unroll
+        for (int i = 0; i < kMSub; ++i) {
+          // A 16-wide step of K is 32 bytes along the (swizzled) 128-byte row.
+          wgmma_m64k16<BN>(acc[i], smem_desc(sa + i * 64 * kBK + kk * 16), smem_desc(sb + kk * 16));
+        }
+      }
+      wgmma_commit();
+      wgmma_wait<1>();  // the previous stage's wgmmas have read their operands
+      if (previous >= 0 && thread == 0) mbar_arrive(&empty[previous]);
+      previous = s;
+    }
+    wgmma_wait<0>();
+    if (previous >= 0 && thread == 0) mbar_arrive(&empty[previous]);
+
+#pragma unroll
+    for (int i = 0; i < kMSub; ++i) {
+      const int row = tile_m * BM + consumer * kRowsPerConsumer + i * 64 + warp * 16 + lane / 4;
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j) {
+        const int col = tile_n * BN + j * 8 + (lane % 4) * 2;
+        gemm_epilogue::store_pair<TD, bf16, EPI, HAS_C>(d + d_off, c + d_off, bias, row, col, M, N, alpha, beta,
+                                                        acc[i][4 * j], acc[i][4 * j + 1]);
+        gemm_epilogue::store_pair<TD, bf16, EPI, HAS_C>(d + d_off, c + d_off, bias, row + 8, col, M, N, alpha,
+                                                        beta, acc[i][4 * j + 2], acc[i][4 * j + 3]);
+      }
+    }
+  }
+}
+
+}  // namespace ktune

@@ -1,0 +1,169 @@
+// The Hopper GEMM space (tuner/gemm_wgmma_space.h): what it accepts and
+// refuses, how it prunes, its recipes and TMA parameters, and, with no GPU,
+// the half of its contract CI can check: NVRTC compiles every pruned
+// candidate of issue 5's bench problems for sm_90a without spills.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tuner/gemm_problem.h"
+#include "tuner/gemm_wgmma_space.h"
+#include "tuner/nvrtc_compiler.h"
+
+namespace ktune {
+namespace {
+
+v1::GemmProblem Linear(int64_t m, int64_t n, int64_t k, v1::Epilogue epilogue = v1::EPILOGUE_NONE,
+                       v1::DType c = v1::DTYPE_UNSPECIFIED, v1::DType d = v1::BF16, int64_t batch = 1) {
+  v1::GemmProblem p;
+  p.set_m(m);
+  p.set_n(n);
+  p.set_k(k);
+  p.set_batch(batch);
+  p.set_a_dtype(v1::BF16);
+  p.set_b_dtype(v1::BF16);
+  p.set_c_dtype(c);
+  p.set_d_dtype(d);
+  p.set_a_layout(v1::ROW_MAJOR);
+  p.set_b_layout(v1::COL_MAJOR);
+  p.set_epilogue(epilogue);
+  REQUIRE(ValidateGemmProblem(p).ok());
+  return p;
+}
+
+TEST_CASE("the wgmma space serves bf16 [N, K] GEMMs on sm_90 only, and says why not", "[tuner][gemm]") {
+  const DeviceInfo h200 = CompileOnlyTarget();
+  const WgmmaTileConfig c;  // 128 x 256, two consumers, 4 stages
+  CHECK(CanImplementWgmma(Linear(8192, 8192, 8192), c, h200).ok());
+  CHECK(CanImplementWgmma(Linear(1, 4100, 520, v1::EPILOGUE_BIAS_GELU), c, h200).ok());
+
+  auto refused = [&](const v1::GemmProblem& p, const WgmmaTileConfig& config, const DeviceInfo& d,
+                     const std::string& why) {
+    const absl::Status s = CanImplementWgmma(p, config, d);
+    INFO(s.ToString());
+    CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
+    CHECK_THAT(std::string(s.message()), Catch::Contains(why));
+  };
+  DeviceInfo ampere = h200;
+  ampere.cc_major = 8;
+  refused(Linear(4096, 4096, 4096), c, ampere, "needs sm_90");
+  DeviceInfo blackwell = h200;
+  blackwell.cc_major = 10;
+  refused(Linear(4096, 4096, 4096), c, blackwell, "needs sm_90");
+  v1::GemmProblem kn = Linear(4096, 4096, 4096);
+  kn.set_b_layout(v1::ROW_MAJOR);
+  refused(kn, c, h200, "[N, K]");
+  v1::GemmProblem fp8 = Linear(4096, 4096, 4096);
+  fp8.set_a_dtype(v1::FP8_E4M3);
+  fp8.set_b_dtype(v1::FP8_E4M3);
+  refused(fp8, c, h200, "bf16");
+  refused(Linear(64, 64, 100), c, h200, "K = 100");
+  WgmmaTileConfig wide = c;
+  wide.block_m = 256;  // 128 rows x 256 columns per consumer: 256 accumulators
+  refused(Linear(4096, 4096, 4096), wide, h200, "accumulators");
+  WgmmaTileConfig deep = c;
+  deep.stages = 6;  // 6 x 48 KiB
+  refused(Linear(4096, 4096, 4096), deep, h200, "shared memory");
+  WgmmaTileConfig odd = c;
+  odd.block_n = 96;
+  refused(Linear(4096, 4096, 4096), odd, h200, "block_n");
+}
+
+TEST_CASE("the wgmma model prefers big tiles for big GEMMs and fewer idle SMs for small ones", "[tuner][gemm]") {
+  const DeviceInfo h200 = CompileOnlyTarget();
+  const std::vector<WgmmaTileConfig> big = WgmmaSearchSpace(Linear(8192, 8192, 8192), h200);
+  REQUIRE(!big.empty());
+  CHECK(big.size() <= 16);
+  CHECK(big[0].block_m * big[0].block_n >= 128 * 256);
+  CHECK(big[0].consumers == 2);
+  // 128 x 4096: 16 tiles of 128 x 256 leave 116 SMs idle; 64 of 128 x 64 do not.
+  const std::vector<WgmmaTileConfig> thin = WgmmaSearchSpace(Linear(128, 4096, 4096), h200);
+  REQUIRE(!thin.empty());
+  CHECK(thin[0].block_n <= 128);
+  // The unpruned space is every config the template accepts, pruned a subset.
+  const std::vector<WgmmaTileConfig> all = WgmmaSearchSpace(Linear(8192, 8192, 8192), h200, {false, 0, 0});
+  CHECK(all.size() > big.size());
+  for (const WgmmaTileConfig& c : big) CHECK(std::find(all.begin(), all.end(), c) != all.end());
+}
+
+TEST_CASE("WgmmaLaunchRecipe: sm_90a, a persistent grid and TMA parameters", "[tuner][gemm]") {
+  const DeviceInfo h200 = CompileOnlyTarget();
+  WgmmaTileConfig c;
+  absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(Linear(8192, 8192, 8192), c, h200);
+  REQUIRE(r.ok());
+  CHECK(r->template_id == "gemm/gemm_wgmma");
+  CHECK(r->arch == "sm_90a");
+  REQUIRE(r->kernels.size() == 1);
+  const KernelLaunch& k = r->kernels[0];
+  CHECK(k.name_expression == "ktune::gemm_wgmma<ktune::bf16, 0, false, 128, 256, 2, 4, 8>");
+  CHECK(k.grid == std::array<uint32_t, 3>{132, 1, 1});  // 2048 tiles, one CTA per SM
+  CHECK(k.block == std::array<uint32_t, 3>{384, 1, 1});
+  CHECK(k.dynamic_smem_bytes == 4 * (128 + 256) * 128 + 1024 + 64);
+  CHECK(k.params == std::vector<std::string>{"tma_a:64x128", "tma_b:64x256", "c", "d", "bias", "M", "N", "K",
+                                             "alpha", "beta"});
+  // Fewer tiles than SMs: one CTA per tile; a batch shares the SMs out.
+  r = WgmmaLaunchRecipe(Linear(128, 512, 4096, v1::EPILOGUE_BIAS, v1::FP32, v1::FP32, 4), c, h200);
+  REQUIRE(r.ok());
+  CHECK(r->kernels[0].grid == std::array<uint32_t, 3>{2, 1, 4});
+  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<float, 1, true, 128, 256, 2, 4, 8>");
+  CHECK_FALSE(WgmmaLaunchRecipe(Linear(64, 64, 100), c, h200).ok());
+}
+
+TEST_CASE("TMA parameters parse, and malformed ones are named", "[tuner][gemm]") {
+  absl::StatusOr<TmaParam> t = ParseTmaParam("tma_b:64x256");
+  REQUIRE(t.ok());
+  CHECK(t->operand == 'b');
+  CHECK(t->box_inner == 64);
+  CHECK(t->box_outer == 256);
+  CHECK(ParseTmaParam("a").status().code() == absl::StatusCode::kNotFound);
+  for (const char* bad : {"tma_c:64x128", "tma_a:64x", "tma_a:32x128", "tma_a:64x512", "tma_a64x128", "tma_a:64x0"}) {
+    INFO(bad);
+    CHECK(ParseTmaParam(bad).status().code() == absl::StatusCode::kInvalidArgument);
+  }
+}
+
+TEST_CASE("NVRTC compiles every pruned wgmma candidate for sm_90a without spills", "[tuner][gemm][nvrtc][slow]") {
+  const DeviceInfo h200 = CompileOnlyTarget();
+  std::vector<v1::GemmProblem> problems = {Linear(8192, 8192, 8192)};
+  for (int64_t m : {1, 16, 128, 2048, 8192}) {
+    for (auto [n, k] : {std::pair<int64_t, int64_t>{4096, 4096}, {14336, 4096}, {4096, 14336}, {6144, 4096}}) {
+      problems.push_back(Linear(m, n, k));
+    }
+  }
+  problems.push_back(Linear(127, 4097, 4104, v1::EPILOGUE_BIAS_GELU));
+  problems.push_back(Linear(300, 520, 1000, v1::EPILOGUE_BIAS_SILU, v1::BF16, v1::BF16, 2));
+  problems.push_back(Linear(1000, 1000, 1000, v1::EPILOGUE_RESIDUAL_ADD, v1::FP32, v1::FP32));
+  std::vector<LaunchRecipe> recipes;
+  std::set<std::string> names;
+  for (const v1::GemmProblem& p : problems) {
+    for (const WgmmaTileConfig& c : WgmmaSearchSpace(p, h200)) {
+      absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(p, c, h200);
+      REQUIRE(r.ok());
+      if (!names.insert(r->kernels[0].name_expression).second) continue;
+      r->nvrtc_options.push_back("--ptxas-options=--verbose");
+      recipes.push_back(*std::move(r));
+    }
+  }
+  REQUIRE(recipes.size() >= 10);
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<CompileResult> results = CompileAll(&recipes);
+  std::printf("compiled %zu distinct wgmma kernels in %.1f s\n", recipes.size(),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  const std::regex spill(R"((\d+) bytes spill stores)");
+  for (size_t i = 0; i < recipes.size(); ++i) {
+    INFO(recipes[i].kernels[0].name_expression << "\n" << results[i].log);
+    REQUIRE(results[i].ok);
+    CHECK_FALSE(recipes[i].cubin.empty());
+    std::smatch m;
+    REQUIRE(std::regex_search(results[i].log, m, spill));
+    CHECK(m[1] == "0");
+  }
+}
+
+}  // namespace
+}  // namespace ktune

@@ -1,0 +1,49 @@
+// The search space of the skinny GEMM template (kernel_templates/gemm/
+// gemm_skinny.cuh): problems with at most 16 rows of A, where a GEMM is a
+// stream of B through the tensor cores and the question is only how many
+// warps share an SM's 16 rows of B and how many loads each keeps in flight.
+// Six configs, all compiled; no model is needed to prune them.
+// Thread-safe: pure functions.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "ktune/v1/ktune.pb.h"
+#include "tuner/fingerprint.h"
+#include "tuner/launch_recipe.h"
+
+namespace ktune {
+
+// One instantiation: `warps` warps split K for one CTA's 16 columns of D,
+// each with `unroll` 32-wide chunks of K loaded before they are multiplied.
+struct SkinnyConfig {
+  int warps = 8;
+  int unroll = 4;
+
+  bool operator==(const SkinnyConfig& o) const { return warps == o.warps && unroll == o.unroll; }
+};
+
+// "w8 u4".
+std::string ToString(const SkinnyConfig& config);
+
+// OK, or FAILED_PRECONDITION saying why not: M > 16, not bf16, B not given as
+// [N, K], K % 8 != 0, batch > 65535, sm_80 or newer needed, or the config
+// outside 1-32 warps and 1-8 chunks.
+absl::Status CanImplementSkinny(const v1::GemmProblem& problem, const SkinnyConfig& config,
+                                const DeviceInfo& device);
+
+// Every config of the grid (warps 4, 8, 16; unroll 2, 4) that can run the
+// problem, in that order; empty when the template cannot serve it.
+std::vector<SkinnyConfig> SkinnySearchSpace(const v1::GemmProblem& problem, const DeviceInfo& device);
+
+// Template "gemm/gemm_skinny" for the device's arch, grid (ceil(N / 16), 1,
+// batch), warps * 32 threads, parameters a, b, c, d, bias, M, N, K, alpha,
+// beta (as the mma.sync template's).
+// REQUIRES: CanImplementSkinny(problem, config, device) is OK.
+absl::StatusOr<LaunchRecipe> SkinnyLaunchRecipe(const v1::GemmProblem& problem, const SkinnyConfig& config,
+                                                const DeviceInfo& device);
+
+}  // namespace ktune

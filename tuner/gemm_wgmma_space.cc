@@ -1,0 +1,182 @@
+#include "tuner/gemm_wgmma_space.h"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "tuner/gemm_problem.h"
+#include "tuner/kernel_source.h"
+
+namespace ktune {
+namespace {
+
+constexpr char kTemplateId[] = "gemm/gemm_wgmma";
+constexpr int kBlockK = 64;              // the template's K step: one 128-byte swizzle row of bf16
+constexpr int kMaxAccumulators = 128;    // fp32 per consumer thread (of 232 registers after setmaxnreg)
+constexpr int kMaxBatch = 65535;         // gridDim.z
+// wgmma's dense bf16 rate per SM on an H100/H200 (989 TFLOP/s over 132 SMs)
+// and the HBM rate the norm kernels reach.
+constexpr double kWgmmaTflopsPerSm = 989.0 / 132;
+constexpr double kMemoryTBps = 4.0;
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+int Accumulators(const WgmmaTileConfig& c) { return c.block_m / c.consumers * c.block_n / 128; }
+
+int64_t Tiles(const v1::GemmProblem& p, const WgmmaTileConfig& c) {
+  return CeilDiv(p.m(), c.block_m) * CeilDiv(p.n(), c.block_n);
+}
+
+int GridX(const v1::GemmProblem& p, const WgmmaTileConfig& c, const DeviceInfo& d) {
+  const int64_t per_batch = std::max<int64_t>(1, std::max(d.sm_count, 1) / GemmBatch(p));
+  return static_cast<int>(std::min<int64_t>(Tiles(p, c), per_batch));
+}
+
+// The grid, in its fixed order: tiles of 128 or 256 rows (64 rows per
+// consumer would halve the MACs per shared-memory byte of B), 64 to 256
+// columns (wgmma's N), one or two consumers, 3 to 6 stages.
+std::vector<WgmmaTileConfig> Grid() {
+  std::vector<WgmmaTileConfig> grid;
+  for (int bm : {128, 256}) {
+    for (int bn : {256, 128, 64}) {
+      for (int consumers : {2, 1}) {
+        for (int stages : {4, 5, 3, 6}) {
+          WgmmaTileConfig c;
+          c.block_m = bm;
+          c.block_n = bn;
+          c.consumers = consumers;
+          c.stages = stages;
+          grid.push_back(c);
+        }
+      }
+    }
+  }
+  return grid;
+}
+
+}  // namespace
+
+std::string ToString(const WgmmaTileConfig& c) {
+  return absl::StrFormat("bm%d bn%d c%d s%d g%d", c.block_m, c.block_n, c.consumers, c.stages, c.group_m);
+}
+
+int64_t WgmmaSharedMemoryBytes(const WgmmaTileConfig& c) {
+  return int64_t{c.stages} * (c.block_m + c.block_n) * kBlockK * 2 + 1024 + 16 * c.stages;
+}
+
+absl::Status CanImplementWgmma(const v1::GemmProblem& p, const WgmmaTileConfig& c, const DeviceInfo& d) {
+  auto fail = [&](const std::string& why) {
+    return absl::FailedPreconditionError(absl::StrCat("wgmma ", ToString(c), ": ", why));
+  };
+  if (d.cc_major != 9 || d.cc_minor != 0) {
+    return fail(absl::StrCat("needs sm_90 (compiled for sm_90a), device is ", Arch(d)));
+  }
+  if (p.a_dtype() != v1::BF16 || p.b_dtype() != v1::BF16) return fail("the wgmma template serves bf16 A and B");
+  if (!GemmBIsNK(p)) return fail("the wgmma template serves B given as [N, K]");
+  if (p.k() % 8 != 0) return fail(absl::StrCat("K = ", p.k(), " is not a multiple of 8 (16-byte TMA strides)"));
+  if (GemmBatch(p) > kMaxBatch) return fail(absl::StrCat("batch over ", kMaxBatch));
+  if ((c.block_m != 128 && c.block_m != 256) || (c.block_n != 64 && c.block_n != 128 && c.block_n != 256)) {
+    return fail("block_m must be 128 or 256, block_n 64, 128 or 256");
+  }
+  if (c.consumers != 1 && c.consumers != 2) return fail("one or two consumer warpgroups");
+  const int rows = c.block_m / c.consumers;
+  if (rows != 64 && rows != 128) return fail("64 or 128 rows per consumer warpgroup");
+  if (Accumulators(c) > kMaxAccumulators) {
+    return fail(absl::StrCat(Accumulators(c), " accumulators per thread, more than ", kMaxAccumulators));
+  }
+  if (c.stages < 2 || c.stages > 8 || c.group_m < 1) return fail("stages must be 2 to 8, group_m >= 1");
+  const int64_t optin = d.max_smem_per_block_optin > 0 ? d.max_smem_per_block_optin : 48 << 10;
+  if (WgmmaSharedMemoryBytes(c) > optin) {
+    return fail(absl::StrCat(WgmmaSharedMemoryBytes(c), " bytes of shared memory, the device allows ", optin));
+  }
+  if (Tiles(p, c) > INT_MAX) return fail("more tiles than a grid holds");
+  return absl::OkStatus();
+}
+
+double WgmmaModelTimeUs(const v1::GemmProblem& p, const WgmmaTileConfig& c, const DeviceInfo& d) {
+  const int sms = std::max(d.sm_count, 1);
+  const int64_t tiles = Tiles(p, c) * GemmBatch(p);
+  const int64_t waves = CeilDiv(tiles, sms);
+  // Operand bytes per MAC fall as the tile grows: 128 x 256 feeds the tensor
+  // cores at full rate, a 128 x 64 tile reads 2.5x as many bytes per MAC.
+  const double tile_efficiency = std::min(1.0, (c.block_m * c.block_n / double(c.block_m + c.block_n)) / 85.0);
+  // One consumer leaves the tensor cores idle through its own epilogue and
+  // waits; the ring keeps (stages - 1) steps of 64 in flight.
+  const double consumer_efficiency = c.consumers == 2 ? 1.0 : 0.85;
+  const double pipelining = std::min(1.0, (c.stages - 1) * kBlockK / 192.0);
+  const double k_padded = static_cast<double>(CeilDiv(p.k(), kBlockK) * kBlockK);
+  const double tile_flops = 2.0 * c.block_m * c.block_n * k_padded;
+  const double rate = kWgmmaTflopsPerSm * tile_efficiency * consumer_efficiency * pipelining;
+  const double compute_us = static_cast<double>(waves) * tile_flops / (rate * 1e6);
+  const double d_bytes = GemmDType(p) == v1::FP32 ? 4 : 2;
+  const double bytes = static_cast<double>(GemmBatch(p)) *
+                       (2.0 * (p.m() * p.k() + p.n() * p.k()) + d_bytes * p.m() * p.n() * (GemmHasC(p) ? 2 : 1));
+  const double busy = std::min(1.0, static_cast<double>(tiles) / sms);
+  const double memory_us = bytes / (kMemoryTBps * 1e6 * busy);
+  return std::max(compute_us, memory_us);
+}
+
+std::vector<WgmmaTileConfig> WgmmaSearchSpace(const v1::GemmProblem& p, const DeviceInfo& d,
+                                              const GemmSpaceOptions& options) {
+  std::vector<std::pair<double, WgmmaTileConfig>> ranked;
+  for (const WgmmaTileConfig& c : Grid()) {
+    if (!CanImplementWgmma(p, c, d).ok()) continue;
+    ranked.emplace_back(options.pruned ? WgmmaModelTimeUs(p, c, d) : 0.0, c);
+  }
+  std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<WgmmaTileConfig> space;
+  for (const auto& [time, c] : ranked) {
+    if (options.pruned) {
+      if (static_cast<int>(space.size()) >= options.max_candidates) break;
+      if (time > ranked.front().first * options.max_model_ratio) break;
+    }
+    space.push_back(c);
+  }
+  return space;
+}
+
+absl::StatusOr<LaunchRecipe> WgmmaLaunchRecipe(const v1::GemmProblem& p, const WgmmaTileConfig& c,
+                                               const DeviceInfo& d) {
+  if (absl::Status s = CanImplementWgmma(p, c, d); !s.ok()) return s;
+  LaunchRecipe recipe;
+  recipe.template_id = kTemplateId;
+  absl::StatusOr<const KernelSource*> source = FindKernelSource(recipe.template_id);
+  if (!source.ok()) return source.status();
+  recipe.template_hash = (*source)->hash;
+  recipe.arch = "sm_90a";
+  recipe.nvrtc_options = {"--gpu-architecture=sm_90a", "-std=c++17"};
+  KernelLaunch k;
+  k.name_expression = absl::StrFormat("ktune::gemm_wgmma<%s, %d, %s, %d, %d, %d, %d, %d>",
+                                      GemmDType(p) == v1::FP32 ? "float" : "ktune::bf16", GemmEpilogueCode(p),
+                                      GemmHasC(p) ? "true" : "false", c.block_m, c.block_n, c.consumers, c.stages,
+                                      c.group_m);
+  k.grid = {static_cast<uint32_t>(GridX(p, c, d)), 1, static_cast<uint32_t>(GemmBatch(p))};
+  k.block = {static_cast<uint32_t>(c.threads()), 1, 1};
+  k.dynamic_smem_bytes = static_cast<uint32_t>(WgmmaSharedMemoryBytes(c));
+  k.params = {absl::StrCat("tma_a:", kBlockK, "x", c.block_m), absl::StrCat("tma_b:", kBlockK, "x", c.block_n),
+              "c", "d", "bias", "M", "N", "K", "alpha", "beta"};
+  recipe.kernels.push_back(std::move(k));
+  return recipe;
+}
+
+absl::StatusOr<TmaParam> ParseTmaParam(const std::string& param) {
+  if (param.rfind("tma_", 0) != 0) return absl::NotFoundError(absl::StrCat("'", param, "' is not a TMA parameter"));
+  auto bad = [&] {
+    return absl::InvalidArgumentError(absl::StrCat("TMA parameter '", param, "': expected tma_a:64xROWS or tma_b:64xROWS"));
+  };
+  if (param.size() < 7 || (param[4] != 'a' && param[4] != 'b') || param[5] != ':') return bad();
+  std::vector<std::string> box = absl::StrSplit(param.substr(6), 'x');
+  TmaParam t;
+  t.operand = param[4];
+  if (box.size() != 2 || !absl::SimpleAtoi(box[0], &t.box_inner) || !absl::SimpleAtoi(box[1], &t.box_outer)) {
+    return bad();
+  }
+  if (t.box_inner != kBlockK || t.box_outer < 1 || t.box_outer > 256) return bad();
+  return t;
+}
+
+}  // namespace ktune

@@ -1,0 +1,94 @@
+// The search space of the Hopper GEMM template (kernel_templates/gemm/
+// gemm_wgmma.cuh: TMA, mbarriers, wgmma, a producer warpgroup and one or two
+// consumer warpgroups, persistent CTAs): its configs, which of them can run a
+// problem, the analytic model that prunes the grid, and the launch recipe.
+//
+// The template is compiled for sm_90a (wgmma and setmaxnreg exist only
+// there), so the space is empty on any other architecture: which template
+// families a device gets is decided here from the device's compute
+// capability, and a Blackwell family would be another space beside this one.
+//
+// Contract with the template: every config CanImplementWgmma accepts compiles
+// under NVRTC without spilling (tests/tuner/gemm_space_test.cc) and computes
+// the right answer for the problems it was accepted for (tests/gpu/
+// gemm_gpu_test.cc on the H200).
+// Thread-safe: pure functions.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "ktune/v1/ktune.pb.h"
+#include "tuner/fingerprint.h"
+#include "tuner/gemm_space.h"  // GemmSpaceOptions
+#include "tuner/launch_recipe.h"
+
+namespace ktune {
+
+// One instantiation of gemm_wgmma: a block_m x block_n tile of D at a time per
+// CTA, `consumers` warpgroups of block_m / consumers rows each, K in steps of
+// 64 through a ring of `stages`, tiles rasterised in groups of group_m rows.
+struct WgmmaTileConfig {
+  int block_m = 128;
+  int block_n = 256;
+  int consumers = 2;
+  int stages = 4;
+  int group_m = 8;
+
+  int threads() const { return 128 * (consumers + 1); }
+  bool operator==(const WgmmaTileConfig& o) const {
+    return block_m == o.block_m && block_n == o.block_n && consumers == o.consumers && stages == o.stages &&
+           group_m == o.group_m;
+  }
+};
+
+// "bm128 bn256 c2 s4 g8".
+std::string ToString(const WgmmaTileConfig& config);
+
+// Dynamic shared memory of one CTA: the stage ring, the alignment slack for
+// the 128-byte swizzle and the mbarriers.
+int64_t WgmmaSharedMemoryBytes(const WgmmaTileConfig& config);
+
+// OK, or FAILED_PRECONDITION saying why: the device is not sm_90 (the
+// template needs sm_90a), the problem is outside what the template serves
+// (bf16 A and B, B given as [N, K], K % 8 == 0, batch <= 65535), or the config
+// outside its limits (tile shapes, accumulators, shared memory).
+// REQUIRES: ValidateGemmProblem(problem) is OK.
+absl::Status CanImplementWgmma(const v1::GemmProblem& problem, const WgmmaTileConfig& config,
+                               const DeviceInfo& device);
+
+// The model's estimate in microseconds (only its ranking matters): persistent
+// CTAs, one per SM, each taking ceil(tiles / SMs) tiles (wave quantisation),
+// at a rate that grows with the tile (operand bytes per MAC) and the ring's
+// depth; padding counted as work; bounded below by A, B and D at HBM speed.
+double WgmmaModelTimeUs(const v1::GemmProblem& problem, const WgmmaTileConfig& config,
+                        const DeviceInfo& device);
+
+// The accepted configs; pruned, the best by the model (at most
+// options.max_candidates, within options.max_model_ratio of the best), in a
+// fixed order. Empty when the template cannot serve the problem or device.
+std::vector<WgmmaTileConfig> WgmmaSearchSpace(const v1::GemmProblem& problem, const DeviceInfo& device,
+                                              const GemmSpaceOptions& options = GemmSpaceOptions());
+
+// The recipe: template "gemm/gemm_wgmma" for sm_90a, a persistent grid of
+// (min(tiles, max(1, SMs / batch)), 1, batch), 128 * (consumers + 1) threads,
+// and the parameters in order: tma_a:64x<block_m>, tma_b:64x<block_n> (TMA
+// descriptors the caller encodes, see the template's header), c, d, bias, M,
+// N, K, alpha, beta.
+// REQUIRES: CanImplementWgmma(problem, config, device) is OK.
+absl::StatusOr<LaunchRecipe> WgmmaLaunchRecipe(const v1::GemmProblem& problem, const WgmmaTileConfig& config,
+                                               const DeviceInfo& device);
+
+// A TMA descriptor parameter of a recipe, "tma_a:64x128": the operand ('a' or
+// 'b') and the box (inner 64 elements of K, outer 128 rows). NOT_FOUND if
+// `param` is not a TMA parameter, INVALID_ARGUMENT if it is malformed.
+struct TmaParam {
+  char operand = 'a';
+  int box_inner = 64;
+  int box_outer = 0;
+};
+absl::StatusOr<TmaParam> ParseTmaParam(const std::string& param);
+
+}  // namespace ktune

@@ -42,7 +42,7 @@ struct GemmTuneOptions {
   // so that every candidate is timed at the clocks of a busy GPU (see TuneGemm).
   double heat_ms = 200;
   MeasureOptions measure;  // the first round, every candidate
-  int finalists = 5;       // re-measured, besides cuBLASLt's default and the best template
+  int finalists = 5;       // re-measured, besides cuBLASLt's default and the best two templates
   // The finalists are re-measured in `final_passes` interleaved passes of
   // `final_measure` each; a finalist's timing is the median pass.
   MeasureOptions final_measure{2, 20};
@@ -67,7 +67,7 @@ struct GemmTuneResult {
   GemmCandidate winner;
   Timing winner_timing;
   std::optional<Timing> cublaslt_default;  // cuBLASLt's own choice, measured with the finalists
-  std::optional<Timing> best_template;     // the fastest own template candidate, likewise
+  std::optional<Timing> best_template;     // the fastest own template among the finalists
   std::string best_template_name;
   std::vector<GemmCandidateOutcome> outcomes;
   int template_candidates = 0;

@@ -25,7 +25,7 @@ constexpr double kMemoryTBps = 4.0;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-int Accumulators(const WgmmaTileConfig& c) { return c.block_m / c.consumers * c.block_n / 128; }
+int Accumulators(const WgmmaTileConfig& c) { return c.rows_per_consumer() * c.block_n / 128; }
 
 int64_t Tiles(const v1::GemmProblem& p, const WgmmaTileConfig& c) {
   return CeilDiv(p.m(), c.block_m) * CeilDiv(p.n(), c.block_n);
@@ -36,19 +36,21 @@ int GridX(const v1::GemmProblem& p, const WgmmaTileConfig& c, const DeviceInfo& 
   return static_cast<int>(std::min<int64_t>(Tiles(p, c), per_batch));
 }
 
-// The grid, in its fixed order: tiles of 128 or 256 rows (64 rows per
-// consumer would halve the MACs per shared-memory byte of B), 64 to 256
-// columns (wgmma's N), one or two consumers, 3 to 6 stages.
+// The grid, in its fixed order: tiles of 64 to 256 rows and 64 to 256
+// columns (wgmma's N), one or two cooperative consumers or a ping-pong pair,
+// 3 to 6 stages. The accumulator limit leaves ping-pong 128 x 128 and 64 x
+// 256 tiles (CanImplementWgmma).
 std::vector<WgmmaTileConfig> Grid() {
   std::vector<WgmmaTileConfig> grid;
-  for (int bm : {128, 256}) {
+  for (int bm : {128, 256, 64}) {
     for (int bn : {256, 128, 64}) {
-      for (int consumers : {2, 1}) {
+      for (auto [consumers, pingpong] : {std::pair{2, false}, std::pair{2, true}, std::pair{1, false}}) {
         for (int stages : {4, 5, 3, 6}) {
           WgmmaTileConfig c;
           c.block_m = bm;
           c.block_n = bn;
           c.consumers = consumers;
+          c.pingpong = pingpong;
           c.stages = stages;
           grid.push_back(c);
         }
@@ -61,11 +63,12 @@ std::vector<WgmmaTileConfig> Grid() {
 }  // namespace
 
 std::string ToString(const WgmmaTileConfig& c) {
+  if (c.pingpong) return absl::StrFormat("bm%d bn%d pp s%d g%d", c.block_m, c.block_n, c.stages, c.group_m);
   return absl::StrFormat("bm%d bn%d c%d s%d g%d", c.block_m, c.block_n, c.consumers, c.stages, c.group_m);
 }
 
 int64_t WgmmaSharedMemoryBytes(const WgmmaTileConfig& c) {
-  return int64_t{c.stages} * (c.block_m + c.block_n) * kBlockK * 2 + 1024 + 16 * c.stages;
+  return int64_t{c.stages} * (c.block_m + c.block_n) * kBlockK * 2 + 1024 + 16 * (c.stages + 1);
 }
 
 absl::Status CanImplementWgmma(const v1::GemmProblem& p, const WgmmaTileConfig& c, const DeviceInfo& d) {
@@ -79,11 +82,13 @@ absl::Status CanImplementWgmma(const v1::GemmProblem& p, const WgmmaTileConfig& 
   if (!GemmBIsNK(p)) return fail("the wgmma template serves B given as [N, K]");
   if (p.k() % 8 != 0) return fail(absl::StrCat("K = ", p.k(), " is not a multiple of 8 (16-byte TMA strides)"));
   if (GemmBatch(p) > kMaxBatch) return fail(absl::StrCat("batch over ", kMaxBatch));
-  if ((c.block_m != 128 && c.block_m != 256) || (c.block_n != 64 && c.block_n != 128 && c.block_n != 256)) {
-    return fail("block_m must be 128 or 256, block_n 64, 128 or 256");
+  if ((c.block_m != 64 && c.block_m != 128 && c.block_m != 256) ||
+      (c.block_n != 64 && c.block_n != 128 && c.block_n != 256)) {
+    return fail("block_m and block_n must be 64, 128 or 256");
   }
   if (c.consumers != 1 && c.consumers != 2) return fail("one or two consumer warpgroups");
-  const int rows = c.block_m / c.consumers;
+  if (c.pingpong && c.consumers != 2) return fail("ping-pong takes two consumers");
+  const int rows = c.rows_per_consumer();
   if (rows != 64 && rows != 128) return fail("64 or 128 rows per consumer warpgroup");
   if (Accumulators(c) > kMaxAccumulators) {
     return fail(absl::StrCat(Accumulators(c), " accumulators per thread, more than ", kMaxAccumulators));
@@ -105,8 +110,9 @@ double WgmmaModelTimeUs(const v1::GemmProblem& p, const WgmmaTileConfig& c, cons
   // cores at full rate, a 128 x 64 tile reads 2.5x as many bytes per MAC.
   const double tile_efficiency = std::min(1.0, (c.block_m * c.block_n / double(c.block_m + c.block_n)) / 85.0);
   // One consumer leaves the tensor cores idle through its own epilogue and
-  // waits; the ring keeps (stages - 1) steps of 64 in flight.
-  const double consumer_efficiency = c.consumers == 2 ? 1.0 : 0.85;
+  // waits; a ping-pong pair hides each other's epilogue. The ring keeps
+  // (stages - 1) steps of 64 in flight.
+  const double consumer_efficiency = c.pingpong ? 1.0 : c.consumers == 2 ? 0.97 : 0.85;
   const double pipelining = std::min(1.0, (c.stages - 1) * kBlockK / 192.0);
   const double k_padded = static_cast<double>(CeilDiv(p.k(), kBlockK) * kBlockK);
   const double tile_flops = 2.0 * c.block_m * c.block_n * k_padded;
@@ -150,10 +156,10 @@ absl::StatusOr<LaunchRecipe> WgmmaLaunchRecipe(const v1::GemmProblem& p, const W
   recipe.arch = "sm_90a";
   recipe.nvrtc_options = {"--gpu-architecture=sm_90a", "-std=c++17"};
   KernelLaunch k;
-  k.name_expression = absl::StrFormat("ktune::gemm_wgmma<%s, %d, %s, %d, %d, %d, %d, %d>",
+  k.name_expression = absl::StrFormat("ktune::gemm_wgmma<%s, %d, %s, %d, %d, %d, %s, %d, %d>",
                                       GemmDType(p) == v1::FP32 ? "float" : "ktune::bf16", GemmEpilogueCode(p),
-                                      GemmHasC(p) ? "true" : "false", c.block_m, c.block_n, c.consumers, c.stages,
-                                      c.group_m);
+                                      GemmHasC(p) ? "true" : "false", c.block_m, c.block_n, c.consumers,
+                                      c.pingpong ? "true" : "false", c.stages, c.group_m);
   k.grid = {static_cast<uint32_t>(GridX(p, c, d)), 1, static_cast<uint32_t>(GemmBatch(p))};
   k.block = {static_cast<uint32_t>(c.threads()), 1, 1};
   k.dynamic_smem_bytes = static_cast<uint32_t>(WgmmaSharedMemoryBytes(c));

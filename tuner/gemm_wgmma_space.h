@@ -27,24 +27,27 @@
 
 namespace ktune {
 
-// One instantiation of gemm_wgmma: a block_m x block_n tile of D at a time per
-// CTA, `consumers` warpgroups of block_m / consumers rows each, K in steps of
-// 64 through a ring of `stages`, tiles rasterised in groups of group_m rows.
+// One instantiation of gemm_wgmma: block_m x block_n tiles of D, `consumers`
+// warpgroups sharing each tile's rows (cooperative) or, with `pingpong`, two
+// taking whole tiles in turns; K in steps of 64 through a ring of `stages`;
+// tiles rasterised in groups of group_m rows.
 struct WgmmaTileConfig {
   int block_m = 128;
   int block_n = 256;
   int consumers = 2;
+  bool pingpong = false;
   int stages = 4;
   int group_m = 8;
 
+  int rows_per_consumer() const { return pingpong ? block_m : block_m / consumers; }
   int threads() const { return 128 * (consumers + 1); }
   bool operator==(const WgmmaTileConfig& o) const {
-    return block_m == o.block_m && block_n == o.block_n && consumers == o.consumers && stages == o.stages &&
-           group_m == o.group_m;
+    return block_m == o.block_m && block_n == o.block_n && consumers == o.consumers && pingpong == o.pingpong &&
+           stages == o.stages && group_m == o.group_m;
   }
 };
 
-// "bm128 bn256 c2 s4 g8".
+// "bm128 bn256 c2 s4 g8"; ping-pong: "bm128 bn128 pp s4 g8".
 std::string ToString(const WgmmaTileConfig& config);
 
 // Dynamic shared memory of one CTA: the stage ring, the alignment slack for

@@ -253,6 +253,7 @@ absl::StatusOr<WgmmaTileConfig> WgmmaTileConfigFromProto(const v1::WgmmaTile& in
   c.consumers = in.consumers();
   c.stages = in.stages();
   c.group_m = in.group_m();
+  c.pingpong = in.pingpong();
   for (auto [field, value] : {std::pair{"block_m", c.block_m}, std::pair{"block_n", c.block_n},
                               std::pair{"consumers", c.consumers}, std::pair{"stages", c.stages},
                               std::pair{"group_m", c.group_m}}) {
@@ -270,6 +271,7 @@ v1::WgmmaTile WgmmaTileConfigToProto(const WgmmaTileConfig& c) {
   out.set_consumers(c.consumers);
   out.set_stages(c.stages);
   out.set_group_m(c.group_m);
+  out.set_pingpong(c.pingpong);
   return out;
 }
 

@@ -17,12 +17,18 @@
 //    STAGES, completed on the stage's "full" mbarrier by transaction bytes.
 //    It runs ahead across tiles, so the next tile's loads overlap this tile's
 //    epilogue.
-//  - Each consumer warpgroup owns BM / CONSUMERS rows of the tile and
-//    multiplies them with wgmma m64nBNk16 straight from shared memory (TMA
-//    writes the 128-byte-swizzled layout the wgmma descriptors name). One
-//    group of wgmmas stays in flight: a stage is handed back (its "empty"
-//    mbarrier) once the next stage's wgmmas are issued and the previous have
-//    retired. The epilogue (gemm/epilogue.cuh) stores from the accumulators.
+//  - Cooperative (PINGPONG false): each consumer warpgroup owns BM /
+//    CONSUMERS rows of every tile. Ping-pong (PINGPONG, two consumers): each
+//    consumer owns whole tiles, the two taking turns, so one's epilogue runs
+//    while the other multiplies; a consumer starts a tile's main loop only
+//    once the other has finished the previous tile's (an ordering mbarrier),
+//    which also keeps every stage barrier within one phase of its waiters.
+//    Either way a consumer multiplies with wgmma m64nBNk16 straight from
+//    shared memory (TMA writes the 128-byte-swizzled layout the wgmma
+//    descriptors name). One group of wgmmas stays in flight: a stage is
+//    handed back (its "empty" mbarrier) once the next stage's wgmmas are
+//    issued and the previous have retired. The epilogue (gemm/epilogue.cuh)
+//    stores from the accumulators.
 // TMA zero-fills outside A and B, so any M, N and K tail is exact.
 //
 // Kernel arguments, in order (the recipe's `params`):
@@ -32,7 +38,7 @@
 //   c, d, bias, M, N, K, alpha, beta   as kernel_templates/gemm/gemm_mma.cuh
 // REQUIRES: K % 8 == 0 (TMA strides are multiples of 16 bytes); c and d
 // 8-byte aligned; dynamic shared memory of STAGES * (BM + BN) * 128 + 1024 +
-// 16 * STAGES bytes; a grid of (min(tiles, SMs / batch), 1, batch).
+// 16 * (STAGES + 1) bytes; a grid of (min(tiles, SMs / batch), 1, batch).
 #pragma once
 
 #include "common/types.cuh"
@@ -181,17 +187,18 @@ __device__ __forceinline__ void wgmma_m64k16<256>(float (&d)[128], unsigned long
 }
 }  // namespace gemm_wgmma_detail
 
-template <typename TD, int EPI, bool HAS_C, int BM, int BN, int CONSUMERS, int STAGES, int GROUP_M>
+template <typename TD, int EPI, bool HAS_C, int BM, int BN, int CONSUMERS, bool PINGPONG, int STAGES, int GROUP_M>
 __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ TmaDescriptor tma_b,
                const TD* __restrict__ c, TD* __restrict__ d, const bf16* __restrict__ bias, int M, int N, int K,
                float alpha, float beta) {
   using namespace gemm_wgmma_detail;
-  constexpr int kRowsPerConsumer = BM / CONSUMERS;
+  constexpr int kRowsPerConsumer = PINGPONG ? BM : BM / CONSUMERS;
   constexpr int kMSub = kRowsPerConsumer / 64;  // m64 wgmmas per consumer per k16 step
   constexpr int kTileA = BM * kBK;              // elements of one A stage
   constexpr int kTileB = BN * kBK;
   static_assert(CONSUMERS == 1 || CONSUMERS == 2, "one or two consumer warpgroups");
+  static_assert(!PINGPONG || CONSUMERS == 2, "ping-pong takes two consumers");
   static_assert(kRowsPerConsumer % 64 == 0 && kMSub >= 1 && kMSub <= 2, "64 or 128 rows per consumer");
   static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma N of 64, 128 or 256");
   static_assert(BM <= 256 && BN <= 256, "a TMA box is at most 256 rows");
@@ -205,14 +212,17 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   bf16* smem_b = smem_a + STAGES * kTileA;        // (STAGES, BN, 64)
   unsigned long long* full = reinterpret_cast<unsigned long long*>(smem_b + STAGES * kTileB);
   unsigned long long* empty = full + STAGES;
+  unsigned long long* mainloop_done = empty + STAGES;  // [2], ping-pong: per consumer
 
   const int warpgroup = threadIdx.x / 128;
   const int thread = threadIdx.x % 128;
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(&full[s], 1);
-      mbar_init(&empty[s], CONSUMERS);
+      mbar_init(&empty[s], PINGPONG ? 1 : CONSUMERS);
     }
+    mbar_init(&mainloop_done[0], 1);
+    mbar_init(&mainloop_done[1], 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
@@ -260,13 +270,24 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     asm volatile("setmaxnreg.inc.sync.aligned.u32 240;");
   }
   const int consumer = warpgroup - 1;
+  // The consumer's first row in the tile: its share (cooperative), or all of it.
+  const int row_offset = PINGPONG ? 0 : consumer * kRowsPerConsumer;
   const int warp = thread / 32;
   const int lane = thread % 32;
   const long long d_off = static_cast<long long>(batch) * M * N;
-  int step = 0;
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+  // Ping-pong: this consumer's turns are every other tile of the CTA's.
+  const int first_turn = PINGPONG ? consumer : 0;
+  constexpr int kTurnStride = PINGPONG ? 2 : 1;
+  for (int turn = first_turn; blockIdx.x + turn * gridDim.x < tiles; turn += kTurnStride) {
+    const int tile = blockIdx.x + turn * gridDim.x;
+    int step = turn * k_tiles;  // the producer's count at this tile's first stage
     int tile_m, tile_n;
     locate(tile, tile_m, tile_n);
+    if (PINGPONG && turn > 0) {
+      // The other consumer has finished the previous turn's main loop: its
+      // mainloop_done completes once per turn, so that is phase (turn - 1) / 2.
+      mbar_wait(&mainloop_done[1 - consumer], ((turn - 1) / 2) & 1);
+    }
     float acc[kMSub][BN / 2];
 #pragma unroll
     for (int i = 0; i < kMSub; ++i) {
@@ -277,7 +298,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     for (int kt = 0; kt < k_tiles; ++kt, ++step) {
       const int s = step % STAGES;
       mbar_wait(&full[s], (step / STAGES) & 1);
-      const bf16* sa = smem_a + s * kTileA + consumer * kRowsPerConsumer * kBK;
+      const bf16* sa = smem_a + s * kTileA + row_offset * kBK;
       const bf16* sb = smem_b + s * kTileB;
       wgmma_fence();
 #pragma unroll
@@ -295,10 +316,11 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     }
     wgmma_wait<0>();
     if (previous >= 0 && thread == 0) mbar_arrive(&empty[previous]);
+    if (PINGPONG && thread == 0) mbar_arrive(&mainloop_done[consumer]);
 
 #pragma unroll
     for (int i = 0; i < kMSub; ++i) {
-      const int row = tile_m * BM + consumer * kRowsPerConsumer + i * 64 + warp * 16 + lane / 4;
+      const int row = tile_m * BM + row_offset + i * 64 + warp * 16 + lane / 4;
 #pragma unroll
       for (int j = 0; j < BN / 8; ++j) {
         const int col = tile_n * BN + j * 8 + (lane % 4) * 2;

@@ -191,13 +191,20 @@ TEST_CASE("every pruned wgmma GEMM candidate matches a float64 reference", "[gpu
   for (GemmCase& g : cases) {
     GemmSpaceOptions all;
     all.pruned = false;  // every config, not only the model's favourites
-    for (const WgmmaTileConfig& c : WgmmaSearchSpace(g.p, device->info(), all)) {
-      INFO(GemmCanonicalKey(g.p) << " wgmma " << ToString(c));
+    const std::vector<WgmmaTileConfig> space = WgmmaSearchSpace(g.p, device->info(), all);
+    std::vector<LaunchRecipe> recipes;
+    for (const WgmmaTileConfig& c : space) {
       absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(g.p, c, device->info());
       REQUIRE(r.ok());
-      const CompileResult compiled = Compile(&*r);
-      INFO(compiled.log);
-      REQUIRE(compiled.ok);
+      recipes.push_back(*std::move(r));
+    }
+    const std::vector<CompileResult> compiled = CompileAll(&recipes);
+    for (size_t i = 0; i < space.size(); ++i) {
+      const WgmmaTileConfig& c = space[i];
+      const LaunchRecipe* r = &recipes[i];
+      INFO(GemmCanonicalKey(g.p) << " wgmma " << ToString(c));
+      INFO(compiled[i].log);
+      REQUIRE(compiled[i].ok);
       absl::StatusOr<LoadedKernel> k = device->LoadKernel(r->cubin, r->kernels[0].lowered_name);
       REQUIRE(k.ok());
       TmaTensor ta, tb;

@@ -36,6 +36,7 @@ struct WgmmaTileConfig {
   int block_n = 256;
   int consumers = 2;
   bool pingpong = false;
+  int cluster_m = 1;  // 2: CTA pairs along M share B tiles by TMA multicast
   int stages = 4;
   int group_m = 8;
 
@@ -43,11 +44,12 @@ struct WgmmaTileConfig {
   int threads() const { return 128 * (consumers + 1); }
   bool operator==(const WgmmaTileConfig& o) const {
     return block_m == o.block_m && block_n == o.block_n && consumers == o.consumers && pingpong == o.pingpong &&
-           stages == o.stages && group_m == o.group_m;
+           cluster_m == o.cluster_m && stages == o.stages && group_m == o.group_m;
   }
 };
 
-// "bm128 bn256 c2 s4 g8"; ping-pong: "bm128 bn128 pp s4 g8".
+// "bm128 bn256 c2 s4 g8"; ping-pong: "bm128 bn128 pp s4 g8"; a 2x1 cluster
+// adds " x2" after the consumers.
 std::string ToString(const WgmmaTileConfig& config);
 
 // Dynamic shared memory of one CTA: the stage ring, the alignment slack for
@@ -76,8 +78,9 @@ std::vector<WgmmaTileConfig> WgmmaSearchSpace(const v1::GemmProblem& problem, co
                                               const GemmSpaceOptions& options = GemmSpaceOptions());
 
 // The recipe: template "gemm/gemm_wgmma" for sm_90a, a persistent grid of
-// (min(tiles, max(1, SMs / batch)), 1, batch), 128 * (consumers + 1) threads,
-// and the parameters in order: tma_a:64x<block_m>, tma_b:64x<block_n> (TMA
+// (cluster_m * min(tile units, max(1, SMs / (cluster_m * batch))), 1, batch),
+// 128 * (consumers + 1) threads, and the parameters in order:
+// tma_a:64x<block_m>, tma_b:64x<block_n / cluster_m> (TMA
 // descriptors the caller encodes, see the template's header), c, d, bias, M,
 // N, K, alpha, beta.
 // REQUIRES: CanImplementWgmma(problem, config, device) is OK.

@@ -254,8 +254,9 @@ absl::StatusOr<WgmmaTileConfig> WgmmaTileConfigFromProto(const v1::WgmmaTile& in
   c.stages = in.stages();
   c.group_m = in.group_m();
   c.pingpong = in.pingpong();
+  c.cluster_m = in.cluster_m();
   for (auto [field, value] : {std::pair{"block_m", c.block_m}, std::pair{"block_n", c.block_n},
-                              std::pair{"consumers", c.consumers}, std::pair{"stages", c.stages},
+                              std::pair{"consumers", c.consumers}, std::pair{"cluster_m", c.cluster_m}, std::pair{"stages", c.stages},
                               std::pair{"group_m", c.group_m}}) {
     if (value < 1) {
       return absl::InvalidArgumentError(absl::StrCat("config.gemm.wgmma.", field, ": must be >= 1, got ", value));
@@ -272,6 +273,7 @@ v1::WgmmaTile WgmmaTileConfigToProto(const WgmmaTileConfig& c) {
   out.set_stages(c.stages);
   out.set_group_m(c.group_m);
   out.set_pingpong(c.pingpong);
+  out.set_cluster_m(c.cluster_m);
   return out;
 }
 

@@ -49,27 +49,46 @@ __device__ __forceinline__ float activate(float v) {
   return v;
 }
 
+// The epilogue's values of D[row, col] and D[row, col + 1] from accumulators
+// acc0, acc1; C and bias are read only inside the matrix.
+template <typename TD, typename TB, int EPI, bool HAS_C>
+__device__ __forceinline__ void finish_pair(const TD* c, const TB* bias, int row, int col, int M, int N, float alpha,
+                                            float beta, float acc0, float acc1, float (&v)[2]) {
+  static_assert(EPI >= 0 && EPI <= 3, "epilogue 0..3");
+  v[0] = alpha * acc0;
+  v[1] = alpha * acc1;
+  if (row >= M) return;
+  const long long base = static_cast<long long>(row) * N;
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    if (col + e >= N) break;
+    if constexpr (HAS_C) v[e] += beta * to_float(c[base + col + e]);
+    if constexpr (EPI >= 1) v[e] = activate<EPI>(v[e] + to_float(bias[col + e]));
+  }
+}
+
+// Two bf16 or fp16 values packed in a word, element 0 in the low half.
+template <typename TD>
+__device__ __forceinline__ unsigned int pack_pair(const float (&v)[2]) {
+  static_assert(sizeof(TD) == 2, "16-bit outputs");
+  return static_cast<unsigned int>(from_float<TD>(v[0]).bits) |
+         (static_cast<unsigned int>(from_float<TD>(v[1]).bits) << 16);
+}
+
 // D[row, col] and D[row, col + 1] of the [M, N] matrix at d (C likewise at c)
 // from accumulators acc0, acc1; nothing outside the matrix is read or written.
 // REQUIRES: col even; d, c 8-byte aligned.
 template <typename TD, typename TB, int EPI, bool HAS_C>
 __device__ __forceinline__ void store_pair(TD* d, const TD* c, const TB* bias, int row, int col, int M,
                                            int N, float alpha, float beta, float acc0, float acc1) {
-  static_assert(EPI >= 0 && EPI <= 3, "epilogue 0..3");
   if (row >= M || col >= N) return;
+  float v[2];
+  finish_pair<TD, TB, EPI, HAS_C>(c, bias, row, col, M, N, alpha, beta, acc0, acc1, v);
   const long long base = static_cast<long long>(row) * N;
   const bool second = col + 1 < N;
-  float v[2] = {alpha * acc0, alpha * acc1};
-#pragma unroll
-  for (int e = 0; e < 2; ++e) {
-    if (e == 1 && !second) break;
-    if constexpr (HAS_C) v[e] += beta * to_float(c[base + col + e]);
-    if constexpr (EPI >= 1) v[e] = activate<EPI>(v[e] + to_float(bias[col + e]));
-  }
   if (second && (N % 2) == 0) {  // an aligned pair: one store
     if constexpr (sizeof(TD) == 2) {
-      const unsigned int lo = from_float<TD>(v[0]).bits, hi = from_float<TD>(v[1]).bits;
-      *reinterpret_cast<unsigned int*>(d + base + col) = lo | (hi << 16);
+      *reinterpret_cast<unsigned int*>(d + base + col) = pack_pair<TD>(v);
     } else {
       *reinterpret_cast<float2*>(d + base + col) = make_float2(v[0], v[1]);
     }

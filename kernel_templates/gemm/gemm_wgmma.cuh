@@ -28,17 +28,26 @@
 //    descriptors name). One group of wgmmas stays in flight: a stage is
 //    handed back (its "empty" mbarrier) once the next stage's wgmmas are
 //    issued and the previous have retired. The epilogue (gemm/epilogue.cuh)
-//    stores from the accumulators.
+//    goes through a few staging rows per warp in shared memory, so D is
+//    written in whole 128-byte lines (bf16 D with N % 8 == 0; otherwise
+//    straight from the accumulators).
+// With CLUSTER_M = 2, CTAs pair up in a cluster on tiles of the same column
+// stacked along M: each fetches half of the shared B tile and multicasts it
+// into both CTAs' stage, so B crosses from L2 once per pair; a stage is then
+// released to both producers (remote mbarrier arrivals).
 // TMA zero-fills outside A and B, so any M, N and K tail is exact.
 //
 // Kernel arguments, in order (the recipe's `params`):
 //   tma_a:64xBM   TmaDescriptor (by value)  A as a 3D tensor (K, M, batch) of
 //                 bf16, box (64, BM, 1), 128-byte swizzle, zero fill
-//   tma_b:64xBN   TmaDescriptor  B as (K, N, batch), box (64, BN, 1), likewise
+//   tma_b:64xR    TmaDescriptor  B as (K, N, batch), box (64, R = BN / CLUSTER_M, 1),
+//                 likewise
 //   c, d, bias, M, N, K, alpha, beta   as kernel_templates/gemm/gemm_mma.cuh
 // REQUIRES: K % 8 == 0 (TMA strides are multiples of 16 bytes); c and d
 // 8-byte aligned; dynamic shared memory of STAGES * (BM + BN) * 128 + 1024 +
-// 16 * (STAGES + 1) bytes; a grid of (min(tiles, SMs / batch), 1, batch).
+// 16 * (STAGES + 1) + CONSUMERS * 4 * 16 * 144 bytes (the ring, its alignment,
+// the barriers, the epilogue's staging rows); a grid of (CLUSTER_M * min(tile units, SMs /
+// (CLUSTER_M * batch)), 1, batch), a tile unit being CLUSTER_M tiles along M.
 #pragma once
 
 #include "common/types.cuh"
@@ -185,10 +194,40 @@ __device__ __forceinline__ void wgmma_m64k16<256>(float (&d)[128], unsigned long
         "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
       : "l"(desc_a), "l"(desc_b), "r"(1));
 }
+// Cluster helpers (CLUSTER_M == 2).
+__device__ __forceinline__ unsigned int cluster_rank() {
+  unsigned int r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void cluster_sync() {
+  // Not .aligned: the producer warp's threads arrive here at different times.
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+}
+// An arrival on the mbarrier at the same offset in CTA `rank` of the cluster.
+__device__ __forceinline__ void mbar_arrive_cluster(unsigned long long* bar, unsigned int rank) {
+  asm volatile(
+      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_addr(bar)),
+      "r"(rank)
+      : "memory");
+}
+// tma_load_3d into the same offset of every CTA in `mask`, completing on the
+// mbarrier at bar's offset in each.
+__device__ __forceinline__ void tma_load_3d_multicast(void* dst, const TmaDescriptor* map, unsigned long long* bar,
+                                                      int c0, int c1, int c2, unsigned short mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster "
+      "[%0], [%1, {%3, %4, %5}], [%2], %6;" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<unsigned long long>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2), "h"(mask)
+      : "memory");
+}
+
 }  // namespace gemm_wgmma_detail
 
-template <typename TD, int EPI, bool HAS_C, int BM, int BN, int CONSUMERS, bool PINGPONG, int STAGES, int GROUP_M>
-__global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
+template <typename TD, int EPI, bool HAS_C, int BM, int BN, int CONSUMERS, bool PINGPONG, int CLUSTER_M, int STAGES,
+          int GROUP_M>
+__global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLUSTER_M, 1, 1)
     gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ TmaDescriptor tma_b,
                const TD* __restrict__ c, TD* __restrict__ d, const bf16* __restrict__ bias, int M, int N, int K,
                float alpha, float beta) {
@@ -197,8 +236,10 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   constexpr int kMSub = kRowsPerConsumer / 64;  // m64 wgmmas per consumer per k16 step
   constexpr int kTileA = BM * kBK;              // elements of one A stage
   constexpr int kTileB = BN * kBK;
+  constexpr int kBRowsLoaded = BN / CLUSTER_M;  // rows of each B tile this CTA's TMA fetches
   static_assert(CONSUMERS == 1 || CONSUMERS == 2, "one or two consumer warpgroups");
   static_assert(!PINGPONG || CONSUMERS == 2, "ping-pong takes two consumers");
+  static_assert(CLUSTER_M == 1 || CLUSTER_M == 2, "clusters of one or two CTAs along M");
   static_assert(kRowsPerConsumer % 64 == 0 && kMSub >= 1 && kMSub <= 2, "64 or 128 rows per consumer");
   static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma N of 64, 128 or 256");
   static_assert(BM <= 256 && BN <= 256, "a TMA box is at most 256 rows");
@@ -213,31 +254,49 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   unsigned long long* full = reinterpret_cast<unsigned long long*>(smem_b + STAGES * kTileB);
   unsigned long long* empty = full + STAGES;
   unsigned long long* mainloop_done = empty + STAGES;  // [2], ping-pong: per consumer
+  // Per consumer warp, 16 rows of kStagingCols outputs for the epilogue; rows
+  // padded by 16 bytes so the fragment writes of 8 rows hit 8 bank groups.
+  constexpr int kStagingCols = BN < 64 ? BN : 64;
+  constexpr int kStagingPitch = kStagingCols * 2 + 16;
+  constexpr int kStagingBytesPerWarp = 16 * kStagingPitch;
+  unsigned char* staging = reinterpret_cast<unsigned char*>(mainloop_done + 2);
 
   const int warpgroup = threadIdx.x / 128;
   const int thread = threadIdx.x % 128;
+  // In a cluster, both CTAs take tiles of the same tile column, stacked along
+  // M; each fetches half of the shared B tile and multicasts it to both, so a
+  // stage may be refilled only when the consumers of both CTAs are done with it.
+  const unsigned int rank = CLUSTER_M == 2 ? cluster_rank() : 0;
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(&full[s], 1);
-      mbar_init(&empty[s], PINGPONG ? 1 : CONSUMERS);
+      mbar_init(&empty[s], (PINGPONG ? 1 : CONSUMERS) * CLUSTER_M);
     }
     mbar_init(&mainloop_done[0], 1);
     mbar_init(&mainloop_done[1], 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  __syncthreads();
+  if constexpr (CLUSTER_M == 2) {
+    cluster_sync();  // the peer's barriers exist before anything arrives on them
+  } else {
+    __syncthreads();
+  }
 
-  const int tiles_m = (M + BM - 1) / BM;
+  // The tile grid in units of CLUSTER_M tile rows: a cluster takes one unit
+  // at a time, its CTAs the rows within it.
+  const int tiles_m = (M + BM * CLUSTER_M - 1) / (BM * CLUSTER_M);
   const int tiles_n = (N + BN - 1) / BN;
   const int tiles = tiles_m * tiles_n;
   const int k_tiles = (K + kBK - 1) / kBK;
   const int batch = blockIdx.z;
-  // Grouped raster order: tile -> (tile_m, tile_n).
+  const int cluster = blockIdx.x / CLUSTER_M;
+  const int clusters = gridDim.x / CLUSTER_M;
+  // Grouped raster order: tile -> (tile_m, tile_n), tile_m this CTA's row of tiles.
   auto locate = [&](int tile, int& tile_m, int& tile_n) {
     const int per_group = GROUP_M * tiles_n;
     const int first_m = (tile / per_group) * GROUP_M;
     const int group_rows = min(tiles_m - first_m, GROUP_M);
-    tile_m = first_m + (tile % per_group) % group_rows;
+    tile_m = (first_m + (tile % per_group) % group_rows) * CLUSTER_M + static_cast<int>(rank);
     tile_n = (tile % per_group) / group_rows;
   };
 
@@ -246,7 +305,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
     if (thread == 0) {
       int step = 0;  // k-steps issued, over all tiles: stage = step % STAGES
-      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      for (int tile = cluster; tile < tiles; tile += clusters) {
         int tile_m, tile_n;
         locate(tile, tile_m, tile_n);
         for (int kt = 0; kt < k_tiles; ++kt, ++step) {
@@ -254,83 +313,148 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
           // The first pass finds every stage empty (waiting on the phase
           // "before" phase 0 returns at once).
           mbar_wait(&empty[s], ((step / STAGES) & 1) ^ 1);
+          // A (BM rows) and all of B (BN rows: this CTA's half and the peer's).
           mbar_arrive_expect_tx(&full[s], (BM + BN) * kRowBytes);
           tma_load_3d(smem_a + s * kTileA, &tma_a, &full[s], kt * kBK, tile_m * BM, batch);
-          tma_load_3d(smem_b + s * kTileB, &tma_b, &full[s], kt * kBK, tile_n * BN, batch);
+          bf16* b_part = smem_b + s * kTileB + rank * kBRowsLoaded * kBK;
+          const int b_row = tile_n * BN + static_cast<int>(rank) * kBRowsLoaded;
+          if constexpr (CLUSTER_M == 2) {
+            tma_load_3d_multicast(b_part, &tma_b, &full[s], kt * kBK, b_row, batch, 0x3);
+          } else {
+            tma_load_3d(b_part, &tma_b, &full[s], kt * kBK, b_row, batch);
+          }
         }
       }
     }
-    return;
-  }
-
-  // Consumers: the registers the producer gave back.
-  if constexpr (CONSUMERS == 2) {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
   } else {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;");
-  }
-  const int consumer = warpgroup - 1;
-  // The consumer's first row in the tile: its share (cooperative), or all of it.
-  const int row_offset = PINGPONG ? 0 : consumer * kRowsPerConsumer;
-  const int warp = thread / 32;
-  const int lane = thread % 32;
-  const long long d_off = static_cast<long long>(batch) * M * N;
-  // Ping-pong: this consumer's turns are every other tile of the CTA's.
-  const int first_turn = PINGPONG ? consumer : 0;
-  constexpr int kTurnStride = PINGPONG ? 2 : 1;
-  for (int turn = first_turn; blockIdx.x + turn * gridDim.x < tiles; turn += kTurnStride) {
-    const int tile = blockIdx.x + turn * gridDim.x;
-    int step = turn * k_tiles;  // the producer's count at this tile's first stage
-    int tile_m, tile_n;
-    locate(tile, tile_m, tile_n);
-    if (PINGPONG && turn > 0) {
-      // The other consumer has finished the previous turn's main loop: its
-      // mainloop_done completes once per turn, so that is phase (turn - 1) / 2.
-      mbar_wait(&mainloop_done[1 - consumer], ((turn - 1) / 2) & 1);
+    // Consumers: the registers the producer gave back.
+    if constexpr (CONSUMERS == 2) {
+      asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    } else {
+      asm volatile("setmaxnreg.inc.sync.aligned.u32 240;");
     }
-    float acc[kMSub][BN / 2];
+    const int consumer = warpgroup - 1;
+    // The consumer's first row in the tile: its share (cooperative), or all of it.
+    const int row_offset = PINGPONG ? 0 : consumer * kRowsPerConsumer;
+    const int warp = thread / 32;
+    const int lane = thread % 32;
+    const long long d_off = static_cast<long long>(batch) * M * N;
+    // A stage is handed back to this CTA's producer and, in a cluster, the peer's.
+    auto release = [&](int s) {
+      if (thread != 0) return;
+      if constexpr (CLUSTER_M == 2) {
+        mbar_arrive_cluster(&empty[s], 0);
+        mbar_arrive_cluster(&empty[s], 1);
+      } else {
+        mbar_arrive(&empty[s]);
+      }
+    };
+    // Ping-pong: this consumer's turns are every other tile of the CTA's.
+    const int first_turn = PINGPONG ? consumer : 0;
+    constexpr int kTurnStride = PINGPONG ? 2 : 1;
+    for (int turn = first_turn; cluster + turn * clusters < tiles; turn += kTurnStride) {
+      const int tile = cluster + turn * clusters;
+      int step = turn * k_tiles;  // the producer's count at this tile's first stage
+      int tile_m, tile_n;
+      locate(tile, tile_m, tile_n);
+      if (PINGPONG && turn > 0) {
+        // The other consumer has finished the previous turn's main loop: its
+        // mainloop_done completes once per turn, so that is phase (turn - 1) / 2.
+        mbar_wait(&mainloop_done[1 - consumer], ((turn - 1) / 2) & 1);
+      }
+      float acc[kMSub][BN / 2];
 #pragma unroll
-    for (int i = 0; i < kMSub; ++i) {
+      for (int i = 0; i < kMSub; ++i) {
 #pragma unroll
-      for (int j = 0; j < BN / 2; ++j) acc[i][j] = 0.0f;
-    }
-    int previous = -1;  // the stage whose wgmmas may still be in flight
-    for (int kt = 0; kt < k_tiles; ++kt, ++step) {
-      const int s = step % STAGES;
-      mbar_wait(&full[s], (step / STAGES) & 1);
-      const bf16* sa = smem_a + s * kTileA + row_offset * kBK;
-      const bf16* sb = smem_b + s * kTileB;
-      wgmma_fence();
+        for (int j = 0; j < BN / 2; ++j) acc[i][j] = 0.0f;
+      }
+      int previous = -1;  // the stage whose wgmmas may still be in flight
+      for (int kt = 0; kt < k_tiles; ++kt, ++step) {
+        const int s = step % STAGES;
+        mbar_wait(&full[s], (step / STAGES) & 1);
+        const bf16* sa = smem_a + s * kTileA + row_offset * kBK;
+        const bf16* sb = smem_b + s * kTileB;
+        wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < kBK / 16; ++kk) {
+        for (int kk = 0; kk < kBK / 16; ++kk) {
+#pragma unroll
+          for (int i = 0; i < kMSub; ++i) {
+            // A 16-wide step of K is 32 bytes along the (swizzled) 128-byte row.
+            wgmma_m64k16<BN>(acc[i], smem_desc(sa + i * 64 * kBK + kk * 16), smem_desc(sb + kk * 16));
+          }
+        }
+        wgmma_commit();
+        wgmma_wait<1>();  // the previous stage's wgmmas have read their operands
+        if (previous >= 0) release(previous);
+        previous = s;
+      }
+      wgmma_wait<0>();
+      if (previous >= 0) release(previous);
+      if (PINGPONG && thread == 0) mbar_arrive(&mainloop_done[consumer]);
+
+      const int warp_row0 = tile_m * BM + row_offset + warp * 16;  // this warp's first row, per m64
+      bool staged = false;
+      if constexpr (sizeof(TD) == 2) staged = N % 8 == 0;
+      if constexpr (sizeof(TD) == 2) {
+        if (staged) {
+          // Through this warp's staging rows: 16 x 64 values at a time, written
+          // as fragments, read back as whole 128-byte row segments, so each
+          // global store instruction writes four full lines instead of 32
+          // scattered words.
+          unsigned char* stage = staging + (consumer * 4 + warp) * kStagingBytesPerWarp;
+#pragma unroll
+          for (int i = 0; i < kMSub; ++i) {
+#pragma unroll
+            for (int cb = 0; cb < BN / kStagingCols; ++cb) {
+#pragma unroll
+              for (int jj = 0; jj < kStagingCols / 8; ++jj) {
+                const int j = cb * (kStagingCols / 8) + jj;
+                const int col = tile_n * BN + j * 8 + (lane % 4) * 2;
+                float v[2];
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                  gemm_epilogue::finish_pair<TD, bf16, EPI, HAS_C>(c + d_off, bias, warp_row0 + i * 64 + lane / 4 + 8 * h,
+                                                                   col, M, N, alpha, beta, acc[i][4 * j + 2 * h],
+                                                                   acc[i][4 * j + 2 * h + 1], v);
+                  *reinterpret_cast<unsigned int*>(stage + (lane / 4 + 8 * h) * kStagingPitch + jj * 16 +
+                                                   (lane % 4) * 4) = gemm_epilogue::pack_pair<TD>(v);
+                }
+              }
+              __syncwarp();
+#pragma unroll
+              for (int rr = 0; rr < 4; ++rr) {
+                const int r = rr * 4 + lane / 8;
+                const int row = warp_row0 + i * 64 + r;
+                const int col = tile_n * BN + cb * kStagingCols + (lane % 8) * 8;
+                if (row < M && col < N) {
+                  const uint4 chunk = *reinterpret_cast<const uint4*>(stage + r * kStagingPitch + (lane % 8) * 16);
+                  *reinterpret_cast<uint4*>(d + d_off + static_cast<long long>(row) * N + col) = chunk;
+                }
+              }
+              __syncwarp();
+            }
+          }
+        }
+      }
+      if (!staged) {
 #pragma unroll
         for (int i = 0; i < kMSub; ++i) {
-          // A 16-wide step of K is 32 bytes along the (swizzled) 128-byte row.
-          wgmma_m64k16<BN>(acc[i], smem_desc(sa + i * 64 * kBK + kk * 16), smem_desc(sb + kk * 16));
+          const int row = warp_row0 + i * 64 + lane / 4;
+#pragma unroll
+          for (int j = 0; j < BN / 8; ++j) {
+            const int col = tile_n * BN + j * 8 + (lane % 4) * 2;
+            gemm_epilogue::store_pair<TD, bf16, EPI, HAS_C>(d + d_off, c + d_off, bias, row, col, M, N, alpha,
+                                                            beta, acc[i][4 * j], acc[i][4 * j + 1]);
+            gemm_epilogue::store_pair<TD, bf16, EPI, HAS_C>(d + d_off, c + d_off, bias, row + 8, col, M, N, alpha,
+                                                            beta, acc[i][4 * j + 2], acc[i][4 * j + 3]);
+          }
         }
-      }
-      wgmma_commit();
-      wgmma_wait<1>();  // the previous stage's wgmmas have read their operands
-      if (previous >= 0 && thread == 0) mbar_arrive(&empty[previous]);
-      previous = s;
-    }
-    wgmma_wait<0>();
-    if (previous >= 0 && thread == 0) mbar_arrive(&empty[previous]);
-    if (PINGPONG && thread == 0) mbar_arrive(&mainloop_done[consumer]);
-
-#pragma unroll
-    for (int i = 0; i < kMSub; ++i) {
-      const int row = tile_m * BM + row_offset + i * 64 + warp * 16 + lane / 4;
-#pragma unroll
-      for (int j = 0; j < BN / 8; ++j) {
-        const int col = tile_n * BN + j * 8 + (lane % 4) * 2;
-        gemm_epilogue::store_pair<TD, bf16, EPI, HAS_C>(d + d_off, c + d_off, bias, row, col, M, N, alpha, beta,
-                                                        acc[i][4 * j], acc[i][4 * j + 1]);
-        gemm_epilogue::store_pair<TD, bf16, EPI, HAS_C>(d + d_off, c + d_off, bias, row + 8, col, M, N, alpha,
-                                                        beta, acc[i][4 * j + 2], acc[i][4 * j + 3]);
       }
     }
   }
+  // In a cluster no CTA leaves while its peer may still multicast into its
+  // shared memory or arrive on its barriers.
+  if constexpr (CLUSTER_M == 2) cluster_sync();
 }
 
 }  // namespace ktune

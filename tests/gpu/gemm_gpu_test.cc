@@ -217,8 +217,12 @@ TEST_CASE("every pruned wgmma GEMM candidate matches a float64 reference", "[gpu
       ta.row_pitch = tb.row_pitch = ta.inner;
       ta.batch_pitch = ta.rows * ta.inner;
       tb.batch_pitch = tb.rows * tb.inner;
-      ta.box_rows = static_cast<uint32_t>(c.block_m);
-      tb.box_rows = static_cast<uint32_t>(c.block_n);
+      // The boxes the recipe names (a cluster's CTA fetches half of B's tile).
+      absl::StatusOr<TmaParam> pa = ParseTmaParam(r->kernels[0].params[0]), pb = ParseTmaParam(r->kernels[0].params[1]);
+      REQUIRE(pa.ok());
+      REQUIRE(pb.ok());
+      ta.box_rows = static_cast<uint32_t>(pa->box_outer);
+      tb.box_rows = static_cast<uint32_t>(pb->box_outer);
       absl::StatusOr<TmaDescriptorBytes> tma_a = device->EncodeTma(ta), tma_b = device->EncodeTma(tb);
       REQUIRE(tma_a.ok());
       REQUIRE(tma_b.ok());

@@ -76,6 +76,9 @@ TEST_CASE("the wgmma space serves bf16 [N, K] GEMMs on sm_90 only, and says why 
   WgmmaTileConfig big_turns = c;  // ping-pong: each consumer holds the whole 128 x 256 tile
   big_turns.pingpong = true;
   refused(Linear(4096, 4096, 4096), big_turns, h200, "256 accumulators");
+  WgmmaTileConfig trio = c;
+  trio.cluster_m = 3;
+  refused(Linear(4096, 4096, 4096), trio, h200, "cluster_m");
   WgmmaTileConfig odd = c;
   odd.block_n = 96;
   refused(Linear(4096, 4096, 4096), odd, h200, "block_n");
@@ -107,18 +110,29 @@ TEST_CASE("WgmmaLaunchRecipe: sm_90a, a persistent grid and TMA parameters", "[t
   CHECK(r->arch == "sm_90a");
   REQUIRE(r->kernels.size() == 1);
   const KernelLaunch& k = r->kernels[0];
-  CHECK(k.name_expression == "ktune::gemm_wgmma<ktune::bf16, 0, false, 128, 256, 2, false, 4, 8>");
+  CHECK(k.name_expression == "ktune::gemm_wgmma<ktune::bf16, 0, false, 128, 256, 2, false, 1, 4, 8>");
   CHECK(k.grid == std::array<uint32_t, 3>{132, 1, 1});  // 2048 tiles, one CTA per SM
   CHECK(k.block == std::array<uint32_t, 3>{384, 1, 1});
-  CHECK(k.dynamic_smem_bytes == 4 * (128 + 256) * 128 + 1024 + 80);
+  CHECK(k.dynamic_smem_bytes == 4 * (128 + 256) * 128 + 1024 + 80 + 2 * 4 * 16 * 144);
   CHECK(k.params == std::vector<std::string>{"tma_a:64x128", "tma_b:64x256", "c", "d", "bias", "M", "N", "K",
                                              "alpha", "beta"});
   // Fewer tiles than SMs: one CTA per tile; a batch shares the SMs out.
   r = WgmmaLaunchRecipe(Linear(128, 512, 4096, v1::EPILOGUE_BIAS, v1::FP32, v1::FP32, 4), c, h200);
   REQUIRE(r.ok());
   CHECK(r->kernels[0].grid == std::array<uint32_t, 3>{2, 1, 4});
-  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<float, 1, true, 128, 256, 2, false, 4, 8>");
+  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<float, 1, true, 128, 256, 2, false, 1, 4, 8>");
   CHECK_FALSE(WgmmaLaunchRecipe(Linear(64, 64, 100), c, h200).ok());
+  // A 2x1 cluster: an even grid of CTA pairs, each fetching half of B's tile.
+  WgmmaTileConfig pair = c;
+  pair.cluster_m = 2;
+  r = WgmmaLaunchRecipe(Linear(8192, 8192, 8192), pair, h200);
+  REQUIRE(r.ok());
+  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<ktune::bf16, 0, false, 128, 256, 2, false, 2, 4, 8>");
+  CHECK(r->kernels[0].grid == std::array<uint32_t, 3>{132, 1, 1});
+  CHECK(r->kernels[0].params[1] == "tma_b:64x128");
+  r = WgmmaLaunchRecipe(Linear(100, 512, 4096), pair, h200);  // one unit of two tile rows, 2 columns
+  REQUIRE(r.ok());
+  CHECK(r->kernels[0].grid == std::array<uint32_t, 3>{4, 1, 1});
 }
 
 TEST_CASE("TMA parameters parse, and malformed ones are named", "[tuner][gemm]") {

@@ -3,7 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "tuner/gemm_problem.h"
-#include "tuner/kernel_source.h"
+#include "tuner/gemm_space.h"  // GemmTemplateRecipe
 
 namespace ktune {
 namespace {
@@ -45,13 +45,8 @@ std::vector<SkinnyConfig> SkinnySearchSpace(const v1::GemmProblem& p, const Devi
 absl::StatusOr<LaunchRecipe> SkinnyLaunchRecipe(const v1::GemmProblem& p, const SkinnyConfig& c,
                                                 const DeviceInfo& d) {
   if (absl::Status s = CanImplementSkinny(p, c, d); !s.ok()) return s;
-  LaunchRecipe recipe;
-  recipe.template_id = kTemplateId;
-  absl::StatusOr<const KernelSource*> source = FindKernelSource(recipe.template_id);
-  if (!source.ok()) return source.status();
-  recipe.template_hash = (*source)->hash;
-  recipe.arch = Arch(d);
-  recipe.nvrtc_options = {absl::StrCat("--gpu-architecture=", recipe.arch), "-std=c++17"};
+  absl::StatusOr<LaunchRecipe> recipe = GemmTemplateRecipe(kTemplateId, Arch(d));
+  if (!recipe.ok()) return recipe.status();
   KernelLaunch k;
   k.name_expression = absl::StrFormat("ktune::gemm_skinny<%s, %d, %s, %d, %d, %d>",
                                       GemmDType(p) == v1::FP32 ? "float" : "ktune::bf16", GemmEpilogueCode(p),
@@ -60,7 +55,7 @@ absl::StatusOr<LaunchRecipe> SkinnyLaunchRecipe(const v1::GemmProblem& p, const 
             static_cast<uint32_t>(GemmBatch(p))};
   k.block = {static_cast<uint32_t>(c.warps * 32), 1, 1};
   k.params = {"a", "b", "c", "d", "bias", "M", "N", "K", "alpha", "beta"};
-  recipe.kernels.push_back(std::move(k));
+  recipe->kernels.push_back(std::move(k));
   return recipe;
 }
 

@@ -187,30 +187,25 @@ std::vector<GemmTileConfig> GemmSearchSpace(const v1::GemmProblem& p, const Devi
     if (!CanImplementGemm(p, c, d).ok()) continue;
     ranked.emplace_back(options.pruned ? GemmModelTimeUs(p, c, d) : 0.0, c);
   }
-  // Stable: equal model times keep grid order, so the space is deterministic.
-  std::stable_sort(ranked.begin(), ranked.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<GemmTileConfig> space;
-  for (const auto& [time, c] : ranked) {
-    if (options.pruned) {
-      if (static_cast<int>(space.size()) >= options.max_candidates) break;
-      if (time > ranked.front().first * options.max_model_ratio) break;
-    }
-    space.push_back(c);
-  }
-  return space;
+  return PruneByModel(std::move(ranked), options);
+}
+
+absl::StatusOr<LaunchRecipe> GemmTemplateRecipe(const std::string& template_id, const std::string& arch) {
+  LaunchRecipe recipe;
+  recipe.template_id = template_id;
+  absl::StatusOr<const KernelSource*> source = FindKernelSource(recipe.template_id);
+  if (!source.ok()) return source.status();
+  recipe.template_hash = (*source)->hash;
+  recipe.arch = arch;
+  recipe.nvrtc_options = {absl::StrCat("--gpu-architecture=", arch), "-std=c++17"};
+  return recipe;
 }
 
 absl::StatusOr<LaunchRecipe> GemmLaunchRecipe(const v1::GemmProblem& p, const GemmTileConfig& c,
                                               const DeviceInfo& d) {
   if (absl::Status s = CanImplementGemm(p, c, d); !s.ok()) return s;
-  LaunchRecipe recipe;
-  recipe.template_id = kTemplateId;
-  absl::StatusOr<const KernelSource*> source = FindKernelSource(recipe.template_id);
-  if (!source.ok()) return source.status();
-  recipe.template_hash = (*source)->hash;
-  recipe.arch = Arch(d);
-  recipe.nvrtc_options = {absl::StrCat("--gpu-architecture=", recipe.arch), "-std=c++17"};
+  absl::StatusOr<LaunchRecipe> recipe = GemmTemplateRecipe(kTemplateId, Arch(d));
+  if (!recipe.ok()) return recipe.status();
   KernelLaunch k;
   k.name_expression = absl::StrFormat(
       "ktune::gemm_mma<ktune::bf16, %s, %s, %d, %s, %d, %d, %d, %d, %d, %d, %d>", TypeName(GemmDType(p)),
@@ -220,7 +215,7 @@ absl::StatusOr<LaunchRecipe> GemmLaunchRecipe(const v1::GemmProblem& p, const Ge
   k.block = {static_cast<uint32_t>(c.threads()), 1, 1};
   k.dynamic_smem_bytes = static_cast<uint32_t>(GemmSharedMemoryBytes(c));
   k.params = {"a", "b", "c", "d", "bias", "M", "N", "K", "alpha", "beta"};
-  recipe.kernels.push_back(std::move(k));
+  recipe->kernels.push_back(std::move(k));
   return recipe;
 }
 

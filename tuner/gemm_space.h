@@ -10,7 +10,9 @@
 // Thread-safe: pure functions.
 #pragma once
 
+#include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -67,6 +69,28 @@ struct GemmSpaceOptions {
   int max_candidates = 16;  // pruned: at most this many, best model time first
   double max_model_ratio = 1.5;  // pruned: and within this factor of the best
 };
+
+// Every GEMM template space prunes alike: `ranked` holds (model time, config)
+// in grid order; returns the configs by model time (ties keep grid order, so
+// a space is deterministic), pruned to options.max_candidates within
+// options.max_model_ratio of the best.
+template <typename Config>
+std::vector<Config> PruneByModel(std::vector<std::pair<double, Config>> ranked, const GemmSpaceOptions& options) {
+  std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<Config> space;
+  for (const auto& [time, c] : ranked) {
+    if (options.pruned) {
+      if (static_cast<int>(space.size()) >= options.max_candidates) break;
+      if (time > ranked.front().first * options.max_model_ratio) break;
+    }
+    space.push_back(c);
+  }
+  return space;
+}
+
+// A recipe of an embedded GEMM template for `arch` ("sm_90", "sm_90a"):
+// template id and hash, arch and NVRTC options; no kernels yet.
+absl::StatusOr<LaunchRecipe> GemmTemplateRecipe(const std::string& template_id, const std::string& arch);
 
 // The grid's configs that CanImplementGemm accepts; pruned, the best by
 // GemmModelTimeUs. In a fixed order (model time, then grid order). Empty when

@@ -9,7 +9,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "tuner/gemm_problem.h"
-#include "tuner/kernel_source.h"
 
 namespace ktune {
 namespace {
@@ -155,28 +154,15 @@ std::vector<WgmmaTileConfig> WgmmaSearchSpace(const v1::GemmProblem& p, const De
     if (!CanImplementWgmma(p, c, d).ok()) continue;
     ranked.emplace_back(options.pruned ? WgmmaModelTimeUs(p, c, d) : 0.0, c);
   }
-  std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<WgmmaTileConfig> space;
-  for (const auto& [time, c] : ranked) {
-    if (options.pruned) {
-      if (static_cast<int>(space.size()) >= options.max_candidates) break;
-      if (time > ranked.front().first * options.max_model_ratio) break;
-    }
-    space.push_back(c);
-  }
-  return space;
+  return PruneByModel(std::move(ranked), options);
 }
 
 absl::StatusOr<LaunchRecipe> WgmmaLaunchRecipe(const v1::GemmProblem& p, const WgmmaTileConfig& c,
                                                const DeviceInfo& d) {
   if (absl::Status s = CanImplementWgmma(p, c, d); !s.ok()) return s;
-  LaunchRecipe recipe;
-  recipe.template_id = kTemplateId;
-  absl::StatusOr<const KernelSource*> source = FindKernelSource(recipe.template_id);
-  if (!source.ok()) return source.status();
-  recipe.template_hash = (*source)->hash;
-  recipe.arch = "sm_90a";
-  recipe.nvrtc_options = {"--gpu-architecture=sm_90a", "-std=c++17"};
+  // wgmma and setmaxnreg exist only in the arch-specific sm_90a target.
+  absl::StatusOr<LaunchRecipe> recipe = GemmTemplateRecipe(kTemplateId, "sm_90a");
+  if (!recipe.ok()) return recipe.status();
   KernelLaunch k;
   k.name_expression = absl::StrFormat("ktune::gemm_wgmma<%s, %d, %s, %d, %d, %d, %s, %d, %d, %d>",
                                       GemmDType(p) == v1::FP32 ? "float" : "ktune::bf16", GemmEpilogueCode(p),
@@ -188,14 +174,15 @@ absl::StatusOr<LaunchRecipe> WgmmaLaunchRecipe(const v1::GemmProblem& p, const W
   k.params = {absl::StrCat("tma_a:", kBlockK, "x", c.block_m),
               absl::StrCat("tma_b:", kBlockK, "x", c.block_n / c.cluster_m),
               "c", "d", "bias", "M", "N", "K", "alpha", "beta"};
-  recipe.kernels.push_back(std::move(k));
+  recipe->kernels.push_back(std::move(k));
   return recipe;
 }
 
 absl::StatusOr<TmaParam> ParseTmaParam(const std::string& param) {
   if (param.rfind("tma_", 0) != 0) return absl::NotFoundError(absl::StrCat("'", param, "' is not a TMA parameter"));
   auto bad = [&] {
-    return absl::InvalidArgumentError(absl::StrCat("TMA parameter '", param, "': expected tma_a:64xROWS or tma_b:64xROWS"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("TMA parameter '", param, "': expected tma_a:64xROWS or tma_b:64xROWS"));
   };
   if (param.size() < 7 || (param[4] != 'a' && param[4] != 'b') || param[5] != ':') return bad();
   std::vector<std::string> box = absl::StrSplit(param.substr(6), 'x');

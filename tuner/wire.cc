@@ -256,7 +256,8 @@ absl::StatusOr<WgmmaTileConfig> WgmmaTileConfigFromProto(const v1::WgmmaTile& in
   c.pingpong = in.pingpong();
   c.cluster_m = in.cluster_m();
   for (auto [field, value] : {std::pair{"block_m", c.block_m}, std::pair{"block_n", c.block_n},
-                              std::pair{"consumers", c.consumers}, std::pair{"cluster_m", c.cluster_m}, std::pair{"stages", c.stages},
+                              std::pair{"consumers", c.consumers}, std::pair{"cluster_m", c.cluster_m},
+                              std::pair{"stages", c.stages},
                               std::pair{"group_m", c.group_m}}) {
     if (value < 1) {
       return absl::InvalidArgumentError(absl::StrCat("config.gemm.wgmma.", field, ": must be >= 1, got ", value));

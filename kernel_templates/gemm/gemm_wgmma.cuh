@@ -413,9 +413,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
                 float v[2];
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
-                  gemm_epilogue::finish_pair<TD, bf16, EPI, HAS_C>(c + d_off, bias, warp_row0 + i * 64 + lane / 4 + 8 * h,
-                                                                   col, M, N, alpha, beta, acc[i][4 * j + 2 * h],
-                                                                   acc[i][4 * j + 2 * h + 1], v);
+                  const int row = warp_row0 + i * 64 + lane / 4 + 8 * h;
+                  gemm_epilogue::finish_pair<TD, bf16, EPI, HAS_C>(c + d_off, bias, row, col, M, N, alpha, beta,
+                                                                   acc[i][4 * j + 2 * h], acc[i][4 * j + 2 * h + 1], v);
                   *reinterpret_cast<unsigned int*>(stage + (lane / 4 + 8 * h) * kStagingPitch + jj * 16 +
                                                    (lane % 4) * 4) = gemm_epilogue::pack_pair<TD>(v);
                 }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/tuner/gemm_test_problems.h"
 #include "tuner/gemm_problem.h"
 #include "tuner/gemm_skinny_space.h"
 #include "tuner/nvrtc_compiler.h"
@@ -14,53 +15,36 @@
 namespace ktune {
 namespace {
 
-v1::GemmProblem Skinny(int64_t m, int64_t n, int64_t k, v1::Epilogue epilogue = v1::EPILOGUE_NONE,
-                       v1::DType c = v1::DTYPE_UNSPECIFIED, v1::DType d = v1::BF16) {
-  v1::GemmProblem p;
-  p.set_m(m);
-  p.set_n(n);
-  p.set_k(k);
-  p.set_batch(1);
-  p.set_a_dtype(v1::BF16);
-  p.set_b_dtype(v1::BF16);
-  p.set_c_dtype(c);
-  p.set_d_dtype(d);
-  p.set_a_layout(v1::ROW_MAJOR);
-  p.set_b_layout(v1::COL_MAJOR);
-  p.set_epilogue(epilogue);
-  REQUIRE(ValidateGemmProblem(p).ok());
-  return p;
-}
 
 TEST_CASE("the skinny space takes M <= 16 bf16 [N, K] GEMMs and names what it refuses", "[tuner][gemm]") {
   const DeviceInfo h200 = CompileOnlyTarget();
-  CHECK(SkinnySearchSpace(Skinny(1, 4096, 4096), h200).size() == 6);
-  CHECK(SkinnySearchSpace(Skinny(16, 14336, 4096), h200).size() == 6);
-  CHECK(SkinnySearchSpace(Skinny(17, 4096, 4096), h200).empty());
+  CHECK(SkinnySearchSpace(LinearGemm(1, 4096, 4096), h200).size() == 6);
+  CHECK(SkinnySearchSpace(LinearGemm(16, 14336, 4096), h200).size() == 6);
+  CHECK(SkinnySearchSpace(LinearGemm(17, 4096, 4096), h200).empty());
   auto refused = [&](const v1::GemmProblem& p, const std::string& why) {
     const absl::Status s = CanImplementSkinny(p, SkinnyConfig{}, h200);
     INFO(s.ToString());
     CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
     CHECK_THAT(std::string(s.message()), Catch::Contains(why));
   };
-  refused(Skinny(17, 4096, 4096), "M <= 16");
-  v1::GemmProblem kn = Skinny(4, 4096, 4096);
+  refused(LinearGemm(17, 4096, 4096), "M <= 16");
+  v1::GemmProblem kn = LinearGemm(4, 4096, 4096);
   kn.set_b_layout(v1::ROW_MAJOR);
   refused(kn, "[N, K]");
-  refused(Skinny(4, 4096, 4100), "K = 4100");
-  CHECK(CanImplementSkinny(Skinny(4, 64, 64), SkinnyConfig{64, 2}, h200).code() ==
+  refused(LinearGemm(4, 4096, 4100), "K = 4100");
+  CHECK(CanImplementSkinny(LinearGemm(4, 64, 64), SkinnyConfig{64, 2}, h200).code() ==
         absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_CASE("SkinnyLaunchRecipe: 16 columns of D per CTA, the row block from M", "[tuner][gemm]") {
   const DeviceInfo h200 = CompileOnlyTarget();
-  absl::StatusOr<LaunchRecipe> r = SkinnyLaunchRecipe(Skinny(1, 4100, 4096), SkinnyConfig{8, 4}, h200);
+  absl::StatusOr<LaunchRecipe> r = SkinnyLaunchRecipe(LinearGemm(1, 4100, 4096), SkinnyConfig{8, 4}, h200);
   REQUIRE(r.ok());
   CHECK(r->template_id == "gemm/gemm_skinny");
   CHECK(r->kernels[0].name_expression == "ktune::gemm_skinny<ktune::bf16, 0, false, 8, 8, 4>");
   CHECK(r->kernels[0].grid == std::array<uint32_t, 3>{257, 1, 1});
   CHECK(r->kernels[0].block == std::array<uint32_t, 3>{256, 1, 1});
-  r = SkinnyLaunchRecipe(Skinny(9, 64, 64, v1::EPILOGUE_BIAS_SILU, v1::FP32, v1::FP32), SkinnyConfig{4, 2}, h200);
+  r = SkinnyLaunchRecipe(LinearGemm(9, 64, 64, v1::EPILOGUE_BIAS_SILU, v1::FP32, v1::FP32), SkinnyConfig{4, 2}, h200);
   REQUIRE(r.ok());
   CHECK(r->kernels[0].name_expression == "ktune::gemm_skinny<float, 3, true, 16, 4, 2>");
 }
@@ -69,8 +53,8 @@ TEST_CASE("NVRTC compiles every skinny config for every epilogue without spills"
   const DeviceInfo h200 = CompileOnlyTarget();
   std::vector<LaunchRecipe> recipes;
   for (const v1::GemmProblem& p :
-       {Skinny(1, 4096, 4096), Skinny(16, 4096, 4096, v1::EPILOGUE_BIAS_GELU),
-        Skinny(8, 4096, 4096, v1::EPILOGUE_BIAS_SILU, v1::BF16), Skinny(16, 512, 512, v1::EPILOGUE_RESIDUAL_ADD,
+       {LinearGemm(1, 4096, 4096), LinearGemm(16, 4096, 4096, v1::EPILOGUE_BIAS_GELU),
+        LinearGemm(8, 4096, 4096, v1::EPILOGUE_BIAS_SILU, v1::BF16), LinearGemm(16, 512, 512, v1::EPILOGUE_RESIDUAL_ADD,
                                                                         v1::FP32, v1::FP32)}) {
     for (const SkinnyConfig& c : SkinnySearchSpace(p, h200)) {
       absl::StatusOr<LaunchRecipe> r = SkinnyLaunchRecipe(p, c, h200);

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/tuner/gemm_test_problems.h"
 #include "tuner/gemm_problem.h"
 #include "tuner/gemm_space.h"
 #include "tuner/nvrtc_compiler.h"
@@ -18,38 +19,20 @@
 namespace ktune {
 namespace {
 
-v1::GemmProblem Gemm(int64_t m, int64_t n, int64_t k, v1::Layout b_layout = v1::COL_MAJOR,
-                     v1::Epilogue epilogue = v1::EPILOGUE_NONE, v1::DType c = v1::DTYPE_UNSPECIFIED,
-                     v1::DType d = v1::BF16, int64_t batch = 1) {
-  v1::GemmProblem p;
-  p.set_m(m);
-  p.set_n(n);
-  p.set_k(k);
-  p.set_batch(batch);
-  p.set_a_dtype(v1::BF16);
-  p.set_b_dtype(v1::BF16);
-  p.set_c_dtype(c);
-  p.set_d_dtype(d);
-  p.set_a_layout(v1::ROW_MAJOR);
-  p.set_b_layout(b_layout);
-  p.set_epilogue(epilogue);
-  REQUIRE(ValidateGemmProblem(p).ok());
-  return p;
-}
 
 // issue 5's bench shapes (nn.Linear: B is [N, K]) and odd ones.
 std::vector<v1::GemmProblem> RepresentativeProblems() {
-  std::vector<v1::GemmProblem> out = {Gemm(8192, 8192, 8192)};
+  std::vector<v1::GemmProblem> out = {TestGemm(8192, 8192, 8192)};
   for (int64_t m : {1, 16, 128, 2048, 8192}) {
     for (auto [n, k] : {std::pair<int64_t, int64_t>{4096, 4096}, {14336, 4096}, {4096, 14336}, {6144, 4096}}) {
-      out.push_back(Gemm(m, n, k));
+      out.push_back(TestGemm(m, n, k));
     }
   }
-  out.push_back(Gemm(7, 4100, 520, v1::COL_MAJOR, v1::EPILOGUE_BIAS));
-  out.push_back(Gemm(127, 4097, 4104, v1::COL_MAJOR, v1::EPILOGUE_BIAS_GELU));
-  out.push_back(Gemm(300, 520, 1000, v1::ROW_MAJOR, v1::EPILOGUE_BIAS_SILU, v1::BF16, v1::BF16, 2));
-  out.push_back(Gemm(1000, 1000, 1000, v1::COL_MAJOR, v1::EPILOGUE_RESIDUAL_ADD, v1::FP32, v1::FP32));
-  out.push_back(Gemm(4096, 4096, 4096, v1::ROW_MAJOR));
+  out.push_back(TestGemm(7, 4100, 520, v1::COL_MAJOR, v1::EPILOGUE_BIAS));
+  out.push_back(TestGemm(127, 4097, 4104, v1::COL_MAJOR, v1::EPILOGUE_BIAS_GELU));
+  out.push_back(TestGemm(300, 520, 1000, v1::ROW_MAJOR, v1::EPILOGUE_BIAS_SILU, v1::BF16, v1::BF16, 2));
+  out.push_back(TestGemm(1000, 1000, 1000, v1::COL_MAJOR, v1::EPILOGUE_RESIDUAL_ADD, v1::FP32, v1::FP32));
+  out.push_back(TestGemm(4096, 4096, 4096, v1::ROW_MAJOR));
   return out;
 }
 
@@ -80,20 +63,20 @@ TEST_CASE("every config of the GEMM space runs its problem, and pruning keeps th
 
 TEST_CASE("the GEMM model takes big tiles for big GEMMs and small ones for thin M", "[tuner][gemm]") {
   const DeviceInfo device = CompileOnlyTarget();
-  const GemmTileConfig big = GemmSearchSpace(Gemm(8192, 8192, 8192), device).front();
+  const GemmTileConfig big = GemmSearchSpace(TestGemm(8192, 8192, 8192), device).front();
   INFO(ToString(big));
   CHECK(big.block_m * big.block_n >= 128 * 128);
   // Decode-like: 16 rows. A 256-row tile would be 94% padding.
-  const GemmTileConfig thin = GemmSearchSpace(Gemm(16, 4096, 4096), device).front();
+  const GemmTileConfig thin = GemmSearchSpace(TestGemm(16, 4096, 4096), device).front();
   INFO(ToString(thin));
   CHECK(thin.block_m == 64);
   // Wave quantisation counts: 132 SMs x 2 CTAs of 128 x 128 tiles run 264 at a
   // time; 8192 x 8192 is 4096 tiles (16 waves, room for 128 more). Two more
   // tile rows (128 tiles) still fit the 16th wave; three do not.
   GemmTileConfig c;
-  const double base = GemmModelTimeUs(Gemm(8192, 8192, 8192), c, device);
-  CHECK(GemmModelTimeUs(Gemm(8192 + 2 * 128, 8192, 8192), c, device) == Approx(base));
-  CHECK(GemmModelTimeUs(Gemm(8192 + 3 * 128, 8192, 8192), c, device) > 1.05 * base);
+  const double base = GemmModelTimeUs(TestGemm(8192, 8192, 8192), c, device);
+  CHECK(GemmModelTimeUs(TestGemm(8192 + 2 * 128, 8192, 8192), c, device) == Approx(base));
+  CHECK(GemmModelTimeUs(TestGemm(8192 + 3 * 128, 8192, 8192), c, device) > 1.05 * base);
 }
 
 TEST_CASE("CanImplementGemm names what the mma.sync template cannot serve", "[tuner][gemm]") {
@@ -104,30 +87,30 @@ TEST_CASE("CanImplementGemm names what the mma.sync template cannot serve", "[tu
     CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
     return std::string(s.message());
   };
-  v1::GemmProblem fp8 = Gemm(128, 128, 128);
+  v1::GemmProblem fp8 = TestGemm(128, 128, 128);
   fp8.set_a_dtype(v1::FP8_E4M3);
   fp8.set_b_dtype(v1::FP8_E4M3);
   CHECK_THAT(message(fp8), Catch::Contains("bf16"));
-  CHECK_THAT(message(Gemm(128, 128, 4100)), Catch::Contains("K = 4100"));
-  CHECK_THAT(message(Gemm(128, 4100, 128, v1::ROW_MAJOR)), Catch::Contains("N = 4100"));
-  CHECK(CanImplementGemm(Gemm(128, 4100, 128, v1::COL_MAJOR), c, device).ok());
-  CHECK_THAT(message(Gemm(64, 64, 64, v1::COL_MAJOR, v1::EPILOGUE_NONE, v1::DTYPE_UNSPECIFIED, v1::BF16, 65536)),
+  CHECK_THAT(message(TestGemm(128, 128, 4100)), Catch::Contains("K = 4100"));
+  CHECK_THAT(message(TestGemm(128, 4100, 128, v1::ROW_MAJOR)), Catch::Contains("N = 4100"));
+  CHECK(CanImplementGemm(TestGemm(128, 4100, 128, v1::COL_MAJOR), c, device).ok());
+  CHECK_THAT(message(TestGemm(64, 64, 64, v1::COL_MAJOR, v1::EPILOGUE_NONE, v1::DTYPE_UNSPECIFIED, v1::BF16, 65536)),
              Catch::Contains("batch"));
   GemmTileConfig too_big;
   too_big.block_m = 256;
   too_big.block_n = 256;
-  CHECK_THAT(std::string(CanImplementGemm(Gemm(4096, 4096, 4096), too_big, device).message()),
+  CHECK_THAT(std::string(CanImplementGemm(TestGemm(4096, 4096, 4096), too_big, device).message()),
              Catch::Contains("accumulators"));
   GemmTileConfig deep = c;
   deep.stages = 16;  // 16 * (128 + 128) * 32 * 2 = 256 KiB
-  CHECK_THAT(std::string(CanImplementGemm(Gemm(4096, 4096, 4096), deep, device).message()),
+  CHECK_THAT(std::string(CanImplementGemm(TestGemm(4096, 4096, 4096), deep, device).message()),
              Catch::Contains("shared memory"));
 }
 
 TEST_CASE("GemmLaunchRecipe: the template, geometry and parameters", "[tuner][gemm]") {
   const DeviceInfo device = CompileOnlyTarget();
   GemmTileConfig c;  // 128 x 128, 4 warps
-  auto r = GemmLaunchRecipe(Gemm(1000, 520, 64, v1::ROW_MAJOR, v1::EPILOGUE_RESIDUAL_ADD, v1::BF16,
+  auto r = GemmLaunchRecipe(TestGemm(1000, 520, 64, v1::ROW_MAJOR, v1::EPILOGUE_RESIDUAL_ADD, v1::BF16,
                                  v1::BF16, 3),
                             c, device);
   REQUIRE(r.ok());
@@ -143,13 +126,13 @@ TEST_CASE("GemmLaunchRecipe: the template, geometry and parameters", "[tuner][ge
   CHECK(k.block[0] == 128);
   CHECK(k.dynamic_smem_bytes == 4 * (128 + 128) * 32 * 2);
   CHECK(k.params == std::vector<std::string>{"a", "b", "c", "d", "bias", "M", "N", "K", "alpha", "beta"});
-  auto gelu = GemmLaunchRecipe(Gemm(64, 64, 64, v1::COL_MAJOR, v1::EPILOGUE_BIAS_GELU, v1::DTYPE_UNSPECIFIED,
+  auto gelu = GemmLaunchRecipe(TestGemm(64, 64, 64, v1::COL_MAJOR, v1::EPILOGUE_BIAS_GELU, v1::DTYPE_UNSPECIFIED,
                                     v1::FP32),
                                c, device);
   REQUIRE(gelu.ok());
   CHECK(gelu->kernels[0].name_expression ==
         "ktune::gemm_mma<ktune::bf16, float, true, 2, false, 128, 128, 32, 2, 2, 4, 8>");
-  CHECK_FALSE(GemmLaunchRecipe(Gemm(128, 128, 4100), c, device).ok());
+  CHECK_FALSE(GemmLaunchRecipe(TestGemm(128, 128, 4100), c, device).ok());
 }
 
 TEST_CASE("NVRTC compiles every pruned GEMM candidate for sm_90 without spills", "[tuner][gemm][nvrtc][slow]") {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/tuner/gemm_test_problems.h"
 #include "tuner/gemm_problem.h"
 #include "tuner/gemm_wgmma_space.h"
 #include "tuner/nvrtc_compiler.h"
@@ -18,29 +19,12 @@
 namespace ktune {
 namespace {
 
-v1::GemmProblem Linear(int64_t m, int64_t n, int64_t k, v1::Epilogue epilogue = v1::EPILOGUE_NONE,
-                       v1::DType c = v1::DTYPE_UNSPECIFIED, v1::DType d = v1::BF16, int64_t batch = 1) {
-  v1::GemmProblem p;
-  p.set_m(m);
-  p.set_n(n);
-  p.set_k(k);
-  p.set_batch(batch);
-  p.set_a_dtype(v1::BF16);
-  p.set_b_dtype(v1::BF16);
-  p.set_c_dtype(c);
-  p.set_d_dtype(d);
-  p.set_a_layout(v1::ROW_MAJOR);
-  p.set_b_layout(v1::COL_MAJOR);
-  p.set_epilogue(epilogue);
-  REQUIRE(ValidateGemmProblem(p).ok());
-  return p;
-}
 
 TEST_CASE("the wgmma space serves bf16 [N, K] GEMMs on sm_90 only, and says why not", "[tuner][gemm]") {
   const DeviceInfo h200 = CompileOnlyTarget();
   const WgmmaTileConfig c;  // 128 x 256, two consumers, 4 stages
-  CHECK(CanImplementWgmma(Linear(8192, 8192, 8192), c, h200).ok());
-  CHECK(CanImplementWgmma(Linear(1, 4100, 520, v1::EPILOGUE_BIAS_GELU), c, h200).ok());
+  CHECK(CanImplementWgmma(LinearGemm(8192, 8192, 8192), c, h200).ok());
+  CHECK(CanImplementWgmma(LinearGemm(1, 4100, 520, v1::EPILOGUE_BIAS_GELU), c, h200).ok());
 
   auto refused = [&](const v1::GemmProblem& p, const WgmmaTileConfig& config, const DeviceInfo& d,
                      const std::string& why) {
@@ -51,52 +35,52 @@ TEST_CASE("the wgmma space serves bf16 [N, K] GEMMs on sm_90 only, and says why 
   };
   DeviceInfo ampere = h200;
   ampere.cc_major = 8;
-  refused(Linear(4096, 4096, 4096), c, ampere, "needs sm_90");
+  refused(LinearGemm(4096, 4096, 4096), c, ampere, "needs sm_90");
   DeviceInfo blackwell = h200;
   blackwell.cc_major = 10;
-  refused(Linear(4096, 4096, 4096), c, blackwell, "needs sm_90");
-  v1::GemmProblem kn = Linear(4096, 4096, 4096);
+  refused(LinearGemm(4096, 4096, 4096), c, blackwell, "needs sm_90");
+  v1::GemmProblem kn = LinearGemm(4096, 4096, 4096);
   kn.set_b_layout(v1::ROW_MAJOR);
   refused(kn, c, h200, "[N, K]");
-  v1::GemmProblem fp8 = Linear(4096, 4096, 4096);
+  v1::GemmProblem fp8 = LinearGemm(4096, 4096, 4096);
   fp8.set_a_dtype(v1::FP8_E4M3);
   fp8.set_b_dtype(v1::FP8_E4M3);
   refused(fp8, c, h200, "bf16");
-  refused(Linear(64, 64, 100), c, h200, "K = 100");
+  refused(LinearGemm(64, 64, 100), c, h200, "K = 100");
   WgmmaTileConfig wide = c;
   wide.block_m = 256;  // 128 rows x 256 columns per consumer: 256 accumulators
-  refused(Linear(4096, 4096, 4096), wide, h200, "accumulators");
+  refused(LinearGemm(4096, 4096, 4096), wide, h200, "accumulators");
   WgmmaTileConfig deep = c;
   deep.stages = 6;  // 6 x 48 KiB
-  refused(Linear(4096, 4096, 4096), deep, h200, "shared memory");
+  refused(LinearGemm(4096, 4096, 4096), deep, h200, "shared memory");
   WgmmaTileConfig lone = c;
   lone.consumers = 1;
   lone.pingpong = true;
-  refused(Linear(4096, 4096, 4096), lone, h200, "ping-pong takes two consumers");
+  refused(LinearGemm(4096, 4096, 4096), lone, h200, "ping-pong takes two consumers");
   WgmmaTileConfig big_turns = c;  // ping-pong: each consumer holds the whole 128 x 256 tile
   big_turns.pingpong = true;
-  refused(Linear(4096, 4096, 4096), big_turns, h200, "256 accumulators");
+  refused(LinearGemm(4096, 4096, 4096), big_turns, h200, "256 accumulators");
   WgmmaTileConfig trio = c;
   trio.cluster_m = 3;
-  refused(Linear(4096, 4096, 4096), trio, h200, "cluster_m");
+  refused(LinearGemm(4096, 4096, 4096), trio, h200, "cluster_m");
   WgmmaTileConfig odd = c;
   odd.block_n = 96;
-  refused(Linear(4096, 4096, 4096), odd, h200, "block_n");
+  refused(LinearGemm(4096, 4096, 4096), odd, h200, "block_n");
 }
 
 TEST_CASE("the wgmma model prefers big tiles for big GEMMs and fewer idle SMs for small ones", "[tuner][gemm]") {
   const DeviceInfo h200 = CompileOnlyTarget();
-  const std::vector<WgmmaTileConfig> big = WgmmaSearchSpace(Linear(8192, 8192, 8192), h200);
+  const std::vector<WgmmaTileConfig> big = WgmmaSearchSpace(LinearGemm(8192, 8192, 8192), h200);
   REQUIRE(!big.empty());
   CHECK(big.size() <= 16);
   CHECK(big[0].block_m * big[0].block_n >= 128 * 256);
   CHECK(big[0].consumers == 2);
   // 128 x 4096: 16 tiles of 128 x 256 leave 116 SMs idle; 64 of 128 x 64 do not.
-  const std::vector<WgmmaTileConfig> thin = WgmmaSearchSpace(Linear(128, 4096, 4096), h200);
+  const std::vector<WgmmaTileConfig> thin = WgmmaSearchSpace(LinearGemm(128, 4096, 4096), h200);
   REQUIRE(!thin.empty());
   CHECK(thin[0].block_n <= 128);
   // The unpruned space is every config the template accepts, pruned a subset.
-  const std::vector<WgmmaTileConfig> all = WgmmaSearchSpace(Linear(8192, 8192, 8192), h200, {false, 0, 0});
+  const std::vector<WgmmaTileConfig> all = WgmmaSearchSpace(LinearGemm(8192, 8192, 8192), h200, {false, 0, 0});
   CHECK(all.size() > big.size());
   for (const WgmmaTileConfig& c : big) CHECK(std::find(all.begin(), all.end(), c) != all.end());
 }
@@ -104,7 +88,7 @@ TEST_CASE("the wgmma model prefers big tiles for big GEMMs and fewer idle SMs fo
 TEST_CASE("WgmmaLaunchRecipe: sm_90a, a persistent grid and TMA parameters", "[tuner][gemm]") {
   const DeviceInfo h200 = CompileOnlyTarget();
   WgmmaTileConfig c;
-  absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(Linear(8192, 8192, 8192), c, h200);
+  absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(LinearGemm(8192, 8192, 8192), c, h200);
   REQUIRE(r.ok());
   CHECK(r->template_id == "gemm/gemm_wgmma");
   CHECK(r->arch == "sm_90a");
@@ -117,20 +101,20 @@ TEST_CASE("WgmmaLaunchRecipe: sm_90a, a persistent grid and TMA parameters", "[t
   CHECK(k.params == std::vector<std::string>{"tma_a:64x128", "tma_b:64x256", "c", "d", "bias", "M", "N", "K",
                                              "alpha", "beta"});
   // Fewer tiles than SMs: one CTA per tile; a batch shares the SMs out.
-  r = WgmmaLaunchRecipe(Linear(128, 512, 4096, v1::EPILOGUE_BIAS, v1::FP32, v1::FP32, 4), c, h200);
+  r = WgmmaLaunchRecipe(LinearGemm(128, 512, 4096, v1::EPILOGUE_BIAS, v1::FP32, v1::FP32, 4), c, h200);
   REQUIRE(r.ok());
   CHECK(r->kernels[0].grid == std::array<uint32_t, 3>{2, 1, 4});
   CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<float, 1, true, 128, 256, 2, false, 1, 4, 8>");
-  CHECK_FALSE(WgmmaLaunchRecipe(Linear(64, 64, 100), c, h200).ok());
+  CHECK_FALSE(WgmmaLaunchRecipe(LinearGemm(64, 64, 100), c, h200).ok());
   // A 2x1 cluster: an even grid of CTA pairs, each fetching half of B's tile.
   WgmmaTileConfig pair = c;
   pair.cluster_m = 2;
-  r = WgmmaLaunchRecipe(Linear(8192, 8192, 8192), pair, h200);
+  r = WgmmaLaunchRecipe(LinearGemm(8192, 8192, 8192), pair, h200);
   REQUIRE(r.ok());
   CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<ktune::bf16, 0, false, 128, 256, 2, false, 2, 4, 8>");
   CHECK(r->kernels[0].grid == std::array<uint32_t, 3>{132, 1, 1});
   CHECK(r->kernels[0].params[1] == "tma_b:64x128");
-  r = WgmmaLaunchRecipe(Linear(100, 512, 4096), pair, h200);  // one unit of two tile rows, 2 columns
+  r = WgmmaLaunchRecipe(LinearGemm(100, 512, 4096), pair, h200);  // one unit of two tile rows, 2 columns
   REQUIRE(r.ok());
   CHECK(r->kernels[0].grid == std::array<uint32_t, 3>{4, 1, 1});
 }
@@ -150,15 +134,15 @@ TEST_CASE("TMA parameters parse, and malformed ones are named", "[tuner][gemm]")
 
 TEST_CASE("NVRTC compiles every pruned wgmma candidate for sm_90a without spills", "[tuner][gemm][nvrtc][slow]") {
   const DeviceInfo h200 = CompileOnlyTarget();
-  std::vector<v1::GemmProblem> problems = {Linear(8192, 8192, 8192)};
+  std::vector<v1::GemmProblem> problems = {LinearGemm(8192, 8192, 8192)};
   for (int64_t m : {1, 16, 128, 2048, 8192}) {
     for (auto [n, k] : {std::pair<int64_t, int64_t>{4096, 4096}, {14336, 4096}, {4096, 14336}, {6144, 4096}}) {
-      problems.push_back(Linear(m, n, k));
+      problems.push_back(LinearGemm(m, n, k));
     }
   }
-  problems.push_back(Linear(127, 4097, 4104, v1::EPILOGUE_BIAS_GELU));
-  problems.push_back(Linear(300, 520, 1000, v1::EPILOGUE_BIAS_SILU, v1::BF16, v1::BF16, 2));
-  problems.push_back(Linear(1000, 1000, 1000, v1::EPILOGUE_RESIDUAL_ADD, v1::FP32, v1::FP32));
+  problems.push_back(LinearGemm(127, 4097, 4104, v1::EPILOGUE_BIAS_GELU));
+  problems.push_back(LinearGemm(300, 520, 1000, v1::EPILOGUE_BIAS_SILU, v1::BF16, v1::BF16, 2));
+  problems.push_back(LinearGemm(1000, 1000, 1000, v1::EPILOGUE_RESIDUAL_ADD, v1::FP32, v1::FP32));
   std::vector<LaunchRecipe> recipes;
   std::set<std::string> names;
   for (const v1::GemmProblem& p : problems) {

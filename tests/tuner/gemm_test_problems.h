@@ -1,0 +1,37 @@
+// GEMM problems for the tuner's tests: bf16 A and B, A row-major, validated
+// (a test that builds an invalid problem fails at once, naming the line).
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include "ktune/v1/ktune.pb.h"
+#include "tuner/gemm_problem.h"
+
+namespace ktune {
+
+inline v1::GemmProblem TestGemm(int64_t m, int64_t n, int64_t k, v1::Layout b_layout = v1::COL_MAJOR,
+                                v1::Epilogue epilogue = v1::EPILOGUE_NONE, v1::DType c = v1::DTYPE_UNSPECIFIED,
+                                v1::DType d = v1::BF16, int64_t batch = 1) {
+  v1::GemmProblem p;
+  p.set_m(m);
+  p.set_n(n);
+  p.set_k(k);
+  p.set_batch(batch);
+  p.set_a_dtype(v1::BF16);
+  p.set_b_dtype(v1::BF16);
+  p.set_c_dtype(c);
+  p.set_d_dtype(d);
+  p.set_a_layout(v1::ROW_MAJOR);
+  p.set_b_layout(b_layout);
+  p.set_epilogue(epilogue);
+  REQUIRE(ValidateGemmProblem(p).ok());
+  return p;
+}
+
+// nn.Linear's GEMM: B given as [N, K].
+inline v1::GemmProblem LinearGemm(int64_t m, int64_t n, int64_t k, v1::Epilogue epilogue = v1::EPILOGUE_NONE,
+                                  v1::DType c = v1::DTYPE_UNSPECIFIED, v1::DType d = v1::BF16, int64_t batch = 1) {
+  return TestGemm(m, n, k, v1::COL_MAJOR, epilogue, c, d, batch);
+}
+
+}  // namespace ktune

@@ -12,8 +12,10 @@
 #include "spdlog/spdlog.h"
 #include "tuner/cublaslt.h"
 #include "tuner/gemm_problem.h"
+#include "tuner/gemm_skinny_space.h"
 #include "tuner/gemm_space.h"
 #include "tuner/gemm_tuner.h"
+#include "tuner/gemm_wgmma_space.h"
 #include "tuner/kernel_source.h"
 #include "tuner/norm_space.h"
 #include "tuner/nvrtc_compiler.h"
@@ -228,18 +230,29 @@ void KtuneServiceImpl::CountTune(const std::string& key, const absl::Status& sta
 
 absl::Status KtuneServiceImpl::AnswerUntunedGemm(const Resolved& r, bool include_cubin,
                                                  v1::GetConfigResponse* response) {
-  // The model's best tile: what a compiler gets before a GEMM is tuned.
-  const std::vector<GemmTileConfig> space = GemmSearchSpace(*r.gemm, target_);
-  if (space.empty()) {
+  // What a compiler gets before a GEMM is tuned: the template family that won
+  // the H200's bench for such a problem (bench/RESULTS.md, session 3) with
+  // its model's best config: skinny for M <= 16, wgmma on sm_90, else mma.sync.
+  v1::GemmConfig config;
+  absl::StatusOr<LaunchRecipe> recipe = absl::NotFoundError("no template serves this GEMM");
+  if (const std::vector<SkinnyConfig> skinny = SkinnySearchSpace(*r.gemm, target_); !skinny.empty()) {
+    recipe = SkinnyLaunchRecipe(*r.gemm, skinny.front(), target_);
+    *config.mutable_skinny() = SkinnyConfigToProto(skinny.front());
+  } else if (const std::vector<WgmmaTileConfig> wgmma = WgmmaSearchSpace(*r.gemm, target_); !wgmma.empty()) {
+    recipe = WgmmaLaunchRecipe(*r.gemm, wgmma.front(), target_);
+    *config.mutable_wgmma() = WgmmaTileConfigToProto(wgmma.front());
+  } else if (const std::vector<GemmTileConfig> mma = GemmSearchSpace(*r.gemm, target_); !mma.empty()) {
+    recipe = GemmLaunchRecipe(*r.gemm, mma.front(), target_);
+    *config.mutable_mma_sync() = GemmTileConfigToProto(mma.front());
+  } else {
     return absl::FailedPreconditionError(
         "no heuristic answer for this GEMM: its candidates come from cuBLASLt alone (fp8), which "
         "needs the GPU; ask with TUNE_ON_MISS");
   }
-  absl::StatusOr<LaunchRecipe> recipe = GemmLaunchRecipe(*r.gemm, space.front(), target_);
   if (!recipe.ok()) return recipe.status();
   absl::StatusOr<LaunchRecipe> compiled = Compiled(*std::move(recipe));
   if (!compiled.ok()) return compiled.status();
-  *response->mutable_config()->mutable_gemm()->mutable_mma_sync() = GemmTileConfigToProto(space.front());
+  *response->mutable_config()->mutable_gemm() = std::move(config);
   response->set_source(v1::HEURISTIC);
   *response->mutable_recipe() = RecipeToProto(*compiled, include_cubin);
   *response->mutable_device() = DeviceToProto(target_);

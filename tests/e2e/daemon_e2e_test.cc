@@ -369,13 +369,24 @@ TEST_CASE("the ktune CLI drives a daemon and fails with one-line reasons", "[e2e
   CHECK(bad_dtype.err.find("int7") != std::string::npos);
   CHECK(std::count(bad_dtype.err.begin(), bad_dtype.err.end(), '\n') == 1);
 
-  // GEMM from the CLI: the model's tile for B as [N, K]; flags checked.
+  // GEMM from the CLI: for B as [N, K] on an sm_90 target the wgmma
+  // template's best config, for B as [K, N] mma.sync's, for M <= 16 the
+  // skinny template's; flags checked.
   auto gemm = RunCommand(cli + "get gemm --m 128 --n 4096 --k 4096 --b-layout nk", dir.path());
   INFO(gemm.err);
   REQUIRE(gemm.exit_code == 0);
   CHECK(gemm.out.find("HEURISTIC") != std::string::npos);
-  CHECK(gemm.out.find("mma_sync") != std::string::npos);
-  CHECK(gemm.out.find("Lb1E") != std::string::npos);  // the kernel's B_NK template argument is true
+  CHECK(gemm.out.find("wgmma") != std::string::npos);
+  CHECK(gemm.out.find("gemm/gemm_wgmma") != std::string::npos);
+  auto gemm_kn = RunCommand(cli + "get gemm --m 128 --n 4096 --k 4096 --b-layout kn", dir.path());
+  INFO(gemm_kn.err);
+  REQUIRE(gemm_kn.exit_code == 0);
+  CHECK(gemm_kn.out.find("mma_sync") != std::string::npos);
+  CHECK(gemm_kn.out.find("Lb0E") != std::string::npos);  // the kernel's B_NK template argument is false
+  auto decode = RunCommand(cli + "get gemm --m 4 --n 4096 --k 4096 --b-layout nk", dir.path());
+  INFO(decode.err);
+  REQUIRE(decode.exit_code == 0);
+  CHECK(decode.out.find("skinny") != std::string::npos);
   auto bad_layout = RunCommand(cli + "get gemm --m 16 --n 16 --k 16 --b-layout mn", dir.path());
   CHECK(bad_layout.exit_code != 0);
   CHECK(bad_layout.err.find("b-layout") != std::string::npos);

@@ -43,11 +43,12 @@
 //   tma_b:64xR    TmaDescriptor  B as (K, N, batch), box (64, R = BN / CLUSTER_M, 1),
 //                 likewise
 //   c, d, bias, M, N, K, alpha, beta   as kernel_templates/gemm/gemm_mma.cuh
-// REQUIRES: K % 8 == 0 (TMA strides are multiples of 16 bytes); c and d
-// 8-byte aligned; dynamic shared memory of STAGES * (BM + BN) * 128 + 1024 +
-// 16 * (STAGES + 1) + CONSUMERS * 4 * 16 * 144 bytes (the ring, its alignment,
-// the barriers, the epilogue's staging rows); a grid of (CLUSTER_M * min(tile units, SMs /
-// (CLUSTER_M * batch)), 1, batch), a tile unit being CLUSTER_M tiles along M.
+// REQUIRES: K % 8 == 0 (TMA strides are multiples of 16 bytes); c 8-byte and
+// d 16-byte aligned; dynamic shared memory of STAGES * (BM + BN) * 128 + 1024
+// + 16 * (STAGES + 1) + CONSUMERS * 4 * 16 * 144 bytes (the ring, its
+// alignment, the barriers, the epilogue's staging rows); a grid of
+// (CLUSTER_M * min(tile units, SMs / (CLUSTER_M * batch)), 1, batch), a tile
+// unit being CLUSTER_M tiles along M.
 #pragma once
 
 #include "common/types.cuh"
@@ -393,9 +394,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
       if (PINGPONG && thread == 0) mbar_arrive(&mainloop_done[consumer]);
 
       const int warp_row0 = tile_m * BM + row_offset + warp * 16;  // this warp's first row, per m64
-      bool staged = false;
-      if constexpr (sizeof(TD) == 2) staged = N % 8 == 0;
+      bool staged = false;  // bf16 D whose rows are whole 16-byte chunks
       if constexpr (sizeof(TD) == 2) {
+        staged = N % 8 == 0;
         if (staged) {
           // Through this warp's staging rows: 16 x 64 values at a time, written
           // as fragments, read back as whole 128-byte row segments, so each

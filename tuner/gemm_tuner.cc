@@ -67,16 +67,24 @@ absl::StatusOr<GemmTuneResult> TuneGemm(const v1::GemmProblem& problem, Candidat
   GemmTuneResult result;
   std::vector<GemmCandidate> candidates;
 
-  // Source 1: our templates (mma.sync; wgmma on sm_90; skinny for M <= 16),
-  // compiled on every core.
+  // Source 1: our templates (wgmma on sm_90; mma.sync where wgmma does not
+  // serve or M <= 16; skinny for M <= 16), compiled on every core.
   std::vector<GemmCandidate> own;
-  for (const GemmTileConfig& t : GemmSearchSpace(problem, info, options.space)) {
+  const std::vector<WgmmaTileConfig> wgmma_space = WgmmaSearchSpace(problem, info, options.space);
+  // Where the wgmma template serves M > 16, mma.sync's best ran 1.3-2.0x
+  // slower than the best other template at all 13 such bench shapes, in two
+  // H200 runs (device runs 7 and 8, bench/RESULTS.md): not worth its
+  // compiles and measurements there. At M <= 16 it came within 2% of the
+  // skinny template once, so it stays.
+  const bool try_mma_sync = wgmma_space.empty() || problem.m() <= 16;
+  for (const GemmTileConfig& t :
+       try_mma_sync ? GemmSearchSpace(problem, info, options.space) : std::vector<GemmTileConfig>()) {
     absl::StatusOr<LaunchRecipe> r = GemmLaunchRecipe(problem, t, info);
     if (!r.ok()) return r.status();  // the space offered what CanImplementGemm refuses: a bug
     own.emplace_back().tile = t;
     own.back().recipe = *std::move(r);
   }
-  for (const WgmmaTileConfig& t : WgmmaSearchSpace(problem, info, options.space)) {
+  for (const WgmmaTileConfig& t : wgmma_space) {
     absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(problem, t, info);
     if (!r.ok()) return r.status();
     own.emplace_back().wgmma = t;

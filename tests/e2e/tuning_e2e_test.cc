@@ -10,6 +10,7 @@
 
 #include "tests/e2e/daemon_process.h"
 #include "tuner/gemm_space.h"
+#include "tuner/gemm_wgmma_space.h"
 #include "tuner/norm_space.h"
 #include "tuner/wire.h"
 #include "tuner/worker.h"
@@ -235,8 +236,12 @@ TEST_CASE("GEMM: tuned over both sources in the worker, stored, kept across a re
     CHECK(tuned->recipe().kernels_size() == 0);
     CHECK(tuned->recipe().cublaslt_algo() == tuned->config().gemm().cublaslt().algo());
   } else {
-    REQUIRE(tuned->config().gemm().has_mma_sync());
-    CHECK(tuned->recipe().template_id() == "gemm/gemm_mma");
+    // One of our templates: the one the config names.
+    const v1::GemmConfig& c = tuned->config().gemm();
+    REQUIRE((c.has_mma_sync() || c.has_wgmma() || c.has_skinny()));
+    CHECK(tuned->recipe().template_id() == (c.has_wgmma()    ? "gemm/gemm_wgmma"
+                                            : c.has_skinny() ? "gemm/gemm_skinny"
+                                                             : "gemm/gemm_mma"));
     REQUIRE(tuned->recipe().kernels_size() == 1);
     CHECK_FALSE(tuned->recipe().cubin().empty());
   }
@@ -289,12 +294,13 @@ TEST_CASE("GEMM: a candidate that crashes its worker is quarantined and not run 
   g->set_a_dtype(v1::BF16);
   g->set_b_dtype(v1::BF16);
   g->set_b_layout(v1::COL_MAJOR);
-  const std::vector<GemmTileConfig> space = GemmSearchSpace(*g, FakeWorkerDevice());
+  // On the fake sm_90 the wgmma template is this problem's template source.
+  const std::vector<WgmmaTileConfig> space = WgmmaSearchSpace(*g, FakeWorkerDevice());
   REQUIRE(space.size() >= 2);
-  auto victim = GemmLaunchRecipe(*g, space[1], FakeWorkerDevice());
+  auto victim = WgmmaLaunchRecipe(*g, space[1], FakeWorkerDevice());
   REQUIRE(victim.ok());
   const std::string crash = "KTUNE_WORKER_FAULT=crash:" + victim->kernels[0].name_expression;
-  const std::string victim_line = "mma_sync " + ToString(space[1]) + ": ";
+  const std::string victim_line = "wgmma " + ToString(space[1]) + ": ";
   auto said = [&](const StreamedTune& t, const std::string& status) {
     int n = 0;
     for (const std::string& m : t.progress) n += m.rfind(victim_line + status, 0) == 0;

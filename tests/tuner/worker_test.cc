@@ -9,6 +9,7 @@
 #include "tuner/gemm_problem.h"
 #include "tuner/gemm_space.h"
 #include "tuner/gemm_tuner.h"
+#include "tuner/gemm_wgmma_space.h"
 #include "tuner/worker.h"
 
 namespace ktune {
@@ -166,9 +167,11 @@ TEST_CASE("a worker prepares GEMM problems, lists cuBLASLt candidates and runs b
 TEST_CASE("TuneGemm over a worker: a crashing candidate fails alone and both sources compete",
           "[tuner][worker][gemm][nvrtc]") {
   const v1::GemmProblem p = SmallGemm();
-  const std::vector<GemmTileConfig> space = GemmSearchSpace(p, FakeWorkerDevice());
+  // The fake device is an sm_90: the wgmma template serves this M = 256
+  // problem, so it (not mma.sync) is the template source.
+  const std::vector<WgmmaTileConfig> space = WgmmaSearchSpace(p, FakeWorkerDevice());
   REQUIRE(space.size() >= 3);
-  auto victim = GemmLaunchRecipe(p, space[1], FakeWorkerDevice());
+  auto victim = WgmmaLaunchRecipe(p, space[1], FakeWorkerDevice());
   REQUIRE(victim.ok());
   // The crash hook matches a substring of the name expression: the full one.
   auto worker = WorkerExecutor::Start(FakeWorker({"KTUNE_WORKER_FAULT=crash:" + victim->kernels[0].name_expression}));
@@ -179,19 +182,17 @@ TEST_CASE("TuneGemm over a worker: a crashing candidate fails alone and both sou
   auto r = TuneGemm(p, worker->get(), options);
   INFO(r.status().ToString());
   REQUIRE(r.ok());
-  // Both of our templates (the fake device is an sm_90) and cuBLASLt.
-  const size_t wgmma = WgmmaSearchSpace(p, FakeWorkerDevice()).size();
-  CHECK(wgmma > 0);
-  CHECK(r->template_candidates == static_cast<int>(space.size() + wgmma));
+  CHECK(r->template_candidates == static_cast<int>(space.size()));
   CHECK(r->cublaslt_candidates == 3);
   int failed = 0, ok = 0;
   for (const GemmCandidateOutcome& o : r->outcomes) {
     INFO(o.name << ": " << o.status);
+    CHECK(o.name.rfind("mma_sync", 0) != 0);  // not tried where wgmma serves M > 16
     if (o.status == "ok") {
       ++ok;
     } else {
       ++failed;
-      CHECK(o.name == "mma_sync " + ToString(space[1]));
+      CHECK(o.name == "wgmma " + ToString(space[1]));
       CHECK_THAT(o.status, Catch::StartsWith("fault: "));  // a crash: quarantined by the caller
     }
   }
@@ -202,6 +203,27 @@ TEST_CASE("TuneGemm over a worker: a crashing candidate fails alone and both sou
   REQUIRE(r->cublaslt_default.has_value());
   REQUIRE(r->best_template.has_value());
   CHECK(r->winner_timing.median_us <= r->cublaslt_default->median_us * 1.03);
+}
+
+TEST_CASE("TuneGemm keeps mma.sync where wgmma cannot serve and for M <= 16", "[tuner][worker][gemm][nvrtc]") {
+  auto worker = WorkerExecutor::Start(FakeWorker());
+  REQUIRE(worker.ok());
+  GemmTuneOptions options;
+  options.measure.repetitions = 20;
+  options.final_measure.repetitions = 20;
+  v1::GemmProblem kn = SmallGemm();
+  kn.set_b_layout(v1::ROW_MAJOR);  // B as [K, N]: wgmma does not serve it
+  v1::GemmProblem decode = SmallGemm();
+  decode.set_m(8);
+  for (const v1::GemmProblem& p : {kn, decode}) {
+    auto r = TuneGemm(p, worker->get(), options);
+    INFO(r.status().ToString());
+    REQUIRE(r.ok());
+    int mma_sync = 0;
+    for (const GemmCandidateOutcome& o : r->outcomes) mma_sync += o.name.rfind("mma_sync", 0) == 0;
+    CHECK(mma_sync == static_cast<int>(GemmSearchSpace(p, FakeWorkerDevice()).size()));
+    CHECK(mma_sync > 0);
+  }
 }
 
 }  // namespace

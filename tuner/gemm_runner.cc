@@ -1,9 +1,11 @@
 #include "tuner/gemm_runner.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -59,6 +61,51 @@ std::string GemmCandidate::Name() const {
 
 
 double GemmRelativeTolerance(v1::DType d_dtype) { return d_dtype == v1::FP32 ? 1e-3 : 1e-2; }
+
+VerifyResult CompareGemmOutput(const std::vector<float>& got, const std::vector<float>& ref, double ref_rms,
+                               double rtol, int64_t m, int64_t n) {
+  // Each slice finds its largest scaled error and its first failing element;
+  // the slices' results combine in order, so the first failure overall wins.
+  struct Slice {
+    double max_error = 0;
+    int64_t first_bad = -1;
+  };
+  const int64_t total = static_cast<int64_t>(got.size());
+  constexpr int64_t kPerThread = int64_t{1} << 22;  // below this, threads cost more than they save
+  const int threads = static_cast<int>(std::clamp<int64_t>(
+      total / kPerThread, 1, std::max(1u, std::thread::hardware_concurrency())));
+  std::vector<Slice> slices(threads);
+  auto compare = [&](int t) {
+    const int64_t begin = total * t / threads, end = total * (t + 1) / threads;
+    Slice& out = slices[t];
+    for (int64_t i = begin; i < end; ++i) {
+      const double want = ref[i];
+      const double tol = rtol * (std::abs(want) + ref_rms);
+      const double scaled = std::isnan(got[i]) ? INFINITY : std::abs(static_cast<double>(got[i]) - want) / tol;
+      out.max_error = std::max(out.max_error, scaled);
+      if (scaled > 1.0 && out.first_bad < 0) out.first_bad = i;
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(compare, t);
+  compare(0);
+  for (std::thread& th : pool) th.join();
+
+  VerifyResult v;
+  v.ok = true;
+  for (const Slice& slice : slices) {
+    v.max_error = std::max(v.max_error, slice.max_error);
+    if (slice.first_bad < 0 || !v.ok) continue;
+    v.ok = false;
+    const int64_t i = slice.first_bad, mn = m * n;
+    const double want = ref[i];
+    v.detail = std::isnan(got[i])
+                   ? absl::StrFormat("d[%d, %d, %d] is NaN (not written: D was poisoned)", i / mn, i % mn / n, i % n)
+                   : absl::StrFormat("d[%d, %d, %d] = %g, reference %g (tolerance %g)", i / mn, i % mn / n, i % n,
+                                     got[i], want, rtol * (std::abs(want) + ref_rms));
+  }
+  return v;
+}
 
 struct GemmRunner::Impl {
   v1::GemmProblem p;
@@ -278,25 +325,7 @@ absl::StatusOr<VerifyResult> GemmRunner::Verify(const LaunchRecipe& recipe) {
     for (size_t i = 0; i < raw.size(); ++i) got[i] = Bf16ToFloat(raw[i]);
   }
   if (!s.ok()) return s;
-  const double rtol = GemmRelativeTolerance(GemmDType(im.p));
-  VerifyResult v;
-  v.ok = true;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double want = im.ref[i];
-    const double tol = rtol * (std::abs(want) + im.ref_rms);
-    const double err = std::abs(static_cast<double>(got[i]) - want);
-    const double scaled = std::isnan(got[i]) ? INFINITY : err / tol;
-    v.max_error = std::max(v.max_error, scaled);
-    if (scaled > 1.0 && v.ok) {
-      v.ok = false;
-      const int64_t n = im.p.n(), mn = im.p.m() * n;
-      v.detail = std::isnan(got[i])
-                     ? absl::StrFormat("d[%d, %d, %d] is NaN (not written: D was poisoned)", i / mn, i % mn / n, i % n)
-                     : absl::StrFormat("d[%d, %d, %d] = %g, reference %g (tolerance %g)", i / mn, i % mn / n, i % n,
-                                       got[i], want, tol);
-    }
-  }
-  return v;
+  return CompareGemmOutput(got, im.ref, im.ref_rms, GemmRelativeTolerance(GemmDType(im.p)), im.p.m(), im.p.n());
 }
 
 absl::StatusOr<Timing> GemmRunner::Time(const LaunchRecipe& recipe, const MeasureOptions& options) {

@@ -52,6 +52,16 @@ struct GemmCandidate {
 // 2^-9 relative); fp32 D: 1e-3 (only summation order differs).
 double GemmRelativeTolerance(v1::DType d_dtype);
 
+// D (`got`, [batch, M, N] as floats) against the reference: ok when every
+// element is within rtol * (|ref| + ref_rms); max_error is the largest
+// |got - ref| / tolerance (infinite for a NaN: an unwritten element of the
+// poisoned D); detail names the first failing element [batch, row, col].
+// Large outputs are compared on several threads (a 8192 x 14336 D is 117M
+// elements per candidate).
+// REQUIRES: got.size() == ref.size() == batch * m * n.
+VerifyResult CompareGemmOutput(const std::vector<float>& got, const std::vector<float>& ref, double ref_rms,
+                               double rtol, int64_t m, int64_t n);
+
 class GemmRunner {
  public:
   // REQUIRES: ValidateGemmProblem(problem) OK. `cublaslt` may be

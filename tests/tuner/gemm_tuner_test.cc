@@ -4,6 +4,7 @@
 // checked against compiles for every kind of problem.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <set>
 #include <string>
 #include <vector>
@@ -128,6 +129,36 @@ TEST_CASE("a GPU whose clocks fall as it gets busy does not favour the candidate
     REQUIRE(r.ok());
     CHECK(r->winner.Name() != "cublaslt #7");
   }
+}
+
+TEST_CASE("GEMM outputs are checked element by element against the reference", "[tuner][gemm]") {
+  // Small: one thread. Row-major [batch 2, M 3, N 4].
+  std::vector<float> ref(24, 1.0f), got(24, 1.0f);
+  VerifyResult v = CompareGemmOutput(got, ref, 1.0, 1e-2, 3, 4);
+  CHECK(v.ok);
+  CHECK(v.max_error == 0);
+  got[13] = 1.015f;  // within 1e-2 * (1 + rms 1)
+  got[17] = 1.05f;   // beyond: batch 1, row 1, column 1
+  v = CompareGemmOutput(got, ref, 1.0, 1e-2, 3, 4);
+  CHECK_FALSE(v.ok);
+  CHECK_THAT(v.detail, Catch::StartsWith("d[1, 1, 1] = 1.05, reference 1"));
+  CHECK(v.max_error == Approx(2.5).epsilon(1e-3));
+  got[5] = std::nanf("");  // an unwritten element earlier: it is the one named
+  v = CompareGemmOutput(got, ref, 1.0, 1e-2, 3, 4);
+  CHECK(v.detail == "d[0, 1, 1] is NaN (not written: D was poisoned)");
+  CHECK(std::isinf(v.max_error));
+
+  // Large enough for several threads: the first failure overall is named,
+  // whichever slice finds it, and the largest error is every slice's.
+  const int64_t m = 3000, n = 4096;  // 12.3M elements
+  std::vector<float> big_ref(m * n, 2.0f), big(m * n, 2.0f);
+  CHECK(CompareGemmOutput(big, big_ref, 2.0, 1e-2, m, n).ok);
+  big[m * n - 1] = 3.0f;           // last slice, error 25x the tolerance
+  big[(m / 2) * n + 7] = 2.1f;     // a middle slice, 2.5x
+  v = CompareGemmOutput(big, big_ref, 2.0, 1e-2, m, n);
+  CHECK_FALSE(v.ok);
+  CHECK_THAT(v.detail, Catch::StartsWith(absl::StrFormat("d[0, %d, 7] = 2.1", m / 2)));
+  CHECK(v.max_error == Approx(25.0).epsilon(1e-3));
 }
 
 TEST_CASE("the GEMM reference compiles for every input type, layout, epilogue, C and D type", "[tuner][gemm][nvrtc]") {

@@ -167,31 +167,23 @@ absl::Status CheckGemmConfig(absl::string_view prefix, const v1::Config& config,
                              const v1::LaunchRecipe& recipe) {
   if (!config.has_gemm()) return Bad(prefix, "config.gemm", "a GEMM problem needs a GEMM config");
   const v1::GemmConfig& g = config.gemm();
+  // One of our templates: its config's fields, and a recipe of that template.
+  auto OwnTemplate = [&](const absl::Status& fields, const char* source, const char* template_id) -> absl::Status {
+    if (!fields.ok()) return FromTuner(prefix, "config.gemm", fields);
+    if (recipe.template_id() != template_id) {
+      return Bad(prefix, "recipe.template_id",
+                 absl::StrCat("a ", source, " config needs a ", template_id, " recipe, got '", recipe.template_id(),
+                              "'"));
+    }
+    return absl::OkStatus();
+  };
   switch (g.source_case()) {
-    case v1::GemmConfig::kMmaSync: {
-      absl::StatusOr<GemmTileConfig> tile = GemmTileConfigFromProto(g.mma_sync());
-      if (!tile.ok()) return FromTuner(prefix, "config.gemm", tile.status());
-      if (recipe.template_id() == kCublasLtTemplateId) {
-        return Bad(prefix, "recipe.template_id", "an mma_sync config needs a kernel recipe");
-      }
-      return absl::OkStatus();
-    }
-    case v1::GemmConfig::kWgmma: {
-      absl::StatusOr<WgmmaTileConfig> tile = WgmmaTileConfigFromProto(g.wgmma());
-      if (!tile.ok()) return FromTuner(prefix, "config.gemm", tile.status());
-      if (recipe.template_id() == kCublasLtTemplateId) {
-        return Bad(prefix, "recipe.template_id", "a wgmma config needs a kernel recipe");
-      }
-      return absl::OkStatus();
-    }
-    case v1::GemmConfig::kSkinny: {
-      absl::StatusOr<SkinnyConfig> tile = SkinnyConfigFromProto(g.skinny());
-      if (!tile.ok()) return FromTuner(prefix, "config.gemm", tile.status());
-      if (recipe.template_id() == kCublasLtTemplateId) {
-        return Bad(prefix, "recipe.template_id", "a skinny config needs a kernel recipe");
-      }
-      return absl::OkStatus();
-    }
+    case v1::GemmConfig::kMmaSync:
+      return OwnTemplate(GemmTileConfigFromProto(g.mma_sync()).status(), "mma_sync", "gemm/gemm_mma");
+    case v1::GemmConfig::kWgmma:
+      return OwnTemplate(WgmmaTileConfigFromProto(g.wgmma()).status(), "wgmma", "gemm/gemm_wgmma");
+    case v1::GemmConfig::kSkinny:
+      return OwnTemplate(SkinnyConfigFromProto(g.skinny()).status(), "skinny", "gemm/gemm_skinny");
     case v1::GemmConfig::kCublaslt: {
       const v1::CublasLtAlgorithm& a = g.cublaslt();
       if (a.algo().size() != kCublasLtAlgoBytes) {

@@ -143,20 +143,9 @@ struct GemmRunner::Impl {
 absl::StatusOr<const TmaDescriptorBytes*> GemmRunner::Impl::Tma(const std::string& param, int set) {
   auto it = tma.find({param, set});
   if (it != tma.end()) return &it->second;
-  absl::StatusOr<TmaParam> t = ParseTmaParam(param);
-  if (!t.ok()) return t.status();
-  // A is [M, K] and B [N, K] per batch, K contiguous (the templates using TMA
-  // take B as [N, K] only).
-  TmaTensor tensor;
-  tensor.base = t->operand == 'a' ? a[set].get() : b[set].get();
-  tensor.inner = static_cast<uint64_t>(p.k());
-  tensor.rows = static_cast<uint64_t>(t->operand == 'a' ? p.m() : p.n());
-  tensor.batch = static_cast<uint64_t>(GemmBatch(p));
-  tensor.row_pitch = tensor.inner;
-  tensor.batch_pitch = tensor.rows * tensor.inner;
-  tensor.box_inner = static_cast<uint32_t>(t->box_inner);
-  tensor.box_rows = static_cast<uint32_t>(t->box_outer);
-  absl::StatusOr<TmaDescriptorBytes> encoded = device->EncodeTma(tensor);
+  absl::StatusOr<TmaTensor> tensor = GemmTmaTensor(p, param, a[set].get(), b[set].get());
+  if (!tensor.ok()) return tensor.status();
+  absl::StatusOr<TmaDescriptorBytes> encoded = device->EncodeTma(*tensor);
   if (!encoded.ok()) return encoded.status();
   return &tma.emplace(std::make_pair(param, set), *encoded).first->second;
 }

@@ -195,4 +195,20 @@ absl::StatusOr<TmaParam> ParseTmaParam(const std::string& param) {
   return t;
 }
 
+absl::StatusOr<TmaTensor> GemmTmaTensor(const v1::GemmProblem& p, const std::string& param, DevicePtr a,
+                                        DevicePtr b) {
+  absl::StatusOr<TmaParam> t = ParseTmaParam(param);
+  if (!t.ok()) return t.status();
+  TmaTensor tensor;
+  tensor.base = t->operand == 'a' ? a : b;
+  tensor.inner = static_cast<uint64_t>(p.k());
+  tensor.rows = static_cast<uint64_t>(t->operand == 'a' ? p.m() : p.n());
+  tensor.batch = static_cast<uint64_t>(GemmBatch(p));
+  tensor.row_pitch = tensor.inner;
+  tensor.batch_pitch = tensor.rows * tensor.inner;
+  tensor.box_inner = static_cast<uint32_t>(t->box_inner);
+  tensor.box_rows = static_cast<uint32_t>(t->box_outer);
+  return tensor;
+}
+
 }  // namespace ktune

@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "ktune/v1/ktune.pb.h"
+#include "tuner/device.h"  // TmaTensor
 #include "tuner/fingerprint.h"
 #include "tuner/gemm_space.h"  // GemmSpaceOptions
 #include "tuner/launch_recipe.h"
@@ -96,5 +97,11 @@ struct TmaParam {
   int box_outer = 0;
 };
 absl::StatusOr<TmaParam> ParseTmaParam(const std::string& param);
+
+// The tensor a TMA parameter names for `problem`: A ([batch, M, K] at a) or B
+// ([batch, N, K] at b), K contiguous, in the parameter's box. What the runner
+// encodes for a candidate, and any caller for a stored recipe.
+absl::StatusOr<TmaTensor> GemmTmaTensor(const v1::GemmProblem& problem, const std::string& param, DevicePtr a,
+                                        DevicePtr b);
 
 }  // namespace ktune

@@ -1,8 +1,11 @@
 #include "tuner/wire.h"
 
+#include <initializer_list>
 #include <limits>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 namespace ktune {
 
@@ -28,6 +31,18 @@ v1::DType DTypeToProto(DType dtype) {
 }
 
 namespace {
+
+// OK, or INVALID_ARGUMENT naming the first of `fields` below 1 as
+// "<prefix><field>: must be >= 1, got <value>".
+absl::Status RequirePositive(absl::string_view prefix,
+                             std::initializer_list<std::pair<const char*, int>> fields) {
+  for (const auto& [field, value] : fields) {
+    if (value < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(prefix, field, ": must be >= 1, got ", value));
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::Status FieldError(absl::string_view field, const absl::Status& status) {
   return absl::Status(status.code(), absl::StrCat(field, ": ", status.message()));
@@ -101,14 +116,10 @@ absl::StatusOr<NormConfig> NormConfigFromProto(const v1::NormConfig& in) {
   c.split_size = in.split_size();
   c.persistent = in.persistent();
   c.reduce_rows = in.reduce_rows();
-  for (auto [field, value] : {std::pair{"x_block", c.x_block}, std::pair{"r_block", c.r_block},
-                              std::pair{"num_warps", c.num_warps}, std::pair{"vec", c.vec},
-                              std::pair{"pipeline_depth", c.pipeline_depth}}) {
-    if (value < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("config.norm.", field, ": must be >= 1, got ", value));
-    }
-  }
+  const absl::Status positive = RequirePositive("config.norm.", {{"x_block", c.x_block}, {"r_block", c.r_block},
+                                                                 {"num_warps", c.num_warps}, {"vec", c.vec},
+                                                                 {"pipeline_depth", c.pipeline_depth}});
+  if (!positive.ok()) return positive;
   if (c.split_size < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("config.norm.split_size: must be >= 0, got ", c.split_size));
@@ -223,14 +234,14 @@ absl::StatusOr<GemmTileConfig> GemmTileConfigFromProto(const v1::MmaSyncTile& in
   c.warps_n = in.warps_n();
   c.stages = in.stages();
   c.group_m = in.group_m();
-  for (auto [field, value] : {std::pair{"block_m", c.block_m}, std::pair{"block_n", c.block_n},
-                              std::pair{"block_k", c.block_k}, std::pair{"warps_m", c.warps_m},
-                              std::pair{"warps_n", c.warps_n}, std::pair{"stages", c.stages},
-                              std::pair{"group_m", c.group_m}}) {
-    if (value < 1) {
-      return absl::InvalidArgumentError(absl::StrCat("config.gemm.mma_sync.", field, ": must be >= 1, got ", value));
-    }
-  }
+  const absl::Status positive = RequirePositive("config.gemm.mma_sync.", {{"block_m", c.block_m},
+                                                                          {"block_n", c.block_n},
+                                                                          {"block_k", c.block_k},
+                                                                          {"warps_m", c.warps_m},
+                                                                          {"warps_n", c.warps_n},
+                                                                          {"stages", c.stages},
+                                                                          {"group_m", c.group_m}});
+  if (!positive.ok()) return positive;
   return c;
 }
 
@@ -255,14 +266,11 @@ absl::StatusOr<WgmmaTileConfig> WgmmaTileConfigFromProto(const v1::WgmmaTile& in
   c.group_m = in.group_m();
   c.pingpong = in.pingpong();
   c.cluster_m = in.cluster_m();
-  for (auto [field, value] : {std::pair{"block_m", c.block_m}, std::pair{"block_n", c.block_n},
-                              std::pair{"consumers", c.consumers}, std::pair{"cluster_m", c.cluster_m},
-                              std::pair{"stages", c.stages},
-                              std::pair{"group_m", c.group_m}}) {
-    if (value < 1) {
-      return absl::InvalidArgumentError(absl::StrCat("config.gemm.wgmma.", field, ": must be >= 1, got ", value));
-    }
-  }
+  const absl::Status positive = RequirePositive("config.gemm.wgmma.", {{"block_m", c.block_m}, {"block_n", c.block_n},
+                                                                       {"consumers", c.consumers},
+                                                                       {"cluster_m", c.cluster_m},
+                                                                       {"stages", c.stages}, {"group_m", c.group_m}});
+  if (!positive.ok()) return positive;
   return c;
 }
 
@@ -280,11 +288,8 @@ v1::WgmmaTile WgmmaTileConfigToProto(const WgmmaTileConfig& c) {
 
 absl::StatusOr<SkinnyConfig> SkinnyConfigFromProto(const v1::SkinnyTile& in) {
   SkinnyConfig c{in.warps(), in.unroll()};
-  for (auto [field, value] : {std::pair{"warps", c.warps}, std::pair{"unroll", c.unroll}}) {
-    if (value < 1) {
-      return absl::InvalidArgumentError(absl::StrCat("config.gemm.skinny.", field, ": must be >= 1, got ", value));
-    }
-  }
+  const absl::Status positive = RequirePositive("config.gemm.skinny.", {{"warps", c.warps}, {"unroll", c.unroll}});
+  if (!positive.ok()) return positive;
   return c;
 }
 

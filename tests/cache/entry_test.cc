@@ -308,6 +308,28 @@ TEST_CASE("ValidateEntry: each bad GEMM field is named", "[cache][gemm]") {
        "entry.config.gemm.mma_sync.stages:"},
       {false, [](v1::Entry& e) { e.mutable_recipe()->set_cublaslt_algo(std::string(64, 'x')); },
        "entry.recipe.cublaslt_algo: must be empty"},
+      {false, [](v1::Entry& e) { e.mutable_recipe()->set_template_id("gemm/gemm_wgmma"); },
+       "entry.recipe.template_id: a mma_sync config needs a gemm/gemm_mma recipe, got 'gemm/gemm_wgmma'"},
+      {false,
+       [](v1::Entry& e) {
+         v1::WgmmaTile* t = e.mutable_config()->mutable_gemm()->mutable_wgmma();
+         t->set_block_m(128);
+         t->set_block_n(256);
+         t->set_consumers(2);
+         t->set_cluster_m(0);  // a missing field reads 0
+         t->set_stages(4);
+         t->set_group_m(8);
+       },
+       "entry.config.gemm.wgmma.cluster_m: must be >= 1, got 0"},
+      {false, [](v1::Entry& e) { e.mutable_config()->mutable_gemm()->mutable_skinny()->set_warps(8); },
+       "entry.config.gemm.skinny.unroll: must be >= 1, got 0"},
+      {false,
+       [](v1::Entry& e) {
+         v1::SkinnyTile* t = e.mutable_config()->mutable_gemm()->mutable_skinny();
+         t->set_warps(8);
+         t->set_unroll(4);
+       },
+       "entry.recipe.template_id: a skinny config needs a gemm/gemm_skinny recipe, got 'gemm/gemm_mma'"},
       {true, [](v1::Entry& e) { e.mutable_config()->mutable_gemm()->mutable_cublaslt()->set_algo("short"); },
        "entry.config.gemm.cublaslt.algo: must be 64 bytes, got 5"},
       {true, [](v1::Entry& e) { e.mutable_config()->mutable_gemm()->mutable_cublaslt()->set_version(0); },

@@ -207,23 +207,12 @@ TEST_CASE("every pruned wgmma GEMM candidate matches a float64 reference", "[gpu
       REQUIRE(compiled[i].ok);
       absl::StatusOr<LoadedKernel> k = device->LoadKernel(r->cubin, r->kernels[0].lowered_name);
       REQUIRE(k.ok());
-      TmaTensor ta, tb;
-      ta.base = g.da.get();
-      tb.base = g.db.get();
-      ta.inner = tb.inner = static_cast<uint64_t>(g.p.k());
-      ta.rows = static_cast<uint64_t>(g.p.m());
-      tb.rows = static_cast<uint64_t>(g.p.n());
-      ta.batch = tb.batch = static_cast<uint64_t>(g.batch());
-      ta.row_pitch = tb.row_pitch = ta.inner;
-      ta.batch_pitch = ta.rows * ta.inner;
-      tb.batch_pitch = tb.rows * tb.inner;
-      // The boxes the recipe names (a cluster's CTA fetches half of B's tile).
-      absl::StatusOr<TmaParam> pa = ParseTmaParam(r->kernels[0].params[0]), pb = ParseTmaParam(r->kernels[0].params[1]);
-      REQUIRE(pa.ok());
-      REQUIRE(pb.ok());
-      ta.box_rows = static_cast<uint32_t>(pa->box_outer);
-      tb.box_rows = static_cast<uint32_t>(pb->box_outer);
-      absl::StatusOr<TmaDescriptorBytes> tma_a = device->EncodeTma(ta), tma_b = device->EncodeTma(tb);
+      // The tensors and boxes the recipe names (a cluster's CTA fetches half of B's tile).
+      absl::StatusOr<TmaTensor> ta = GemmTmaTensor(g.p, r->kernels[0].params[0], g.da.get(), g.db.get());
+      absl::StatusOr<TmaTensor> tb = GemmTmaTensor(g.p, r->kernels[0].params[1], g.da.get(), g.db.get());
+      REQUIRE(ta.ok());
+      REQUIRE(tb.ok());
+      absl::StatusOr<TmaDescriptorBytes> tma_a = device->EncodeTma(*ta), tma_b = device->EncodeTma(*tb);
       REQUIRE(tma_a.ok());
       REQUIRE(tma_b.ok());
       uint64_t cc = g.p.c_dtype() ? g.dc.get() : 0, d = g.dd.get();

@@ -3,10 +3,10 @@
 // D type without spills.
 #include <catch2/catch.hpp>
 
-#include <regex>
 #include <string>
 #include <vector>
 
+#include "tests/tuner/compile_check.h"
 #include "tests/tuner/gemm_test_problems.h"
 #include "tuner/gemm_problem.h"
 #include "tuner/gemm_skinny_space.h"
@@ -59,20 +59,11 @@ TEST_CASE("NVRTC compiles every skinny config for every epilogue without spills"
     for (const SkinnyConfig& c : SkinnySearchSpace(p, h200)) {
       absl::StatusOr<LaunchRecipe> r = SkinnyLaunchRecipe(p, c, h200);
       REQUIRE(r.ok());
-      r->nvrtc_options.push_back("--ptxas-options=--verbose");
       recipes.push_back(*std::move(r));
     }
   }
   REQUIRE(recipes.size() == 24);
-  const std::vector<CompileResult> results = CompileAll(&recipes);
-  const std::regex spill(R"((\d+) bytes spill stores)");
-  for (size_t i = 0; i < recipes.size(); ++i) {
-    INFO(recipes[i].kernels[0].name_expression << "\n" << results[i].log);
-    REQUIRE(results[i].ok);
-    std::smatch m;
-    REQUIRE(std::regex_search(results[i].log, m, spill));
-    CHECK(m[1] == "0");
-  }
+  CheckCompilesWithoutSpills(&recipes, "skinny");
 }
 
 }  // namespace

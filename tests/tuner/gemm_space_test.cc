@@ -4,13 +4,11 @@
 // problem set for sm_90 without spills.
 #include <catch2/catch.hpp>
 
-#include <chrono>
-#include <cstdio>
-#include <regex>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "tests/tuner/compile_check.h"
 #include "tests/tuner/gemm_test_problems.h"
 #include "tuner/gemm_problem.h"
 #include "tuner/gemm_space.h"
@@ -144,25 +142,11 @@ TEST_CASE("NVRTC compiles every pruned GEMM candidate for sm_90 without spills",
       absl::StatusOr<LaunchRecipe> r = GemmLaunchRecipe(p, c, device);
       REQUIRE(r.ok());
       if (!names.insert(r->kernels[0].name_expression).second) continue;
-      r->nvrtc_options.push_back("--ptxas-options=--verbose");
       recipes.push_back(*std::move(r));
     }
   }
   REQUIRE(recipes.size() >= 20);
-  const auto start = std::chrono::steady_clock::now();
-  const std::vector<CompileResult> results = CompileAll(&recipes);
-  std::printf("compiled %zu distinct GEMM kernels in %.1f s\n", recipes.size(),
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  const std::regex spill(R"((\d+) bytes spill stores)");
-  for (size_t i = 0; i < recipes.size(); ++i) {
-    INFO(recipes[i].kernels[0].name_expression << "\n" << results[i].log);
-    REQUIRE(results[i].ok);
-    CHECK_FALSE(recipes[i].cubin.empty());
-    CHECK_FALSE(recipes[i].kernels[0].lowered_name.empty());
-    std::smatch m;
-    REQUIRE(std::regex_search(results[i].log, m, spill));
-    CHECK(m[1] == "0");
-  }
+  CheckCompilesWithoutSpills(&recipes, "GEMM");
 }
 
 }  // namespace

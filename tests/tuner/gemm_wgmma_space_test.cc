@@ -4,13 +4,11 @@
 // candidate of issue 5's bench problems for sm_90a without spills.
 #include <catch2/catch.hpp>
 
-#include <chrono>
-#include <cstdio>
-#include <regex>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "tests/tuner/compile_check.h"
 #include "tests/tuner/gemm_test_problems.h"
 #include "tuner/gemm_problem.h"
 #include "tuner/gemm_wgmma_space.h"
@@ -132,6 +130,21 @@ TEST_CASE("TMA parameters parse, and malformed ones are named", "[tuner][gemm]")
   }
 }
 
+TEST_CASE("a TMA parameter names its operand's tensor and box", "[tuner][gemm]") {
+  const v1::GemmProblem p = LinearGemm(300, 520, 1000, v1::EPILOGUE_NONE, v1::DTYPE_UNSPECIFIED, v1::BF16, 3);
+  absl::StatusOr<TmaTensor> a = GemmTmaTensor(p, "tma_a:64x128", 0x1000, 0x2000);
+  REQUIRE(a.ok());
+  CHECK(a->base == 0x1000);
+  CHECK((a->inner == 1000 && a->rows == 300 && a->batch == 3));
+  CHECK((a->row_pitch == 1000 && a->batch_pitch == 300 * 1000));
+  CHECK((a->box_inner == 64 && a->box_rows == 128));
+  absl::StatusOr<TmaTensor> b = GemmTmaTensor(p, "tma_b:64x128", 0x1000, 0x2000);
+  REQUIRE(b.ok());
+  CHECK(b->base == 0x2000);
+  CHECK((b->rows == 520 && b->batch_pitch == 520 * 1000 && b->box_rows == 128));
+  CHECK(GemmTmaTensor(p, "tma_c:64x128", 0, 0).status().code() == absl::StatusCode::kInvalidArgument);
+}
+
 TEST_CASE("NVRTC compiles every pruned wgmma candidate for sm_90a without spills", "[tuner][gemm][nvrtc][slow]") {
   const DeviceInfo h200 = CompileOnlyTarget();
   std::vector<v1::GemmProblem> problems = {LinearGemm(8192, 8192, 8192)};
@@ -150,24 +163,11 @@ TEST_CASE("NVRTC compiles every pruned wgmma candidate for sm_90a without spills
       absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(p, c, h200);
       REQUIRE(r.ok());
       if (!names.insert(r->kernels[0].name_expression).second) continue;
-      r->nvrtc_options.push_back("--ptxas-options=--verbose");
       recipes.push_back(*std::move(r));
     }
   }
   REQUIRE(recipes.size() >= 10);
-  const auto start = std::chrono::steady_clock::now();
-  const std::vector<CompileResult> results = CompileAll(&recipes);
-  std::printf("compiled %zu distinct wgmma kernels in %.1f s\n", recipes.size(),
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  const std::regex spill(R"((\d+) bytes spill stores)");
-  for (size_t i = 0; i < recipes.size(); ++i) {
-    INFO(recipes[i].kernels[0].name_expression << "\n" << results[i].log);
-    REQUIRE(results[i].ok);
-    CHECK_FALSE(recipes[i].cubin.empty());
-    std::smatch m;
-    REQUIRE(std::regex_search(results[i].log, m, spill));
-    CHECK(m[1] == "0");
-  }
+  CheckCompilesWithoutSpills(&recipes, "wgmma");
 }
 
 }  // namespace

@@ -1,0 +1,39 @@
+// The half of a template space's contract CI can check without a GPU: NVRTC
+// compiles each recipe, and ptxas reports no spills.
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <regex>
+#include <vector>
+
+#include "tuner/launch_recipe.h"
+#include "tuner/nvrtc_compiler.h"
+
+namespace ktune {
+
+// Compiles `recipes` (with ptxas's verbose report) on every core and checks
+// each compiled, was lowered, and spilled nothing; prints how many took how
+// long, labelled `what`.
+inline void CheckCompilesWithoutSpills(std::vector<LaunchRecipe>* recipes, const char* what) {
+  for (LaunchRecipe& r : *recipes) r.nvrtc_options.push_back("--ptxas-options=--verbose");
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<CompileResult> results = CompileAll(recipes);
+  std::printf("compiled %zu distinct %s kernels in %.1f s\n", recipes->size(), what,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  const std::regex spill(R"((\d+) bytes spill stores)");
+  for (size_t i = 0; i < recipes->size(); ++i) {
+    const LaunchRecipe& r = (*recipes)[i];
+    INFO(r.kernels[0].name_expression << "\n" << results[i].log);
+    REQUIRE(results[i].ok);
+    CHECK_FALSE(r.cubin.empty());
+    CHECK_FALSE(r.kernels[0].lowered_name.empty());
+    std::smatch m;
+    REQUIRE(std::regex_search(results[i].log, m, spill));
+    CHECK(m[1] == "0");
+  }
+}
+
+}  // namespace ktune

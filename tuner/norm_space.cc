@@ -172,6 +172,17 @@ int CtasPerSm(const NormProblem& p, const NormConfig& c, const DeviceInfo& d) {
 
 int64_t RowBlocks(const NormProblem& p, const NormConfig& c) { return CeilDiv(p.m, c.x_block); }
 
+// Forward, persistent: whether x is loaded with an L2 evict_last policy
+// (LoadHint::kKeepL2, the template's X_KEEP_L2). Derived, not a knob, from the
+// H200 lab of session 4 (bench/RESULTS.md): +3-6% at rows of 8 KB and more,
+// +3% for one-wave pipelined grids, 1-2.5% slower for 2 KB rows launched a CTA
+// per row block. (cache_hint needs sm_80, as every norm kernel does.)
+bool KeepXInL2(const NormProblem& p, const NormConfig& c) {
+  if (!IsForward(p) || !c.persistent) return false;
+  constexpr int64_t kMinRowBytes = 4096;
+  return c.pipeline_depth == 2 || int64_t{p.n} * DTypeBytes(p.input_dtype) >= kMinRowBytes;
+}
+
 // Backward: CTAs of the fused kernel, one per SPLIT_SIZE rows; also the rows
 // of the fp32 workspace.
 int64_t PartialRows(const NormProblem& p, const NormConfig& c) {
@@ -500,6 +511,7 @@ absl::StatusOr<LaunchRecipe> NormLaunchRecipe(const NormProblem& p, const NormCo
   const char* has_w = p.has_weight ? "true" : "false";
   const char* has_b = p.has_bias ? "true" : "false";
   const char* persistent = c.persistent ? "true" : "false";
+  const char* keep_x = KeepXInL2(p, c) ? "true" : "false";
   const bool ln = IsLayerNorm(p);
   KernelLaunch k;
   k.grid = {static_cast<uint32_t>(GridSize(p, c, d)), 1, 1};
@@ -508,15 +520,15 @@ absl::StatusOr<LaunchRecipe> NormLaunchRecipe(const NormProblem& p, const NormCo
   if (IsForward(p)) {
     if (ln) {
       k.name_expression = absl::StrFormat(
-          "ktune::layernorm_fwd<%s, %s, %s, %s, %s, %d, %d, %d, %d, %s, %d, %d>", in, out, wt,
+          "ktune::layernorm_fwd<%s, %s, %s, %s, %s, %d, %d, %d, %d, %s, %d, %s, %d>", in, out, wt,
           has_w, has_b, c.num_warps, c.x_block, c.vec, c.chunks(), persistent, c.pipeline_depth,
-          CtasPerSm(p, c, d));
+          keep_x, CtasPerSm(p, c, d));
       // Pointers x, w, b, y (16-byte aligned), mean, rstd (float*, may be null); M, N; eps.
       k.params = {"x", "w", "b", "y", "mean", "rstd", "M", "N", "eps"};
     } else {
       k.name_expression = absl::StrFormat(
-          "ktune::rmsnorm_fwd<%s, %s, %s, %s, %d, %d, %d, %d, %s, %d, %d>", in, out, wt, has_w,
-          c.num_warps, c.x_block, c.vec, c.chunks(), persistent, c.pipeline_depth,
+          "ktune::rmsnorm_fwd<%s, %s, %s, %s, %d, %d, %d, %d, %s, %d, %s, %d>", in, out, wt, has_w,
+          c.num_warps, c.x_block, c.vec, c.chunks(), persistent, c.pipeline_depth, keep_x,
           CtasPerSm(p, c, d));
       // Pointers x, w, y (16-byte aligned), rstd (float*, may be null); int M, N; float eps.
       k.params = {"x", "w", "y", "rstd", "M", "N", "eps"};

@@ -3,15 +3,26 @@
 // access, 32 as two 16-byte accesses) and the cache policy are exactly what the
 // kernel asks for.
 //
-//   kReuse : read-only (non-coherent) path, default caching: weights, and
-//            data read again soon
-//   kOnce  : data read once (x, dy): a plain coherent load, default caching
+//   kReuse  : read-only (non-coherent) path, default caching: weights, and
+//             data read again soon
+//   kOnce   : data read once (x, dy): a plain coherent load, default caching
+//   kKeepL2 : data read once, with an L2 evict_last cache policy
+//             (createpolicy + .L2::cache_hint): the forward norms' x
 // Stores are plain (write-back) as well.
 //
 // Why no streaming hints: on the H200 (lab run, 2026-11-29, bench/RESULTS.md)
 // evict-first loads (ld.global.cs) made the norm kernels 2-4% slower forward
 // and 6-9% slower backward than plain loads, at the same configs; st.global.cs
 // made no difference beyond noise, and plain stores were as fast or faster.
+//
+// Why kKeepL2 for x read once: in a later lab (session 4, bench/RESULTS.md),
+// marking the forward's x loads evict_last moved the persistent forward
+// kernels with rows of 8 KB and more from 3.96-4.10 to 4.10-4.24 TB/s (+3-6%,
+// the speed of torch.compile's Triton kernels, which load x with the same
+// policy). On 2 KB rows it was 1-2.5% slower except in one-wave pipelined
+// grids (+3%), and on the backward's x and dy 12% slower, so
+// tuner/norm_space.cc decides where it is used. The L1::evict_last qualifier
+// alone changed nothing.
 //
 // REQUIRES: every address is aligned to the access width.
 #pragma once
@@ -20,7 +31,7 @@
 
 namespace ktune {
 
-enum class LoadHint { kReuse, kOnce };
+enum class LoadHint { kReuse, kOnce, kKeepL2 };
 
 template <int BYTES, LoadHint HINT>
 struct GlobalAccess;
@@ -31,6 +42,9 @@ struct GlobalAccess<2, HINT> {
     unsigned short h;
     if (HINT == LoadHint::kOnce) {
       asm volatile("ld.global.u16 %0, [%1];" : "=h"(h) : "l"(p));
+    } else if (HINT == LoadHint::kKeepL2) {
+      asm volatile("{\n.reg .b64 policy;\ncreatepolicy.fractional.L2::evict_last.b64 policy, 1.0;\n"
+                   "ld.global.L2::cache_hint.u16 %0, [%1], policy;\n}" : "=h"(h) : "l"(p));
     } else {
       asm volatile("ld.global.nc.u16 %0, [%1];" : "=h"(h) : "l"(p));
     }
@@ -47,6 +61,9 @@ struct GlobalAccess<4, HINT> {
   __device__ __forceinline__ static void load(const void* p, unsigned int* w) {
     if (HINT == LoadHint::kOnce) {
       asm volatile("ld.global.u32 %0, [%1];" : "=r"(w[0]) : "l"(p));
+    } else if (HINT == LoadHint::kKeepL2) {
+      asm volatile("{\n.reg .b64 policy;\ncreatepolicy.fractional.L2::evict_last.b64 policy, 1.0;\n"
+                   "ld.global.L2::cache_hint.u32 %0, [%1], policy;\n}" : "=r"(w[0]) : "l"(p));
     } else {
       asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(w[0]) : "l"(p));
     }
@@ -61,6 +78,11 @@ struct GlobalAccess<8, HINT> {
   __device__ __forceinline__ static void load(const void* p, unsigned int* w) {
     if (HINT == LoadHint::kOnce) {
       asm volatile("ld.global.v2.u32 {%0, %1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(p));
+    } else if (HINT == LoadHint::kKeepL2) {
+      asm volatile("{\n.reg .b64 policy;\ncreatepolicy.fractional.L2::evict_last.b64 policy, 1.0;\n"
+                   "ld.global.L2::cache_hint.v2.u32 {%0, %1}, [%2], policy;\n}"
+                   : "=r"(w[0]), "=r"(w[1])
+                   : "l"(p));
     } else {
       asm volatile("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(p));
     }
@@ -76,6 +98,11 @@ struct GlobalAccess<16, HINT> {
   __device__ __forceinline__ static void load(const void* p, unsigned int* w) {
     if (HINT == LoadHint::kOnce) {
       asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+                   : "l"(p));
+    } else if (HINT == LoadHint::kKeepL2) {
+      asm volatile("{\n.reg .b64 policy;\ncreatepolicy.fractional.L2::evict_last.b64 policy, 1.0;\n"
+                   "ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], policy;\n}"
                    : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
                    : "l"(p));
     } else {

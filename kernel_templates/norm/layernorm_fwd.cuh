@@ -7,7 +7,8 @@
 // Inputs and outputs are bf16, fp16 or fp32; w and b are TW (the input's type
 // or fp32); all arithmetic is fp32. The geometry is rmsnorm_fwd's (see there):
 // XBLOCK rows per CTA at a time, THREADS / XBLOCK threads per row, CHUNKS
-// vectors of VEC elements per thread and pass.
+// vectors of VEC elements per thread and pass; X_KEEP_L2 and CTAS_PER_SM are
+// derived by the host.
 //
 // The variance is computed stably, never as E[x^2] - E[x]^2 of raw values
 // (which cancels catastrophically for rows with |mean| >> std):
@@ -72,7 +73,7 @@ __device__ __forceinline__ void normalize_store(const Packed<TIn, VEC>& xv,
 }  // namespace layernorm_fwd_detail
 
 template <typename TIn, typename TOut, typename TW, bool HAS_WEIGHT, bool HAS_BIAS, int NUM_WARPS,
-          int XBLOCK, int VEC, int CHUNKS, bool PERSISTENT, int PIPELINE, int CTAS_PER_SM>
+          int XBLOCK, int VEC, int CHUNKS, bool PERSISTENT, int PIPELINE, bool X_KEEP_L2, int CTAS_PER_SM>
 __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
     layernorm_fwd(const TIn* __restrict__ x, const TW* __restrict__ w, const TW* __restrict__ b,
                   TOut* __restrict__ y, float* __restrict__ mean, float* __restrict__ rstd, int M,
@@ -89,6 +90,7 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
   static_assert(CHUNKS >= 1, "CHUNKS must be >= 1");
   static_assert(PIPELINE == 1 || PIPELINE == 2, "PIPELINE is 1 or 2");
   static_assert(PERSISTENT || PIPELINE == 1, "the looped variant is not pipelined");
+  static_assert(PERSISTENT || !X_KEEP_L2, "X_KEEP_L2 is for the persistent variant's one read of x");
   static_assert(CTAS_PER_SM >= 1 && CTAS_PER_SM * kThreads <= 2048, "occupancy target out of range");
   using layernorm_fwd_detail::load_chunks;
   using layernorm_fwd_detail::normalize_store;
@@ -107,6 +109,9 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
     // PIPELINE == 2: w and b are kept for every row the CTA walks; PIPELINE
     // == 1 (a CTA per row block): loaded one vector at a time as y is stored,
     // holding no registers across the reductions (see rmsnorm_fwd).
+    // x is read once; X_KEEP_L2 loads it with an L2 evict_last policy (see
+    // common/memory.cuh for when that is faster).
+    constexpr LoadHint kXHint = X_KEEP_L2 ? LoadHint::kKeepL2 : LoadHint::kOnce;
     constexpr bool kKeepParams = PIPELINE == 2;
     WVec wv[CHUNKS];  // (CHUNKS, VEC) TW, this thread's weight columns for every row
     WVec bv[CHUNKS];  // (CHUNKS, VEC) TW, this thread's bias columns for every row
@@ -117,19 +122,19 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
     unsigned int rb = blockIdx.x;  // row block index
     if constexpr (PIPELINE == 2) {
       const int row = static_cast<int>(rb) * XBLOCK + row_in_block;  // [0, M + XBLOCK)
-      load_chunks<LoadHint::kOnce, kTpr>(x + static_cast<long long>(row) * N,
+      load_chunks<kXHint, kTpr>(x + static_cast<long long>(row) * N,
                                            rb < row_blocks && row < M, lane, N, 0, xa);
     }
     for (; rb < row_blocks; rb += gridDim.x) {
       const int row = static_cast<int>(rb) * XBLOCK + row_in_block;  // [0, M + XBLOCK)
       const bool row_ok = row < M;
       if constexpr (PIPELINE == 1) {
-        load_chunks<LoadHint::kOnce, kTpr>(x + static_cast<long long>(row) * N, row_ok, lane, N,
+        load_chunks<kXHint, kTpr>(x + static_cast<long long>(row) * N, row_ok, lane, N,
                                              0, xa);
       } else {
         const unsigned int next = rb + gridDim.x;                             // next row block
         const int next_row = static_cast<int>(next) * XBLOCK + row_in_block;  // row of `next`
-        load_chunks<LoadHint::kOnce, kTpr>(x + static_cast<long long>(next_row) * N,
+        load_chunks<kXHint, kTpr>(x + static_cast<long long>(next_row) * N,
                                              next < row_blocks && next_row < M, lane, N, 0, xb);
       }
       // Pass 1: the mean (padding vectors are zero and add nothing).

@@ -18,9 +18,11 @@
 //   looped (any N): pass 1 sums squares over R_BLOCK chunks, pass 2 reads the
 //     chunks again (from L2 when they are still there) and writes y.
 //
-// CTAS_PER_SM is not a tuning knob: the host derives it from the others (an
-// estimate of the registers they need) and sizes pipelined grids by it; here
-// it caps the registers so that many CTAs really fit on an SM.
+// X_KEEP_L2 (persistent only) loads x with an L2 evict_last policy; the host
+// derives it from the row's size and the pipeline (tuner/norm_space.cc).
+// CTAS_PER_SM is not a tuning knob either: the host derives it from the others
+// (an estimate of the registers they need) and sizes pipelined grids by it;
+// here it caps the registers so that many CTAs really fit on an SM.
 //
 // CTAs walk row blocks in a grid-stride loop, so any grid size is correct.
 // PIPELINE == 2 (persistent only) issues the next row block's loads before the
@@ -98,7 +100,7 @@ __device__ __forceinline__ void normalize_store(const Packed<TIn, VEC>& xv,
 }  // namespace rmsnorm_fwd_detail
 
 template <typename TIn, typename TOut, typename TW, bool HAS_WEIGHT, int NUM_WARPS, int XBLOCK, int VEC,
-          int CHUNKS, bool PERSISTENT, int PIPELINE, int CTAS_PER_SM>
+          int CHUNKS, bool PERSISTENT, int PIPELINE, bool X_KEEP_L2, int CTAS_PER_SM>
 __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
     rmsnorm_fwd(const TIn* __restrict__ x, const TW* __restrict__ w, TOut* __restrict__ y,
                 float* __restrict__ rstd, int M, int N, float eps) {
@@ -113,6 +115,7 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
   static_assert(CHUNKS >= 1, "CHUNKS must be >= 1");
   static_assert(PIPELINE == 1 || PIPELINE == 2, "PIPELINE is 1 or 2");
   static_assert(PERSISTENT || PIPELINE == 1, "the looped variant is not pipelined");
+  static_assert(PERSISTENT || !X_KEEP_L2, "X_KEEP_L2 is for the persistent variant's one read of x");
   static_assert(CTAS_PER_SM >= 1 && CTAS_PER_SM * kThreads <= 2048, "occupancy target out of range");
   static_assert(VEC * ElementTraits<TW>::kBytes <= 32, "weight vectors are at most 32 bytes");
   using rmsnorm_fwd_detail::load_chunks;
@@ -129,6 +132,9 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
   int parity = 0;  // alternates the cross-warp scratch slot
 
   if constexpr (PERSISTENT) {
+    // x is read once; X_KEEP_L2 loads it with an L2 evict_last policy (see
+    // common/memory.cuh for when that is faster).
+    constexpr LoadHint kXHint = X_KEEP_L2 ? LoadHint::kKeepL2 : LoadHint::kOnce;
     constexpr bool kKeepWeight = PIPELINE == 2;  // else loaded as y is stored
     Packed<TW, VEC> wv[CHUNKS];  // (CHUNKS, VEC) TW, this thread's weight columns for every row
     if constexpr (HAS_WEIGHT && kKeepWeight) {
@@ -139,19 +145,19 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
     unsigned int rb = blockIdx.x;  // row block index
     if constexpr (PIPELINE == 2) {
       const int row = static_cast<int>(rb) * XBLOCK + row_in_block;  // [0, M + XBLOCK)
-      load_chunks<LoadHint::kOnce, kTpr>(x + static_cast<long long>(row) * N,
+      load_chunks<kXHint, kTpr>(x + static_cast<long long>(row) * N,
                                            rb < row_blocks && row < M, lane, N, 0, xa);
     }
     for (; rb < row_blocks; rb += gridDim.x) {
       const int row = static_cast<int>(rb) * XBLOCK + row_in_block;  // [0, M + XBLOCK)
       const bool row_ok = row < M;
       if constexpr (PIPELINE == 1) {
-        load_chunks<LoadHint::kOnce, kTpr>(x + static_cast<long long>(row) * N, row_ok, lane, N,
+        load_chunks<kXHint, kTpr>(x + static_cast<long long>(row) * N, row_ok, lane, N,
                                              0, xa);
       } else {
         const unsigned int next = rb + gridDim.x;                          // next row block
         const int next_row = static_cast<int>(next) * XBLOCK + row_in_block;  // row of `next`
-        load_chunks<LoadHint::kOnce, kTpr>(x + static_cast<long long>(next_row) * N,
+        load_chunks<kXHint, kTpr>(x + static_cast<long long>(next_row) * N,
                                              next < row_blocks && next_row < M, lane, N, 0, xb);
       }
       float ss = sum_squares(xa);  // this thread's part of sum(x^2)

@@ -283,6 +283,40 @@ TEST_CASE("the backward's reduce kernel rows are a knob of their own", "[tuner][
   CHECK(ReduceRowsCandidates(no_weight, HeuristicNormConfig(no_weight, d)).empty());
 }
 
+// The template argument X_KEEP_L2 (after PIPELINE, before CTAS_PER_SM).
+std::string KeepXArgument(const std::string& name_expression) {
+  const size_t last = name_expression.rfind(", ");
+  const size_t before = name_expression.rfind(", ", last - 1);
+  return name_expression.substr(before + 2, last - before - 2);
+}
+
+TEST_CASE("the forward keeps x in L2 on long rows and one-wave pipelines only", "[tuner][space]") {
+  const DeviceInfo d = H200();
+  auto keep_x = [&](const NormProblem& p, int warps, int tpr, bool persistent, int pipeline) {
+    NormConfig c;
+    c.num_warps = warps;
+    c.x_block = warps * 32 / tpr;
+    c.vec = 16 / DTypeBytes(p.input_dtype);
+    c.r_block = static_cast<int>((p.n + tpr * c.vec - 1) / (tpr * c.vec)) * tpr * c.vec;
+    if (!persistent) c.r_block = tpr * c.vec;
+    c.persistent = persistent;
+    c.pipeline_depth = pipeline;
+    REQUIRE(CanImplement(p, c, d).ok());
+    absl::StatusOr<LaunchRecipe> r = NormLaunchRecipe(p, c, d);
+    REQUIRE(r.ok());
+    return KeepXArgument(r->kernels[0].name_expression);
+  };
+  CHECK(keep_x(Rms(16384, 8192, DType::kBF16, true), 16, 512, true, 1) == "true");   // 16 KB rows
+  CHECK(keep_x(Rms(65536, 2048, DType::kBF16, true), 4, 128, true, 1) == "true");    // 4 KB rows
+  CHECK(keep_x(Rms(32768, 1024, DType::kBF16, true), 2, 64, true, 1) == "false");    // 2 KB rows
+  CHECK(keep_x(Rms(32768, 1024, DType::kBF16, true), 2, 64, true, 2) == "true");     // one wave
+  CHECK(keep_x(Rms(32768, 1024, DType::kFP32, true), 4, 128, true, 1) == "true");    // 4 KB of fp32
+  CHECK(keep_x(Rms(64, 262144, DType::kBF16, true), 8, 256, false, 1) == "false");   // looped
+  NormProblem ln = Rms(8192, 16384, DType::kBF16, true);
+  ln.op = NormOp::kLayerNorm;
+  CHECK(keep_x(ln, 8, 256, true, 1) == "true");
+}
+
 TEST_CASE("CanImplement says why a config cannot run", "[tuner][space]") {
   const DeviceInfo device = CompileOnlyTarget();
   const NormProblem p = Rms(4096, 3000, DType::kBF16, true);

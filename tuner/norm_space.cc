@@ -172,6 +172,21 @@ int CtasPerSm(const NormProblem& p, const NormConfig& c, const DeviceInfo& d) {
 
 int64_t RowBlocks(const NormProblem& p, const NormConfig& c) { return CeilDiv(p.m, c.x_block); }
 
+// LayerNorm backward, persistent, unpipelined, on sm_90: whether each CTA
+// prefetches its next row block into L2 with the bulk-copy engine (the
+// template's PREFETCH_L2). Derived, not a knob, from the H200 lab of session 4
+// (bench/RESULTS.md): LayerNorm +8-20% (8192 x 16384 at 1 CTA per SM: 3.34 ->
+// 3.69 TB/s; 32768 x 1024 at 10: +8%); RMSNorm, with half the work per row,
+// -2 to +1%, so not there. The pipelined variant, where registers allow it,
+// is unchanged and remains a candidate. The bulk prefetch moves 16-byte
+// units, so rows must be too.
+bool PrefetchNextRowsToL2(const NormProblem& p, const NormConfig& c, const DeviceInfo& d) {
+  if (!IsLayerNorm(p) || IsForward(p) || !c.persistent || c.pipeline_depth != 1 || d.cc_major < 9) {
+    return false;
+  }
+  return int64_t{p.n} * DTypeBytes(p.input_dtype) % 16 == 0 && c.split_size > c.x_block;
+}
+
 // Forward, persistent: whether x is loaded with an L2 evict_last policy
 // (LoadHint::kKeepL2, the template's X_KEEP_L2). Derived, not a knob, from the
 // H200 lab of session 4 (bench/RESULTS.md): +3-6% at rows of 8 KB and more,
@@ -512,6 +527,7 @@ absl::StatusOr<LaunchRecipe> NormLaunchRecipe(const NormProblem& p, const NormCo
   const char* has_b = p.has_bias ? "true" : "false";
   const char* persistent = c.persistent ? "true" : "false";
   const char* keep_x = KeepXInL2(p, c) ? "true" : "false";
+  const char* prefetch = PrefetchNextRowsToL2(p, c, d) ? "true" : "false";
   const bool ln = IsLayerNorm(p);
   KernelLaunch k;
   k.grid = {static_cast<uint32_t>(GridSize(p, c, d)), 1, 1};
@@ -541,15 +557,15 @@ absl::StatusOr<LaunchRecipe> NormLaunchRecipe(const NormProblem& p, const NormCo
   // Backward: the fused kernel, then the partials' reduction.
   if (ln) {
     k.name_expression = absl::StrFormat(
-        "ktune::layernorm_bwd<%s, %s, %s, %s, %s, %d, %d, %d, %d, %s, %d, %d, %d, %s>", in, out, wt,
-        has_w, has_b, c.num_warps, c.x_block, c.vec, c.chunks(), persistent, c.pipeline_depth,
-        c.split_size, CtasPerSm(p, c, d), SmemPartials(p, c, d) ? "true" : "false");
+        "ktune::layernorm_bwd<%s, %s, %s, %s, %s, %d, %d, %d, %d, %s, %d, %d, %d, %s, %s>", in, out,
+        wt, has_w, has_b, c.num_warps, c.x_block, c.vec, c.chunks(), persistent, c.pipeline_depth,
+        c.split_size, CtasPerSm(p, c, d), SmemPartials(p, c, d) ? "true" : "false", prefetch);
     k.params = {"x", "dy", "w", "mean", "rstd", "dx", "ws", "M", "N"};
   } else {
     k.name_expression = absl::StrFormat(
-        "ktune::rmsnorm_bwd<%s, %s, %s, %s, %d, %d, %d, %d, %s, %d, %d, %d, %s>", in, out, wt, has_w,
+        "ktune::rmsnorm_bwd<%s, %s, %s, %s, %d, %d, %d, %d, %s, %d, %d, %d, %s, %s>", in, out, wt, has_w,
         c.num_warps, c.x_block, c.vec, c.chunks(), persistent, c.pipeline_depth, c.split_size,
-        CtasPerSm(p, c, d), SmemPartials(p, c, d) ? "true" : "false");
+        CtasPerSm(p, c, d), SmemPartials(p, c, d) ? "true" : "false", prefetch);
     k.params = {"x", "dy", "w", "rstd", "dx", "ws", "M", "N"};
   }
   k.dynamic_smem_bytes = static_cast<uint32_t>(SmemPartialsBytes(p, c, d));

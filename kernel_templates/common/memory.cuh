@@ -131,6 +131,16 @@ struct GlobalAccess<32, HINT> {
   }
 };
 
+// Asks the bulk-copy engine (sm_90) to bring `bytes` bytes at p into L2, with
+// no registers and nothing to wait for: a CTA's next rows while it works on
+// these. A no-op before sm_90 (the host only asks for it on sm_90 and later).
+// REQUIRES: p and bytes multiples of 16.
+__device__ __forceinline__ void prefetch_l2_bulk(const void* p, unsigned int bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#endif
+}
+
 // Loads VEC elements of T starting at p into `v`.
 template <LoadHint HINT, typename T, int VEC>
 __device__ __forceinline__ void load_packed(const T* p, Packed<T, VEC>& v) {

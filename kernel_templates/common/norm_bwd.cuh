@@ -22,6 +22,12 @@
 //     loads the next row block (and its saved mean/rstd) before this one is
 //     reduced. Row groups of one CTA own the same columns; their partials are
 //     added through shared memory once at the end.
+//   PREFETCH_L2 (PERSISTENT, PIPELINE == 1, sm_90): as each row block is
+//     loaded, one thread asks the bulk-copy engine to prefetch the next one's
+//     x and dy into L2 (two instructions, no registers), so the next loads
+//     wait on L2, not DRAM. Where registers allow one or two CTAs per SM
+//     (long LayerNorm rows with shared-memory partials) this is the only
+//     pipelining there is room for; the host decides (norm_space.cc).
 //   SMEM_PARTIALS (PERSISTENT, XBLOCK == 1): the same, but the fp32 partials
 //     live in dynamic shared memory instead of registers, so long rows (LayerNorm
 //     N >= 8192: x, dy, w and two partials per element do not fit 255
@@ -158,7 +164,7 @@ __device__ __forceinline__ void smem_partials_store(float* slot, const float (&a
 
 template <bool LN, typename TIn, typename TOut, typename TW, bool HAS_WEIGHT, bool HAS_BIAS,
           int NUM_WARPS, int XBLOCK, int VEC, int CHUNKS, bool PERSISTENT, int PIPELINE,
-          int SPLIT_SIZE, bool SMEM_PARTIALS>
+          int SPLIT_SIZE, bool SMEM_PARTIALS, bool PREFETCH_L2>
 __device__ __forceinline__ void fused_bwd(const TIn* __restrict__ x, const TIn* __restrict__ dy,
                                           const TW* __restrict__ w, const float* __restrict__ mean,
                                           const float* __restrict__ rstd, TOut* __restrict__ dx,
@@ -178,6 +184,8 @@ __device__ __forceinline__ void fused_bwd(const TIn* __restrict__ x, const TIn* 
   static_assert(PIPELINE == 1 || PIPELINE == 2, "PIPELINE is 1 or 2");
   static_assert(PERSISTENT || (PIPELINE == 1 && XBLOCK == 1),
                 "the looped variant is one row at a time, not pipelined");
+  static_assert(!PREFETCH_L2 || (PERSISTENT && PIPELINE == 1),
+                "the L2 prefetch is the persistent, unpipelined variant's");
   static_assert(SPLIT_SIZE >= 1 && SPLIT_SIZE % XBLOCK == 0,
                 "SPLIT_SIZE must be a multiple of XBLOCK");
   static_assert(LN || !HAS_BIAS, "RMSNorm has no bias");
@@ -245,6 +253,14 @@ __device__ __forceinline__ void fused_bwd(const TIn* __restrict__ x, const TIn* 
         load_chunks<LoadHint::kOnce, kTpr>(dy + static_cast<long long>(row) * N, row_ok, lane,
                                              N, 0, da);
         load_stats<LN>(mean, rstd, row, row_ok, &mu_a, &r_a);
+        const int next = r0 + XBLOCK;  // the next row block's first row
+        if (PREFETCH_L2 && threadIdx.x == 0 && next < row_end) {
+          const long long first = static_cast<long long>(next) * N;  // its first element
+          const unsigned int bytes =
+              static_cast<unsigned int>(min(XBLOCK, row_end - next)) * N * ElementTraits<TIn>::kBytes;
+          prefetch_l2_bulk(x + first, bytes);
+          prefetch_l2_bulk(dy + first, bytes);
+        }
       } else {
         const int next = row + XBLOCK;  // this row group's row in the next block
         const bool next_ok = next < row_end;

@@ -19,6 +19,7 @@
 //   M, N  int          N % VEC == 0
 // SMEM_PARTIALS: the dw/db partials live in dynamic shared memory
 // (common/norm_bwd.cuh); the launch passes PARTS * CHUNKS * VEC * THREADS * 4 bytes.
+// PREFETCH_L2: the next row block is prefetched into L2 (common/norm_bwd.cuh).
 // REQUIRES: x, dy, w, dx and ws aligned to 16 bytes.
 #pragma once
 
@@ -28,7 +29,7 @@ namespace ktune {
 
 template <typename TIn, typename TOut, typename TW, bool HAS_WEIGHT, bool HAS_BIAS, int NUM_WARPS,
           int XBLOCK, int VEC, int CHUNKS, bool PERSISTENT, int PIPELINE, int SPLIT_SIZE,
-          int CTAS_PER_SM, bool SMEM_PARTIALS>
+          int CTAS_PER_SM, bool SMEM_PARTIALS, bool PREFETCH_L2>
 __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
     layernorm_bwd(const TIn* __restrict__ x, const TIn* __restrict__ dy, const TW* __restrict__ w,
                   const float* __restrict__ mean, const float* __restrict__ rstd,
@@ -36,7 +37,8 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
   static_assert(CTAS_PER_SM >= 1 && CTAS_PER_SM * NUM_WARPS * 32 <= 2048,
                 "occupancy target out of range");
   norm_bwd_detail::fused_bwd</*LN=*/true, TIn, TOut, TW, HAS_WEIGHT, HAS_BIAS, NUM_WARPS, XBLOCK,
-                             VEC, CHUNKS, PERSISTENT, PIPELINE, SPLIT_SIZE, SMEM_PARTIALS>(x, dy, w, mean, rstd,
+                             VEC, CHUNKS, PERSISTENT, PIPELINE, SPLIT_SIZE, SMEM_PARTIALS,
+                             PREFETCH_L2>(x, dy, w, mean, rstd,
                                                                            dx, ws, M, N);
 }
 

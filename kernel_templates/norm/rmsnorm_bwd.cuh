@@ -16,6 +16,7 @@
 //   M, N  int          N % VEC == 0
 // SMEM_PARTIALS: the dw partials live in dynamic shared memory (common/norm_bwd.cuh);
 // the launch passes CHUNKS * VEC * THREADS * 4 bytes of it.
+// PREFETCH_L2: the next row block is prefetched into L2 (common/norm_bwd.cuh).
 // REQUIRES: x, dy, w, dx and ws aligned to 16 bytes.
 #pragma once
 
@@ -25,7 +26,7 @@ namespace ktune {
 
 template <typename TIn, typename TOut, typename TW, bool HAS_WEIGHT, int NUM_WARPS, int XBLOCK,
           int VEC, int CHUNKS, bool PERSISTENT, int PIPELINE, int SPLIT_SIZE, int CTAS_PER_SM,
-          bool SMEM_PARTIALS>
+          bool SMEM_PARTIALS, bool PREFETCH_L2>
 __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
     rmsnorm_bwd(const TIn* __restrict__ x, const TIn* __restrict__ dy, const TW* __restrict__ w,
                 const float* __restrict__ rstd, TOut* __restrict__ dx, float* __restrict__ ws,
@@ -33,7 +34,8 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
   static_assert(CTAS_PER_SM >= 1 && CTAS_PER_SM * NUM_WARPS * 32 <= 2048,
                 "occupancy target out of range");
   norm_bwd_detail::fused_bwd</*LN=*/false, TIn, TOut, TW, HAS_WEIGHT, /*HAS_BIAS=*/false,
-                             NUM_WARPS, XBLOCK, VEC, CHUNKS, PERSISTENT, PIPELINE, SPLIT_SIZE, SMEM_PARTIALS>(
+                             NUM_WARPS, XBLOCK, VEC, CHUNKS, PERSISTENT, PIPELINE, SPLIT_SIZE, SMEM_PARTIALS,
+                             PREFETCH_L2>(
       x, dy, w, nullptr, rstd, dx, ws, M, N);
 }
 

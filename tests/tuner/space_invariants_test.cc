@@ -317,6 +317,51 @@ TEST_CASE("the forward keeps x in L2 on long rows and one-wave pipelines only", 
   CHECK(keep_x(ln, 8, 256, true, 1) == "true");
 }
 
+TEST_CASE("the LayerNorm backward prefetches its next rows into L2 when unpipelined on sm_90",
+          "[tuner][space]") {
+  // PREFETCH_L2 is the fused kernel's last template argument.
+  auto prefetch = [](const NormProblem& p, NormConfig c, int pipeline, const DeviceInfo& d) {
+    c.pipeline_depth = pipeline;
+    REQUIRE(CanImplement(p, c, d).ok());
+    absl::StatusOr<LaunchRecipe> r = NormLaunchRecipe(p, c, d);
+    REQUIRE(r.ok());
+    const std::string& e = r->kernels[0].name_expression;
+    return e.substr(e.rfind(", ") + 2, e.size() - e.rfind(", ") - 3);
+  };
+  const DeviceInfo h200 = H200();
+  NormProblem ln = Rms(8192, 16384, DType::kBF16, true);
+  ln.op = NormOp::kLayerNorm;
+  ln.pass = NormPass::kBackward;
+  ln.has_bias = true;
+  NormConfig c;
+  c.num_warps = 16;
+  c.vec = 8;
+  c.r_block = 16384;
+  c.split_size = 64;
+  CHECK(prefetch(ln, c, 1, h200) == "true");
+  NormProblem ln8k = ln;  // the H200 winner at 16384 x 8192: pipelined, rows in registers
+  ln8k.m = 16384;
+  ln8k.n = 8192;
+  NormConfig c8k = c;
+  c8k.r_block = 8192;
+  CHECK(prefetch(ln8k, c8k, 1, h200) == "true");
+  CHECK(prefetch(ln8k, c8k, 2, h200) == "false");
+  DeviceInfo a100 = h200;                      // the bulk-copy engine is sm_90's
+  a100.cc_major = 8;
+  CHECK(prefetch(ln, c, 1, a100) == "false");
+  NormProblem rms = ln;  // measured -2 to +1%: not for RMSNorm
+  rms.op = NormOp::kRMSNorm;
+  rms.has_bias = false;
+  CHECK(prefetch(rms, c, 1, h200) == "false");
+  NormProblem odd = ln;  // rows of 1004 * 2 bytes: not whole 16-byte units
+  odd.n = 1004;
+  NormConfig o = c;
+  o.num_warps = 8;
+  o.vec = 4;
+  o.r_block = 1024;
+  CHECK(prefetch(odd, o, 1, h200) == "false");
+}
+
 TEST_CASE("CanImplement says why a config cannot run", "[tuner][space]") {
   const DeviceInfo device = CompileOnlyTarget();
   const NormProblem p = Rms(4096, 3000, DType::kBF16, true);

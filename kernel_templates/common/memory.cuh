@@ -147,6 +147,21 @@ __device__ __forceinline__ void load_packed(const T* p, Packed<T, VEC>& v) {
   GlobalAccess<Packed<T, VEC>::kBytes, HINT>::load(p, v.w);
 }
 
+// One pass of a thread over a row, as the norm kernels read rows: its CHUNKS
+// vectors, chunk c covering columns base + (c * TPR + lane) * VEC .. + VEC,
+// TPR threads sharing the row. Vectors outside the row (col >= n), or of a
+// row that does not exist (!row_ok), are zero, which adds nothing to sums.
+template <LoadHint HINT, int TPR, typename T, int VEC, int CHUNKS>
+__device__ __forceinline__ void load_row_chunks(const T* row_ptr, bool row_ok, int lane, int n, int base,
+                                                Packed<T, VEC> (&dst)[CHUNKS]) {
+#pragma unroll
+  for (int c = 0; c < CHUNKS; ++c) {
+    const int col = base + (c * TPR + lane) * VEC;  // element column of the vector
+    dst[c].clear();
+    if (row_ok && col < n) load_packed<HINT>(row_ptr + col, dst[c]);
+  }
+}
+
 // Stores VEC elements of T from `v` to p.
 template <typename T, int VEC>
 __device__ __forceinline__ void store_packed(T* p, const Packed<T, VEC>& v) {

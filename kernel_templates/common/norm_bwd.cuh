@@ -49,17 +49,6 @@
 namespace ktune {
 namespace norm_bwd_detail {
 
-template <LoadHint HINT, int TPR, typename T, int VEC, int CHUNKS>
-__device__ __forceinline__ void load_chunks(const T* row_ptr, bool row_ok, int lane, int n,
-                                            int base, Packed<T, VEC> (&dst)[CHUNKS]) {
-#pragma unroll
-  for (int c = 0; c < CHUNKS; ++c) {
-    const int col = base + (c * TPR + lane) * VEC;  // element column of the vector
-    dst[c].clear();
-    if (row_ok && col < n) load_packed<HINT>(row_ptr + col, dst[c]);
-  }
-}
-
 // The saved statistics of `row` (0 for rows outside the split, which makes
 // their xhat, and so every contribution, zero).
 template <bool LN>
@@ -214,7 +203,7 @@ __device__ __forceinline__ void fused_bwd(const TIn* __restrict__ x, const TIn* 
 
   if constexpr (PERSISTENT) {
     WVec wv[CHUNKS];  // (CHUNKS, VEC) TW, this thread's weight columns for every row
-    if constexpr (HAS_WEIGHT) load_chunks<LoadHint::kReuse, kTpr>(w, true, lane, N, 0, wv);
+    if constexpr (HAS_WEIGHT) load_row_chunks<LoadHint::kReuse, kTpr>(w, true, lane, N, 0, wv);
     constexpr int kAccChunks = SMEM_PARTIALS ? 1 : CHUNKS;  // chunks of partials in registers
     float acc_w[kAccChunks][VEC];  // (kAccChunks, VEC) f32 partial dw of this thread's columns
     float acc_b[kAccChunks][VEC];  // (kAccChunks, VEC) f32 partial db
@@ -239,19 +228,19 @@ __device__ __forceinline__ void fused_bwd(const TIn* __restrict__ x, const TIn* 
     if constexpr (PIPELINE == 2) {
       const int row = row_begin + row_in_block;  // [row_begin, row_begin + XBLOCK)
       const bool ok = row < row_end;
-      load_chunks<LoadHint::kOnce, kTpr>(x + static_cast<long long>(row) * N, ok, lane, N, 0, xa);
-      load_chunks<LoadHint::kOnce, kTpr>(dy + static_cast<long long>(row) * N, ok, lane, N, 0,
-                                           da);
+      load_row_chunks<LoadHint::kOnce, kTpr>(x + static_cast<long long>(row) * N, ok, lane, N, 0, xa);
+      load_row_chunks<LoadHint::kOnce, kTpr>(dy + static_cast<long long>(row) * N, ok, lane, N, 0,
+                                               da);
       load_stats<LN>(mean, rstd, row, ok, &mu_a, &r_a);
     }
     for (int r0 = row_begin; r0 < row_end; r0 += XBLOCK) {
       const int row = r0 + row_in_block;  // [r0, r0 + XBLOCK)
       const bool row_ok = row < row_end;
       if constexpr (PIPELINE == 1) {
-        load_chunks<LoadHint::kOnce, kTpr>(x + static_cast<long long>(row) * N, row_ok, lane, N,
-                                             0, xa);
-        load_chunks<LoadHint::kOnce, kTpr>(dy + static_cast<long long>(row) * N, row_ok, lane,
-                                             N, 0, da);
+        load_row_chunks<LoadHint::kOnce, kTpr>(x + static_cast<long long>(row) * N, row_ok, lane, N,
+                                                 0, xa);
+        load_row_chunks<LoadHint::kOnce, kTpr>(dy + static_cast<long long>(row) * N, row_ok, lane,
+                                                 N, 0, da);
         load_stats<LN>(mean, rstd, row, row_ok, &mu_a, &r_a);
         const int next = r0 + XBLOCK;  // the next row block's first row
         if (PREFETCH_L2 && threadIdx.x == 0 && next < row_end) {
@@ -264,10 +253,10 @@ __device__ __forceinline__ void fused_bwd(const TIn* __restrict__ x, const TIn* 
       } else {
         const int next = row + XBLOCK;  // this row group's row in the next block
         const bool next_ok = next < row_end;
-        load_chunks<LoadHint::kOnce, kTpr>(x + static_cast<long long>(next) * N, next_ok, lane,
-                                             N, 0, xb);
-        load_chunks<LoadHint::kOnce, kTpr>(dy + static_cast<long long>(next) * N, next_ok, lane,
-                                             N, 0, db);
+        load_row_chunks<LoadHint::kOnce, kTpr>(x + static_cast<long long>(next) * N, next_ok, lane,
+                                                 N, 0, xb);
+        load_row_chunks<LoadHint::kOnce, kTpr>(dy + static_cast<long long>(next) * N, next_ok, lane,
+                                                 N, 0, db);
         load_stats<LN>(mean, rstd, next, next_ok, &mu_b, &r_b);
       }
       float sgx = 0.0f;  // this thread's part of sum_j(g * xhat)
@@ -384,9 +373,9 @@ __device__ __forceinline__ void fused_bwd(const TIn* __restrict__ x, const TIn* 
       for (int base = 0; base < N; base += kRBlock) {
         XVec xv[CHUNKS], dv[CHUNKS];  // (CHUNKS, VEC) TIn; kept in L2 for pass 2
         WVec wv[CHUNKS];              // (CHUNKS, VEC) TW
-        load_chunks<LoadHint::kReuse, kTpr>(x_row, true, lane, N, base, xv);
-        load_chunks<LoadHint::kReuse, kTpr>(dy_row, true, lane, N, base, dv);
-        if constexpr (HAS_WEIGHT) load_chunks<LoadHint::kReuse, kTpr>(w, true, lane, N, base, wv);
+        load_row_chunks<LoadHint::kReuse, kTpr>(x_row, true, lane, N, base, xv);
+        load_row_chunks<LoadHint::kReuse, kTpr>(dy_row, true, lane, N, base, dv);
+        if constexpr (HAS_WEIGHT) load_row_chunks<LoadHint::kReuse, kTpr>(w, true, lane, N, base, wv);
         row_sums<LN, HAS_WEIGHT>(xv, dv, wv, mu, r, &sgx, &sg);
       }
       sgx = group_sum<kTpr, kThreads>(sgx, scratch, parity);
@@ -402,9 +391,9 @@ __device__ __forceinline__ void fused_bwd(const TIn* __restrict__ x, const TIn* 
       for (int base = 0; base < N; base += kRBlock) {
         XVec xv[CHUNKS], dv[CHUNKS];  // (CHUNKS, VEC) TIn, last use
         WVec wv[CHUNKS];              // (CHUNKS, VEC) TW
-        load_chunks<LoadHint::kOnce, kTpr>(x_row, true, lane, N, base, xv);
-        load_chunks<LoadHint::kOnce, kTpr>(dy_row, true, lane, N, base, dv);
-        if constexpr (HAS_WEIGHT) load_chunks<LoadHint::kReuse, kTpr>(w, true, lane, N, base, wv);
+        load_row_chunks<LoadHint::kOnce, kTpr>(x_row, true, lane, N, base, xv);
+        load_row_chunks<LoadHint::kOnce, kTpr>(dy_row, true, lane, N, base, dv);
+        if constexpr (HAS_WEIGHT) load_row_chunks<LoadHint::kReuse, kTpr>(w, true, lane, N, base, wv);
 #pragma unroll
         for (int c = 0; c < CHUNKS; ++c) {
           const int col = base + (c * kTpr + lane) * VEC;  // element column

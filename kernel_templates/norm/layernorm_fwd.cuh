@@ -39,18 +39,6 @@
 namespace ktune {
 namespace layernorm_fwd_detail {
 
-// As rmsnorm_fwd_detail::load_chunks: vectors outside the row are zero.
-template <LoadHint HINT, int TPR, typename T, int VEC, int CHUNKS>
-__device__ __forceinline__ void load_chunks(const T* row_ptr, bool row_ok, int lane, int n,
-                                            int base, Packed<T, VEC> (&dst)[CHUNKS]) {
-#pragma unroll
-  for (int c = 0; c < CHUNKS; ++c) {
-    const int col = base + (c * TPR + lane) * VEC;  // element column of the vector
-    dst[c].clear();
-    if (row_ok && col < n) load_packed<HINT>(row_ptr + col, dst[c]);
-  }
-}
-
 // y = (x - mu) * r * w + b, rounded to TOut and stored.
 template <bool HAS_WEIGHT, bool HAS_BIAS, typename TIn, typename TW, typename TOut, int VEC>
 __device__ __forceinline__ void normalize_store(const Packed<TIn, VEC>& xv,
@@ -92,7 +80,6 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
   static_assert(PERSISTENT || PIPELINE == 1, "the looped variant is not pipelined");
   static_assert(PERSISTENT || !X_KEEP_L2, "X_KEEP_L2 is for the persistent variant's one read of x");
   static_assert(CTAS_PER_SM >= 1 && CTAS_PER_SM * kThreads <= 2048, "occupancy target out of range");
-  using layernorm_fwd_detail::load_chunks;
   using layernorm_fwd_detail::normalize_store;
   using XVec = Packed<TIn, VEC>;
   using WVec = Packed<TW, VEC>;
@@ -115,27 +102,31 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
     constexpr bool kKeepParams = PIPELINE == 2;
     WVec wv[CHUNKS];  // (CHUNKS, VEC) TW, this thread's weight columns for every row
     WVec bv[CHUNKS];  // (CHUNKS, VEC) TW, this thread's bias columns for every row
-    if constexpr (HAS_WEIGHT && kKeepParams) load_chunks<LoadHint::kReuse, kTpr>(w, true, lane, N, 0, wv);
-    if constexpr (HAS_BIAS && kKeepParams) load_chunks<LoadHint::kReuse, kTpr>(b, true, lane, N, 0, bv);
+    if constexpr (HAS_WEIGHT && kKeepParams) {
+      load_row_chunks<LoadHint::kReuse, kTpr>(w, true, lane, N, 0, wv);
+    }
+    if constexpr (HAS_BIAS && kKeepParams) {
+      load_row_chunks<LoadHint::kReuse, kTpr>(b, true, lane, N, 0, bv);
+    }
     XVec xa[CHUNKS];  // (CHUNKS, VEC) TIn, the row block being normalized
     XVec xb[CHUNKS];  // (CHUNKS, VEC) TIn, the next row block (PIPELINE == 2)
     unsigned int rb = blockIdx.x;  // row block index
     if constexpr (PIPELINE == 2) {
       const int row = static_cast<int>(rb) * XBLOCK + row_in_block;  // [0, M + XBLOCK)
-      load_chunks<kXHint, kTpr>(x + static_cast<long long>(row) * N,
-                                           rb < row_blocks && row < M, lane, N, 0, xa);
+      load_row_chunks<kXHint, kTpr>(x + static_cast<long long>(row) * N,
+                                               rb < row_blocks && row < M, lane, N, 0, xa);
     }
     for (; rb < row_blocks; rb += gridDim.x) {
       const int row = static_cast<int>(rb) * XBLOCK + row_in_block;  // [0, M + XBLOCK)
       const bool row_ok = row < M;
       if constexpr (PIPELINE == 1) {
-        load_chunks<kXHint, kTpr>(x + static_cast<long long>(row) * N, row_ok, lane, N,
-                                             0, xa);
+        load_row_chunks<kXHint, kTpr>(x + static_cast<long long>(row) * N, row_ok, lane, N,
+                                                 0, xa);
       } else {
         const unsigned int next = rb + gridDim.x;                             // next row block
         const int next_row = static_cast<int>(next) * XBLOCK + row_in_block;  // row of `next`
-        load_chunks<kXHint, kTpr>(x + static_cast<long long>(next_row) * N,
-                                             next < row_blocks && next_row < M, lane, N, 0, xb);
+        load_row_chunks<kXHint, kTpr>(x + static_cast<long long>(next_row) * N,
+                                                 next < row_blocks && next_row < M, lane, N, 0, xb);
       }
       // Pass 1: the mean (padding vectors are zero and add nothing).
       float s = 0.0f;  // this thread's part of sum(x)
@@ -198,7 +189,7 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
       float s2 = 0.0f;  // this thread's part of sum((x - K)^2)
       for (int base = 0; base < N; base += kRBlock) {
         XVec xv[CHUNKS];  // (CHUNKS, VEC) TIn; kept in L2 for pass 2
-        load_chunks<LoadHint::kReuse, kTpr>(x_row, row_ok, lane, N, base, xv);
+        load_row_chunks<LoadHint::kReuse, kTpr>(x_row, row_ok, lane, N, base, xv);
 #pragma unroll
         for (int c = 0; c < CHUNKS; ++c) {
           const int col = base + (c * kTpr + lane) * VEC;  // element column
@@ -229,9 +220,9 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
         XVec xv[CHUNKS];  // (CHUNKS, VEC) TIn, last use
         WVec wv[CHUNKS];  // (CHUNKS, VEC) TW
         WVec bv[CHUNKS];  // (CHUNKS, VEC) TW
-        load_chunks<LoadHint::kOnce, kTpr>(x_row, row_ok, lane, N, base, xv);
-        if constexpr (HAS_WEIGHT) load_chunks<LoadHint::kReuse, kTpr>(w, true, lane, N, base, wv);
-        if constexpr (HAS_BIAS) load_chunks<LoadHint::kReuse, kTpr>(b, true, lane, N, base, bv);
+        load_row_chunks<LoadHint::kOnce, kTpr>(x_row, row_ok, lane, N, base, xv);
+        if constexpr (HAS_WEIGHT) load_row_chunks<LoadHint::kReuse, kTpr>(w, true, lane, N, base, wv);
+        if constexpr (HAS_BIAS) load_row_chunks<LoadHint::kReuse, kTpr>(b, true, lane, N, base, bv);
 #pragma unroll
         for (int c = 0; c < CHUNKS; ++c) {
           const int col = base + (c * kTpr + lane) * VEC;  // element column

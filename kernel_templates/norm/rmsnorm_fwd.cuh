@@ -47,20 +47,6 @@
 namespace ktune {
 namespace rmsnorm_fwd_detail {
 
-// Loads this thread's CHUNKS vectors of one row pass: chunk c covers columns
-// base + (c * TPR + lane) * VEC .. + VEC. Vectors outside the row (or of a row
-// past M) are zero, which adds nothing to the sum of squares.
-template <LoadHint HINT, int TPR, typename T, int VEC, int CHUNKS>
-__device__ __forceinline__ void load_chunks(const T* row_ptr, bool row_ok, int lane, int n,
-                                            int base, Packed<T, VEC> (&dst)[CHUNKS]) {
-#pragma unroll
-  for (int c = 0; c < CHUNKS; ++c) {
-    const int col = base + (c * TPR + lane) * VEC;  // element column of the vector
-    dst[c].clear();
-    if (row_ok && col < n) load_packed<HINT>(row_ptr + col, dst[c]);
-  }
-}
-
 // Sum of squares of the thread's elements, two independent accumulators.
 template <typename T, int VEC, int CHUNKS>
 __device__ __forceinline__ float sum_squares(const Packed<T, VEC> (&v)[CHUNKS]) {
@@ -118,7 +104,6 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
   static_assert(PERSISTENT || !X_KEEP_L2, "X_KEEP_L2 is for the persistent variant's one read of x");
   static_assert(CTAS_PER_SM >= 1 && CTAS_PER_SM * kThreads <= 2048, "occupancy target out of range");
   static_assert(VEC * ElementTraits<TW>::kBytes <= 32, "weight vectors are at most 32 bytes");
-  using rmsnorm_fwd_detail::load_chunks;
   using rmsnorm_fwd_detail::normalize_store;
   using rmsnorm_fwd_detail::sum_squares;
   using XVec = Packed<TIn, VEC>;
@@ -138,27 +123,27 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
     constexpr bool kKeepWeight = PIPELINE == 2;  // else loaded as y is stored
     Packed<TW, VEC> wv[CHUNKS];  // (CHUNKS, VEC) TW, this thread's weight columns for every row
     if constexpr (HAS_WEIGHT && kKeepWeight) {
-      load_chunks<LoadHint::kReuse, kTpr>(w, true, lane, N, 0, wv);
+      load_row_chunks<LoadHint::kReuse, kTpr>(w, true, lane, N, 0, wv);
     }
     XVec xa[CHUNKS];  // (CHUNKS, VEC) TIn, the row block being normalized
     XVec xb[CHUNKS];  // (CHUNKS, VEC) TIn, the next row block (PIPELINE == 2)
     unsigned int rb = blockIdx.x;  // row block index
     if constexpr (PIPELINE == 2) {
       const int row = static_cast<int>(rb) * XBLOCK + row_in_block;  // [0, M + XBLOCK)
-      load_chunks<kXHint, kTpr>(x + static_cast<long long>(row) * N,
-                                           rb < row_blocks && row < M, lane, N, 0, xa);
+      load_row_chunks<kXHint, kTpr>(x + static_cast<long long>(row) * N,
+                                               rb < row_blocks && row < M, lane, N, 0, xa);
     }
     for (; rb < row_blocks; rb += gridDim.x) {
       const int row = static_cast<int>(rb) * XBLOCK + row_in_block;  // [0, M + XBLOCK)
       const bool row_ok = row < M;
       if constexpr (PIPELINE == 1) {
-        load_chunks<kXHint, kTpr>(x + static_cast<long long>(row) * N, row_ok, lane, N,
-                                             0, xa);
+        load_row_chunks<kXHint, kTpr>(x + static_cast<long long>(row) * N, row_ok, lane, N,
+                                                 0, xa);
       } else {
         const unsigned int next = rb + gridDim.x;                          // next row block
         const int next_row = static_cast<int>(next) * XBLOCK + row_in_block;  // row of `next`
-        load_chunks<kXHint, kTpr>(x + static_cast<long long>(next_row) * N,
-                                             next < row_blocks && next_row < M, lane, N, 0, xb);
+        load_row_chunks<kXHint, kTpr>(x + static_cast<long long>(next_row) * N,
+                                                 next < row_blocks && next_row < M, lane, N, 0, xb);
       }
       float ss = sum_squares(xa);  // this thread's part of sum(x^2)
       ss = group_sum<kTpr, kThreads>(ss, scratch, parity);
@@ -187,7 +172,7 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
       float ss = 0.0f;  // this thread's part of sum(x^2)
       for (int base = 0; base < N; base += kRBlock) {
         XVec xv[CHUNKS];  // (CHUNKS, VEC) TIn; kept in L2 for pass 2
-        load_chunks<LoadHint::kReuse, kTpr>(x_row, row_ok, lane, N, base, xv);
+        load_row_chunks<LoadHint::kReuse, kTpr>(x_row, row_ok, lane, N, base, xv);
         ss += sum_squares(xv);
       }
       ss = group_sum<kTpr, kThreads>(ss, scratch, parity);
@@ -198,8 +183,8 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
       for (int base = 0; base < N; base += kRBlock) {
         XVec xv[CHUNKS];  // (CHUNKS, VEC) TIn, last use
         Packed<TW, VEC> wv[CHUNKS];  // (CHUNKS, VEC) TW
-        load_chunks<LoadHint::kOnce, kTpr>(x_row, row_ok, lane, N, base, xv);
-        if constexpr (HAS_WEIGHT) load_chunks<LoadHint::kReuse, kTpr>(w, true, lane, N, base, wv);
+        load_row_chunks<LoadHint::kOnce, kTpr>(x_row, row_ok, lane, N, base, xv);
+        if constexpr (HAS_WEIGHT) load_row_chunks<LoadHint::kReuse, kTpr>(w, true, lane, N, base, wv);
 #pragma unroll
         for (int c = 0; c < CHUNKS; ++c) {
           const int col = base + (c * kTpr + lane) * VEC;  // element column

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tests/gpu/gpu_env.h"
+#include "tests/tuner/gemm_test_problems.h"
 #include "tuner/host_float.h"
 #include "tuner/cublaslt.h"
 #include "tuner/gemm_problem.h"
@@ -37,17 +38,7 @@ struct GemmCase {
   static GemmCase Make(Device* device, int64_t m, int64_t n, int64_t k, v1::Layout b_layout,
                        v1::Epilogue epilogue, bool with_c, int64_t batch) {
     GemmCase g;
-    g.p.set_m(m);
-    g.p.set_n(n);
-    g.p.set_k(k);
-    g.p.set_batch(batch);
-    g.p.set_a_dtype(v1::BF16);
-    g.p.set_b_dtype(v1::BF16);
-    g.p.set_d_dtype(v1::BF16);
-    g.p.set_c_dtype(with_c ? v1::BF16 : v1::DTYPE_UNSPECIFIED);
-    g.p.set_b_layout(b_layout);
-    g.p.set_epilogue(epilogue);
-    REQUIRE(ValidateGemmProblem(g.p).ok());
+    g.p = TestGemm(m, n, k, b_layout, epilogue, with_c ? v1::BF16 : v1::DTYPE_UNSPECIFIED, v1::BF16, batch);
     g.alpha = 0.75f;
     g.beta = with_c ? 0.5f : 0.0f;
     std::mt19937 rng(static_cast<uint32_t>(m * 131 + n * 7 + k));
@@ -304,16 +295,7 @@ TEST_CASE("fp8 GEMMs are tuned over cuBLASLt's algorithms and checked against th
   Device* device = testing::GpuDevice();
   std::unique_ptr<CandidateExecutor> executor = NewInProcessExecutor(device);
   for (v1::Epilogue epilogue : {v1::EPILOGUE_NONE, v1::EPILOGUE_BIAS}) {
-    v1::GemmProblem p;
-    p.set_m(256);
-    p.set_n(512);
-    p.set_k(1024);
-    p.set_a_dtype(v1::FP8_E4M3);
-    p.set_b_dtype(v1::FP8_E4M3);
-    p.set_d_dtype(v1::BF16);
-    p.set_b_layout(v1::COL_MAJOR);
-    p.set_epilogue(epilogue);
-    REQUIRE(ValidateGemmProblem(p).ok());
+    const v1::GemmProblem p = Fp8Gemm(256, 512, 1024, epilogue);
     INFO(GemmCanonicalKey(p));
     GemmTuneOptions options;
     options.measure.repetitions = 20;

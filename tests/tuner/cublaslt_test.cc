@@ -3,26 +3,21 @@
 // Running its algorithms is checked on the GPU machine.
 #include <catch2/catch.hpp>
 
+#include "tests/tuner/gemm_test_problems.h"
 #include "tuner/cublaslt.h"
 #include "tuner/gemm_problem.h"
 
 namespace ktune {
 namespace {
 
+// 256 x 512 x 1024 with A and B of dtype `ab`.
 v1::GemmProblem Problem(v1::DType ab, v1::Layout b_layout, v1::Epilogue epilogue = v1::EPILOGUE_NONE) {
-  v1::GemmProblem p;
-  p.set_m(256);
-  p.set_n(512);
-  p.set_k(1024);
+  v1::GemmProblem p = TestGemm(256, 512, 1024, b_layout, epilogue);
   p.set_a_dtype(ab);
   p.set_b_dtype(ab);
-  p.set_d_dtype(v1::BF16);
-  p.set_b_layout(b_layout);
-  p.set_epilogue(epilogue);
   REQUIRE(ValidateGemmProblem(p).ok());
   return p;
 }
-
 TEST_CASE("cuBLASLt serves bf16 and TN fp8 with no epilogue or a bias", "[tuner][cublaslt]") {
   CHECK(CublasLtCanServe(Problem(v1::BF16, v1::COL_MAJOR)).ok());
   CHECK(CublasLtCanServe(Problem(v1::BF16, v1::ROW_MAJOR, v1::EPILOGUE_BIAS)).ok());

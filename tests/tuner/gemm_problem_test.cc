@@ -1,40 +1,27 @@
 // GEMM problems are validated at the edge even before they are served.
 #include <catch2/catch.hpp>
 
+#include "tests/tuner/gemm_test_problems.h"
 #include "tuner/gemm_problem.h"
 
 namespace ktune {
 namespace {
 
-v1::GemmProblem Linear(int64_t m, int64_t n, int64_t k) {
-  v1::GemmProblem p;
-  p.set_m(m);
-  p.set_n(n);
-  p.set_k(k);
-  p.set_batch(1);
-  p.set_a_dtype(v1::BF16);
-  p.set_b_dtype(v1::BF16);
-  p.set_d_dtype(v1::BF16);
-  p.set_a_layout(v1::ROW_MAJOR);
-  p.set_b_layout(v1::COL_MAJOR);
-  return p;
-}
-
 TEST_CASE("GEMM problems in range validate, keys are stable", "[tuner][gemm]") {
-  CHECK(ValidateGemmProblem(Linear(1, 4096, 4096)).ok());
-  v1::GemmProblem fp8 = Linear(8192, 8192, 8192);
+  CHECK(ValidateGemmProblem(LinearGemm(1, 4096, 4096)).ok());
+  v1::GemmProblem fp8 = LinearGemm(8192, 8192, 8192);
   fp8.set_a_dtype(v1::FP8_E4M3);
   fp8.set_b_dtype(v1::FP8_E4M3);
   CHECK(ValidateGemmProblem(fp8).ok());
-  v1::GemmProblem residual = Linear(128, 14336, 4096);
+  v1::GemmProblem residual = LinearGemm(128, 14336, 4096);
   residual.set_epilogue(v1::EPILOGUE_RESIDUAL_ADD);
   residual.set_c_dtype(v1::BF16);
   CHECK(ValidateGemmProblem(residual).ok());
-  CHECK(GemmCanonicalKey(Linear(16, 4096, 4096)) ==
+  CHECK(GemmCanonicalKey(LinearGemm(16, 4096, 4096)) ==
         "gemm m=16 n=4096 k=4096 batch=1 a=bf16 b=bf16 c=none d=bf16 a_layout=row b_layout=col "
         "epilogue=none");
   CHECK(GemmCanonicalKey(residual).find("epilogue=residual_add") != std::string::npos);
-  CHECK(GemmFlops(Linear(2, 3, 4)) == 48.0);
+  CHECK(GemmFlops(LinearGemm(2, 3, 4)) == 48.0);
 }
 
 TEST_CASE("bad GEMM problems name their field", "[tuner][gemm]") {
@@ -56,7 +43,7 @@ TEST_CASE("bad GEMM problems name their field", "[tuner][gemm]") {
       {[](v1::GemmProblem& p) { p.set_epilogue(v1::EPILOGUE_RESIDUAL_ADD); }, "problem.gemm.c_dtype"},
   };
   for (const Case& c : cases) {
-    v1::GemmProblem p = Linear(128, 4096, 4096);
+    v1::GemmProblem p = LinearGemm(128, 4096, 4096);
     c.change(p);
     absl::Status s = ValidateGemmProblem(p);
     INFO(c.field << " -> " << s.ToString());

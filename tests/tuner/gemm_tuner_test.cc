@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "tests/tuner/gemm_test_problems.h"
 #include "tuner/executor.h"
 #include "tuner/gemm_tuner.h"
 #include "tuner/kernel_source.h"
@@ -94,16 +95,7 @@ class BusyGpuExecutor : public CandidateExecutor {
 };
 
 TEST_CASE("a GPU whose clocks fall as it gets busy does not favour the candidates timed first", "[tuner][gemm]") {
-  v1::GemmProblem p;
-  p.set_m(8192);
-  p.set_n(8192);
-  p.set_k(8192);
-  p.set_batch(1);
-  p.set_a_dtype(v1::FP8_E4M3);
-  p.set_b_dtype(v1::FP8_E4M3);
-  p.set_d_dtype(v1::BF16);
-  p.set_a_layout(v1::ROW_MAJOR);
-  p.set_b_layout(v1::COL_MAJOR);
+  const v1::GemmProblem p = Fp8Gemm(8192, 8192, 8192);
   // The last of eight is 10% faster than the rest at steady clocks. Timed
   // from idle, the first ones read up to 30% faster and would fill the
   // finalists, leaving it out; with the heat-up it is found.

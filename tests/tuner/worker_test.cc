@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "tests/tuner/gemm_test_problems.h"
 #include "tuner/gemm_problem.h"
 #include "tuner/gemm_space.h"
 #include "tuner/gemm_tuner.h"
@@ -126,22 +127,10 @@ TEST_CASE("a worker without a GPU says why it cannot run", "[tuner][worker]") {
 namespace ktune {
 namespace {
 
-v1::GemmProblem SmallGemm() {
-  v1::GemmProblem p;
-  p.set_m(256);
-  p.set_n(256);
-  p.set_k(256);
-  p.set_a_dtype(v1::BF16);
-  p.set_b_dtype(v1::BF16);
-  p.set_d_dtype(v1::BF16);
-  p.set_b_layout(v1::COL_MAJOR);
-  return p;
-}
-
 TEST_CASE("a worker prepares GEMM problems, lists cuBLASLt candidates and runs both kinds", "[tuner][worker][gemm]") {
   auto worker = WorkerExecutor::Start(FakeWorker());
   REQUIRE(worker.ok());
-  REQUIRE((*worker)->PrepareGemm(SmallGemm()).ok());
+  REQUIRE((*worker)->PrepareGemm(LinearGemm(256, 256, 256)).ok());
   auto lt = (*worker)->CublasLtCandidates(8);
   REQUIRE(lt.ok());
   REQUIRE(lt->size() == 3);  // what the fake device's cuBLASLt offers
@@ -166,7 +155,7 @@ TEST_CASE("a worker prepares GEMM problems, lists cuBLASLt candidates and runs b
 
 TEST_CASE("TuneGemm over a worker: a crashing candidate fails alone and both sources compete",
           "[tuner][worker][gemm][nvrtc]") {
-  const v1::GemmProblem p = SmallGemm();
+  const v1::GemmProblem p = LinearGemm(256, 256, 256);
   // The fake device is an sm_90: the wgmma template serves this M = 256
   // problem, so it (not mma.sync) is the template source.
   const std::vector<WgmmaTileConfig> space = WgmmaSearchSpace(p, FakeWorkerDevice());
@@ -211,9 +200,9 @@ TEST_CASE("TuneGemm keeps mma.sync where wgmma cannot serve and for M <= 16", "[
   GemmTuneOptions options;
   options.measure.repetitions = 20;
   options.final_measure.repetitions = 20;
-  v1::GemmProblem kn = SmallGemm();
+  v1::GemmProblem kn = LinearGemm(256, 256, 256);
   kn.set_b_layout(v1::ROW_MAJOR);  // B as [K, N]: wgmma does not serve it
-  v1::GemmProblem decode = SmallGemm();
+  v1::GemmProblem decode = LinearGemm(256, 256, 256);
   decode.set_m(8);
   for (const v1::GemmProblem& p : {kn, decode}) {
     auto r = TuneGemm(p, worker->get(), options);

@@ -253,7 +253,8 @@ ReduceGeometry ReduceGeometryFor(int64_t partial_rows) {
 // and its double (fewer partials), dropping those whose workspace traffic
 // (written and read back) exceeds a quarter of the op's own bytes while a
 // cheaper one remains. Only the half and the one-wave split are kept when
-// both pass (the double rarely won and doubled the space).
+// both pass (the double rarely won and doubled the space), except where the
+// double still fills a wave (below).
 std::vector<int> SplitSizes(const NormProblem& p, const NormConfig& c, const DeviceInfo& d,
                             bool pruned) {
   std::vector<int> all;
@@ -281,6 +282,18 @@ std::vector<int> SplitSizes(const NormProblem& p, const NormConfig& c, const Dev
   }
   if (out.empty()) out.push_back(one_wave);
   if (out.size() > 2) out.resize(2);
+  // With P in [wave, 2 * wave) the "one-wave" split launches up to two waves
+  // of CTAs, and its double nearly one: that double joins the candidates when
+  // its grid fills at least 90% of a wave (H200 lab, session 4: LayerNorm
+  // 8192 x 16384, one CTA per SM, split 32's 256 CTAs ran 3.48 TB/s and split
+  // 64's 128 ran 3.69; RMSNorm 16384 x 8192, 512 CTAs for 264 slots 3.84, 256
+  // of them 3.90). First in the list: the pipelined variant stays at the
+  // one-wave split, the last.
+  const int twice = one_wave * 2;
+  if (twice <= all.back() && CeilDiv(p.m, twice) * 10 >= wave * 9 &&
+      std::find(out.begin(), out.end(), twice) == out.end()) {
+    out.insert(out.begin(), twice);
+  }
   return out;
 }
 
@@ -380,7 +393,8 @@ std::vector<NormConfig> NormSearchSpace(const NormProblem& p, const DeviceInfo& 
       c.split_size = split;
       c.pipeline_depth = 1;
       add(c);
-      // Pipelined at the largest split only: the CTA walks the most row blocks there.
+      // Pipelined at the one-wave split only (the last): the largest of the
+      // usual candidates, where the CTA walks the most row blocks.
       if (pipelined && (split == splits.back() || !pruned) && split >= 2 * c.x_block && p.m > c.x_block) {
         c.pipeline_depth = 2;
         add(c);
@@ -466,7 +480,7 @@ NormConfig HeuristicNormConfig(const NormProblem& p, const DeviceInfo& d) {
     if (forward) return c;
     c.split_size = c.x_block;
     const std::vector<int> splits = SplitSizes(p, c, d, /*pruned=*/true);
-    c.split_size = splits.size() >= 2 ? splits[1] : splits.front();
+    c.split_size = splits.back();
     if (!CanImplement(p, c, d).ok()) c.split_size = splits.front();
     return c;
   };

@@ -35,6 +35,9 @@ warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 SHAPES = [(32768, 1024), (32768, 4096), (16384, 8192), (8192, 16384), (65536, 2048),
           (4096, 4096), (4096, 5120), (16384, 12288)]
+# --shapes cliff: issue 3's non-power-of-two row lengths beside their
+# neighbouring powers of two, at one M, to show there is no performance cliff.
+CLIFF_SHAPES = [(8192, n) for n in (2048, 3000, 4096, 5120, 6144, 8192, 12288, 14336, 16384)]
 L2_BYTES = 60 << 20
 EPS = 1e-6
 COPY_REF_TBS = 4.27
@@ -270,8 +273,9 @@ def run_shape(args, op, m, n, ceiling):
         r["ktune_tbs"] = r["bytes"] / (r["ktune_us"] * 1e-6) / 1e12
         for p in args.peers:
             r[f"{p}_tbs"] = r["bytes"] / (r[f"{p}_us"] * 1e-6) / 1e12
-        r["best_peer"] = max(args.peers, key=lambda p: r[f"{p}_tbs"])
-        r["vs_best_peer"] = r["ktune_tbs"] / r[f"{r['best_peer']}_tbs"]
+        if args.peers:  # --peers "" times ktune alone
+            r["best_peer"] = max(args.peers, key=lambda p: r[f"{p}_tbs"])
+            r["vs_best_peer"] = r["ktune_tbs"] / r[f"{r['best_peer']}_tbs"]
         r["pct_ceiling"] = 100 * r["ktune_tbs"] / COPY_REF_TBS
         r["pct_inrun_copy"] = 100 * r["ktune_tbs"] / ceiling
     return [results["fwd"], results["bwd"]]
@@ -293,10 +297,13 @@ def main():
     ap.add_argument("--workdir", default="/tmp")
     ap.add_argument("--ops", default="rmsnorm,layernorm")
     ap.add_argument("--peers", default=",".join(PEERS))
-    ap.add_argument("--shapes", default="all", help="all, or e.g. 32768x1024,4096x5120")
+    ap.add_argument("--shapes", default="all",
+                    help="all (the bench shapes), cliff (non-powers of two and their neighbours), "
+                         "or e.g. 32768x1024,4096x5120")
     args = ap.parse_args()
     args.peers = [p for p in args.peers.split(",") if p]
-    shapes = SHAPES if args.shapes == "all" else [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    named = {"all": SHAPES, "cliff": CLIFF_SHAPES}
+    shapes = named.get(args.shapes) or [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     torch.manual_seed(0)
     ceiling = copy_ceiling_tbs()
     rows = []
@@ -320,14 +327,38 @@ def main():
     geo = {"fwd": [], "bwd": []}
     for r in rows:
         peers = " ".join(f"{r[p + '_tbs']:10.2f}" for p in args.peers)
-        geo[r["pass"]].append(r["vs_best_peer"])
+        vs = f"{r['vs_best_peer']:6.3f}x" if "vs_best_peer" in r else "   -   "
+        if "vs_best_peer" in r:
+            geo[r["pass"]].append(r["vs_best_peer"])
         print(f"{r['op'] + '.' + r['pass']:<13} {r['M']:>6} x {r['N']:<5} {cfg_text(r['config']):<32} "
               f"{r['ktune_us']:7.1f} {r['ktune_tbs']:5.2f} {r['pct_ceiling']:5.1f} | {peers} | "
-              f"{r['vs_best_peer']:6.3f}x | {r['tune_s']:5.1f}")
+              f"{vs} | {r['tune_s']:5.1f}")
     for pas, v in geo.items():
         if v:
             print(f"geomean vs best peer, {pas}: {math.exp(sum(math.log(x) for x in v) / len(v)):.3f}x "
                   f"(min {min(v):.3f}x over {len(v)} rows)")
+    for line in cliff_lines(rows):
+        print(line)
+
+
+def cliff_lines(rows):
+    """For every row whose N is not a power of two, its TB/s against the rows
+    of the same op, pass and M at the neighbouring powers of two, when the run
+    has them: a cliff is a row far below the slower neighbour."""
+    by_key = {(r["op"], r["pass"], r["M"], r["N"]): r["ktune_tbs"] for r in rows}
+    lines = []
+    for (op, pas, m, n), tbs in sorted(by_key.items()):
+        if n & (n - 1) == 0:
+            continue
+        lower = 1 << (n.bit_length() - 1)
+        lo, hi = by_key.get((op, pas, m, lower)), by_key.get((op, pas, m, 2 * lower))
+        if lo is None or hi is None:
+            continue
+        if not lines:
+            lines.append("\nnon-power-of-two N against its neighbouring powers of two (TB/s; ratio to the slower)")
+        lines.append(f"{op + '.' + pas:<13} {m:>6} x {n:<5} {tbs:5.2f} | N={lower}: {lo:5.2f}  N={2 * lower}: {hi:5.2f}"
+                     f" | {tbs / min(lo, hi):5.3f}x")
+    return lines
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@
 #       && strip --strip-debug .gpu/bin/*
 # then run (carry .gpu):  [VARS] bash bench/run_h200.sh [norm_bench.py args]
 #   GPU_TESTS='[gpu]~[perf]~[perf-fwd]'  Catch2 filter for ktune_gpu_tests ("" skips them)
-#   NORM=1      bench/norm_bench.py with the arguments given (peers in the same run)
+#   NORM=1      bench/norm_bench.py with the arguments given (peers in the same run;
+#               --shapes cliff --peers "" checks issue 3's non-power-of-two N alone)
 #   TUNING=0    bench/tuning_bench.py (cold/warm tunes, stable winners, descent)
 #   LATENCY=1   GetConfig latency on a cache hit
 #   GEMM=0      bench/gemm_bench.py: ktune_gemm_bench (both GEMM sources tuned in process)

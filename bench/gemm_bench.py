@@ -6,7 +6,8 @@ ktune's protocol times candidates (tuner/measure.h, tuner/gemm_tuner.h): the
 GPU kept busy for 200 ms first (a large GEMM pulls the clocks down under the
 power limit within tens of ms, so a peer timed from idle would be flattered),
 then a pair of CUDA events around each call, input sets rotated past the L2,
-the median.
+the median. Operands for torch are drawn as ktune draws its own (uniform in
+[-1, 1)); runs before session 4 gave torch N(0, 1) operands instead.
 TFLOP/s = 2*M*N*K / time.
 
   python3 bench/gemm_bench.py --ktune-gemm-bench .gpu/bin/ktune_gemm_bench --out OUT.json [--dtype bf16|fp8]
@@ -53,8 +54,12 @@ def torch_tflops(m, n, k, dtype):
     """torch.matmul (bf16) or torch._scaled_mm (fp8, per-tensor scales, bf16 out); B is [N, K]."""
     per_set = (m * k + n * k) * (1 if dtype == "fp8" else 2) + 2 * m * n
     sets = max(1, math.ceil(3 * L2_BYTES / per_set))
-    a = [torch.randn(m, k, device="cuda") for _ in range(sets)]
-    b = [torch.randn(n, k, device="cuda") for _ in range(sets)]
+    # The distribution ktune times its candidates on (tuner/gemm_runner.cc:
+    # uniform in [-1, 1)): on a power-limited H200 the clocks a large GEMM
+    # holds can depend on its operands' bits (METHOD: never time zeros), so
+    # the peers get the same kind of data.
+    a = [torch.rand(m, k, device="cuda") * 2 - 1 for _ in range(sets)]
+    b = [torch.rand(n, k, device="cuda") * 2 - 1 for _ in range(sets)]
     d = [torch.empty(m, n, device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
     if dtype == "fp8":
         a = [x.to(torch.float8_e4m3fn) for x in a]

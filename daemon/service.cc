@@ -233,6 +233,9 @@ absl::Status KtuneServiceImpl::AnswerUntunedGemm(const Resolved& r, bool include
   // What a compiler gets before a GEMM is tuned: the template family that won
   // the H200's bench for such a problem (bench/RESULTS.md, session 3) with
   // its model's best config: skinny for M <= 16, wgmma on sm_90, else mma.sync.
+  // The untuned wgmma answer is the model's best without split-K (the space
+  // lists those first): a split-K recipe needs a zeroed workspace, and the
+  // model's split-K estimate has not been checked against the GPU yet.
   v1::GemmConfig config;
   absl::StatusOr<LaunchRecipe> recipe = absl::NotFoundError("no template serves this GEMM");
   if (const std::vector<SkinnyConfig> skinny = SkinnySearchSpace(*r.gemm, target_); !skinny.empty()) {

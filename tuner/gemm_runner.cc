@@ -114,7 +114,8 @@ struct GemmRunner::Impl {
   int rotation = 1;
   // Per rotation set (identical contents):
   std::vector<DeviceBuffer> a, b, c, d;
-  DeviceBuffer bias, workspace;
+  DeviceBuffer bias, workspace;  // workspace: cuBLASLt's
+  DeviceBuffer kernel_workspace;  // the loaded template recipe's (split-K), zeroed at Load
   DeviceBuffer a_scale, b_scale;  // fp8 only
   std::vector<float> ref;  // (batch, M, N) f32, the reference D of set 0
   double ref_rms = 0;
@@ -127,6 +128,14 @@ struct GemmRunner::Impl {
   absl::StatusOr<std::optional<LoadedKernel>> Load(const LaunchRecipe& recipe) {
     if (recipe.is_cublaslt_call()) return std::optional<LoadedKernel>();
     if (recipe.kernels.size() != 1) return absl::InvalidArgumentError("a GEMM recipe has one kernel");
+    kernel_workspace = DeviceBuffer();
+    if (recipe.workspace_bytes > 0) {
+      absl::StatusOr<DeviceBuffer> ws = DeviceBuffer::Create(device, recipe.workspace_bytes);
+      if (!ws.ok()) return ws.status();
+      // Zeroed once, as the recipe's contract asks; the kernel leaves it so.
+      if (absl::Status s = device->Fill(ws->get(), 0, ws->size()); !s.ok()) return s;
+      kernel_workspace = *std::move(ws);
+    }
     absl::StatusOr<LoadedKernel> k = device->LoadKernel(recipe.cubin, recipe.kernels[0].lowered_name);
     if (!k.ok()) return k.status();
     return std::optional<LoadedKernel>(*k);
@@ -199,7 +208,10 @@ absl::Status GemmRunner::Impl::Launch(const LaunchRecipe& recipe, const LoadedKe
     uint64_t pbias = GemmHasBias(p) ? bias.get() : 0;
     int m = static_cast<int>(p.m()), n = static_cast<int>(p.n()), kk = static_cast<int>(p.k());
     float alpha = 1.0f, beta = 1.0f;
-    void* args[] = {&pa, &pb, &pc, &pd, &pbias, &m, &n, &kk, &alpha, &beta};
+    uint64_t pws = kernel_workspace.get();  // 0 without one
+    // The templates' parameters, in order; gemm_wgmma takes ws last (the
+    // others end at beta, and a launch reads only its kernel's parameters).
+    void* args[] = {&pa, &pb, &pc, &pd, &pbias, &m, &n, &kk, &alpha, &beta, &pws};
     // A TMA template takes descriptors of A and B in their places.
     const std::vector<std::string>& params = recipe.kernels[0].params;
     for (int i = 0; i < 2 && i < static_cast<int>(params.size()); ++i) {

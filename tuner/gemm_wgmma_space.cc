@@ -21,6 +21,10 @@ constexpr int kMaxBatch = 65535;         // gridDim.z
 // and the HBM rate the norm kernels reach.
 constexpr double kWgmmaTflopsPerSm = 989.0 / 132;
 constexpr double kMemoryTBps = 4.0;
+// Split-K partials travel through L2 at an SM's share of its bandwidth (an
+// assumption, about 8 TB/s over 132 SMs; not yet measured).
+constexpr double kL2GBpsPerSm = 60.0;
+constexpr int kMaxSplitK = 16;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -30,18 +34,32 @@ int64_t Tiles(const v1::GemmProblem& p, const WgmmaTileConfig& c) {
   return CeilDiv(p.m(), c.block_m) * CeilDiv(p.n(), c.block_n);
 }
 
+// Tiles in the template's cluster units (cluster_m tiles stacked along M).
+int64_t TileUnits(const v1::GemmProblem& p, const WgmmaTileConfig& c) {
+  return CeilDiv(p.m(), int64_t{c.block_m} * c.cluster_m) * CeilDiv(p.n(), c.block_n);
+}
+
+// The split-K workspace: (batch, tile units, cluster_m, split_k, BM * BN) f32
+// partials, then (batch, tile units, cluster_m) u32 counters.
+uint64_t SplitKWorkspaceBytes(const v1::GemmProblem& p, const WgmmaTileConfig& c) {
+  if (c.split_k <= 1) return 0;
+  const uint64_t slots = static_cast<uint64_t>(GemmBatch(p) * TileUnits(p, c) * c.cluster_m);
+  return slots * c.split_k * c.block_m * c.block_n * sizeof(float) + slots * sizeof(uint32_t);
+}
+
 // Persistent CTAs: one per SM at most (shared by the batches), in clusters
 // of cluster_m, each cluster taking cluster_m tiles stacked along M at a time.
 int GridX(const v1::GemmProblem& p, const WgmmaTileConfig& c, const DeviceInfo& d) {
-  const int64_t units = CeilDiv(p.m(), int64_t{c.block_m} * c.cluster_m) * CeilDiv(p.n(), c.block_n);
+  const int64_t units = TileUnits(p, c) * c.split_k;
   const int64_t clusters = std::max<int64_t>(1, std::max(d.sm_count, 1) / (c.cluster_m * GemmBatch(p)));
   return static_cast<int>(c.cluster_m * std::min(units, clusters));
 }
 
 // The grid, in its fixed order: tiles of 64 to 256 rows and 64 to 256
 // columns (wgmma's N), one or two cooperative consumers or a ping-pong pair,
-// alone or in 2x1 clusters, 3 to 6 stages. The accumulator limit leaves ping-pong 128 x 128 and 64 x
-// 256 tiles (CanImplementWgmma).
+// alone or in 2x1 clusters, 3 to 6 stages; alone, split-K by 2 or 4 too (the
+// model ranks clusters out, see below). The accumulator limit leaves
+// ping-pong 128 x 128 and 64 x 256 tiles (CanImplementWgmma).
 std::vector<WgmmaTileConfig> Grid() {
   std::vector<WgmmaTileConfig> grid;
   for (int bm : {128, 256, 64}) {
@@ -49,14 +67,18 @@ std::vector<WgmmaTileConfig> Grid() {
       for (auto [consumers, pingpong] : {std::pair{2, false}, std::pair{2, true}, std::pair{1, false}}) {
         for (int cluster_m : {1, 2}) {
           for (int stages : {4, 5, 3, 6}) {
-            WgmmaTileConfig c;
-            c.block_m = bm;
-            c.block_n = bn;
-            c.consumers = consumers;
-            c.pingpong = pingpong;
-            c.cluster_m = cluster_m;
-            c.stages = stages;
-            grid.push_back(c);
+            for (int split_k : {1, 2, 4}) {
+              if (cluster_m == 2 && split_k > 1) continue;
+              WgmmaTileConfig c;
+              c.block_m = bm;
+              c.block_n = bn;
+              c.consumers = consumers;
+              c.pingpong = pingpong;
+              c.cluster_m = cluster_m;
+              c.stages = stages;
+              c.split_k = split_k;
+              grid.push_back(c);
+            }
           }
         }
       }
@@ -68,15 +90,16 @@ std::vector<WgmmaTileConfig> Grid() {
 }  // namespace
 
 std::string ToString(const WgmmaTileConfig& c) {
-  return absl::StrFormat("bm%d bn%d %s%s s%d g%d", c.block_m, c.block_n,
+  return absl::StrFormat("bm%d bn%d %s%s s%d g%d%s", c.block_m, c.block_n,
                          c.pingpong ? "pp" : absl::StrCat("c", c.consumers), c.cluster_m == 2 ? " x2" : "", c.stages,
-                         c.group_m);
+                         c.group_m, c.split_k > 1 ? absl::StrCat(" k", c.split_k) : "");
 }
 
 int64_t WgmmaSharedMemoryBytes(const WgmmaTileConfig& c) {
-  // The ring, its 1024-byte alignment slack, the mbarriers, and 16 staging
-  // rows of 64 outputs (128 bytes + 16 of padding) per consumer warp.
-  return int64_t{c.stages} * (c.block_m + c.block_n) * kBlockK * 2 + 1024 + 16 * (c.stages + 1) +
+  // The ring, its 1024-byte alignment slack, the mbarriers and 16 bytes of
+  // split-K flags, and 16 staging rows of 64 outputs (128 bytes + 16 of
+  // padding) per consumer warp.
+  return int64_t{c.stages} * (c.block_m + c.block_n) * kBlockK * 2 + 1024 + 16 * (c.stages + 2) +
          int64_t{c.consumers} * 4 * 16 * 144;
 }
 
@@ -104,11 +127,17 @@ absl::Status CanImplementWgmma(const v1::GemmProblem& p, const WgmmaTileConfig& 
   }
   if (c.stages < 2 || c.stages > 8 || c.group_m < 1) return fail("stages must be 2 to 8, group_m >= 1");
   if (c.cluster_m != 1 && c.cluster_m != 2) return fail("cluster_m must be 1 or 2");
+  if (c.split_k < 1 || c.split_k > kMaxSplitK || (c.split_k & (c.split_k - 1)) != 0) {
+    return fail(absl::StrCat("split_k must be a power of two <= ", kMaxSplitK));
+  }
+  if (const int64_t k_steps = CeilDiv(p.k(), kBlockK); k_steps % c.split_k != 0) {
+    return fail(absl::StrCat("split_k = ", c.split_k, " does not divide K's ", k_steps, " steps of ", kBlockK));
+  }
   const int64_t optin = d.max_smem_per_block_optin > 0 ? d.max_smem_per_block_optin : 48 << 10;
   if (WgmmaSharedMemoryBytes(c) > optin) {
     return fail(absl::StrCat(WgmmaSharedMemoryBytes(c), " bytes of shared memory, the device allows ", optin));
   }
-  if (Tiles(p, c) > INT_MAX) return fail("more tiles than a grid holds");
+  if (Tiles(p, c) * c.split_k > INT_MAX) return fail("more work units than a grid holds");
   return absl::OkStatus();
 }
 
@@ -117,7 +146,7 @@ double WgmmaModelTimeUs(const v1::GemmProblem& p, const WgmmaTileConfig& c, cons
   const int64_t tiles = Tiles(p, c) * GemmBatch(p);
   // Turns of each CTA: units of cluster_m tiles along M over the clusters (a
   // cluster's second tile row past M is idle time).
-  const int64_t units = CeilDiv(p.m(), int64_t{c.block_m} * c.cluster_m) * CeilDiv(p.n(), c.block_n) * GemmBatch(p);
+  const int64_t units = TileUnits(p, c) * c.split_k * GemmBatch(p);
   const int64_t waves = CeilDiv(units, std::max(1, sms / c.cluster_m));
   // Operand bytes per MAC fall as the tile grows: 128 x 256 feeds the tensor
   // cores at full rate, a 128 x 64 tile reads 2.5x as many bytes per MAC.
@@ -136,25 +165,46 @@ double WgmmaModelTimeUs(const v1::GemmProblem& p, const WgmmaTileConfig& c, cons
   const double cluster_efficiency = c.cluster_m == 2 ? 0.5 : 1.0;
   const double pipelining = std::min(1.0, (c.stages - 1) * kBlockK / 192.0);
   const double k_padded = static_cast<double>(CeilDiv(p.k(), kBlockK) * kBlockK);
-  const double tile_flops = 2.0 * c.block_m * c.block_n * k_padded;
+  const double unit_flops = 2.0 * c.block_m * c.block_n * k_padded / c.split_k;
   const double rate = kWgmmaTflopsPerSm * tile_efficiency * consumer_efficiency * cluster_efficiency * pipelining;
-  const double compute_us = static_cast<double>(waves) * tile_flops / (rate * 1e6);
+  double compute_us = static_cast<double>(waves) * unit_flops / (rate * 1e6);
+  if (c.split_k > 1) {
+    // Every unit writes its fp32 partial tile; the last split of a tile reads
+    // the other split_k - 1 back before its epilogue.
+    const double tile_bytes = 4.0 * c.block_m * c.block_n;
+    compute_us += (static_cast<double>(waves) + (c.split_k - 1)) * tile_bytes / (kL2GBpsPerSm * 1e3);
+  }
   const double d_bytes = GemmDType(p) == v1::FP32 ? 4 : 2;
   const double bytes = static_cast<double>(GemmBatch(p)) *
                        (2.0 * (p.m() * p.k() + p.n() * p.k()) + d_bytes * p.m() * p.n() * (GemmHasC(p) ? 2 : 1));
-  const double busy = std::min(1.0, static_cast<double>(tiles) / sms);
+  // SMs pulling operands: one per work unit (tile, or slice of one).
+  const double busy = std::min(1.0, static_cast<double>(tiles * c.split_k) / sms);
   const double memory_us = bytes / (kMemoryTBps * 1e6 * busy);
   return std::max(compute_us, memory_us);
 }
 
 std::vector<WgmmaTileConfig> WgmmaSearchSpace(const v1::GemmProblem& p, const DeviceInfo& d,
                                               const GemmSpaceOptions& options) {
-  std::vector<std::pair<double, WgmmaTileConfig>> ranked;
+  std::vector<std::pair<double, WgmmaTileConfig>> whole, split;
   for (const WgmmaTileConfig& c : Grid()) {
     if (!CanImplementWgmma(p, c, d).ok()) continue;
-    ranked.emplace_back(options.pruned ? WgmmaModelTimeUs(p, c, d) : 0.0, c);
+    // Split-K only pays where the tiles alone leave SMs idle.
+    if (options.pruned && c.split_k > 1 && TileUnits(p, c) * GemmBatch(p) >= std::max(d.sm_count, 1)) continue;
+    (c.split_k > 1 ? split : whole).emplace_back(options.pruned ? WgmmaModelTimeUs(p, c, d) : 0.0, c);
   }
-  return PruneByModel(std::move(ranked), options);
+  if (!options.pruned || split.empty()) {
+    whole.insert(whole.end(), split.begin(), split.end());
+    return PruneByModel(std::move(whole), options);
+  }
+  // The model's split-K term (the partials' trip through L2) is an
+  // assumption not yet checked on a GPU, so split-K may not crowd out the
+  // unsplit configs: those are pruned as before, and the best split-K
+  // configs (half as many) come after them.
+  std::vector<WgmmaTileConfig> space = PruneByModel(std::move(whole), options);
+  GemmSpaceOptions half = options;
+  half.max_candidates = std::max(1, options.max_candidates / 2);
+  for (const WgmmaTileConfig& c : PruneByModel(std::move(split), half)) space.push_back(c);
+  return space;
 }
 
 absl::StatusOr<LaunchRecipe> WgmmaLaunchRecipe(const v1::GemmProblem& p, const WgmmaTileConfig& c,
@@ -164,17 +214,19 @@ absl::StatusOr<LaunchRecipe> WgmmaLaunchRecipe(const v1::GemmProblem& p, const W
   absl::StatusOr<LaunchRecipe> recipe = GemmTemplateRecipe(kTemplateId, "sm_90a");
   if (!recipe.ok()) return recipe.status();
   KernelLaunch k;
-  k.name_expression = absl::StrFormat("ktune::gemm_wgmma<%s, %d, %s, %d, %d, %d, %s, %d, %d, %d>",
+  k.name_expression = absl::StrFormat("ktune::gemm_wgmma<%s, %d, %s, %d, %d, %d, %s, %d, %d, %d, %d>",
                                       GemmDType(p) == v1::FP32 ? "float" : "ktune::bf16", GemmEpilogueCode(p),
                                       GemmHasC(p) ? "true" : "false", c.block_m, c.block_n, c.consumers,
-                                      c.pingpong ? "true" : "false", c.cluster_m, c.stages, c.group_m);
+                                      c.pingpong ? "true" : "false", c.cluster_m, c.stages, c.group_m, c.split_k);
   k.grid = {static_cast<uint32_t>(GridX(p, c, d)), 1, static_cast<uint32_t>(GemmBatch(p))};
   k.block = {static_cast<uint32_t>(c.threads()), 1, 1};
   k.dynamic_smem_bytes = static_cast<uint32_t>(WgmmaSharedMemoryBytes(c));
   k.params = {absl::StrCat("tma_a:", kBlockK, "x", c.block_m),
               absl::StrCat("tma_b:", kBlockK, "x", c.block_n / c.cluster_m),
-              "c", "d", "bias", "M", "N", "K", "alpha", "beta"};
+              "c", "d", "bias", "M", "N", "K", "alpha", "beta", "ws"};
   recipe->kernels.push_back(std::move(k));
+  recipe->workspace_bytes = SplitKWorkspaceBytes(p, c);
+  recipe->workspace_zeroed = c.split_k > 1;  // the arrival counters
   return recipe;
 }
 

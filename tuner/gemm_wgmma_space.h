@@ -31,7 +31,8 @@ namespace ktune {
 // One instantiation of gemm_wgmma: block_m x block_n tiles of D, `consumers`
 // warpgroups sharing each tile's rows (cooperative) or, with `pingpong`, two
 // taking whole tiles in turns; K in steps of 64 through a ring of `stages`;
-// tiles rasterised in groups of group_m rows.
+// tiles rasterised in groups of group_m rows; with split_k > 1, each tile's K
+// in split_k slices taken by different CTAs, summed by the last to finish.
 struct WgmmaTileConfig {
   int block_m = 128;
   int block_n = 256;
@@ -40,33 +41,37 @@ struct WgmmaTileConfig {
   int cluster_m = 1;  // 2: CTA pairs along M share B tiles by TMA multicast
   int stages = 4;
   int group_m = 8;
+  int split_k = 1;  // slices of K per tile (ceil(K / 64) must divide by it)
 
   int rows_per_consumer() const { return pingpong ? block_m : block_m / consumers; }
   int threads() const { return 128 * (consumers + 1); }
   bool operator==(const WgmmaTileConfig& o) const {
     return block_m == o.block_m && block_n == o.block_n && consumers == o.consumers && pingpong == o.pingpong &&
-           cluster_m == o.cluster_m && stages == o.stages && group_m == o.group_m;
+           cluster_m == o.cluster_m && stages == o.stages && group_m == o.group_m && split_k == o.split_k;
   }
 };
 
 // "bm128 bn256 c2 s4 g8"; ping-pong: "bm128 bn128 pp s4 g8"; a 2x1 cluster
-// adds " x2" after the consumers.
+// adds " x2" after the consumers, split-K " k4" at the end.
 std::string ToString(const WgmmaTileConfig& config);
 
 // Dynamic shared memory of one CTA: the stage ring, the alignment slack for
-// the 128-byte swizzle and the mbarriers.
+// the 128-byte swizzle, the mbarriers and split-K flags, the epilogue's
+// staging rows.
 int64_t WgmmaSharedMemoryBytes(const WgmmaTileConfig& config);
 
 // OK, or FAILED_PRECONDITION saying why: the device is not sm_90 (the
 // template needs sm_90a), the problem is outside what the template serves
 // (bf16 A and B, B given as [N, K], K % 8 == 0, batch <= 65535), or the config
-// outside its limits (tile shapes, accumulators, shared memory).
+// outside its limits (tile shapes, accumulators, shared memory, split_k a
+// power of two <= 16 dividing ceil(K / 64)).
 // REQUIRES: ValidateGemmProblem(problem) is OK.
 absl::Status CanImplementWgmma(const v1::GemmProblem& problem, const WgmmaTileConfig& config,
                                const DeviceInfo& device);
 
 // The model's estimate in microseconds (only its ranking matters): persistent
-// CTAs, one per SM, each taking ceil(tiles / SMs) tiles (wave quantisation),
+// CTAs, one per SM, each taking ceil(tiles * split_k / SMs) units (wave
+// quantisation; split-K adds the partials' round trip through L2),
 // at a rate that grows with the tile (operand bytes per MAC) and the ring's
 // depth; padding counted as work; bounded below by A, B and D at HBM speed.
 double WgmmaModelTimeUs(const v1::GemmProblem& problem, const WgmmaTileConfig& config,
@@ -74,7 +79,9 @@ double WgmmaModelTimeUs(const v1::GemmProblem& problem, const WgmmaTileConfig& c
 
 // The accepted configs; pruned, the best by the model (at most
 // options.max_candidates, within options.max_model_ratio of the best), in a
-// fixed order. Empty when the template cannot serve the problem or device.
+// fixed order; where split-K is tried (fewer tiles than SMs), the best
+// split-K configs (at most half as many) follow the unsplit ones. Empty when
+// the template cannot serve the problem or device.
 std::vector<WgmmaTileConfig> WgmmaSearchSpace(const v1::GemmProblem& problem, const DeviceInfo& device,
                                               const GemmSpaceOptions& options = GemmSpaceOptions());
 
@@ -83,7 +90,9 @@ std::vector<WgmmaTileConfig> WgmmaSearchSpace(const v1::GemmProblem& problem, co
 // 128 * (consumers + 1) threads, and the parameters in order:
 // tma_a:64x<block_m>, tma_b:64x<block_n / cluster_m> (TMA
 // descriptors the caller encodes, see the template's header), c, d, bias, M,
-// N, K, alpha, beta.
+// N, K, alpha, beta, ws. With split_k > 1 the recipe asks for a workspace
+// (partials and counters, see the template) that must start zeroed
+// (workspace_zeroed); otherwise ws is null.
 // REQUIRES: CanImplementWgmma(problem, config, device) is OK.
 absl::StatusOr<LaunchRecipe> WgmmaLaunchRecipe(const v1::GemmProblem& problem, const WgmmaTileConfig& config,
                                                const DeviceInfo& device);

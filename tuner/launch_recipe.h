@@ -33,6 +33,9 @@ struct LaunchRecipe {
   // kernels): the 64 bytes of its cublasLtMatmulAlgo_t; workspace_bytes of
   // workspace. Empty for kernel recipes.
   std::string cublaslt_algo;
+  // The workspace must be zero before the first launch on it; the kernels
+  // leave it zero (gemm_wgmma's split-K counters).
+  bool workspace_zeroed = false;
 
   bool is_cublaslt_call() const { return template_id == kCublasLtTemplateId; }
 };

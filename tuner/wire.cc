@@ -200,6 +200,7 @@ v1::LaunchRecipe RecipeToProto(const LaunchRecipe& r, bool include_cubin) {
   out.set_workspace_bytes(r.workspace_bytes);
   if (include_cubin) out.set_cubin(r.cubin);
   out.set_cublaslt_algo(r.cublaslt_algo);
+  out.set_workspace_zeroed(r.workspace_zeroed);
   return out;
 }
 
@@ -222,6 +223,7 @@ LaunchRecipe RecipeFromProto(const v1::LaunchRecipe& in) {
   r.workspace_bytes = in.workspace_bytes();
   r.cubin = in.cubin();
   r.cublaslt_algo = in.cublaslt_algo();
+  r.workspace_zeroed = in.workspace_zeroed();
   return r;
 }
 
@@ -266,10 +268,12 @@ absl::StatusOr<WgmmaTileConfig> WgmmaTileConfigFromProto(const v1::WgmmaTile& in
   c.group_m = in.group_m();
   c.pingpong = in.pingpong();
   c.cluster_m = in.cluster_m();
+  c.split_k = in.split_k() == 0 ? 1 : in.split_k();  // 0: written before split-K existed
   const absl::Status positive = RequirePositive("config.gemm.wgmma.", {{"block_m", c.block_m}, {"block_n", c.block_n},
                                                                        {"consumers", c.consumers},
                                                                        {"cluster_m", c.cluster_m},
-                                                                       {"stages", c.stages}, {"group_m", c.group_m}});
+                                                                       {"stages", c.stages}, {"group_m", c.group_m},
+                                                                       {"split_k", c.split_k}});
   if (!positive.ok()) return positive;
   return c;
 }
@@ -283,6 +287,7 @@ v1::WgmmaTile WgmmaTileConfigToProto(const WgmmaTileConfig& c) {
   out.set_group_m(c.group_m);
   out.set_pingpong(c.pingpong);
   out.set_cluster_m(c.cluster_m);
+  out.set_split_k(c.split_k);
   return out;
 }
 

@@ -30,7 +30,8 @@ v1::NormConfig NormConfigToProto(const NormConfig& config);
 // The mma.sync GEMM tile; INVALID_ARGUMENT naming the field when one is < 1.
 absl::StatusOr<GemmTileConfig> GemmTileConfigFromProto(const v1::MmaSyncTile& tile);
 v1::MmaSyncTile GemmTileConfigToProto(const GemmTileConfig& config);
-// Field checks only (every field >= 1); CanImplementWgmma judges the rest.
+// Field checks only (every field >= 1; a split_k of 0, from an entry written
+// before split-K existed, reads as 1); CanImplementWgmma judges the rest.
 absl::StatusOr<WgmmaTileConfig> WgmmaTileConfigFromProto(const v1::WgmmaTile& tile);
 v1::WgmmaTile WgmmaTileConfigToProto(const WgmmaTileConfig& config);
 absl::StatusOr<SkinnyConfig> SkinnyConfigFromProto(const v1::SkinnyTile& tile);

@@ -31,6 +31,14 @@
 //    goes through a few staging rows per warp in shared memory, so D is
 //    written in whole 128-byte lines (bf16 D with N % 8 == 0; otherwise
 //    straight from the accumulators).
+// With SPLIT_K > 1 the work units are (tile, slice of K): unit u takes split
+// u / tiles (slice-major, so the CTAs running together share a K slice of A
+// and B in L2) and tile u % tiles, k_tiles / SPLIT_K steps of 64. Each unit
+// writes its fp32 accumulators to the workspace in fragment order (every
+// split of a tile has the same thread-to-fragment map, so no layout change),
+// then counts itself in on the tile's counter; the split that arrives last
+// adds the others' partials to its registers, resets the counter to zero and
+// runs the epilogue. No CTA waits on another, so any grid size is safe.
 // With CLUSTER_M = 2, CTAs pair up in a cluster on tiles of the same column
 // stacked along M: each fetches half of the shared B tile and multicasts it
 // into both CTAs' stage, so B crosses from L2 once per pair; a stage is then
@@ -43,10 +51,17 @@
 //   tma_b:64xR    TmaDescriptor  B as (K, N, batch), box (64, R = BN / CLUSTER_M, 1),
 //                 likewise
 //   c, d, bias, M, N, K, alpha, beta   as kernel_templates/gemm/gemm_mma.cuh
-// REQUIRES: K % 8 == 0 (TMA strides are multiples of 16 bytes); c 8-byte and
+//   ws            unsigned char*  SPLIT_K > 1: the workspace (null otherwise):
+//                 (batch, tiles, CLUSTER_M, SPLIT_K, BM * BN) f32 partials,
+//                 then (batch, tiles, CLUSTER_M) u32 counters, tiles counted
+//                 in cluster units; zeroed before the first launch (every
+//                 launch leaves the counters zero again)
+// REQUIRES: K % 8 == 0 (TMA strides are multiples of 16 bytes); ceil(K / 64)
+// a multiple of SPLIT_K; c 8-byte and
 // d 16-byte aligned; dynamic shared memory of STAGES * (BM + BN) * 128 + 1024
-// + 16 * (STAGES + 1) + CONSUMERS * 4 * 16 * 144 bytes (the ring, its
-// alignment, the barriers, the epilogue's staging rows); a grid of
+// + 16 * (STAGES + 2) + CONSUMERS * 4 * 16 * 144 bytes (the ring, its
+// alignment, the barriers and split flags, the epilogue's staging rows); a
+// grid of
 // (CLUSTER_M * min(tile units, SMs / (CLUSTER_M * batch)), 1, batch), a tile
 // unit being CLUSTER_M tiles along M.
 #pragma once
@@ -224,14 +239,69 @@ __device__ __forceinline__ void tma_load_3d_multicast(void* dst, const TmaDescri
       : "memory");
 }
 
+// Split-K, after a unit's main loop (see the header): `acc` is this thread's
+// fragment of the partial sum over split `split` of CTA-level tile `slot` (of
+// `slots` in the launch). The GROUPS * 128 threads of the consumer group that
+// owns the tile write it to the workspace in fragment order, then count the
+// split in. Returns true for the last split of the tile, with `acc` now the
+// sum over every split: that group runs the epilogue.
+// REQUIRES: every thread of the consumer group calls it (named barrier
+// 1 + group, GROUPS * 128 threads).
+template <int MSUB, int BN, int SPLIT_K, int GROUPS>
+__device__ __forceinline__ bool reduce_split_k(float (&acc)[MSUB][BN / 2], unsigned char* ws,
+                                               unsigned int* arrivals, int group, int thread_in_group,
+                                               long long slot, long long slots, int split) {
+  constexpr int kFragment = MSUB * BN / 2;        // floats per thread
+  constexpr int kThreads = GROUPS * 128;          // threads sharing the tile
+  constexpr int kTileFloats = kFragment * kThreads;
+  static_assert(kFragment % 4 == 0, "fragments move as float4");
+  float* partials = reinterpret_cast<float*>(ws);
+  unsigned int* counters = reinterpret_cast<unsigned int*>(ws + slots * SPLIT_K * kTileFloats * sizeof(float));
+  // (kFragment / 4, kThreads) float4: a warp's store is 512 contiguous bytes.
+  auto at = [&](int s, int q) {
+    return reinterpret_cast<float4*>(partials + (slot * SPLIT_K + s) * kTileFloats) + q * kThreads + thread_in_group;
+  };
+  auto sync_group = [&] {
+    asm volatile("bar.sync %0, %1;" ::"r"(1 + group), "r"(kThreads) : "memory");
+  };
+#pragma unroll
+  for (int q = 0; q < kFragment / 4; ++q) {
+    const int e = 4 * q;
+    *at(split, q) = make_float4(acc[e / (BN / 2)][e % (BN / 2)], acc[e / (BN / 2)][e % (BN / 2) + 1],
+                                acc[e / (BN / 2)][e % (BN / 2) + 2], acc[e / (BN / 2)][e % (BN / 2) + 3]);
+  }
+  __threadfence();  // the partial is visible before the split counts in
+  sync_group();
+  if (thread_in_group == 0) arrivals[group] = atomicAdd(&counters[slot], 1u);
+  sync_group();
+  const bool last = arrivals[group] == SPLIT_K - 1;
+  if (!last) return false;
+  __threadfence();  // see every other split's partial
+#pragma unroll 1
+  for (int s = 0; s < SPLIT_K; ++s) {
+    if (s == split) continue;
+#pragma unroll
+    for (int q = 0; q < kFragment / 4; ++q) {
+      const int e = 4 * q;
+      const float4 v = __ldcg(at(s, q));  // L2: written by other SMs
+      acc[e / (BN / 2)][e % (BN / 2)] += v.x;
+      acc[e / (BN / 2)][e % (BN / 2) + 1] += v.y;
+      acc[e / (BN / 2)][e % (BN / 2) + 2] += v.z;
+      acc[e / (BN / 2)][e % (BN / 2) + 3] += v.w;
+    }
+  }
+  if (thread_in_group == 0) counters[slot] = 0u;  // ready for the next launch
+  return true;
+}
+
 }  // namespace gemm_wgmma_detail
 
 template <typename TD, int EPI, bool HAS_C, int BM, int BN, int CONSUMERS, bool PINGPONG, int CLUSTER_M, int STAGES,
-          int GROUP_M>
+          int GROUP_M, int SPLIT_K>
 __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLUSTER_M, 1, 1)
     gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ TmaDescriptor tma_b,
                const TD* __restrict__ c, TD* __restrict__ d, const bf16* __restrict__ bias, int M, int N, int K,
-               float alpha, float beta) {
+               float alpha, float beta, unsigned char* __restrict__ ws) {
   using namespace gemm_wgmma_detail;
   constexpr int kRowsPerConsumer = PINGPONG ? BM : BM / CONSUMERS;
   constexpr int kMSub = kRowsPerConsumer / 64;  // m64 wgmmas per consumer per k16 step
@@ -246,6 +316,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
   static_assert(BM <= 256 && BN <= 256, "a TMA box is at most 256 rows");
   static_assert(kMSub * BN / 2 <= 128, "at most 128 accumulator registers per thread");
   static_assert(STAGES >= 2, "at least double buffering");
+  static_assert(SPLIT_K >= 1 && SPLIT_K <= 16, "SPLIT_K in [1, 16]");
 
   // The ring, 1024-byte aligned as the 128-byte swizzle wants, then the barriers.
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -260,7 +331,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
   constexpr int kStagingCols = BN < 64 ? BN : 64;
   constexpr int kStagingPitch = kStagingCols * 2 + 16;
   constexpr int kStagingBytesPerWarp = 16 * kStagingPitch;
-  unsigned char* staging = reinterpret_cast<unsigned char*>(mainloop_done + 2);
+  // SPLIT_K > 1: per consumer group, the tile's arrival count as its leader read it.
+  unsigned int* split_arrivals = reinterpret_cast<unsigned int*>(mainloop_done + 2);  // [4], 16 bytes
+  unsigned char* staging = reinterpret_cast<unsigned char*>(split_arrivals + 4);
 
   const int warpgroup = threadIdx.x / 128;
   const int thread = threadIdx.x % 128;
@@ -288,7 +361,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
   const int tiles_m = (M + BM * CLUSTER_M - 1) / (BM * CLUSTER_M);
   const int tiles_n = (N + BN - 1) / BN;
   const int tiles = tiles_m * tiles_n;
-  const int k_tiles = (K + kBK - 1) / kBK;
+  const int units = tiles * SPLIT_K;                  // (split, tile), split-major
+  const int k_steps = (K + kBK - 1) / kBK / SPLIT_K;  // steps of 64 per unit
   const int batch = blockIdx.z;
   const int cluster = blockIdx.x / CLUSTER_M;
   const int clusters = gridDim.x / CLUSTER_M;
@@ -306,10 +380,11 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
     if (thread == 0) {
       int step = 0;  // k-steps issued, over all tiles: stage = step % STAGES
-      for (int tile = cluster; tile < tiles; tile += clusters) {
+      for (int unit = cluster; unit < units; unit += clusters) {
         int tile_m, tile_n;
-        locate(tile, tile_m, tile_n);
-        for (int kt = 0; kt < k_tiles; ++kt, ++step) {
+        locate(unit % tiles, tile_m, tile_n);
+        const int k_first = (unit / tiles) * k_steps;  // the split's first step
+        for (int kt = k_first; kt < k_first + k_steps; ++kt, ++step) {
           const int s = step % STAGES;
           // The first pass finds every stage empty (waiting on the phase
           // "before" phase 0 returns at once).
@@ -353,9 +428,10 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
     // Ping-pong: this consumer's turns are every other tile of the CTA's.
     const int first_turn = PINGPONG ? consumer : 0;
     constexpr int kTurnStride = PINGPONG ? 2 : 1;
-    for (int turn = first_turn; cluster + turn * clusters < tiles; turn += kTurnStride) {
-      const int tile = cluster + turn * clusters;
-      int step = turn * k_tiles;  // the producer's count at this tile's first stage
+    for (int turn = first_turn; cluster + turn * clusters < units; turn += kTurnStride) {
+      const int unit = cluster + turn * clusters;
+      const int tile = unit % tiles;
+      int step = turn * k_steps;  // the producer's count at this unit's first stage
       int tile_m, tile_n;
       locate(tile, tile_m, tile_n);
       if (PINGPONG && turn > 0) {
@@ -370,7 +446,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
         for (int j = 0; j < BN / 2; ++j) acc[i][j] = 0.0f;
       }
       int previous = -1;  // the stage whose wgmmas may still be in flight
-      for (int kt = 0; kt < k_tiles; ++kt, ++step) {
+      for (int kt = 0; kt < k_steps; ++kt, ++step) {
         const int s = step % STAGES;
         mbar_wait(&full[s], (step / STAGES) & 1);
         const bf16* sa = smem_a + s * kTileA + row_offset * kBK;
@@ -392,6 +468,14 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
       wgmma_wait<0>();
       if (previous >= 0) release(previous);
       if (PINGPONG && thread == 0) mbar_arrive(&mainloop_done[consumer]);
+      if constexpr (SPLIT_K > 1) {
+        if (!reduce_split_k<kMSub, BN, SPLIT_K, PINGPONG ? 1 : CONSUMERS>(
+                acc, ws, split_arrivals, PINGPONG ? consumer : 0, PINGPONG ? thread : consumer * 128 + thread,
+                (static_cast<long long>(batch) * tiles + tile) * CLUSTER_M + rank,
+                static_cast<long long>(gridDim.z) * tiles * CLUSTER_M, unit / tiles)) {
+          continue;  // another split of this tile finishes it
+        }
+      }
 
       const int warp_row0 = tile_m * BM + row_offset + warp * 16;  // this warp's first row, per m64
       bool staged = false;  // bf16 D whose rows are whole 16-byte chunks

@@ -4,6 +4,7 @@
 // problems; cuBLASLt's algorithms are re-created from their 64 bytes.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -209,11 +210,21 @@ TEST_CASE("every pruned wgmma GEMM candidate matches a float64 reference", "[gpu
       uint64_t cc = g.p.c_dtype() ? g.dc.get() : 0, d = g.dd.get();
       uint64_t bias = g.bias.empty() ? 0 : g.dbias.get();
       int m = static_cast<int>(g.p.m()), n = static_cast<int>(g.p.n()), kk = static_cast<int>(g.p.k());
-      void* args[] = {&*tma_a, &*tma_b, &cc, &d, &bias, &m, &n, &kk, &g.alpha, &g.beta};
-      g.Poison(device);
-      REQUIRE(device->Launch(*k, r->kernels[0], args).ok());
-      REQUIRE(device->Synchronize().ok());
-      CHECK(g.Error(device) < kTolerance);
+      // A split-K recipe's workspace, zeroed once as its contract says; it runs
+      // twice, so what the first launch leaves in it (the counters) is tested too.
+      CHECK(r->workspace_zeroed == (c.split_k > 1));
+      absl::StatusOr<DeviceBuffer> ws = DeviceBuffer::Create(device, std::max<uint64_t>(r->workspace_bytes, 16));
+      REQUIRE(ws.ok());
+      REQUIRE(device->Fill(ws->get(), 0, ws->size()).ok());
+      uint64_t pws = r->workspace_bytes > 0 ? ws->get() : 0;
+      void* args[] = {&*tma_a, &*tma_b, &cc, &d, &bias, &m, &n, &kk, &g.alpha, &g.beta, &pws};
+      for (int launch = 0; launch < (c.split_k > 1 ? 2 : 1); ++launch) {
+        INFO("launch " << launch);
+        g.Poison(device);
+        REQUIRE(device->Launch(*k, r->kernels[0], args).ok());
+        REQUIRE(device->Synchronize().ok());
+        CHECK(g.Error(device) < kTolerance);
+      }
       device->UnloadKernel(*k);
       ++tested;
     }

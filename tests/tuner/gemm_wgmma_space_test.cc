@@ -4,6 +4,7 @@
 // candidate of issue 5's bench problems for sm_90a without spills.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <set>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "tuner/gemm_problem.h"
 #include "tuner/gemm_wgmma_space.h"
 #include "tuner/nvrtc_compiler.h"
+#include "tuner/wire.h"
 
 namespace ktune {
 namespace {
@@ -92,29 +94,97 @@ TEST_CASE("WgmmaLaunchRecipe: sm_90a, a persistent grid and TMA parameters", "[t
   CHECK(r->arch == "sm_90a");
   REQUIRE(r->kernels.size() == 1);
   const KernelLaunch& k = r->kernels[0];
-  CHECK(k.name_expression == "ktune::gemm_wgmma<ktune::bf16, 0, false, 128, 256, 2, false, 1, 4, 8>");
+  CHECK(k.name_expression == "ktune::gemm_wgmma<ktune::bf16, 0, false, 128, 256, 2, false, 1, 4, 8, 1>");
   CHECK(k.grid == std::array<uint32_t, 3>{132, 1, 1});  // 2048 tiles, one CTA per SM
   CHECK(k.block == std::array<uint32_t, 3>{384, 1, 1});
-  CHECK(k.dynamic_smem_bytes == 4 * (128 + 256) * 128 + 1024 + 80 + 2 * 4 * 16 * 144);
+  CHECK(k.dynamic_smem_bytes == 4 * (128 + 256) * 128 + 1024 + 96 + 2 * 4 * 16 * 144);
   CHECK(k.params == std::vector<std::string>{"tma_a:64x128", "tma_b:64x256", "c", "d", "bias", "M", "N", "K",
-                                             "alpha", "beta"});
+                                             "alpha", "beta", "ws"});
+  CHECK(r->workspace_bytes == 0);  // no split-K: ws is null
+  CHECK_FALSE(r->workspace_zeroed);
   // Fewer tiles than SMs: one CTA per tile; a batch shares the SMs out.
   r = WgmmaLaunchRecipe(LinearGemm(128, 512, 4096, v1::EPILOGUE_BIAS, v1::FP32, v1::FP32, 4), c, h200);
   REQUIRE(r.ok());
   CHECK(r->kernels[0].grid == std::array<uint32_t, 3>{2, 1, 4});
-  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<float, 1, true, 128, 256, 2, false, 1, 4, 8>");
+  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<float, 1, true, 128, 256, 2, false, 1, 4, 8, 1>");
   CHECK_FALSE(WgmmaLaunchRecipe(LinearGemm(64, 64, 100), c, h200).ok());
   // A 2x1 cluster: an even grid of CTA pairs, each fetching half of B's tile.
   WgmmaTileConfig pair = c;
   pair.cluster_m = 2;
   r = WgmmaLaunchRecipe(LinearGemm(8192, 8192, 8192), pair, h200);
   REQUIRE(r.ok());
-  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<ktune::bf16, 0, false, 128, 256, 2, false, 2, 4, 8>");
+  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<ktune::bf16, 0, false, 128, 256, 2, false, 2, 4, 8, 1>");
   CHECK(r->kernels[0].grid == std::array<uint32_t, 3>{132, 1, 1});
   CHECK(r->kernels[0].params[1] == "tma_b:64x128");
   r = WgmmaLaunchRecipe(LinearGemm(100, 512, 4096), pair, h200);  // one unit of two tile rows, 2 columns
   REQUIRE(r.ok());
   CHECK(r->kernels[0].grid == std::array<uint32_t, 3>{4, 1, 1});
+}
+
+TEST_CASE("split-K: K's steps divide into the slices, the workspace starts zeroed, and only few tiles split",
+          "[tuner][gemm]") {
+  const DeviceInfo h200 = CompileOnlyTarget();
+  WgmmaTileConfig c;
+  c.block_n = 128;
+  c.split_k = 4;
+  // 128 x 4096 x 14336: 32 tiles of 128 x 128 on 132 SMs; 224 steps of 64, 56 per slice.
+  const v1::GemmProblem thin = LinearGemm(128, 4096, 14336);
+  absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(thin, c, h200);
+  REQUIRE(r.ok());
+  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<ktune::bf16, 0, false, 128, 128, 2, false, 1, 4, 8, 4>");
+  CHECK(r->kernels[0].grid == std::array<uint32_t, 3>{128, 1, 1});  // 32 tiles x 4 slices
+  CHECK(r->workspace_bytes == uint64_t{32} * 4 * 128 * 128 * 4 + 32 * 4);  // partials, then counters
+  CHECK(r->workspace_zeroed);
+  // A batch of 3 and a 100-row tail: the slots count every batch's tiles.
+  r = WgmmaLaunchRecipe(LinearGemm(100, 256, 512, v1::EPILOGUE_NONE, v1::DTYPE_UNSPECIFIED, v1::BF16, 3), c, h200);
+  REQUIRE(r.ok());
+  CHECK(r->workspace_bytes == uint64_t{3} * 2 * 4 * 128 * 128 * 4 + 3 * 2 * 4);
+  CHECK(ToString(c) == "bm128 bn128 c2 s4 g8 k4");
+  // On the wire: the slices and the zeroed-workspace contract travel; an
+  // entry from before split-K (no field) reads as one slice.
+  absl::StatusOr<WgmmaTileConfig> back = WgmmaTileConfigFromProto(WgmmaTileConfigToProto(c));
+  REQUIRE(back.ok());
+  CHECK(*back == c);
+  v1::WgmmaTile old = WgmmaTileConfigToProto(c);
+  old.clear_split_k();
+  CHECK(WgmmaTileConfigFromProto(old)->split_k == 1);
+  old.set_split_k(-2);
+  CHECK_THAT(std::string(WgmmaTileConfigFromProto(old).status().message()),
+             Catch::Contains("config.gemm.wgmma.split_k: must be >= 1, got -2"));
+  CHECK(RecipeFromProto(RecipeToProto(*r, false)).workspace_zeroed);
+
+  auto refused = [&](const v1::GemmProblem& p, const WgmmaTileConfig& config, const std::string& why) {
+    const absl::Status s = CanImplementWgmma(p, config, h200);
+    INFO(s.ToString());
+    CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
+    CHECK_THAT(std::string(s.message()), Catch::Contains(why));
+  };
+  CHECK(CanImplementWgmma(LinearGemm(128, 4096, 1000), c, h200).ok());  // a K tail: 16 steps of 64
+  WgmmaTileConfig three = c;
+  three.split_k = 3;
+  refused(thin, three, "power of two");
+  WgmmaTileConfig many = c;
+  many.split_k = 32;
+  refused(thin, many, "power of two <= 16");
+  WgmmaTileConfig four = c;
+  refused(LinearGemm(128, 4096, 4096 + 64), four, "does not divide K's 65 steps");
+
+  // Pruned, split-K is only tried where the tiles alone leave SMs idle.
+  for (const WgmmaTileConfig& t : WgmmaSearchSpace(LinearGemm(8192, 8192, 8192), h200)) CHECK(t.split_k == 1);
+  // There, the unsplit configs keep their places and up to 8 split-K ones follow.
+  const std::vector<WgmmaTileConfig> pruned = WgmmaSearchSpace(thin, h200);
+  REQUIRE(!pruned.empty());
+  CHECK(pruned.front().split_k == 1);
+  const auto first_split =
+      std::find_if(pruned.begin(), pruned.end(), [](const WgmmaTileConfig& t) { return t.split_k > 1; });
+  REQUIRE(first_split != pruned.end());
+  CHECK(std::all_of(first_split, pruned.end(), [](const WgmmaTileConfig& t) { return t.split_k > 1; }));
+  CHECK(pruned.end() - first_split <= 8);
+  CHECK(first_split - pruned.begin() <= 16);
+  // The model counts the slices as work units and charges their round trip.
+  WgmmaTileConfig whole = c;
+  whole.split_k = 1;
+  CHECK(WgmmaModelTimeUs(thin, c, h200) < WgmmaModelTimeUs(thin, whole, h200));
 }
 
 TEST_CASE("TMA parameters parse, and malformed ones are named", "[tuner][gemm]") {

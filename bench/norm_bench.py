@@ -302,8 +302,14 @@ def main():
                          "or e.g. 32768x1024,4096x5120")
     args = ap.parse_args()
     args.peers = [p for p in args.peers.split(",") if p]
-    named = {"all": SHAPES, "cliff": CLIFF_SHAPES}
-    shapes = named.get(args.shapes) or [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    shapes = {"all": SHAPES, "cliff": CLIFF_SHAPES}.get(args.shapes)
+    if shapes is None:
+        try:
+            shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+        except ValueError:
+            shapes = []
+        if not shapes or any(len(s) != 2 or min(s) < 1 for s in shapes):
+            ap.error(f"--shapes {args.shapes!r}: expected all, cliff, or MxN[,MxN...] with M, N >= 1")
     torch.manual_seed(0)
     ceiling = copy_ceiling_tbs()
     rows = []

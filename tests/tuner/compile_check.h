@@ -7,12 +7,36 @@
 #include <chrono>
 #include <cstdio>
 #include <regex>
+#include <set>
+#include <string>
 #include <vector>
 
+#include "ktune/v1/ktune.pb.h"
+#include "tuner/fingerprint.h"
+#include "tuner/gemm_space.h"
 #include "tuner/launch_recipe.h"
 #include "tuner/nvrtc_compiler.h"
 
 namespace ktune {
+
+// The recipes of every pruned config of `space` over `problems`, one per
+// distinct kernel (problems often share instantiations). `space` and `recipe`
+// are a GEMM template's search space and recipe functions.
+template <typename Space, typename Recipe>
+std::vector<LaunchRecipe> DistinctRecipes(const std::vector<v1::GemmProblem>& problems, const DeviceInfo& device,
+                                          Space space, Recipe recipe) {
+  std::vector<LaunchRecipe> recipes;
+  std::set<std::string> names;
+  for (const v1::GemmProblem& p : problems) {
+    for (const auto& c : space(p, device, GemmSpaceOptions())) {
+      absl::StatusOr<LaunchRecipe> r = recipe(p, c, device);
+      REQUIRE(r.ok());
+      if (!names.insert(r->kernels[0].name_expression).second) continue;
+      recipes.push_back(*std::move(r));
+    }
+  }
+  return recipes;
+}
 
 // Compiles `recipes` (with ptxas's verbose report) on every core and checks
 // each compiled, was lowered, and spilled nothing; prints how many took how

@@ -135,16 +135,8 @@ TEST_CASE("GemmLaunchRecipe: the template, geometry and parameters", "[tuner][ge
 
 TEST_CASE("NVRTC compiles every pruned GEMM candidate for sm_90 without spills", "[tuner][gemm][nvrtc][slow]") {
   const DeviceInfo device = CompileOnlyTarget();
-  std::vector<LaunchRecipe> recipes;
-  std::set<std::string> names;
-  for (const v1::GemmProblem& p : RepresentativeProblems()) {
-    for (const GemmTileConfig& c : GemmSearchSpace(p, device)) {
-      absl::StatusOr<LaunchRecipe> r = GemmLaunchRecipe(p, c, device);
-      REQUIRE(r.ok());
-      if (!names.insert(r->kernels[0].name_expression).second) continue;
-      recipes.push_back(*std::move(r));
-    }
-  }
+  std::vector<LaunchRecipe> recipes =
+      DistinctRecipes(RepresentativeProblems(), device, GemmSearchSpace, GemmLaunchRecipe);
   REQUIRE(recipes.size() >= 20);
   CheckCompilesWithoutSpills(&recipes, "GEMM");
 }

@@ -19,6 +19,14 @@
 namespace ktune {
 namespace {
 
+// CanImplementWgmma refuses (problem, config) on `device`, naming `why`.
+void CheckRefused(const v1::GemmProblem& problem, const WgmmaTileConfig& config, const DeviceInfo& device,
+                  const std::string& why) {
+  const absl::Status s = CanImplementWgmma(problem, config, device);
+  INFO(s.ToString());
+  CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(s.message()), Catch::Contains(why));
+}
 
 TEST_CASE("the wgmma space serves bf16 [N, K] GEMMs on sm_90 only, and says why not", "[tuner][gemm]") {
   const DeviceInfo h200 = CompileOnlyTarget();
@@ -26,46 +34,39 @@ TEST_CASE("the wgmma space serves bf16 [N, K] GEMMs on sm_90 only, and says why 
   CHECK(CanImplementWgmma(LinearGemm(8192, 8192, 8192), c, h200).ok());
   CHECK(CanImplementWgmma(LinearGemm(1, 4100, 520, v1::EPILOGUE_BIAS_GELU), c, h200).ok());
 
-  auto refused = [&](const v1::GemmProblem& p, const WgmmaTileConfig& config, const DeviceInfo& d,
-                     const std::string& why) {
-    const absl::Status s = CanImplementWgmma(p, config, d);
-    INFO(s.ToString());
-    CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
-    CHECK_THAT(std::string(s.message()), Catch::Contains(why));
-  };
   DeviceInfo ampere = h200;
   ampere.cc_major = 8;
-  refused(LinearGemm(4096, 4096, 4096), c, ampere, "needs sm_90");
+  CheckRefused(LinearGemm(4096, 4096, 4096), c, ampere, "needs sm_90");
   DeviceInfo blackwell = h200;
   blackwell.cc_major = 10;
-  refused(LinearGemm(4096, 4096, 4096), c, blackwell, "needs sm_90");
+  CheckRefused(LinearGemm(4096, 4096, 4096), c, blackwell, "needs sm_90");
   v1::GemmProblem kn = LinearGemm(4096, 4096, 4096);
   kn.set_b_layout(v1::ROW_MAJOR);
-  refused(kn, c, h200, "[N, K]");
+  CheckRefused(kn, c, h200, "[N, K]");
   v1::GemmProblem fp8 = LinearGemm(4096, 4096, 4096);
   fp8.set_a_dtype(v1::FP8_E4M3);
   fp8.set_b_dtype(v1::FP8_E4M3);
-  refused(fp8, c, h200, "bf16");
-  refused(LinearGemm(64, 64, 100), c, h200, "K = 100");
+  CheckRefused(fp8, c, h200, "bf16");
+  CheckRefused(LinearGemm(64, 64, 100), c, h200, "K = 100");
   WgmmaTileConfig wide = c;
   wide.block_m = 256;  // 128 rows x 256 columns per consumer: 256 accumulators
-  refused(LinearGemm(4096, 4096, 4096), wide, h200, "accumulators");
+  CheckRefused(LinearGemm(4096, 4096, 4096), wide, h200, "accumulators");
   WgmmaTileConfig deep = c;
   deep.stages = 6;  // 6 x 48 KiB
-  refused(LinearGemm(4096, 4096, 4096), deep, h200, "shared memory");
+  CheckRefused(LinearGemm(4096, 4096, 4096), deep, h200, "shared memory");
   WgmmaTileConfig lone = c;
   lone.consumers = 1;
   lone.pingpong = true;
-  refused(LinearGemm(4096, 4096, 4096), lone, h200, "ping-pong takes two consumers");
+  CheckRefused(LinearGemm(4096, 4096, 4096), lone, h200, "ping-pong takes two consumers");
   WgmmaTileConfig big_turns = c;  // ping-pong: each consumer holds the whole 128 x 256 tile
   big_turns.pingpong = true;
-  refused(LinearGemm(4096, 4096, 4096), big_turns, h200, "256 accumulators");
+  CheckRefused(LinearGemm(4096, 4096, 4096), big_turns, h200, "256 accumulators");
   WgmmaTileConfig trio = c;
   trio.cluster_m = 3;
-  refused(LinearGemm(4096, 4096, 4096), trio, h200, "cluster_m");
+  CheckRefused(LinearGemm(4096, 4096, 4096), trio, h200, "cluster_m");
   WgmmaTileConfig odd = c;
   odd.block_n = 96;
-  refused(LinearGemm(4096, 4096, 4096), odd, h200, "block_n");
+  CheckRefused(LinearGemm(4096, 4096, 4096), odd, h200, "block_n");
 }
 
 TEST_CASE("the wgmma model prefers big tiles for big GEMMs and fewer idle SMs for small ones", "[tuner][gemm]") {
@@ -154,10 +155,7 @@ TEST_CASE("split-K: K's steps divide into the slices, the workspace starts zeroe
   CHECK(RecipeFromProto(RecipeToProto(*r, false)).workspace_zeroed);
 
   auto refused = [&](const v1::GemmProblem& p, const WgmmaTileConfig& config, const std::string& why) {
-    const absl::Status s = CanImplementWgmma(p, config, h200);
-    INFO(s.ToString());
-    CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
-    CHECK_THAT(std::string(s.message()), Catch::Contains(why));
+    CheckRefused(p, config, h200, why);
   };
   CHECK(CanImplementWgmma(LinearGemm(128, 4096, 1000), c, h200).ok());  // a K tail: 16 steps of 64
   WgmmaTileConfig three = c;
@@ -226,16 +224,7 @@ TEST_CASE("NVRTC compiles every pruned wgmma candidate for sm_90a without spills
   problems.push_back(LinearGemm(127, 4097, 4104, v1::EPILOGUE_BIAS_GELU));
   problems.push_back(LinearGemm(300, 520, 1000, v1::EPILOGUE_BIAS_SILU, v1::BF16, v1::BF16, 2));
   problems.push_back(LinearGemm(1000, 1000, 1000, v1::EPILOGUE_RESIDUAL_ADD, v1::FP32, v1::FP32));
-  std::vector<LaunchRecipe> recipes;
-  std::set<std::string> names;
-  for (const v1::GemmProblem& p : problems) {
-    for (const WgmmaTileConfig& c : WgmmaSearchSpace(p, h200)) {
-      absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(p, c, h200);
-      REQUIRE(r.ok());
-      if (!names.insert(r->kernels[0].name_expression).second) continue;
-      recipes.push_back(*std::move(r));
-    }
-  }
+  std::vector<LaunchRecipe> recipes = DistinctRecipes(problems, h200, WgmmaSearchSpace, WgmmaLaunchRecipe);
   REQUIRE(recipes.size() >= 10);
   CheckCompilesWithoutSpills(&recipes, "wgmma");
 }

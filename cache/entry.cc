@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -10,6 +11,9 @@
 #include "absl/strings/string_view.h"
 #include "tuner/fingerprint.h"
 #include "tuner/gemm_problem.h"
+#include "tuner/gemm_skinny_space.h"
+#include "tuner/gemm_space.h"
+#include "tuner/gemm_wgmma_space.h"
 #include "tuner/launch_recipe.h"
 #include "tuner/problem.h"
 #include "tuner/wire.h"
@@ -162,28 +166,52 @@ absl::Status CheckNormConfig(absl::string_view prefix, const v1::Config& config,
   return absl::OkStatus();
 }
 
-// A GEMM entry's config names its source, and its recipe is that source's.
-absl::Status CheckGemmConfig(absl::string_view prefix, const v1::Config& config,
-                             const v1::LaunchRecipe& recipe) {
+// The device an entry was tuned on, as far as a config's limits go: its
+// fingerprint, plus the architecture's shared-memory limit, which the
+// fingerprint does not carry. nullopt for an architecture this version does
+// not know (nothing there can be judged).
+std::optional<DeviceInfo> TunedOn(const v1::DeviceFingerprint& fingerprint) {
+  DeviceInfo device = DeviceFromProto(fingerprint);
+  device.max_smem_per_block_optin = ArchSmemPerBlockOptin(device.cc_major, device.cc_minor);
+  if (device.max_smem_per_block_optin == 0) return std::nullopt;
+  return device;
+}
+
+// A GEMM entry's config names its source, its recipe is that source's, and
+// one of our templates' configs can run the problem on the device it was
+// tuned on (judged as the tuner judged it, CanImplement*): a bundle made by
+// hand or by another version cannot bring in a kernel the template refuses
+// (split_k = 3, a skinny config at M = 2048, ...).
+absl::Status CheckGemmConfig(absl::string_view prefix, const v1::Entry& entry) {
+  const v1::Config& config = entry.config();
+  const v1::LaunchRecipe& recipe = entry.recipe();
+  const v1::GemmProblem& problem = entry.problem().gemm();
   if (!config.has_gemm()) return Bad(prefix, "config.gemm", "a GEMM problem needs a GEMM config");
   const v1::GemmConfig& g = config.gemm();
-  // One of our templates: its config's fields, and a recipe of that template.
-  auto OwnTemplate = [&](const absl::Status& fields, const char* source, const char* template_id) -> absl::Status {
-    if (!fields.ok()) return FromTuner(prefix, "config.gemm", fields);
+  const std::optional<DeviceInfo> device = TunedOn(entry.device());
+  // One of our templates: its config's fields, a recipe of that template, and
+  // the template's verdict on (problem, config, device).
+  auto OwnTemplate = [&](const auto& parsed, const char* source, const char* template_id,
+                         auto can_implement) -> absl::Status {
+    if (!parsed.ok()) return FromTuner(prefix, "config.gemm", parsed.status());
     if (recipe.template_id() != template_id) {
       return Bad(prefix, "recipe.template_id",
                  absl::StrCat("a ", source, " config needs a ", template_id, " recipe, got '", recipe.template_id(),
                               "'"));
     }
+    if (!device.has_value()) return absl::OkStatus();
+    if (absl::Status s = can_implement(problem, *parsed, *device); !s.ok()) {
+      return Bad(prefix, "config.gemm", absl::StrCat("cannot run this problem on ", Arch(*device), ": ", s.message()));
+    }
     return absl::OkStatus();
   };
   switch (g.source_case()) {
     case v1::GemmConfig::kMmaSync:
-      return OwnTemplate(GemmTileConfigFromProto(g.mma_sync()).status(), "mma_sync", "gemm/gemm_mma");
+      return OwnTemplate(GemmTileConfigFromProto(g.mma_sync()), "mma_sync", "gemm/gemm_mma", CanImplementGemm);
     case v1::GemmConfig::kWgmma:
-      return OwnTemplate(WgmmaTileConfigFromProto(g.wgmma()).status(), "wgmma", "gemm/gemm_wgmma");
+      return OwnTemplate(WgmmaTileConfigFromProto(g.wgmma()), "wgmma", "gemm/gemm_wgmma", CanImplementWgmma);
     case v1::GemmConfig::kSkinny:
-      return OwnTemplate(SkinnyConfigFromProto(g.skinny()).status(), "skinny", "gemm/gemm_skinny");
+      return OwnTemplate(SkinnyConfigFromProto(g.skinny()), "skinny", "gemm/gemm_skinny", CanImplementSkinny);
     case v1::GemmConfig::kCublaslt: {
       const v1::CublasLtAlgorithm& a = g.cublaslt();
       if (a.algo().size() != kCublasLtAlgoBytes) {
@@ -361,7 +389,7 @@ absl::Status ValidateEntry(const v1::Entry& entry, std::string_view prefix_text)
   if (absl::Status s = CheckDevice(prefix, entry.device()); !s.ok()) return s;
   if (!entry.has_software()) return Bad(prefix, "software", "missing");
   if (absl::Status s = CheckSoftware(prefix, entry.software()); !s.ok()) return s;
-  if (absl::Status s = gemm ? CheckGemmConfig(prefix, entry.config(), entry.recipe())
+  if (absl::Status s = gemm ? CheckGemmConfig(prefix, entry)
                             : CheckNormConfig(prefix, entry.config(), *problem);
       !s.ok()) {
     return s;

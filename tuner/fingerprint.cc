@@ -14,9 +14,20 @@ DeviceInfo CompileOnlyTarget() {
   d.sm_count = 132;
   d.l2_bytes = 50 << 20;
   d.max_threads_per_sm = 2048;
-  d.max_smem_per_block_optin = 227 << 10;
+  d.max_smem_per_block_optin = ArchSmemPerBlockOptin(d.cc_major, d.cc_minor);
   d.regs_per_sm = 65536;
   return d;
+}
+
+int ArchSmemPerBlockOptin(int cc_major, int cc_minor) {
+  switch (cc_major * 10 + cc_minor) {
+    case 70: return 96 << 10;
+    case 75: return 64 << 10;
+    case 80: case 87: return 163 << 10;
+    case 86: case 89: case 120: return 99 << 10;
+    case 90: case 100: return 227 << 10;
+    default: return 0;
+  }
 }
 
 std::string DeviceKey(const DeviceInfo& d) {

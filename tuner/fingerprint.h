@@ -34,6 +34,13 @@ std::string Arch(const DeviceInfo& device);
 // Heuristic answers and compile checks use it; nothing is ever stored under it.
 DeviceInfo CompileOnlyTarget();
 
+// The most dynamic shared memory one CTA may opt into on compute capability
+// major.minor, a fixed property of the architecture (CUDA C++ Programming
+// Guide, "Technical Specifications per Compute Capability"); 0 for an
+// architecture this version does not know. For judging configs tuned on
+// another machine, whose DeviceFingerprint does not carry the limit.
+int ArchSmemPerBlockOptin(int cc_major, int cc_minor);
+
 // Stable text, e.g. "cc=9.0 name=NVIDIA H200 sms=132 mem=150754820096 driver=13000".
 std::string DeviceKey(const DeviceInfo& device);
 
@@ -42,6 +49,13 @@ struct SoftwareFingerprint {
   int nvrtc_version = 0;      // major * 1000 + minor * 10
   int schema_version = kSchemaVersion;
 };
+
+// The most dynamic shared memory one CTA may opt into on compute capability
+// major.minor, a fixed property of the architecture (CUDA C++ Programming
+// Guide, "Technical Specifications per Compute Capability"); 0 for an
+// architecture this version does not know. For judging configs tuned on
+// another machine, whose DeviceFingerprint does not carry the limit.
+int ArchSmemPerBlockOptin(int cc_major, int cc_minor);
 
 // Stable text, e.g. "tpl=3f2a... nvrtc=13000 schema=1".
 std::string SoftwareKey(const SoftwareFingerprint& software);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tests/cache/test_entries.h"
+#include "tuner/fingerprint.h"
 
 namespace ktune {
 namespace {
@@ -348,6 +349,80 @@ TEST_CASE("ValidateEntry: each bad GEMM field is named", "[cache][gemm]") {
     CHECK(s.code() == absl::StatusCode::kInvalidArgument);
     CHECK(std::string(s.message()).rfind(c.expected, 0) == 0);
   }
+}
+
+// A wgmma entry (128 x 256 tiles, two consumers, split_k as given) for the
+// test problem; valid as built with split_k 1, 2 or 4 at K = 4096.
+v1::Entry WgmmaEntry(int split_k) {
+  v1::Entry e = MakeTestGemmEntry();
+  v1::WgmmaTile* t = e.mutable_config()->mutable_gemm()->mutable_wgmma();
+  t->set_block_m(128);
+  t->set_block_n(256);
+  t->set_consumers(2);
+  t->set_cluster_m(1);
+  t->set_stages(4);
+  t->set_group_m(8);
+  t->set_split_k(split_k);
+  e.mutable_recipe()->set_template_id("gemm/gemm_wgmma");
+  return e;
+}
+
+TEST_CASE("ValidateEntry: a GEMM config the template cannot run is refused, saying why", "[cache][gemm]") {
+  for (int split : {1, 2, 4}) {
+    INFO(split);
+    CHECK(ValidateEntry(WgmmaEntry(split)).ok());
+  }
+  struct Case {
+    v1::Entry entry;
+    std::string expected;  // the whole message
+  };
+  std::vector<Case> cases;
+  cases.push_back({WgmmaEntry(3), "entry.config.gemm: cannot run this problem on sm_90: wgmma bm128 bn256 c2 s4 g8 k3: "
+                                  "split_k must be a power of two <= 16"});
+  {
+    v1::Entry e = WgmmaEntry(2);
+    e.mutable_problem()->mutable_gemm()->set_k(4160);  // 65 steps of 64
+    cases.push_back({e, "entry.config.gemm: cannot run this problem on sm_90: wgmma bm128 bn256 c2 s4 g8 k2: "
+                        "split_k = 2 does not divide K's 65 steps of 64"});
+  }
+  {
+    v1::Entry e = WgmmaEntry(1);
+    e.mutable_device()->set_cc_major(8);  // an A100's entry
+    cases.push_back({e, "entry.config.gemm: cannot run this problem on sm_80: wgmma bm128 bn256 c2 s4 g8: "
+                        "needs sm_90 (compiled for sm_90a), device is sm_80"});
+  }
+  {
+    v1::Entry e = MakeTestGemmEntry();
+    e.mutable_config()->mutable_gemm()->mutable_mma_sync()->set_block_k(256);
+    cases.push_back({e, "entry.config.gemm: cannot run this problem on sm_90: bm128 bn128 bk256 w2x2 s4 g8: "
+                        "block_k must be 16 to 128"});
+  }
+  {
+    v1::Entry e = MakeTestGemmEntry();  // M = 2048
+    v1::SkinnyTile* t = e.mutable_config()->mutable_gemm()->mutable_skinny();
+    t->set_warps(8);
+    t->set_unroll(4);
+    e.mutable_recipe()->set_template_id("gemm/gemm_skinny");
+    cases.push_back({e, "entry.config.gemm: cannot run this problem on sm_90: skinny w8 u4: serves M <= 16, M is 2048"});
+  }
+  for (const Case& c : cases) {
+    const absl::Status s = ValidateEntry(c.entry);
+    CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+    CHECK(std::string(s.message()) == c.expected);
+  }
+}
+
+TEST_CASE("ValidateEntry: on an architecture it does not know, a GEMM config gets field checks only",
+          "[cache][gemm]") {
+  v1::Entry e = WgmmaEntry(3);  // refused on sm_90 (above)
+  e.mutable_device()->set_cc_major(11);
+  e.mutable_device()->set_cc_minor(0);
+  e.mutable_recipe()->set_arch("sm_110");
+  REQUIRE(ArchSmemPerBlockOptin(11, 0) == 0);
+  INFO(ValidateEntry(e).ToString());
+  CHECK(ValidateEntry(e).ok());
+  e.mutable_config()->mutable_gemm()->mutable_wgmma()->set_split_k(-1);
+  CHECK(std::string(ValidateEntry(e).message()).rfind("entry.config.gemm.wgmma.split_k:", 0) == 0);
 }
 
 }  // namespace

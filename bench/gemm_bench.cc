@@ -1,6 +1,6 @@
 // ktune_gemm_bench: tunes GEMM problems in process on the local GPU over both
 // candidate sources (tuner/gemm_tuner.h) and prints, per problem, TFLOP/s of
-// cuBLASLt's default choice, of the best mma.sync template candidate and of
+// cuBLASLt's default choice, of the best own template candidate and of
 // ktune's answer, all from one measurement (re-measured together). Peers
 // outside ktune (torch.matmul) are for a Python driver to add.
 //
@@ -8,8 +8,8 @@
 //                    [--json out.json]
 // Default shapes: issue 5's (M in {1, 16, 128, 2048, 8192} x (N, K) in
 // {(4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096)}, plus 8192^3), bf16
-// (fp8: e4m3 A and B with per-tensor scales, bf16 D; cuBLASLt candidates only
-// until an fp8 template exists).
+// (fp8: e4m3 A and B with per-tensor scales, bf16 D; cuBLASLt's algorithms and
+// the wgmma template).
 #include <cstdio>
 #include <fstream>
 #include <string>

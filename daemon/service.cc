@@ -236,12 +236,17 @@ absl::Status KtuneServiceImpl::AnswerUntunedGemm(const Resolved& r, bool include
   // The untuned wgmma answer is the model's best without split-K (the space
   // lists those first): a split-K recipe needs a zeroed workspace, and the
   // model's split-K estimate has not been checked against the GPU yet.
+  // fp8 gets no untuned answer: its wgmma kernels have not yet run on a GPU,
+  // and a tune checks every candidate against the reference before use.
+  const bool fp8 = r.gemm->a_dtype() == v1::FP8_E4M3;
   v1::GemmConfig config;
   absl::StatusOr<LaunchRecipe> recipe = absl::NotFoundError("no template serves this GEMM");
   if (const std::vector<SkinnyConfig> skinny = SkinnySearchSpace(*r.gemm, target_); !skinny.empty()) {
     recipe = SkinnyLaunchRecipe(*r.gemm, skinny.front(), target_);
     *config.mutable_skinny() = SkinnyConfigToProto(skinny.front());
-  } else if (const std::vector<WgmmaTileConfig> wgmma = WgmmaSearchSpace(*r.gemm, target_); !wgmma.empty()) {
+  } else if (const std::vector<WgmmaTileConfig> wgmma = fp8 ? std::vector<WgmmaTileConfig>()
+                                                              : WgmmaSearchSpace(*r.gemm, target_);
+             !wgmma.empty()) {
     recipe = WgmmaLaunchRecipe(*r.gemm, wgmma.front(), target_);
     *config.mutable_wgmma() = WgmmaTileConfigToProto(wgmma.front());
   } else if (const std::vector<GemmTileConfig> mma = GemmSearchSpace(*r.gemm, target_); !mma.empty()) {
@@ -249,8 +254,8 @@ absl::Status KtuneServiceImpl::AnswerUntunedGemm(const Resolved& r, bool include
     *config.mutable_mma_sync() = GemmTileConfigToProto(mma.front());
   } else {
     return absl::FailedPreconditionError(
-        "no heuristic answer for this GEMM: its candidates come from cuBLASLt alone (fp8), which "
-        "needs the GPU; ask with TUNE_ON_MISS");
+        "no heuristic answer for this GEMM: its candidates (fp8: cuBLASLt's and the wgmma template's) are "
+        "measured and checked on the GPU first; ask with TUNE_ON_MISS");
   }
   if (!recipe.ok()) return recipe.status();
   absl::StatusOr<LaunchRecipe> compiled = Compiled(*std::move(recipe));

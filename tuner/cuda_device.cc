@@ -242,17 +242,23 @@ class CudaDevice final : public Device {
     static_assert(sizeof(CUtensorMap) == sizeof(TmaDescriptorBytes), "a CUtensorMap is 128 bytes");
     TmaDescriptorBytes out;
     const cuuint64_t dims[3] = {t.inner, t.rows, t.batch};
-    const cuuint64_t strides[2] = {t.row_pitch * 2, t.batch_pitch * 2};  // bytes, dims 1 and 2
+    if (t.element_bytes != 1 && t.element_bytes != 2) {
+      return absl::InvalidArgumentError(absl::StrCat("TMA elements of ", t.element_bytes, " bytes (1 or 2)"));
+    }
+    const cuuint64_t strides[2] = {t.row_pitch * t.element_bytes, t.batch_pitch * t.element_bytes};  // bytes
     const cuuint32_t box[3] = {t.box_inner, t.box_rows, 1};
     const cuuint32_t element_strides[3] = {1, 1, 1};
+    // fp8 has no tensor-map type of its own; TMA only moves its bytes.
+    const CUtensorMapDataType type =
+        t.element_bytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8;
     const CUresult r = api_->cuTensorMapEncodeTiled_(
-        reinterpret_cast<CUtensorMap*>(out.bytes), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3,
+        reinterpret_cast<CUtensorMap*>(out.bytes), type, 3,
         reinterpret_cast<void*>(t.base), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
         CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "cuTensorMapEncodeTiled refused a bf16 tensor of %d x %d x %d (pitches %d, %d), box %d x %d: %s",
-          t.inner, t.rows, t.batch, t.row_pitch, t.batch_pitch, t.box_inner, t.box_rows,
+          "cuTensorMapEncodeTiled refused a tensor of %d-byte elements, %d x %d x %d (pitches %d, %d), box %d x %d: %s",
+          t.element_bytes, t.inner, t.rows, t.batch, t.row_pitch, t.batch_pitch, t.box_inner, t.box_rows,
           CudaStatus(*api_, r, "cuTensorMapEncodeTiled").message()));
     }
     return out;

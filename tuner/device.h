@@ -41,6 +41,7 @@ struct TmaTensor {
   uint64_t inner = 0, rows = 0, batch = 1;
   uint64_t row_pitch = 0, batch_pitch = 0;  // elements
   uint32_t box_inner = 64, box_rows = 0;
+  uint32_t element_bytes = 2;  // 2: bf16, 1: fp8 (moved as bytes)
 };
 
 class Device {

@@ -208,19 +208,30 @@ absl::Status GemmRunner::Impl::Launch(const LaunchRecipe& recipe, const LoadedKe
     uint64_t pbias = GemmHasBias(p) ? bias.get() : 0;
     int m = static_cast<int>(p.m()), n = static_cast<int>(p.n()), kk = static_cast<int>(p.k());
     float alpha = 1.0f, beta = 1.0f;
-    uint64_t pws = kernel_workspace.get();  // 0 without one
-    // The templates' parameters, in order; gemm_wgmma takes ws last (the
-    // others end at beta, and a launch reads only its kernel's parameters).
-    void* args[] = {&pa, &pb, &pc, &pd, &pbias, &m, &n, &kk, &alpha, &beta, &pws};
-    // A TMA template takes descriptors of A and B in their places.
-    const std::vector<std::string>& params = recipe.kernels[0].params;
-    for (int i = 0; i < 2 && i < static_cast<int>(params.size()); ++i) {
-      if (params[i].rfind("tma_", 0) != 0) continue;
-      absl::StatusOr<const TmaDescriptorBytes*> d = Tma(params[i], set);
-      if (!d.ok()) return d.status();
-      args[i] = const_cast<TmaDescriptorBytes*>(*d);
+    uint64_t pws = kernel_workspace.get();                      // 0 without one
+    uint64_t pas = a_scale.get(), pbs = b_scale.get();          // 0 for bf16: no scale
+    // The kernel's arguments, bound by the names the recipe lists in order;
+    // a TMA template takes descriptors of A and B ("tma_a:64x128").
+    const std::pair<const char*, void*> by_name[] = {
+        {"a", &pa}, {"b", &pb},       {"c", &pc},         {"d", &pd},         {"bias", &pbias},
+        {"M", &m},  {"N", &n},        {"K", &kk},         {"alpha", &alpha},  {"beta", &beta},
+        {"ws", &pws}, {"a_scale", &pas}, {"b_scale", &pbs}};
+    std::vector<void*> args;
+    for (const std::string& name : recipe.kernels[0].params) {
+      if (name.rfind("tma_", 0) == 0) {
+        absl::StatusOr<const TmaDescriptorBytes*> descriptor = Tma(name, set);
+        if (!descriptor.ok()) return descriptor.status();
+        args.push_back(const_cast<TmaDescriptorBytes*>(*descriptor));
+        continue;
+      }
+      auto it = std::find_if(std::begin(by_name), std::end(by_name),
+                             [&](const std::pair<const char*, void*>& e) { return name == e.first; });
+      if (it == std::end(by_name)) {
+        return absl::InvalidArgumentError(absl::StrCat("GEMM kernel parameter '", name, "' is not one the runner binds"));
+      }
+      args.push_back(it->second);
     }
-    return device->Launch(*kernel, recipe.kernels[0], args);
+    return device->Launch(*kernel, recipe.kernels[0], args.data());
   }
   if (cublaslt == nullptr) return absl::FailedPreconditionError("a cuBLASLt candidate without cuBLASLt");
   GemmOperands o;

@@ -14,12 +14,12 @@ namespace ktune {
 namespace {
 
 constexpr char kTemplateId[] = "gemm/gemm_wgmma";
-constexpr int kBlockK = 64;              // the template's K step: one 128-byte swizzle row of bf16
+constexpr int kRowBytes = 128;           // of K per stage and tile row: one 128-byte swizzle row
 constexpr int kMaxAccumulators = 128;    // fp32 per consumer thread (of 232 registers after setmaxnreg)
 constexpr int kMaxBatch = 65535;         // gridDim.z
 // wgmma's dense bf16 rate per SM on an H100/H200 (989 TFLOP/s over 132 SMs)
 // and the HBM rate the norm kernels reach.
-constexpr double kWgmmaTflopsPerSm = 989.0 / 132;
+constexpr double kWgmmaTflopsPerSm = 989.0 / 132;  // fp8: twice this
 constexpr double kMemoryTBps = 4.0;
 // Split-K partials travel through L2 at an SM's share of its bandwidth (an
 // assumption, about 8 TB/s over 132 SMs; not yet measured).
@@ -27,6 +27,11 @@ constexpr double kL2GBpsPerSm = 60.0;
 constexpr int kMaxSplitK = 16;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+bool IsFp8(const v1::GemmProblem& p) { return p.a_dtype() == v1::FP8_E4M3; }
+int OperandBytes(const v1::GemmProblem& p) { return IsFp8(p) ? 1 : 2; }
+// The template's K step in elements: one 128-byte row (64 bf16, 128 e4m3).
+int BlockK(const v1::GemmProblem& p) { return kRowBytes / OperandBytes(p); }
 
 int Accumulators(const WgmmaTileConfig& c) { return c.rows_per_consumer() * c.block_n / 128; }
 
@@ -99,7 +104,7 @@ int64_t WgmmaSharedMemoryBytes(const WgmmaTileConfig& c) {
   // The ring, its 1024-byte alignment slack, the mbarriers and 16 bytes of
   // split-K flags, and 16 staging rows of 64 outputs (128 bytes + 16 of
   // padding) per consumer warp.
-  return int64_t{c.stages} * (c.block_m + c.block_n) * kBlockK * 2 + 1024 + 16 * (c.stages + 2) +
+  return int64_t{c.stages} * (c.block_m + c.block_n) * kRowBytes + 1024 + 16 * (c.stages + 2) +
          int64_t{c.consumers} * 4 * 16 * 144;
 }
 
@@ -110,9 +115,10 @@ absl::Status CanImplementWgmma(const v1::GemmProblem& p, const WgmmaTileConfig& 
   if (d.cc_major != 9 || d.cc_minor != 0) {
     return fail(absl::StrCat("needs sm_90 (compiled for sm_90a), device is ", Arch(d)));
   }
-  if (p.a_dtype() != v1::BF16 || p.b_dtype() != v1::BF16) return fail("the wgmma template serves bf16 A and B");
   if (!GemmBIsNK(p)) return fail("the wgmma template serves B given as [N, K]");
-  if (p.k() % 8 != 0) return fail(absl::StrCat("K = ", p.k(), " is not a multiple of 8 (16-byte TMA strides)"));
+  if (p.k() * OperandBytes(p) % 16 != 0) {
+    return fail(absl::StrCat("K = ", p.k(), " is not a multiple of ", 16 / OperandBytes(p), " (16-byte TMA strides)"));
+  }
   if (GemmBatch(p) > kMaxBatch) return fail(absl::StrCat("batch over ", kMaxBatch));
   if ((c.block_m != 64 && c.block_m != 128 && c.block_m != 256) ||
       (c.block_n != 64 && c.block_n != 128 && c.block_n != 256)) {
@@ -130,8 +136,8 @@ absl::Status CanImplementWgmma(const v1::GemmProblem& p, const WgmmaTileConfig& 
   if (c.split_k < 1 || c.split_k > kMaxSplitK || (c.split_k & (c.split_k - 1)) != 0) {
     return fail(absl::StrCat("split_k must be a power of two <= ", kMaxSplitK));
   }
-  if (const int64_t k_steps = CeilDiv(p.k(), kBlockK); k_steps % c.split_k != 0) {
-    return fail(absl::StrCat("split_k = ", c.split_k, " does not divide K's ", k_steps, " steps of ", kBlockK));
+  if (const int64_t k_steps = CeilDiv(p.k(), BlockK(p)); k_steps % c.split_k != 0) {
+    return fail(absl::StrCat("split_k = ", c.split_k, " does not divide K's ", k_steps, " steps of ", BlockK(p)));
   }
   const int64_t optin = d.max_smem_per_block_optin > 0 ? d.max_smem_per_block_optin : 48 << 10;
   if (WgmmaSharedMemoryBytes(c) > optin) {
@@ -163,10 +169,10 @@ double WgmmaModelTimeUs(const v1::GemmProblem& p, const WgmmaTileConfig& c, cons
   // not yet found; until they are, the model ranks clusters out of the
   // pruned space (the GPU test still checks them all).
   const double cluster_efficiency = c.cluster_m == 2 ? 0.5 : 1.0;
-  const double pipelining = std::min(1.0, (c.stages - 1) * kBlockK / 192.0);
-  const double k_padded = static_cast<double>(CeilDiv(p.k(), kBlockK) * kBlockK);
+  const double pipelining = std::min(1.0, (c.stages - 1) * kRowBytes / 384.0);  // 3 rows of 128 bytes
+  const double k_padded = static_cast<double>(CeilDiv(p.k(), BlockK(p)) * BlockK(p));
   const double unit_flops = 2.0 * c.block_m * c.block_n * k_padded / c.split_k;
-  const double rate = kWgmmaTflopsPerSm * tile_efficiency * consumer_efficiency * cluster_efficiency * pipelining;
+  const double rate = (IsFp8(p) ? 2 : 1) * kWgmmaTflopsPerSm * tile_efficiency * consumer_efficiency * cluster_efficiency * pipelining;
   double compute_us = static_cast<double>(waves) * unit_flops / (rate * 1e6);
   if (c.split_k > 1) {
     // Every unit writes its fp32 partial tile; the last split of a tile reads
@@ -176,7 +182,7 @@ double WgmmaModelTimeUs(const v1::GemmProblem& p, const WgmmaTileConfig& c, cons
   }
   const double d_bytes = GemmDType(p) == v1::FP32 ? 4 : 2;
   const double bytes = static_cast<double>(GemmBatch(p)) *
-                       (2.0 * (p.m() * p.k() + p.n() * p.k()) + d_bytes * p.m() * p.n() * (GemmHasC(p) ? 2 : 1));
+                       (OperandBytes(p) * double(p.m() * p.k() + p.n() * p.k()) + d_bytes * p.m() * p.n() * (GemmHasC(p) ? 2 : 1));
   // SMs pulling operands: one per work unit (tile, or slice of one).
   const double busy = std::min(1.0, static_cast<double>(tiles * c.split_k) / sms);
   const double memory_us = bytes / (kMemoryTBps * 1e6 * busy);
@@ -214,16 +220,17 @@ absl::StatusOr<LaunchRecipe> WgmmaLaunchRecipe(const v1::GemmProblem& p, const W
   absl::StatusOr<LaunchRecipe> recipe = GemmTemplateRecipe(kTemplateId, "sm_90a");
   if (!recipe.ok()) return recipe.status();
   KernelLaunch k;
-  k.name_expression = absl::StrFormat("ktune::gemm_wgmma<%s, %d, %s, %d, %d, %d, %s, %d, %d, %d, %d>",
+  k.name_expression = absl::StrFormat("ktune::gemm_wgmma<%s, %s, %d, %s, %d, %d, %d, %s, %d, %d, %d, %d>",
+                                      IsFp8(p) ? "ktune::e4m3" : "ktune::bf16",
                                       GemmDType(p) == v1::FP32 ? "float" : "ktune::bf16", GemmEpilogueCode(p),
                                       GemmHasC(p) ? "true" : "false", c.block_m, c.block_n, c.consumers,
                                       c.pingpong ? "true" : "false", c.cluster_m, c.stages, c.group_m, c.split_k);
   k.grid = {static_cast<uint32_t>(GridX(p, c, d)), 1, static_cast<uint32_t>(GemmBatch(p))};
   k.block = {static_cast<uint32_t>(c.threads()), 1, 1};
   k.dynamic_smem_bytes = static_cast<uint32_t>(WgmmaSharedMemoryBytes(c));
-  k.params = {absl::StrCat("tma_a:", kBlockK, "x", c.block_m),
-              absl::StrCat("tma_b:", kBlockK, "x", c.block_n / c.cluster_m),
-              "c", "d", "bias", "M", "N", "K", "alpha", "beta", "ws"};
+  k.params = {absl::StrCat("tma_a:", BlockK(p), "x", c.block_m),
+              absl::StrCat("tma_b:", BlockK(p), "x", c.block_n / c.cluster_m),
+              "c", "d", "bias", "M", "N", "K", "alpha", "beta", "ws", "a_scale", "b_scale"};
   recipe->kernels.push_back(std::move(k));
   recipe->workspace_bytes = SplitKWorkspaceBytes(p, c);
   recipe->workspace_zeroed = c.split_k > 1;  // the arrival counters
@@ -234,7 +241,7 @@ absl::StatusOr<TmaParam> ParseTmaParam(const std::string& param) {
   if (param.rfind("tma_", 0) != 0) return absl::NotFoundError(absl::StrCat("'", param, "' is not a TMA parameter"));
   auto bad = [&] {
     return absl::InvalidArgumentError(
-        absl::StrCat("TMA parameter '", param, "': expected tma_a:64xROWS or tma_b:64xROWS"));
+        absl::StrCat("TMA parameter '", param, "': expected tma_a:KxROWS or tma_b:KxROWS, K 64 or 128"));
   };
   if (param.size() < 7 || (param[4] != 'a' && param[4] != 'b') || param[5] != ':') return bad();
   std::vector<std::string> box = absl::StrSplit(param.substr(6), 'x');
@@ -243,7 +250,7 @@ absl::StatusOr<TmaParam> ParseTmaParam(const std::string& param) {
   if (box.size() != 2 || !absl::SimpleAtoi(box[0], &t.box_inner) || !absl::SimpleAtoi(box[1], &t.box_outer)) {
     return bad();
   }
-  if (t.box_inner != kBlockK || t.box_outer < 1 || t.box_outer > 256) return bad();
+  if ((t.box_inner != 64 && t.box_inner != 128) || t.box_outer < 1 || t.box_outer > 256) return bad();
   return t;
 }
 
@@ -251,7 +258,12 @@ absl::StatusOr<TmaTensor> GemmTmaTensor(const v1::GemmProblem& p, const std::str
                                         DevicePtr b) {
   absl::StatusOr<TmaParam> t = ParseTmaParam(param);
   if (!t.ok()) return t.status();
+  if (t->box_inner != BlockK(p)) {
+    return absl::InvalidArgumentError(absl::StrCat("TMA parameter '", param, "': a box of ", t->box_inner,
+                                                   " elements of K is not one 128-byte row of this problem's operands"));
+  }
   TmaTensor tensor;
+  tensor.element_bytes = static_cast<uint32_t>(OperandBytes(p));
   tensor.base = t->operand == 'a' ? a : b;
   tensor.inner = static_cast<uint64_t>(p.k());
   tensor.rows = static_cast<uint64_t>(t->operand == 'a' ? p.m() : p.n());

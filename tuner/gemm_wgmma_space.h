@@ -62,9 +62,11 @@ int64_t WgmmaSharedMemoryBytes(const WgmmaTileConfig& config);
 
 // OK, or FAILED_PRECONDITION saying why: the device is not sm_90 (the
 // template needs sm_90a), the problem is outside what the template serves
-// (bf16 A and B, B given as [N, K], K % 8 == 0, batch <= 65535), or the config
+// (bf16 or fp8 e4m3 A and B, B given as [N, K], K a whole number of 16-byte
+// TMA strides, batch <= 65535), or the config
 // outside its limits (tile shapes, accumulators, shared memory, split_k a
-// power of two <= 16 dividing ceil(K / 64)).
+// power of two <= 16 dividing K's steps: ceil(K / 64) for bf16, ceil(K / 128)
+// for fp8, one 128-byte row each).
 // REQUIRES: ValidateGemmProblem(problem) is OK.
 absl::Status CanImplementWgmma(const v1::GemmProblem& problem, const WgmmaTileConfig& config,
                                const DeviceInfo& device);
@@ -98,8 +100,9 @@ absl::StatusOr<LaunchRecipe> WgmmaLaunchRecipe(const v1::GemmProblem& problem, c
                                                const DeviceInfo& device);
 
 // A TMA descriptor parameter of a recipe, "tma_a:64x128": the operand ('a' or
-// 'b') and the box (inner 64 elements of K, outer 128 rows). NOT_FOUND if
-// `param` is not a TMA parameter, INVALID_ARGUMENT if it is malformed.
+// 'b') and the box (inner 64 elements of K, 128 for fp8: one 128-byte row;
+// outer 128 rows). NOT_FOUND if `param` is not a TMA parameter,
+// INVALID_ARGUMENT if it is malformed.
 struct TmaParam {
   char operand = 'a';
   int box_inner = 64;
@@ -108,8 +111,9 @@ struct TmaParam {
 absl::StatusOr<TmaParam> ParseTmaParam(const std::string& param);
 
 // The tensor a TMA parameter names for `problem`: A ([batch, M, K] at a) or B
-// ([batch, N, K] at b), K contiguous, in the parameter's box. What the runner
-// encodes for a candidate, and any caller for a stored recipe.
+// ([batch, N, K] at b), K contiguous, in the parameter's box, which must be
+// one 128-byte row of the problem's operands (INVALID_ARGUMENT otherwise).
+// What the runner encodes for a candidate, and any caller for a stored recipe.
 absl::StatusOr<TmaTensor> GemmTmaTensor(const v1::GemmProblem& problem, const std::string& param, DevicePtr a,
                                         DevicePtr b);
 

@@ -15,6 +15,11 @@ struct bf16 {
 struct fp16 {
   unsigned short bits;
 };
+// fp8 e4m3 (OCP "E4M3FN"): 1 sign, 4 exponent (bias 7), 3 mantissa bits; no
+// infinities, 0x7f / 0xff are NaN. Storage only (GEMM operands).
+struct e4m3 {
+  unsigned char bits;
+};
 
 static_assert(sizeof(bf16) == 2, "bf16 must be 2 bytes");
 static_assert(sizeof(fp16) == 2, "fp16 must be 2 bytes");

@@ -18,12 +18,6 @@
 
 namespace ktune {
 
-// fp8 e4m3 (OCP "E4M3FN"): 1 sign, 4 exponent (bias 7), 3 mantissa bits; no
-// infinities, 0x7f / 0xff are NaN.
-struct e4m3 {
-  unsigned char bits;
-};
-
 namespace gemm_reference_detail {
 
 __device__ __forceinline__ float value(bf16 v) { return bf16_bits_to_float(v.bits); }

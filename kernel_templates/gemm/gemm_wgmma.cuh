@@ -3,17 +3,21 @@
 //
 //   D[b] = epilogue(alpha * A[b] x B[b]^T + beta * C[b])
 //
-// A is [M, K] and B is [N, K] (nn.Linear's weight), both row-major bf16 (K
+// A is [M, K] and B is [N, K] (nn.Linear's weight), both row-major TAB (K
 // contiguous: the "K-major" operands wgmma reads from shared memory without a
-// transpose); accumulation fp32; C and D are TD (bf16 or float). Batches are
-// contiguous, one per gridDim.z.
+// transpose), bf16 or fp8 e4m3; accumulation fp32; C and D are TD (bf16 or
+// float; bf16 for e4m3). fp8's per-tensor scales multiply the product as
+// alpha does. Batches are contiguous, one per gridDim.z.
+// Every row of every stage is 128 bytes of K (64 bf16 or 128 e4m3: kBK), and
+// every wgmma takes 32 bytes of it (k16 or k32), so both types share the ring,
+// the swizzle and the descriptors; only the element count per byte differs.
 //
 // A CTA is 1 + CONSUMERS warpgroups and persistent: it walks the output tiles
 // blockIdx.x, blockIdx.x + gridDim.x, ... in grouped raster order (GROUP_M
 // tile rows at a time, so the CTAs running together share B tiles in L2).
 //  - The producer warpgroup gives most of its registers back (setmaxnreg) and
-//    one of its threads issues the TMA copies: for each 64-wide step of K, a
-//    BM x 64 tile of A and a BN x 64 tile of B into one stage of a ring of
+//    one of its threads issues the TMA copies: for each kBK-wide step of K, a
+//    BM x kBK tile of A and a BN x kBK tile of B into one stage of a ring of
 //    STAGES, completed on the stage's "full" mbarrier by transaction bytes.
 //    It runs ahead across tiles, so the next tile's loads overlap this tile's
 //    epilogue.
@@ -23,7 +27,7 @@
 //    while the other multiplies; a consumer starts a tile's main loop only
 //    once the other has finished the previous tile's (an ordering mbarrier),
 //    which also keeps every stage barrier within one phase of its waiters.
-//    Either way a consumer multiplies with wgmma m64nBNk16 straight from
+//    Either way a consumer multiplies with wgmma m64nBNk16 (k32) straight from
 //    shared memory (TMA writes the 128-byte-swizzled layout the wgmma
 //    descriptors name). One group of wgmmas stays in flight: a stage is
 //    handed back (its "empty" mbarrier) once the next stage's wgmmas are
@@ -33,7 +37,7 @@
 //    straight from the accumulators).
 // With SPLIT_K > 1 the work units are (tile, slice of K): unit u takes split
 // u / tiles (slice-major, so the CTAs running together share a K slice of A
-// and B in L2) and tile u % tiles, k_tiles / SPLIT_K steps of 64. Each unit
+// and B in L2) and tile u % tiles, k_tiles / SPLIT_K steps of kBK. Each unit
 // writes its fp32 accumulators to the workspace in fragment order (every
 // split of a tile has the same thread-to-fragment map, so no layout change),
 // then counts itself in on the tile's counter; the split that arrives last
@@ -46,9 +50,9 @@
 // TMA zero-fills outside A and B, so any M, N and K tail is exact.
 //
 // Kernel arguments, in order (the recipe's `params`):
-//   tma_a:64xBM   TmaDescriptor (by value)  A as a 3D tensor (K, M, batch) of
-//                 bf16, box (64, BM, 1), 128-byte swizzle, zero fill
-//   tma_b:64xR    TmaDescriptor  B as (K, N, batch), box (64, R = BN / CLUSTER_M, 1),
+//   tma_a:KBxBM   TmaDescriptor (by value)  A as a 3D tensor (K, M, batch) of
+//                 TAB, box (KB = kBK, BM, 1), 128-byte swizzle, zero fill
+//   tma_b:KBxR    TmaDescriptor  B as (K, N, batch), box (kBK, R = BN / CLUSTER_M, 1),
 //                 likewise
 //   c, d, bias, M, N, K, alpha, beta   as kernel_templates/gemm/gemm_mma.cuh
 //   ws            unsigned char*  SPLIT_K > 1: the workspace (null otherwise):
@@ -56,8 +60,9 @@
 //                 then (batch, tiles, CLUSTER_M) u32 counters, tiles counted
 //                 in cluster units; zeroed before the first launch (every
 //                 launch leaves the counters zero again)
-// REQUIRES: K % 8 == 0 (TMA strides are multiples of 16 bytes); ceil(K / 64)
-// a multiple of SPLIT_K; c 8-byte and
+//   a_scale, b_scale  const float*  e4m3: the per-tensor scales (null: 1)
+// REQUIRES: K * sizeof(TAB) % 16 == 0 (TMA strides are multiples of 16
+// bytes); ceil(K / kBK) a multiple of SPLIT_K; c 8-byte and
 // d 16-byte aligned; dynamic shared memory of STAGES * (BM + BN) * 128 + 1024
 // + 16 * (STAGES + 2) + CONSUMERS * 4 * 16 * 144 bytes (the ring, its
 // alignment, the barriers and split flags, the epilogue's staging rows); a
@@ -79,8 +84,8 @@ struct alignas(64) TmaDescriptor {
 
 namespace gemm_wgmma_detail {
 
-constexpr int kBK = 64;            // bf16 elements of K per stage: one 128-byte swizzle row
-constexpr int kRowBytes = kBK * 2;
+constexpr int kRowBytes = 128;  // of K per stage and tile row: one 128-byte swizzle row
+constexpr int kStepBytes = 32;  // of K per wgmma (k16 of bf16, k32 of e4m3)
 
 __device__ __forceinline__ unsigned int smem_addr(const void* p) {
   return static_cast<unsigned int>(__cvta_generic_to_shared(p));
@@ -132,84 +137,85 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 
-// d (64 x N, fp32, the m64nN accumulator fragment) += A (64 x 16) x B^T
-// (16 x N), both from shared memory. Thread t of the warpgroup holds, for
-// each n8 column block j, d[4j], d[4j + 1] at row 16 * (t / 32) + (t % 32) / 4,
-// columns 8j + 2 * (t % 4) + {0, 1}, and d[4j + 2], d[4j + 3] eight rows below.
-template <int N>
-__device__ __forceinline__ void wgmma_m64k16(float (&d)[N / 2], unsigned long long desc_a,
-                                             unsigned long long desc_b);
-// The specialisations spell out each accumulator register (inline PTX cannot
-// take an array): N = 64, 128 and 256.
-template <>
-__device__ __forceinline__ void wgmma_m64k16<64>(float (&d)[32], unsigned long long desc_a,
-                                                  unsigned long long desc_b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-      "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(desc_a), "l"(desc_b), "r"(1));
+// The instruction's operands (inline PTX cannot take an array, so each
+// accumulator register is spelt out once, here): the placeholders and the
+// output constraints of accumulators [0, 32), [32, 64) and [64, 128).
+#define KTUNE_WGMMA_REGS_0 \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define KTUNE_WGMMA_REGS_32 \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define KTUNE_WGMMA_REGS_64 \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
+  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+  "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+#define KTUNE_WGMMA_OUTS_0 \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define KTUNE_WGMMA_OUTS_32 \
+  "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+  "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+  "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+  "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+#define KTUNE_WGMMA_OUTS_64 \
+  "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
+  "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
+  "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
+  "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), \
+  "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), \
+  "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
+  "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
+  "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+#define KTUNE_WGMMA_COMMA ,  // joins OUTS lists inside one macro argument
+// wgmma m64nN with N / 2 accumulators: REGS and OUTS list them, DESC_A,
+// DESC_B and PRED are the placeholders that follow ("32", "33", "34" for
+// N = 64); TYPES is the shape's K and the types, TAIL the transpose
+// immediates (bf16 only: fp8 operands are K-major by definition and take none).
+#define KTUNE_WGMMA_M64(N, REGS, OUTS, DESC_A, DESC_B, PRED, TYPES, TAIL)                       \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" PRED ", 0;\n"                               \
+               "wgmma.mma_async.sync.aligned.m64n" #N TYPES " {" REGS "}, %" DESC_A ", %" DESC_B \
+               ", p, 1, 1" TAIL ";\n}\n"                                                         \
+               : OUTS                                                                            \
+               : "l"(desc_a), "l"(desc_b), "r"(1))
+
+// d (64 x N, fp32, the m64nN accumulator fragment) += A (64 x KI) x B^T
+// (KI x N), both from shared memory, KI = 32 bytes of TAB (16 bf16, 32 e4m3).
+// Thread t of the warpgroup holds, for each n8 column block j, d[4j],
+// d[4j + 1] at row 16 * (t / 32) + (t % 32) / 4, columns 8j + 2 * (t % 4) +
+// {0, 1}, and d[4j + 2], d[4j + 3] eight rows below.
+template <typename TAB, int N>
+__device__ __forceinline__ void wgmma_m64(float (&d)[N / 2], unsigned long long desc_a, unsigned long long desc_b) {
+  static_assert(N == 64 || N == 128 || N == 256, "wgmma N of 64, 128 or 256 here");
+#define KTUNE_WGMMA_M64_N(TYPES, TAIL)                                                                  \
+  if constexpr (N == 64) {                                                                            \
+    KTUNE_WGMMA_M64(64, KTUNE_WGMMA_REGS_0, KTUNE_WGMMA_OUTS_0, "32", "33", "34", TYPES, TAIL);       \
+  } else if constexpr (N == 128) {                                                                    \
+    KTUNE_WGMMA_M64(128, KTUNE_WGMMA_REGS_0 ", " KTUNE_WGMMA_REGS_32,                                 \
+                    KTUNE_WGMMA_OUTS_0 KTUNE_WGMMA_COMMA KTUNE_WGMMA_OUTS_32, "64", "65", "66", TYPES, TAIL); \
+  } else {                                                                                            \
+    KTUNE_WGMMA_M64(256, KTUNE_WGMMA_REGS_0 ", " KTUNE_WGMMA_REGS_32 ", " KTUNE_WGMMA_REGS_64,        \
+                    KTUNE_WGMMA_OUTS_0 KTUNE_WGMMA_COMMA KTUNE_WGMMA_OUTS_32 KTUNE_WGMMA_COMMA KTUNE_WGMMA_OUTS_64, \
+                    "128", "129", "130", TYPES, TAIL);                                                \
+  }
+  if constexpr (sizeof(TAB) == 2) {
+    KTUNE_WGMMA_M64_N("k16.f32.bf16.bf16", ", 0, 0")
+  } else {
+    KTUNE_WGMMA_M64_N("k32.f32.e4m3.e4m3", "")
+  }
+#undef KTUNE_WGMMA_M64_N
 }
-template <>
-__device__ __forceinline__ void wgmma_m64k16<128>(float (&d)[64], unsigned long long desc_a,
-                                                  unsigned long long desc_b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(desc_a), "l"(desc_b), "r"(1));
-}
-template <>
-__device__ __forceinline__ void wgmma_m64k16<256>(float (&d)[128], unsigned long long desc_a,
-                                                  unsigned long long desc_b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
-      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-      "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "l"(desc_a), "l"(desc_b), "r"(1));
-}
+#undef KTUNE_WGMMA_M64
+#undef KTUNE_WGMMA_COMMA
+#undef KTUNE_WGMMA_REGS_0
+#undef KTUNE_WGMMA_REGS_32
+#undef KTUNE_WGMMA_REGS_64
+#undef KTUNE_WGMMA_OUTS_0
+#undef KTUNE_WGMMA_OUTS_32
+#undef KTUNE_WGMMA_OUTS_64
 // Cluster helpers (CLUSTER_M == 2).
 __device__ __forceinline__ unsigned int cluster_rank() {
   unsigned int r;
@@ -296,15 +302,18 @@ __device__ __forceinline__ bool reduce_split_k(float (&acc)[MSUB][BN / 2], unsig
 
 }  // namespace gemm_wgmma_detail
 
-template <typename TD, int EPI, bool HAS_C, int BM, int BN, int CONSUMERS, bool PINGPONG, int CLUSTER_M, int STAGES,
-          int GROUP_M, int SPLIT_K>
+template <typename TAB, typename TD, int EPI, bool HAS_C, int BM, int BN, int CONSUMERS, bool PINGPONG, int CLUSTER_M,
+          int STAGES, int GROUP_M, int SPLIT_K>
 __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLUSTER_M, 1, 1)
     gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ TmaDescriptor tma_b,
                const TD* __restrict__ c, TD* __restrict__ d, const bf16* __restrict__ bias, int M, int N, int K,
-               float alpha, float beta, unsigned char* __restrict__ ws) {
+               float alpha, float beta, unsigned char* __restrict__ ws, const float* __restrict__ a_scale,
+               const float* __restrict__ b_scale) {
   using namespace gemm_wgmma_detail;
+  constexpr int kBK = kRowBytes / static_cast<int>(sizeof(TAB));  // elements of K per stage
+  constexpr int kStepK = kStepBytes / static_cast<int>(sizeof(TAB));  // elements of K per wgmma
   constexpr int kRowsPerConsumer = PINGPONG ? BM : BM / CONSUMERS;
-  constexpr int kMSub = kRowsPerConsumer / 64;  // m64 wgmmas per consumer per k16 step
+  constexpr int kMSub = kRowsPerConsumer / 64;  // m64 wgmmas per consumer per step of K
   constexpr int kTileA = BM * kBK;              // elements of one A stage
   constexpr int kTileB = BN * kBK;
   constexpr int kBRowsLoaded = BN / CLUSTER_M;  // rows of each B tile this CTA's TMA fetches
@@ -317,12 +326,13 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
   static_assert(kMSub * BN / 2 <= 128, "at most 128 accumulator registers per thread");
   static_assert(STAGES >= 2, "at least double buffering");
   static_assert(SPLIT_K >= 1 && SPLIT_K <= 16, "SPLIT_K in [1, 16]");
+  static_assert(sizeof(TAB) == 2 || sizeof(TAB) == 1, "bf16 or e4m3 operands");
 
   // The ring, 1024-byte aligned as the 128-byte swizzle wants, then the barriers.
   extern __shared__ __align__(16) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-  bf16* smem_a = reinterpret_cast<bf16*>(smem);  // (STAGES, BM, 64)
-  bf16* smem_b = smem_a + STAGES * kTileA;        // (STAGES, BN, 64)
+  TAB* smem_a = reinterpret_cast<TAB*>(smem);  // (STAGES, BM, kBK)
+  TAB* smem_b = smem_a + STAGES * kTileA;       // (STAGES, BN, kBK)
   unsigned long long* full = reinterpret_cast<unsigned long long*>(smem_b + STAGES * kTileB);
   unsigned long long* empty = full + STAGES;
   unsigned long long* mainloop_done = empty + STAGES;  // [2], ping-pong: per consumer
@@ -362,7 +372,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
   const int tiles_n = (N + BN - 1) / BN;
   const int tiles = tiles_m * tiles_n;
   const int units = tiles * SPLIT_K;                  // (split, tile), split-major
-  const int k_steps = (K + kBK - 1) / kBK / SPLIT_K;  // steps of 64 per unit
+  const int k_steps = (K + kBK - 1) / kBK / SPLIT_K;  // steps of kBK per unit
   const int batch = blockIdx.z;
   const int cluster = blockIdx.x / CLUSTER_M;
   const int clusters = gridDim.x / CLUSTER_M;
@@ -392,7 +402,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
           // A (BM rows) and all of B (BN rows: this CTA's half and the peer's).
           mbar_arrive_expect_tx(&full[s], (BM + BN) * kRowBytes);
           tma_load_3d(smem_a + s * kTileA, &tma_a, &full[s], kt * kBK, tile_m * BM, batch);
-          bf16* b_part = smem_b + s * kTileB + rank * kBRowsLoaded * kBK;
+          TAB* b_part = smem_b + s * kTileB + rank * kBRowsLoaded * kBK;
           const int b_row = tile_n * BN + static_cast<int>(rank) * kBRowsLoaded;
           if constexpr (CLUSTER_M == 2) {
             tma_load_3d_multicast(b_part, &tma_b, &full[s], kt * kBK, b_row, batch, 0x3);
@@ -410,6 +420,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
       asm volatile("setmaxnreg.inc.sync.aligned.u32 240;");
     }
     const int consumer = warpgroup - 1;
+    // fp8's per-tensor scales multiply the product, as alpha does.
+    if (a_scale != nullptr) alpha *= *a_scale;
+    if (b_scale != nullptr) alpha *= *b_scale;
     // The consumer's first row in the tile: its share (cooperative), or all of it.
     const int row_offset = PINGPONG ? 0 : consumer * kRowsPerConsumer;
     const int warp = thread / 32;
@@ -449,15 +462,15 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
       for (int kt = 0; kt < k_steps; ++kt, ++step) {
         const int s = step % STAGES;
         mbar_wait(&full[s], (step / STAGES) & 1);
-        const bf16* sa = smem_a + s * kTileA + row_offset * kBK;
-        const bf16* sb = smem_b + s * kTileB;
+        const TAB* sa = smem_a + s * kTileA + row_offset * kBK;
+        const TAB* sb = smem_b + s * kTileB;
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < kBK / 16; ++kk) {
+        for (int kk = 0; kk < kBK / kStepK; ++kk) {
 #pragma unroll
           for (int i = 0; i < kMSub; ++i) {
-            // A 16-wide step of K is 32 bytes along the (swizzled) 128-byte row.
-            wgmma_m64k16<BN>(acc[i], smem_desc(sa + i * 64 * kBK + kk * 16), smem_desc(sb + kk * 16));
+            // A wgmma's step of K is 32 bytes along the (swizzled) 128-byte row.
+            wgmma_m64<TAB, BN>(acc[i], smem_desc(sa + i * 64 * kBK + kk * kStepK), smem_desc(sb + kk * kStepK));
           }
         }
         wgmma_commit();

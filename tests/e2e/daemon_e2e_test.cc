@@ -192,7 +192,7 @@ TEST_CASE("ktuned serves status, heuristic answers and refuses what it cannot do
     CHECK(client->GetConfig(request).status().code() == absl::StatusCode::kNotFound);
     request.set_policy(v1::TUNE_ON_MISS);
     CHECK(client->GetConfig(request).status().code() == absl::StatusCode::kFailedPrecondition);
-    // fp8 has only cuBLASLt candidates: nothing to answer without the GPU.
+    // fp8: no untuned answer; its candidates are checked on the GPU first.
     request.set_policy(v1::HEURISTIC_ON_MISS);
     g->set_a_dtype(v1::FP8_E4M3);
     g->set_b_dtype(v1::FP8_E4M3);

@@ -28,11 +28,14 @@ void CheckRefused(const v1::GemmProblem& problem, const WgmmaTileConfig& config,
   CHECK_THAT(std::string(s.message()), Catch::Contains(why));
 }
 
-TEST_CASE("the wgmma space serves bf16 [N, K] GEMMs on sm_90 only, and says why not", "[tuner][gemm]") {
+TEST_CASE("the wgmma space serves bf16 and fp8 [N, K] GEMMs on sm_90 only, and says why not", "[tuner][gemm]") {
   const DeviceInfo h200 = CompileOnlyTarget();
   const WgmmaTileConfig c;  // 128 x 256, two consumers, 4 stages
   CHECK(CanImplementWgmma(LinearGemm(8192, 8192, 8192), c, h200).ok());
   CHECK(CanImplementWgmma(LinearGemm(1, 4100, 520, v1::EPILOGUE_BIAS_GELU), c, h200).ok());
+  CHECK(CanImplementWgmma(Fp8Gemm(8192, 8192, 8192), c, h200).ok());
+  CHECK(CanImplementWgmma(Fp8Gemm(127, 264, 1040, v1::EPILOGUE_BIAS_SILU), c, h200).ok());
+  CHECK(CanImplementWgmma(LinearGemm(64, 64, 1000), c, h200).ok());  // 2000-byte rows
 
   DeviceInfo ampere = h200;
   ampere.cc_major = 8;
@@ -43,11 +46,8 @@ TEST_CASE("the wgmma space serves bf16 [N, K] GEMMs on sm_90 only, and says why 
   v1::GemmProblem kn = LinearGemm(4096, 4096, 4096);
   kn.set_b_layout(v1::ROW_MAJOR);
   CheckRefused(kn, c, h200, "[N, K]");
-  v1::GemmProblem fp8 = LinearGemm(4096, 4096, 4096);
-  fp8.set_a_dtype(v1::FP8_E4M3);
-  fp8.set_b_dtype(v1::FP8_E4M3);
-  CheckRefused(fp8, c, h200, "bf16");
-  CheckRefused(LinearGemm(64, 64, 100), c, h200, "K = 100");
+  CheckRefused(LinearGemm(64, 64, 100), c, h200, "K = 100 is not a multiple of 8");
+  CheckRefused(Fp8Gemm(64, 64, 1000), c, h200, "K = 1000 is not a multiple of 16");  // 1000-byte rows
   WgmmaTileConfig wide = c;
   wide.block_m = 256;  // 128 rows x 256 columns per consumer: 256 accumulators
   CheckRefused(LinearGemm(4096, 4096, 4096), wide, h200, "accumulators");
@@ -95,31 +95,55 @@ TEST_CASE("WgmmaLaunchRecipe: sm_90a, a persistent grid and TMA parameters", "[t
   CHECK(r->arch == "sm_90a");
   REQUIRE(r->kernels.size() == 1);
   const KernelLaunch& k = r->kernels[0];
-  CHECK(k.name_expression == "ktune::gemm_wgmma<ktune::bf16, 0, false, 128, 256, 2, false, 1, 4, 8, 1>");
+  CHECK(k.name_expression == "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 256, 2, false, 1, 4, 8, 1>");
   CHECK(k.grid == std::array<uint32_t, 3>{132, 1, 1});  // 2048 tiles, one CTA per SM
   CHECK(k.block == std::array<uint32_t, 3>{384, 1, 1});
   CHECK(k.dynamic_smem_bytes == 4 * (128 + 256) * 128 + 1024 + 96 + 2 * 4 * 16 * 144);
   CHECK(k.params == std::vector<std::string>{"tma_a:64x128", "tma_b:64x256", "c", "d", "bias", "M", "N", "K",
-                                             "alpha", "beta", "ws"});
+                                             "alpha", "beta", "ws", "a_scale", "b_scale"});
   CHECK(r->workspace_bytes == 0);  // no split-K: ws is null
   CHECK_FALSE(r->workspace_zeroed);
   // Fewer tiles than SMs: one CTA per tile; a batch shares the SMs out.
   r = WgmmaLaunchRecipe(LinearGemm(128, 512, 4096, v1::EPILOGUE_BIAS, v1::FP32, v1::FP32, 4), c, h200);
   REQUIRE(r.ok());
   CHECK(r->kernels[0].grid == std::array<uint32_t, 3>{2, 1, 4});
-  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<float, 1, true, 128, 256, 2, false, 1, 4, 8, 1>");
+  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<ktune::bf16, float, 1, true, 128, 256, 2, false, 1, 4, 8, 1>");
   CHECK_FALSE(WgmmaLaunchRecipe(LinearGemm(64, 64, 100), c, h200).ok());
   // A 2x1 cluster: an even grid of CTA pairs, each fetching half of B's tile.
   WgmmaTileConfig pair = c;
   pair.cluster_m = 2;
   r = WgmmaLaunchRecipe(LinearGemm(8192, 8192, 8192), pair, h200);
   REQUIRE(r.ok());
-  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<ktune::bf16, 0, false, 128, 256, 2, false, 2, 4, 8, 1>");
+  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 256, 2, false, 2, 4, 8, 1>");
   CHECK(r->kernels[0].grid == std::array<uint32_t, 3>{132, 1, 1});
   CHECK(r->kernels[0].params[1] == "tma_b:64x128");
   r = WgmmaLaunchRecipe(LinearGemm(100, 512, 4096), pair, h200);  // one unit of two tile rows, 2 columns
   REQUIRE(r.ok());
   CHECK(r->kernels[0].grid == std::array<uint32_t, 3>{4, 1, 1});
+}
+
+TEST_CASE("WgmmaLaunchRecipe for fp8: e4m3 operands, 128-wide K steps in the same 128-byte rows, the scales",
+          "[tuner][gemm]") {
+  const DeviceInfo h200 = CompileOnlyTarget();
+  WgmmaTileConfig c;
+  absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(Fp8Gemm(8192, 8192, 8192, v1::EPILOGUE_BIAS), c, h200);
+  REQUIRE(r.ok());
+  const KernelLaunch& k = r->kernels[0];
+  CHECK(k.name_expression == "ktune::gemm_wgmma<ktune::e4m3, ktune::bf16, 1, false, 128, 256, 2, false, 1, 4, 8, 1>");
+  // The ring holds as many bytes as bf16's: twice the K per stage.
+  CHECK(k.dynamic_smem_bytes == 4 * (128 + 256) * 128 + 1024 + 96 + 2 * 4 * 16 * 144);
+  CHECK(k.params == std::vector<std::string>{"tma_a:128x128", "tma_b:128x256", "c", "d", "bias", "M", "N", "K",
+                                             "alpha", "beta", "ws", "a_scale", "b_scale"});
+  // Split-K counts K in steps of 128: 4096 is 32 of them.
+  WgmmaTileConfig split = c;
+  split.block_n = 128;
+  split.split_k = 16;
+  CHECK(CanImplementWgmma(Fp8Gemm(128, 4096, 4096), split, h200).ok());
+  CheckRefused(Fp8Gemm(128, 4096, 4160), split, h200, "does not divide K's 33 steps of 128");
+  // The model counts fp8's double tensor-core rate and half the operand bytes.
+  CHECK(WgmmaModelTimeUs(Fp8Gemm(8192, 8192, 8192), c, h200) <
+        0.6 * WgmmaModelTimeUs(LinearGemm(8192, 8192, 8192), c, h200));
+  CHECK_FALSE(WgmmaSearchSpace(Fp8Gemm(2048, 4096, 4096), h200, GemmSpaceOptions()).empty());
 }
 
 TEST_CASE("split-K: K's steps divide into the slices, the workspace starts zeroed, and only few tiles split",
@@ -132,7 +156,7 @@ TEST_CASE("split-K: K's steps divide into the slices, the workspace starts zeroe
   const v1::GemmProblem thin = LinearGemm(128, 4096, 14336);
   absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(thin, c, h200);
   REQUIRE(r.ok());
-  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<ktune::bf16, 0, false, 128, 128, 2, false, 1, 4, 8, 4>");
+  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 128, 2, false, 1, 4, 8, 4>");
   CHECK(r->kernels[0].grid == std::array<uint32_t, 3>{128, 1, 1});  // 32 tiles x 4 slices
   CHECK(r->workspace_bytes == uint64_t{32} * 4 * 128 * 128 * 4 + 32 * 4);  // partials, then counters
   CHECK(r->workspace_zeroed);
@@ -211,6 +235,15 @@ TEST_CASE("a TMA parameter names its operand's tensor and box", "[tuner][gemm]")
   CHECK(b->base == 0x2000);
   CHECK((b->rows == 520 && b->batch_pitch == 520 * 1000 && b->box_rows == 128));
   CHECK(GemmTmaTensor(p, "tma_c:64x128", 0, 0).status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(a->element_bytes == 2);
+  // fp8: bytes, a box of 128 elements (one 128-byte row); a bf16 box is refused.
+  const v1::GemmProblem q = Fp8Gemm(300, 520, 1024);
+  absl::StatusOr<TmaTensor> qa = GemmTmaTensor(q, "tma_a:128x128", 0x1000, 0x2000);
+  REQUIRE(qa.ok());
+  CHECK((qa->element_bytes == 1 && qa->box_inner == 128 && qa->row_pitch == 1024));
+  CHECK_THAT(std::string(GemmTmaTensor(q, "tma_a:64x128", 0, 0).status().message()),
+             Catch::Contains("not one 128-byte row"));
+  CHECK_FALSE(GemmTmaTensor(p, "tma_a:128x128", 0, 0).ok());  // bf16 rows of 128 are 256 bytes
 }
 
 TEST_CASE("NVRTC compiles every pruned wgmma candidate for sm_90a without spills", "[tuner][gemm][nvrtc][slow]") {
@@ -224,6 +257,14 @@ TEST_CASE("NVRTC compiles every pruned wgmma candidate for sm_90a without spills
   problems.push_back(LinearGemm(127, 4097, 4104, v1::EPILOGUE_BIAS_GELU));
   problems.push_back(LinearGemm(300, 520, 1000, v1::EPILOGUE_BIAS_SILU, v1::BF16, v1::BF16, 2));
   problems.push_back(LinearGemm(1000, 1000, 1000, v1::EPILOGUE_RESIDUAL_ADD, v1::FP32, v1::FP32));
+  // fp8 e4m3: the bench problems again, and tails with an epilogue.
+  problems.push_back(Fp8Gemm(8192, 8192, 8192));
+  for (int64_t m : {128, 2048, 8192}) {
+    for (auto [n, k] : {std::pair<int64_t, int64_t>{4096, 4096}, {14336, 4096}, {4096, 14336}, {6144, 4096}}) {
+      problems.push_back(Fp8Gemm(m, n, k));
+    }
+  }
+  problems.push_back(Fp8Gemm(127, 264, 1040, v1::EPILOGUE_BIAS_SILU));
   std::vector<LaunchRecipe> recipes = DistinctRecipes(problems, h200, WgmmaSearchSpace, WgmmaLaunchRecipe);
   REQUIRE(recipes.size() >= 10);
   CheckCompilesWithoutSpills(&recipes, "wgmma");

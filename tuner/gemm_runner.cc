@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 #include <random>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -107,6 +108,12 @@ VerifyResult CompareGemmOutput(const std::vector<float>& got, const std::vector<
   return v;
 }
 
+// The arguments the runner can pass a template kernel, by the names recipes
+// give them (the templates' parameter comments); Launch fills them in this order.
+constexpr std::string_view kArgumentNames[] = {"a", "b",     "c",    "d",  "bias",    "M",      "N",
+                                               "K", "alpha", "beta", "ws", "a_scale", "b_scale"};
+constexpr size_t kMaxArguments = 16;
+
 struct GemmRunner::Impl {
   v1::GemmProblem p;
   Device* device = nullptr;
@@ -128,6 +135,7 @@ struct GemmRunner::Impl {
   absl::StatusOr<std::optional<LoadedKernel>> Load(const LaunchRecipe& recipe) {
     if (recipe.is_cublaslt_call()) return std::optional<LoadedKernel>();
     if (recipe.kernels.size() != 1) return absl::InvalidArgumentError("a GEMM recipe has one kernel");
+    if (absl::Status s = Bind(recipe.kernels[0].params); !s.ok()) return s;
     kernel_workspace = DeviceBuffer();
     if (recipe.workspace_bytes > 0) {
       absl::StatusOr<DeviceBuffer> ws = DeviceBuffer::Create(device, recipe.workspace_bytes);
@@ -142,6 +150,27 @@ struct GemmRunner::Impl {
   }
   // Enqueues the recipe on set `set` (its loaded kernel, or a cuBLASLt call).
   absl::Status Launch(const LaunchRecipe& recipe, const LoadedKernel* kernel, int set);
+
+  // The loaded kernel's parameters, bound by name: an index into
+  // kArgumentNames, or -1 for a TMA descriptor parameter ("tma_a:64x128").
+  // Launches only look them up, so timing pays no string compares.
+  std::vector<int> bound;
+  absl::Status Bind(const std::vector<std::string>& params) {
+    bound.clear();
+    if (params.size() > kMaxArguments) return absl::InvalidArgumentError("a GEMM kernel with too many parameters");
+    for (const std::string& name : params) {
+      if (name.rfind("tma_", 0) == 0) {
+        bound.push_back(-1);
+        continue;
+      }
+      const auto* it = std::find(std::begin(kArgumentNames), std::end(kArgumentNames), name);
+      if (it == std::end(kArgumentNames)) {
+        return absl::InvalidArgumentError(absl::StrCat("GEMM kernel parameter '", name, "' is not one the runner binds"));
+      }
+      bound.push_back(static_cast<int>(it - std::begin(kArgumentNames)));
+    }
+    return absl::OkStatus();
+  }
 
   // The TMA descriptor a recipe parameter ("tma_a:64x128") names for set
   // `set`, encoded once (a host call, kept out of timed launches).
@@ -208,30 +237,27 @@ absl::Status GemmRunner::Impl::Launch(const LaunchRecipe& recipe, const LoadedKe
     uint64_t pbias = GemmHasBias(p) ? bias.get() : 0;
     int m = static_cast<int>(p.m()), n = static_cast<int>(p.n()), kk = static_cast<int>(p.k());
     float alpha = 1.0f, beta = 1.0f;
-    uint64_t pws = kernel_workspace.get();                      // 0 without one
-    uint64_t pas = a_scale.get(), pbs = b_scale.get();          // 0 for bf16: no scale
-    // The kernel's arguments, bound by the names the recipe lists in order;
-    // a TMA template takes descriptors of A and B ("tma_a:64x128").
-    const std::pair<const char*, void*> by_name[] = {
-        {"a", &pa}, {"b", &pb},       {"c", &pc},         {"d", &pd},         {"bias", &pbias},
-        {"M", &m},  {"N", &n},        {"K", &kk},         {"alpha", &alpha},  {"beta", &beta},
-        {"ws", &pws}, {"a_scale", &pas}, {"b_scale", &pbs}};
-    std::vector<void*> args;
-    for (const std::string& name : recipe.kernels[0].params) {
-      if (name.rfind("tma_", 0) == 0) {
-        absl::StatusOr<const TmaDescriptorBytes*> descriptor = Tma(name, set);
-        if (!descriptor.ok()) return descriptor.status();
-        args.push_back(const_cast<TmaDescriptorBytes*>(*descriptor));
+    uint64_t pws = kernel_workspace.get();              // 0 without one
+    uint64_t pas = a_scale.get(), pbs = b_scale.get();  // 0 for bf16: no scale
+    void* values[] = {&pa, &pb, &pc, &pd, &pbias, &m, &n, &kk, &alpha, &beta, &pws, &pas, &pbs};
+    static_assert(sizeof(values) / sizeof(values[0]) == sizeof(kArgumentNames) / sizeof(kArgumentNames[0]));
+    // In the recipe's order (bound once, at Load); a TMA template takes
+    // descriptors of A and B ("tma_a:64x128").
+    const std::vector<std::string>& params = recipe.kernels[0].params;
+    if (bound.size() != params.size() || params.size() > kMaxArguments) {
+      return absl::FailedPreconditionError("the GEMM recipe launched is not the one loaded");
+    }
+    void* args[kMaxArguments];
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (bound[i] >= 0) {
+        args[i] = values[bound[i]];
         continue;
       }
-      auto it = std::find_if(std::begin(by_name), std::end(by_name),
-                             [&](const std::pair<const char*, void*>& e) { return name == e.first; });
-      if (it == std::end(by_name)) {
-        return absl::InvalidArgumentError(absl::StrCat("GEMM kernel parameter '", name, "' is not one the runner binds"));
-      }
-      args.push_back(it->second);
+      absl::StatusOr<const TmaDescriptorBytes*> descriptor = Tma(params[i], set);
+      if (!descriptor.ok()) return descriptor.status();
+      args[i] = const_cast<TmaDescriptorBytes*>(*descriptor);
     }
-    return device->Launch(*kernel, recipe.kernels[0], args.data());
+    return device->Launch(*kernel, recipe.kernels[0], args);
   }
   if (cublaslt == nullptr) return absl::FailedPreconditionError("a cuBLASLt candidate without cuBLASLt");
   GemmOperands o;

@@ -15,6 +15,7 @@
 #include "tuner/gemm_space.h"
 #include "tuner/gemm_wgmma_space.h"
 #include "tuner/launch_recipe.h"
+#include "tuner/norm_space.h"
 #include "tuner/problem.h"
 #include "tuner/wire.h"
 
@@ -128,8 +129,21 @@ absl::Status CheckSoftware(absl::string_view prefix, const v1::SoftwareFingerpri
   return absl::OkStatus();
 }
 
+// The device an entry was tuned on, as far as a config's limits go: its
+// fingerprint, plus the architecture's shared-memory limit, which the
+// fingerprint does not carry. nullopt for an architecture this version does
+// not know (nothing there can be judged).
+std::optional<DeviceInfo> TunedOn(const v1::DeviceFingerprint& fingerprint) {
+  DeviceInfo device = DeviceFromProto(fingerprint);
+  device.max_smem_per_block_optin = ArchSmemPerBlockOptin(device.cc_major, device.cc_minor);
+  if (device.max_smem_per_block_optin == 0) return std::nullopt;
+  return device;
+}
+
+// A norm entry's config is one the norm templates can run for its problem
+// on the device it was tuned on (CanImplement, as the tuner judged it).
 absl::Status CheckNormConfig(absl::string_view prefix, const v1::Config& config,
-                             const NormProblem& problem) {
+                             const NormProblem& problem, const v1::DeviceFingerprint& fingerprint) {
   if (!config.has_norm()) {
     return Bad(prefix, "config.norm", "a norm problem needs a norm config");
   }
@@ -163,18 +177,13 @@ absl::Status CheckNormConfig(absl::string_view prefix, const v1::Config& config,
     return Bad(prefix, "config.norm.split_size",
                absl::StrCat("must be >= 1 for a backward problem, got ", c.split_size));
   }
+  // An unknown architecture: the field checks above are all that can be said.
+  if (const std::optional<DeviceInfo> device = TunedOn(fingerprint); device.has_value()) {
+    if (absl::Status s = CanImplement(problem, c, *device); !s.ok()) {
+      return Bad(prefix, "config.norm", absl::StrCat("cannot run this problem on ", Arch(*device), ": ", s.message()));
+    }
+  }
   return absl::OkStatus();
-}
-
-// The device an entry was tuned on, as far as a config's limits go: its
-// fingerprint, plus the architecture's shared-memory limit, which the
-// fingerprint does not carry. nullopt for an architecture this version does
-// not know (nothing there can be judged).
-std::optional<DeviceInfo> TunedOn(const v1::DeviceFingerprint& fingerprint) {
-  DeviceInfo device = DeviceFromProto(fingerprint);
-  device.max_smem_per_block_optin = ArchSmemPerBlockOptin(device.cc_major, device.cc_minor);
-  if (device.max_smem_per_block_optin == 0) return std::nullopt;
-  return device;
 }
 
 // A GEMM entry's config names its source, its recipe is that source's, and
@@ -390,7 +399,7 @@ absl::Status ValidateEntry(const v1::Entry& entry, std::string_view prefix_text)
   if (!entry.has_software()) return Bad(prefix, "software", "missing");
   if (absl::Status s = CheckSoftware(prefix, entry.software()); !s.ok()) return s;
   if (absl::Status s = gemm ? CheckGemmConfig(prefix, entry)
-                            : CheckNormConfig(prefix, entry.config(), *problem);
+                            : CheckNormConfig(prefix, entry.config(), *problem, entry.device());
       !s.ok()) {
     return s;
   }

@@ -257,6 +257,23 @@ TEST_CASE("ValidateEntry: each bad field is named", "[cache]") {
   }
 }
 
+TEST_CASE("ValidateEntry: a norm config the templates cannot run is refused, saying why", "[cache]") {
+  v1::Entry e = MakeTestEntry();  // RMSNorm 4096 x 4096, persistent, 4 warps of vec 8: 4 chunks
+  REQUIRE(ValidateEntry(e).ok());
+  e.mutable_config()->mutable_norm()->set_r_block(2048);  // two chunks: not the whole row
+  CHECK(std::string(ValidateEntry(e).message()) ==
+        "entry.config.norm: cannot run this problem on sm_90: xb=1 rb=2048 w=4 v=8 pd=1 persistent: "
+        "persistent needs r_block >= N");
+  e = MakeTestEntry();
+  e.mutable_config()->mutable_norm()->set_r_block(3000);  // not threads_per_row * vec * chunks
+  CHECK_THAT(std::string(ValidateEntry(e).message()),
+             Catch::Contains("r_block must be threads_per_row * vec * chunks"));
+  // On an architecture this version does not know, only the fields are checked.
+  e.mutable_device()->set_cc_major(11);
+  e.mutable_recipe()->set_arch("sm_110");
+  CHECK(ValidateEntry(e).ok());
+}
+
 TEST_CASE("ValidateEntry: a prefix replaces \"entry.\"", "[cache]") {
   v1::Entry e = MakeTestEntry();
   e.mutable_problem()->mutable_norm()->set_n(0);

@@ -60,12 +60,23 @@ def main():
     ap.add_argument("--configs", required=True, help="';'-separated configs")
     ap.add_argument("--no-peer", action="store_true", help="skip torch.compile max-autotune")
     args = ap.parse_args()
-    trees = dict(t.split("=", 1) for t in args.trees.split(","))
-    m, n = (int(v) for v in args.shape.lower().split("x"))
-    configs = [parse_config(c) for c in args.configs.split(";")]
+    trees = {}
+    for t in args.trees.split(","):
+        name, _, path = t.partition("=")
+        if not name or not os.path.isfile(os.path.join(path, "norm", f"{args.op}_fwd.cuh")):
+            ap.error(f"--trees {t!r}: expected NAME=DIR, DIR a kernel_templates tree with norm/{args.op}_fwd.cuh")
+        trees[name] = path
+    shape = re.fullmatch(r"(\d+)x(\d+)", args.shape.lower())
+    if not shape or int(shape[1]) < 1 or int(shape[2]) < 1:
+        ap.error(f"--shape {args.shape!r}: expected MxN with M, N >= 1")
+    m, n = int(shape[1]), int(shape[2])
+    try:
+        configs = [parse_config(c) for c in args.configs.split(";")]
+    except ValueError as e:
+        ap.error(f"--configs: {e}")
     for c in configs:
         if n % 8 != 0 or c["warps"] * 32 // c["xb"] * 8 * c["chunks"] < n:
-            sys.exit(f"config {c['text']!r} does not hold a whole row of {n} in registers")
+            ap.error(f"--configs {c['text']!r}: does not hold a whole row of {n} (a multiple of 8) in registers")
 
     ln = args.op == "layernorm"
     sets = max(1, math.ceil(3 * L2_BYTES / (2 * m * n * 2)))

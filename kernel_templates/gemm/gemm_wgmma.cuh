@@ -139,7 +139,8 @@ __device__ __forceinline__ void wgmma_wait() {
 
 // The instruction's operands (inline PTX cannot take an array, so each
 // accumulator register is spelt out once, here): the placeholders and the
-// output constraints of accumulators [0, 32), [32, 64) and [64, 128).
+// output constraints of accumulators [0, 32), [32, 64) and [64, 128), then
+// joined into the lists of N = 64, 128 and 256.
 #define KTUNE_WGMMA_REGS_0 \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
@@ -170,7 +171,12 @@ __device__ __forceinline__ void wgmma_wait() {
   "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
   "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
   "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-#define KTUNE_WGMMA_COMMA ,  // joins OUTS lists inside one macro argument
+#define KTUNE_WGMMA_REGS_N64 KTUNE_WGMMA_REGS_0
+#define KTUNE_WGMMA_REGS_N128 KTUNE_WGMMA_REGS_0 ", " KTUNE_WGMMA_REGS_32
+#define KTUNE_WGMMA_REGS_N256 KTUNE_WGMMA_REGS_N128 ", " KTUNE_WGMMA_REGS_64
+#define KTUNE_WGMMA_OUTS_N64 KTUNE_WGMMA_OUTS_0
+#define KTUNE_WGMMA_OUTS_N128 KTUNE_WGMMA_OUTS_0, KTUNE_WGMMA_OUTS_32
+#define KTUNE_WGMMA_OUTS_N256 KTUNE_WGMMA_OUTS_N128, KTUNE_WGMMA_OUTS_64
 // wgmma m64nN with N / 2 accumulators: REGS and OUTS list them, DESC_A,
 // DESC_B and PRED are the placeholders that follow ("32", "33", "34" for
 // N = 64); TYPES is the shape's K and the types, TAIL the transpose
@@ -190,16 +196,13 @@ __device__ __forceinline__ void wgmma_wait() {
 template <typename TAB, int N>
 __device__ __forceinline__ void wgmma_m64(float (&d)[N / 2], unsigned long long desc_a, unsigned long long desc_b) {
   static_assert(N == 64 || N == 128 || N == 256, "wgmma N of 64, 128 or 256 here");
-#define KTUNE_WGMMA_M64_N(TYPES, TAIL)                                                                  \
-  if constexpr (N == 64) {                                                                            \
-    KTUNE_WGMMA_M64(64, KTUNE_WGMMA_REGS_0, KTUNE_WGMMA_OUTS_0, "32", "33", "34", TYPES, TAIL);       \
-  } else if constexpr (N == 128) {                                                                    \
-    KTUNE_WGMMA_M64(128, KTUNE_WGMMA_REGS_0 ", " KTUNE_WGMMA_REGS_32,                                 \
-                    KTUNE_WGMMA_OUTS_0 KTUNE_WGMMA_COMMA KTUNE_WGMMA_OUTS_32, "64", "65", "66", TYPES, TAIL); \
-  } else {                                                                                            \
-    KTUNE_WGMMA_M64(256, KTUNE_WGMMA_REGS_0 ", " KTUNE_WGMMA_REGS_32 ", " KTUNE_WGMMA_REGS_64,        \
-                    KTUNE_WGMMA_OUTS_0 KTUNE_WGMMA_COMMA KTUNE_WGMMA_OUTS_32 KTUNE_WGMMA_COMMA KTUNE_WGMMA_OUTS_64, \
-                    "128", "129", "130", TYPES, TAIL);                                                \
+#define KTUNE_WGMMA_M64_N(TYPES, TAIL)                                                                 \
+  if constexpr (N == 64) {                                                                           \
+    KTUNE_WGMMA_M64(64, KTUNE_WGMMA_REGS_N64, KTUNE_WGMMA_OUTS_N64, "32", "33", "34", TYPES, TAIL);    \
+  } else if constexpr (N == 128) {                                                                   \
+    KTUNE_WGMMA_M64(128, KTUNE_WGMMA_REGS_N128, KTUNE_WGMMA_OUTS_N128, "64", "65", "66", TYPES, TAIL); \
+  } else {                                                                                           \
+    KTUNE_WGMMA_M64(256, KTUNE_WGMMA_REGS_N256, KTUNE_WGMMA_OUTS_N256, "128", "129", "130", TYPES, TAIL); \
   }
   if constexpr (sizeof(TAB) == 2) {
     KTUNE_WGMMA_M64_N("k16.f32.bf16.bf16", ", 0, 0")
@@ -209,13 +212,18 @@ __device__ __forceinline__ void wgmma_m64(float (&d)[N / 2], unsigned long long 
 #undef KTUNE_WGMMA_M64_N
 }
 #undef KTUNE_WGMMA_M64
-#undef KTUNE_WGMMA_COMMA
 #undef KTUNE_WGMMA_REGS_0
 #undef KTUNE_WGMMA_REGS_32
 #undef KTUNE_WGMMA_REGS_64
 #undef KTUNE_WGMMA_OUTS_0
 #undef KTUNE_WGMMA_OUTS_32
 #undef KTUNE_WGMMA_OUTS_64
+#undef KTUNE_WGMMA_REGS_N64
+#undef KTUNE_WGMMA_REGS_N128
+#undef KTUNE_WGMMA_REGS_N256
+#undef KTUNE_WGMMA_OUTS_N64
+#undef KTUNE_WGMMA_OUTS_N128
+#undef KTUNE_WGMMA_OUTS_N256
 // Cluster helpers (CLUSTER_M == 2).
 __device__ __forceinline__ unsigned int cluster_rank() {
   unsigned int r;

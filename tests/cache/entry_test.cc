@@ -310,6 +310,22 @@ TEST_CASE("ValidateEntry: GEMM entries of either source are valid and keyed by t
   }
 }
 
+// A wgmma entry (128 x 256 tiles, two consumers, split_k as given) for the
+// test problem; valid as built with split_k 1, 2 or 4 at K = 4096.
+v1::Entry WgmmaEntry(int split_k) {
+  v1::Entry e = MakeTestGemmEntry();
+  v1::WgmmaTile* t = e.mutable_config()->mutable_gemm()->mutable_wgmma();
+  t->set_block_m(128);
+  t->set_block_n(256);
+  t->set_consumers(2);
+  t->set_cluster_m(1);
+  t->set_stages(4);
+  t->set_group_m(8);
+  t->set_split_k(split_k);
+  e.mutable_recipe()->set_template_id("gemm/gemm_wgmma");
+  return e;
+}
+
 TEST_CASE("ValidateEntry: each bad GEMM field is named", "[cache][gemm]") {
   struct Case {
     bool cublaslt;
@@ -330,13 +346,8 @@ TEST_CASE("ValidateEntry: each bad GEMM field is named", "[cache][gemm]") {
        "entry.recipe.template_id: a mma_sync config needs a gemm/gemm_mma recipe, got 'gemm/gemm_wgmma'"},
       {false,
        [](v1::Entry& e) {
-         v1::WgmmaTile* t = e.mutable_config()->mutable_gemm()->mutable_wgmma();
-         t->set_block_m(128);
-         t->set_block_n(256);
-         t->set_consumers(2);
-         t->set_cluster_m(0);  // a missing field reads 0
-         t->set_stages(4);
-         t->set_group_m(8);
+         e = WgmmaEntry(1);
+         e.mutable_config()->mutable_gemm()->mutable_wgmma()->set_cluster_m(0);  // a missing field reads 0
        },
        "entry.config.gemm.wgmma.cluster_m: must be >= 1, got 0"},
       {false, [](v1::Entry& e) { e.mutable_config()->mutable_gemm()->mutable_skinny()->set_warps(8); },
@@ -366,22 +377,6 @@ TEST_CASE("ValidateEntry: each bad GEMM field is named", "[cache][gemm]") {
     CHECK(s.code() == absl::StatusCode::kInvalidArgument);
     CHECK(std::string(s.message()).rfind(c.expected, 0) == 0);
   }
-}
-
-// A wgmma entry (128 x 256 tiles, two consumers, split_k as given) for the
-// test problem; valid as built with split_k 1, 2 or 4 at K = 4096.
-v1::Entry WgmmaEntry(int split_k) {
-  v1::Entry e = MakeTestGemmEntry();
-  v1::WgmmaTile* t = e.mutable_config()->mutable_gemm()->mutable_wgmma();
-  t->set_block_m(128);
-  t->set_block_n(256);
-  t->set_consumers(2);
-  t->set_cluster_m(1);
-  t->set_stages(4);
-  t->set_group_m(8);
-  t->set_split_k(split_k);
-  e.mutable_recipe()->set_template_id("gemm/gemm_wgmma");
-  return e;
 }
 
 TEST_CASE("ValidateEntry: a GEMM config the template cannot run is refused, saying why", "[cache][gemm]") {

@@ -8,8 +8,9 @@ sees it). Run on the GPU machine:
   python3 bench/norm_variant_lab.py --trees base=/tmp/base/kernel_templates,new=kernel_templates \\
       --op layernorm --shape 32768x1024 --configs "w2 xb1 ch2 pd2 c14 keep;w2 xb1 ch2 pd1 c30"
 
-A config is "wW xbX chC pdP cK [keep]": NUM_WARPS, XBLOCK, CHUNKS (of 8 bf16),
-PIPELINE, CTAS_PER_SM, and X_KEEP_L2; always persistent, bf16, with weight
+A config is "wW xbX [vV] chC pdP cK [keep]": NUM_WARPS, XBLOCK, VEC (bf16
+per vector, 8 when absent), CHUNKS (of VEC), PIPELINE, CTAS_PER_SM, and
+X_KEEP_L2; always persistent, bf16, with weight
 (and bias for LayerNorm). The grid is the tuner's: one CTA per row block, or
 one wave of CTAS_PER_SM per SM when pipelined. Each kernel is checked against
 a float64 reference (y, and mean and rstd for LayerNorm) before it is timed
@@ -29,20 +30,21 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from norm_bench import COPY_REF_TBS, EPS, L2_BYTES, graph_time_us  # noqa: E402
 
-CONFIG = re.compile(r"^w(\d+) xb(\d+) ch(\d+) pd([12]) c(\d+)( keep)?$")
+CONFIG = re.compile(r"^w(\d+) xb(\d+)(?: v(1|2|4|8))? ch(\d+) pd([12]) c(\d+)( keep)?$")
 
 
 def parse_config(text):
     m = CONFIG.match(text.strip())
     if not m:
-        raise ValueError(f"config {text!r}: expected 'wW xbX chC pdP cK [keep]'")
-    warps, xb, chunks, pd, ctas = (int(g) for g in m.groups()[:5])
-    return dict(warps=warps, xb=xb, chunks=chunks, pd=pd, ctas=ctas, keep=bool(m.group(6)), text=text.strip())
+        raise ValueError(f"config {text!r}: expected 'wW xbX [vV] chC pdP cK [keep]'")
+    warps, xb, vec, chunks, pd, ctas = (int(g or 8) for g in m.groups()[:6])
+    return dict(warps=warps, xb=xb, vec=vec, chunks=chunks, pd=pd, ctas=ctas, keep=bool(m.group(7)),
+                text=text.strip())
 
 
 def kernel(tree, op, c):
     t = "ktune::bf16"
-    params = f"{c['warps']}, {c['xb']}, 8, {c['chunks']}, true, {c['pd']}, {'true' if c['keep'] else 'false'}, {c['ctas']}"
+    params = f"{c['warps']}, {c['xb']}, {c['vec']}, {c['chunks']}, true, {c['pd']}, {'true' if c['keep'] else 'false'}, {c['ctas']}"
     if op == "rmsnorm":
         expr = f"ktune::rmsnorm_fwd<{t}, {t}, {t}, true, {params}>"
     else:
@@ -75,8 +77,8 @@ def main():
     except ValueError as e:
         ap.error(f"--configs: {e}")
     for c in configs:
-        if n % 8 != 0 or c["warps"] * 32 // c["xb"] * 8 * c["chunks"] < n:
-            ap.error(f"--configs {c['text']!r}: does not hold a whole row of {n} (a multiple of 8) in registers")
+        if n % c["vec"] != 0 or c["warps"] * 32 // c["xb"] * c["vec"] * c["chunks"] < n:
+            ap.error(f"--configs {c['text']!r}: does not hold a whole row of {n} (a multiple of vec) in registers")
 
     ln = args.op == "layernorm"
     sets = max(1, math.ceil(3 * L2_BYTES / (2 * m * n * 2)))

@@ -24,6 +24,18 @@ double Seconds(Clock::time_point since) {
 
 std::string Short(const std::string& s) { return s.size() <= kMaxDetail ? s : s.substr(0, kMaxDetail) + " ..."; }
 
+// What became of the first few candidates, for the error that says none ran:
+// without it a caller (or a GPU test) learns only that every one failed.
+std::string OutcomeDigest(const std::vector<GemmCandidateOutcome>& outcomes) {
+  constexpr size_t kShown = 3;
+  std::string digest;
+  for (size_t i = 0; i < outcomes.size() && i < kShown; ++i) {
+    absl::StrAppend(&digest, i == 0 ? "" : "; ", outcomes[i].name, ": ", Short(outcomes[i].status));
+  }
+  if (outcomes.size() > kShown) absl::StrAppend(&digest, "; and ", outcomes.size() - kShown, " more");
+  return digest;
+}
+
 }  // namespace
 
 size_t PickGemmWinner(const std::vector<Timing>& finals, const std::vector<int>& preference) {
@@ -210,7 +222,9 @@ absl::StatusOr<GemmTuneResult> TuneGemm(const v1::GemmProblem& problem, Candidat
     out.timing = *t;
     measured.push_back(i);
   }
-  if (measured.empty()) return absl::NotFoundError("no GEMM candidate ran correctly");
+  if (measured.empty()) {
+    return absl::NotFoundError(absl::StrCat("no GEMM candidate ran correctly: ", OutcomeDigest(result.outcomes)));
+  }
 
   // Round 2: the fastest few, cuBLASLt's default and the best two templates,
   // together (two: first-round times of neighbours can swap under the

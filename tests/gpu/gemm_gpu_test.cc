@@ -319,13 +319,13 @@ TEST_CASE("fp8 GEMMs are tuned over cuBLASLt and the wgmma template and checked 
   for (const Fp8Case& c : cases) {
     INFO(GemmCanonicalKey(c.p) << (c.pruned ? "" : ", unpruned"));
     GemmTuneOptions options;
-    options.measure.repetitions = c.pruned ? 20 : 5;
+    options.measure.repetitions = 20;  // Measure's least
     options.space.pruned = c.pruned;
     absl::StatusOr<GemmTuneResult> r = TuneGemm(c.p, executor.get(), options);
     INFO(r.status().ToString());
     REQUIRE(r.ok());
     CHECK(r->template_candidates >= 1);  // wgmma (mma.sync and skinny are bf16 only)
-    CHECK(r->cublaslt_candidates >= 1);
+    if (CublasLtCanServe(c.p).ok()) CHECK(r->cublaslt_candidates >= 1);  // not SiLU
     // Every candidate, each wgmma config included, matched the reference
     // (the product scaled by both per-tensor scales, which are not 1).
     for (const GemmCandidateOutcome& o : r->outcomes) {

@@ -124,6 +124,26 @@ TEST_CASE("a GPU whose clocks fall as it gets busy does not favour the candidate
   }
 }
 
+// The busy GPU on which every candidate computes a wrong answer.
+class WrongGpuExecutor : public BusyGpuExecutor {
+ public:
+  using BusyGpuExecutor::BusyGpuExecutor;
+  absl::StatusOr<VerifyResult> Verify(const LaunchRecipe& recipe) override {
+    return VerifyResult{false, absl::StrCat("D[0, ", static_cast<int>(recipe.cublaslt_algo.at(0)), "] is off"), 1};
+  }
+};
+
+TEST_CASE("when no GEMM candidate runs correctly the error says what became of them", "[tuner][gemm]") {
+  WrongGpuExecutor gpu({10, 11, 12, 13, 14}, 1);
+  auto r = TuneGemm(Fp8Gemm(8192, 8192, 8200), &gpu, GemmTuneOptions{});
+  REQUIRE(absl::IsNotFound(r.status()));
+  const std::string message(r.status().message());
+  CHECK(message.find("cublaslt #0: wrong: D[0, 0] is off") != std::string::npos);
+  CHECK(message.find("cublaslt #2: wrong: D[0, 2] is off") != std::string::npos);
+  CHECK(message.find("cublaslt #3") == std::string::npos);
+  CHECK(message.find("and 2 more") != std::string::npos);
+}
+
 TEST_CASE("GEMM outputs are checked element by element against the reference", "[tuner][gemm]") {
   // Small: one thread. Row-major [batch 2, M 3, N 4].
   std::vector<float> ref(24, 1.0f), got(24, 1.0f);

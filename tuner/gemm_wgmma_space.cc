@@ -25,6 +25,14 @@ constexpr double kMemoryTBps = 4.0;
 // assumption, about 8 TB/s over 132 SMs; not yet measured).
 constexpr double kL2GBpsPerSm = 60.0;
 constexpr int kMaxSplitK = 16;
+// fp8 wgmma adds its products into the accumulator at reduced precision (about
+// 14 bits kept on Hopper, as DeepSeek-V3's report found), so the error grows
+// with the K that one accumulator spans. On the H200 every fp8 config was
+// outside the verification tolerance (3-4% off) at K = 8192 and 14336, and
+// inside it at K = 4096 and at 14336 split four ways (session 6, device run 4,
+// bench/RESULTS.md). CUTLASS's remedy, promoting into a second set of fp32
+// registers every few steps, does not fit the large tiles' 128 accumulators.
+constexpr int64_t kMaxFp8KPerAccumulator = 4096;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -138,6 +146,11 @@ absl::Status CanImplementWgmma(const v1::GemmProblem& p, const WgmmaTileConfig& 
   }
   if (const int64_t k_steps = CeilDiv(p.k(), BlockK(p)); k_steps % c.split_k != 0) {
     return fail(absl::StrCat("split_k = ", c.split_k, " does not divide K's ", k_steps, " steps of ", BlockK(p)));
+  }
+  if (const int64_t span = CeilDiv(p.k(), BlockK(p)) / c.split_k * BlockK(p);
+      IsFp8(p) && span > kMaxFp8KPerAccumulator) {
+    return fail(absl::StrCat("fp8 accumulates ", span, " of K in one accumulator, over the ",
+                             kMaxFp8KPerAccumulator, " its reduced-precision adds keep within tolerance (split K)"));
   }
   const int64_t optin = d.max_smem_per_block_optin > 0 ? d.max_smem_per_block_optin : 48 << 10;
   if (WgmmaSharedMemoryBytes(c) > optin) {

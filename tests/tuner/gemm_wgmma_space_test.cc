@@ -33,7 +33,7 @@ TEST_CASE("the wgmma space serves bf16 and fp8 [N, K] GEMMs on sm_90 only, and s
   const WgmmaTileConfig c;  // 128 x 256, two consumers, 4 stages
   CHECK(CanImplementWgmma(LinearGemm(8192, 8192, 8192), c, h200).ok());
   CHECK(CanImplementWgmma(LinearGemm(1, 4100, 520, v1::EPILOGUE_BIAS_GELU), c, h200).ok());
-  CHECK(CanImplementWgmma(Fp8Gemm(8192, 8192, 8192), c, h200).ok());
+  CHECK(CanImplementWgmma(Fp8Gemm(8192, 8192, 4096), c, h200).ok());
   CHECK(CanImplementWgmma(Fp8Gemm(127, 264, 1040, v1::EPILOGUE_BIAS_SILU), c, h200).ok());
   CHECK(CanImplementWgmma(LinearGemm(64, 64, 1000), c, h200).ok());  // 2000-byte rows
 
@@ -126,7 +126,7 @@ TEST_CASE("WgmmaLaunchRecipe for fp8: e4m3 operands, 128-wide K steps in the sam
           "[tuner][gemm]") {
   const DeviceInfo h200 = CompileOnlyTarget();
   WgmmaTileConfig c;
-  absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(Fp8Gemm(8192, 8192, 8192, v1::EPILOGUE_BIAS), c, h200);
+  absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(Fp8Gemm(8192, 8192, 4096, v1::EPILOGUE_BIAS), c, h200);
   REQUIRE(r.ok());
   const KernelLaunch& k = r->kernels[0];
   CHECK(k.name_expression == "ktune::gemm_wgmma<ktune::e4m3, ktune::bf16, 1, false, 128, 256, 2, false, 1, 4, 8, 1>");
@@ -140,6 +140,15 @@ TEST_CASE("WgmmaLaunchRecipe for fp8: e4m3 operands, 128-wide K steps in the sam
   split.split_k = 16;
   CHECK(CanImplementWgmma(Fp8Gemm(128, 4096, 4096), split, h200).ok());
   CheckRefused(Fp8Gemm(128, 4096, 4160), split, h200, "does not divide K's 33 steps of 128");
+  // One accumulator spans at most 4096 of fp8's K (its adds keep about 14
+  // bits): 8192 whole is refused, split two ways it is served.
+  CheckRefused(Fp8Gemm(8192, 8192, 8192), c, h200, "fp8 accumulates 8192 of K in one accumulator");
+  CheckRefused(Fp8Gemm(128, 4096, 4224), c, h200, "fp8 accumulates 4224 of K");  // 33 steps of 128
+  WgmmaTileConfig halves = c;
+  halves.split_k = 2;
+  CHECK(CanImplementWgmma(Fp8Gemm(128, 4096, 8192), halves, h200).ok());
+  CheckRefused(Fp8Gemm(128, 4096, 14336), halves, h200, "fp8 accumulates 7168 of K");
+  CHECK(CanImplementWgmma(LinearGemm(8192, 8192, 14336), c, h200).ok());  // bf16 accumulates in full fp32
   // The model counts fp8's double tensor-core rate and half the operand bytes.
   CHECK(WgmmaModelTimeUs(Fp8Gemm(8192, 8192, 8192), c, h200) <
         0.6 * WgmmaModelTimeUs(LinearGemm(8192, 8192, 8192), c, h200));

@@ -33,6 +33,12 @@ constexpr int kMaxSplitK = 16;
 // bench/RESULTS.md). CUTLASS's remedy, promoting into a second set of fp32
 // registers every few steps, does not fit the large tiles' 128 accumulators.
 constexpr int64_t kMaxFp8KPerAccumulator = 4096;
+// Raster groups besides the default 8 (WgmmaTileConfig::group_m): tile rows
+// walked together, so a wave of CTAs shares A rows and B columns in L2. Which
+// is fastest depends on the grid's shape against the wave; the model does not
+// know, so the tuner measures them on the model's best few configs.
+constexpr int kRasterGroups[] = {4, 16};
+constexpr int kRasterTried = 2;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -47,9 +53,14 @@ int64_t Tiles(const v1::GemmProblem& p, const WgmmaTileConfig& c) {
   return CeilDiv(p.m(), c.block_m) * CeilDiv(p.n(), c.block_n);
 }
 
-// Tiles in the template's cluster units (cluster_m tiles stacked along M).
+// Tile rows in the template's cluster units (cluster_m tiles stacked along M).
+int64_t TileRowUnits(const v1::GemmProblem& p, const WgmmaTileConfig& c) {
+  return CeilDiv(p.m(), int64_t{c.block_m} * c.cluster_m);
+}
+
+// Tiles in the template's cluster units.
 int64_t TileUnits(const v1::GemmProblem& p, const WgmmaTileConfig& c) {
-  return CeilDiv(p.m(), int64_t{c.block_m} * c.cluster_m) * CeilDiv(p.n(), c.block_n);
+  return TileRowUnits(p, c) * CeilDiv(p.n(), c.block_n);
 }
 
 // The split-K workspace: (batch, tile units, cluster_m, split_k, BM * BN) f32
@@ -204,6 +215,19 @@ double WgmmaModelTimeUs(const v1::GemmProblem& p, const WgmmaTileConfig& c, cons
 
 std::vector<WgmmaTileConfig> WgmmaSearchSpace(const v1::GemmProblem& p, const DeviceInfo& d,
                                               const GemmSpaceOptions& options) {
+  // A raster group only reorders tiles when there are more tile rows than it.
+  auto with_raster_groups = [&](std::vector<WgmmaTileConfig> configs, size_t tried) {
+    const size_t n = std::min(configs.size(), tried);
+    for (size_t i = 0; i < n; ++i) {
+      if (configs[i].split_k > 1 || TileRowUnits(p, configs[i]) <= kRasterGroups[0]) continue;
+      for (int group_m : kRasterGroups) {
+        WgmmaTileConfig c = configs[i];
+        c.group_m = group_m;
+        configs.push_back(c);
+      }
+    }
+    return configs;
+  };
   std::vector<std::pair<double, WgmmaTileConfig>> whole, split;
   for (const WgmmaTileConfig& c : Grid()) {
     if (!CanImplementWgmma(p, c, d).ok()) continue;
@@ -211,15 +235,18 @@ std::vector<WgmmaTileConfig> WgmmaSearchSpace(const v1::GemmProblem& p, const De
     if (options.pruned && c.split_k > 1 && TileUnits(p, c) * GemmBatch(p) >= std::max(d.sm_count, 1)) continue;
     (c.split_k > 1 ? split : whole).emplace_back(options.pruned ? WgmmaModelTimeUs(p, c, d) : 0.0, c);
   }
-  if (!options.pruned || split.empty()) {
+  if (!options.pruned) {
     whole.insert(whole.end(), split.begin(), split.end());
-    return PruneByModel(std::move(whole), options);
+    std::vector<WgmmaTileConfig> all = PruneByModel(std::move(whole), options);
+    const size_t every = all.size();
+    return with_raster_groups(std::move(all), every);
   }
+  if (split.empty()) return with_raster_groups(PruneByModel(std::move(whole), options), kRasterTried);
   // The model's split-K term (the partials' trip through L2) is an
   // assumption not yet checked on a GPU, so split-K may not crowd out the
   // unsplit configs: those are pruned as before, and the best split-K
   // configs (half as many) come after them.
-  std::vector<WgmmaTileConfig> space = PruneByModel(std::move(whole), options);
+  std::vector<WgmmaTileConfig> space = with_raster_groups(PruneByModel(std::move(whole), options), kRasterTried);
   GemmSpaceOptions half = options;
   half.max_candidates = std::max(1, options.max_candidates / 2);
   for (const WgmmaTileConfig& c : PruneByModel(std::move(split), half)) space.push_back(c);

@@ -73,7 +73,7 @@ TEST_CASE("the wgmma model prefers big tiles for big GEMMs and fewer idle SMs fo
   const DeviceInfo h200 = CompileOnlyTarget();
   const std::vector<WgmmaTileConfig> big = WgmmaSearchSpace(LinearGemm(8192, 8192, 8192), h200);
   REQUIRE(!big.empty());
-  CHECK(big.size() <= 16);
+  CHECK(big.size() <= 16 + 2 * 2);  // the pruned 16, and raster groups 4 and 16 of the best two
   CHECK(big[0].block_m * big[0].block_n >= 128 * 256);
   CHECK(big[0].consumers == 2);
   // 128 x 4096: 16 tiles of 128 x 256 leave 116 SMs idle; 64 of 128 x 64 do not.
@@ -84,6 +84,36 @@ TEST_CASE("the wgmma model prefers big tiles for big GEMMs and fewer idle SMs fo
   const std::vector<WgmmaTileConfig> all = WgmmaSearchSpace(LinearGemm(8192, 8192, 8192), h200, {false, 0, 0});
   CHECK(all.size() > big.size());
   for (const WgmmaTileConfig& c : big) CHECK(std::find(all.begin(), all.end(), c) != all.end());
+}
+
+TEST_CASE("raster groups 4 and 16 are tried on the model's best two configs where tile rows can be grouped",
+          "[tuner][gemm]") {
+  const DeviceInfo h200 = CompileOnlyTarget();
+  auto count_group = [](const std::vector<WgmmaTileConfig>& space, int group_m) {
+    return std::count_if(space.begin(), space.end(), [&](const WgmmaTileConfig& c) { return c.group_m == group_m; });
+  };
+  // 8192 x 8192: 32 to 128 tile rows. The variants copy the best two.
+  const std::vector<WgmmaTileConfig> big = WgmmaSearchSpace(LinearGemm(8192, 8192, 8192), h200);
+  REQUIRE(big.size() > 4);
+  CHECK(count_group(big, 4) == 2);
+  CHECK(count_group(big, 16) == 2);
+  for (int group_m : {4, 16}) {
+    for (size_t i = 0; i < 2; ++i) {
+      WgmmaTileConfig variant = big[i];
+      REQUIRE(variant.group_m == 8);
+      variant.group_m = group_m;
+      CHECK(std::find(big.begin(), big.end(), variant) != big.end());
+    }
+  }
+  // 128 rows make one or two tile rows: every order is the same, nothing is added.
+  for (const WgmmaTileConfig& c : WgmmaSearchSpace(LinearGemm(128, 4096, 4096), h200)) CHECK(c.group_m == 8);
+  // The group is a template argument and travels in the name.
+  WgmmaTileConfig c = big[0];
+  c.group_m = 16;
+  absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(LinearGemm(8192, 8192, 8192), c, h200);
+  REQUIRE(r.ok());
+  CHECK_THAT(r->kernels[0].name_expression, Catch::EndsWith(", 16, 1>"));
+  CHECK_THAT(ToString(c), Catch::Contains(" g16"));
 }
 
 TEST_CASE("WgmmaLaunchRecipe: sm_90a, a persistent grid and TMA parameters", "[tuner][gemm]") {

@@ -1,6 +1,7 @@
 #include "daemon/service.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -29,6 +30,13 @@ grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context, const abs
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
+}
+
+// The first config of a wgmma space (the model's best) that does not split K.
+std::optional<WgmmaTileConfig> BestUnsplit(const std::vector<WgmmaTileConfig>& space) {
+  const auto it = std::find_if(space.begin(), space.end(), [](const WgmmaTileConfig& c) { return c.split_k == 1; });
+  if (it == space.end()) return std::nullopt;
+  return *it;
 }
 
 std::string CompileKey(const LaunchRecipe& r) {
@@ -233,29 +241,27 @@ absl::Status KtuneServiceImpl::AnswerUntunedGemm(const Resolved& r, bool include
   // What a compiler gets before a GEMM is tuned: the template family that won
   // the H200's bench for such a problem (bench/RESULTS.md, session 3) with
   // its model's best config: skinny for M <= 16, wgmma on sm_90, else mma.sync.
-  // The untuned wgmma answer is the model's best without split-K (the space
-  // lists those first): a split-K recipe needs a zeroed workspace, and the
-  // model's split-K estimate has not been checked against the GPU yet.
-  // fp8 gets no untuned answer: its wgmma kernels have not yet run on a GPU,
-  // and a tune checks every candidate against the reference before use.
-  const bool fp8 = r.gemm->a_dtype() == v1::FP8_E4M3;
+  // The untuned wgmma answer is the model's best without split-K: a split-K
+  // recipe needs a zeroed workspace, and the model's split-K estimate has not
+  // been checked against the GPU yet. fp8 is answered alike since its wgmma
+  // kernels ran correctly on the H200 (session 6: every config of the GPU
+  // tests and of the 21 bench shapes); where its K is too long for one fp8
+  // accumulator the space has only split configs, so there is no answer.
   v1::GemmConfig config;
   absl::StatusOr<LaunchRecipe> recipe = absl::NotFoundError("no template serves this GEMM");
   if (const std::vector<SkinnyConfig> skinny = SkinnySearchSpace(*r.gemm, target_); !skinny.empty()) {
     recipe = SkinnyLaunchRecipe(*r.gemm, skinny.front(), target_);
     *config.mutable_skinny() = SkinnyConfigToProto(skinny.front());
-  } else if (const std::vector<WgmmaTileConfig> wgmma = fp8 ? std::vector<WgmmaTileConfig>()
-                                                              : WgmmaSearchSpace(*r.gemm, target_);
-             !wgmma.empty()) {
-    recipe = WgmmaLaunchRecipe(*r.gemm, wgmma.front(), target_);
-    *config.mutable_wgmma() = WgmmaTileConfigToProto(wgmma.front());
+  } else if (const std::optional<WgmmaTileConfig> wgmma = BestUnsplit(WgmmaSearchSpace(*r.gemm, target_))) {
+    recipe = WgmmaLaunchRecipe(*r.gemm, *wgmma, target_);
+    *config.mutable_wgmma() = WgmmaTileConfigToProto(*wgmma);
   } else if (const std::vector<GemmTileConfig> mma = GemmSearchSpace(*r.gemm, target_); !mma.empty()) {
     recipe = GemmLaunchRecipe(*r.gemm, mma.front(), target_);
     *config.mutable_mma_sync() = GemmTileConfigToProto(mma.front());
   } else {
     return absl::FailedPreconditionError(
-        "no heuristic answer for this GEMM: its candidates (fp8: cuBLASLt's and the wgmma template's) are "
-        "measured and checked on the GPU first; ask with TUNE_ON_MISS");
+        "no heuristic answer for this GEMM: no template serves it unsplit (fp8: K over 4096 needs split-K "
+        "or cuBLASLt, measured and checked on the GPU first); ask with TUNE_ON_MISS");
   }
   if (!recipe.ok()) return recipe.status();
   absl::StatusOr<LaunchRecipe> compiled = Compiled(*std::move(recipe));

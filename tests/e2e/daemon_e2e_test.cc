@@ -192,14 +192,25 @@ TEST_CASE("ktuned serves status, heuristic answers and refuses what it cannot do
     CHECK(client->GetConfig(request).status().code() == absl::StatusCode::kNotFound);
     request.set_policy(v1::TUNE_ON_MISS);
     CHECK(client->GetConfig(request).status().code() == absl::StatusCode::kFailedPrecondition);
-    // fp8: no untuned answer; its candidates are checked on the GPU first.
+    // fp8 ([N, K]): the wgmma model's best unsplit config, e4m3 operands.
     request.set_policy(v1::HEURISTIC_ON_MISS);
     g->set_a_dtype(v1::FP8_E4M3);
     g->set_b_dtype(v1::FP8_E4M3);
     g->set_b_layout(v1::COL_MAJOR);
     auto fp8 = client->GetConfig(request);
-    CHECK(fp8.status().code() == absl::StatusCode::kFailedPrecondition);
-    CHECK(fp8.status().message().find("cuBLASLt") != std::string::npos);
+    INFO(fp8.status().ToString());
+    REQUIRE(fp8.ok());
+    CHECK(fp8->source() == v1::HEURISTIC);
+    REQUIRE(fp8->config().gemm().has_wgmma());
+    CHECK(fp8->config().gemm().wgmma().split_k() == 1);
+    REQUIRE(fp8->recipe().kernels_size() == 1);
+    CHECK(fp8->recipe().kernels(0).name_expression().find("ktune::gemm_wgmma<ktune::e4m3,") == 0);
+    // K of 8192 is more than one fp8 accumulator spans: only split configs
+    // (or cuBLASLt), which are measured before anything is answered.
+    g->set_k(8192);
+    auto long_k = client->GetConfig(request);
+    CHECK(long_k.status().code() == absl::StatusCode::kFailedPrecondition);
+    CHECK(long_k.status().message().find("K over 4096") != std::string::npos);
     g->set_k(0);
     auto bad = client->GetConfig(request);
     REQUIRE_FALSE(bad.ok());

@@ -153,7 +153,8 @@ struct GemmRunner::Impl {
 
   // The loaded kernel's parameters, bound by name: an index into
   // kArgumentNames, or -1 for a TMA descriptor parameter ("tma_a:64x128").
-  // Launches only look them up, so timing pays no string compares.
+  // Launches index the scalar and pointer arguments directly; a descriptor
+  // comes from the map Tma() fills once per (parameter, set).
   std::vector<int> bound;
   absl::Status Bind(const std::vector<std::string>& params) {
     bound.clear();

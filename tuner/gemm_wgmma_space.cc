@@ -155,11 +155,11 @@ absl::Status CanImplementWgmma(const v1::GemmProblem& p, const WgmmaTileConfig& 
   if (c.split_k < 1 || c.split_k > kMaxSplitK || (c.split_k & (c.split_k - 1)) != 0) {
     return fail(absl::StrCat("split_k must be a power of two <= ", kMaxSplitK));
   }
-  if (const int64_t k_steps = CeilDiv(p.k(), BlockK(p)); k_steps % c.split_k != 0) {
+  const int64_t k_steps = CeilDiv(p.k(), BlockK(p));
+  if (k_steps % c.split_k != 0) {
     return fail(absl::StrCat("split_k = ", c.split_k, " does not divide K's ", k_steps, " steps of ", BlockK(p)));
   }
-  if (const int64_t span = CeilDiv(p.k(), BlockK(p)) / c.split_k * BlockK(p);
-      IsFp8(p) && span > kMaxFp8KPerAccumulator) {
+  if (const int64_t span = k_steps / c.split_k * BlockK(p); IsFp8(p) && span > kMaxFp8KPerAccumulator) {
     return fail(absl::StrCat("fp8 accumulates ", span, " of K in one accumulator, over the ",
                              kMaxFp8KPerAccumulator, " its reduced-precision adds keep within tolerance (split K)"));
   }

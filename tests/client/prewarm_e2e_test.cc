@@ -71,15 +71,18 @@ pid_t ChildServing(const std::string& address) {
   return found;
 }
 
-// SIGKILLs a daemon once it has tuned `after` problems in this prewarm.
-class KillAfter final : public PrewarmObserver {
+// SIGKILLs a daemon as it is handed its first problem to tune. The loss is
+// then certain to be seen: that server's thread calls the dead daemon next.
+// (Killing after a daemon's n-th result instead raced: a fast survivor could
+// drain the queue first, and a server nobody calls again is never lost.)
+class KillOnFirstTune final : public PrewarmObserver {
  public:
-  KillAfter(std::string address, pid_t pid, int after) : address_(std::move(address)), pid_(pid), after_(after) {}
-  void OnResult(const PrewarmProblemReport& r) override {
-    if (r.server != address_ || r.outcome != PrewarmOutcome::kTuned || ++tuned_ != after_) return;
+  KillOnFirstTune(std::string address, pid_t pid) : address_(std::move(address)), pid_(pid) {}
+  void OnTuneStart(const std::string& server, const PrewarmProblem& problem) override {
+    if (server != address_ || killed_) return;
     REQUIRE(kill(pid_, SIGKILL) == 0);
     int status = 0;
-    REQUIRE(waitpid(pid_, &status, 0) == pid_);  // gone before its thread's next call
+    REQUIRE(waitpid(pid_, &status, 0) == pid_);  // gone before its thread calls it
     killed_ = true;
   }
   void OnServerLost(const std::string& server, const std::string& error, int left) override {
@@ -93,8 +96,6 @@ class KillAfter final : public PrewarmObserver {
  private:
   const std::string address_;
   const pid_t pid_;
-  const int after_;
-  int tuned_ = 0;
   bool killed_ = false;
   std::vector<std::string> lost_;
   int servers_left_ = -1;
@@ -121,9 +122,19 @@ TEST_CASE("prewarm over two daemons finishes on the survivor when one is killed,
   REQUIRE(problems.ok());
   REQUIRE(problems->size() == kProblems);
 
+  // b already holds two tuned entries (tuned directly, before the prewarm):
+  // the resume pass must count them as done on this GPU kind.
+  constexpr int kOnBBefore = 2;
+  for (int i = 0; i < kOnBBefore; ++i) {
+    v1::TuneRequest tune;
+    *tune.mutable_problem() = (*problems)[i].problem;
+    auto tuned = b.NewClient()->Tune(tune, nullptr);
+    REQUIRE(tuned.ok());
+  }
+
   const pid_t b_pid = ChildServing(b.address());
   REQUIRE(b_pid > 0);
-  KillAfter killer(b.address(), b_pid, 2);
+  KillOnFirstTune killer(b.address(), b_pid);
   PrewarmOptions options;
   options.call_timeout_s = 120;
   const PrewarmReport report = Prewarm(*problems, {a.address(), b.address()}, options, &killer);
@@ -133,22 +144,24 @@ TEST_CASE("prewarm over two daemons finishes on the survivor when one is killed,
   CHECK(killer.servers_left() == 1);
   CHECK(report.kinds.size() == 1);
   CHECK(report.complete());
-  CHECK(report.count(PrewarmOutcome::kTuned) == kProblems);
+  CHECK(report.count(PrewarmOutcome::kAlreadyTuned) == kOnBBefore);
+  CHECK(report.count(PrewarmOutcome::kTuned) == kProblems - kOnBBefore);
   CHECK(report.count(PrewarmOutcome::kNotServed) == 0);
   CHECK(report.count(PrewarmOutcome::kFailed) == 0);
   CHECK(report.count(PrewarmOutcome::kNotDone) == 0);
   REQUIRE(report.servers.size() == 2);
   CHECK(report.servers[0].state == PrewarmServerReport::State::kUsed);
   CHECK(report.servers[1].state == PrewarmServerReport::State::kLost);
-  CHECK(report.servers[1].counts.at(PrewarmOutcome::kTuned) == 2);
-  CHECK(report.servers[0].counts.at(PrewarmOutcome::kTuned) == kProblems - 2);
-  // Each problem is stored where the report says it was tuned; the survivor
-  // has everything but the killed daemon's two.
+  CHECK(report.servers[1].counts.at(PrewarmOutcome::kAlreadyTuned) == kOnBBefore);
+  CHECK(report.servers[1].counts.count(PrewarmOutcome::kTuned) == 0);
+  // The problem b was handed when it died went back to the queue: a tuned it.
+  CHECK(report.servers[0].counts.at(PrewarmOutcome::kTuned) == kProblems - kOnBBefore);
+  // Each problem is stored where the report says it was tuned.
   int on_a = 0;
   for (const PrewarmProblem& p : *problems) on_a += StoredOn(a, p) ? 1 : 0;
-  CHECK(on_a == kProblems - 2);
+  CHECK(on_a == kProblems - kOnBBefore);
 
-  // b comes back with its database (the two entries it acknowledged). A
+  // b comes back with its database (its two entries). A
   // resume over both, through the CLI, finds every problem on one or the
   // other and tunes nothing.
   REQUIRE(b.Start({}, {kFake}));

@@ -364,10 +364,18 @@ TEST_CASE("a full queue says so, and tunes every caller abandoned are dropped or
   };
   absl::StatusOr<v1::GetConfigResponse> first = absl::UnknownError("unset");
   absl::StatusOr<v1::GetConfigResponse> second = absl::UnknownError("unset");
+  // Each step waits for the daemon to report the state it needs (fixed sleeps
+  // raced on a loaded 2-core CI machine).
+  auto await_metric = [&](const std::string& name, double value) {
+    for (int i = 0; i < 200 && Metric(daemon, name) != value; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    CHECK(Metric(daemon, name) == value);  // CHECK: a throw here would leave a thread joinable
+  };
   std::thread running([&] { first = ask(1000, 3); });  // the job that runs
-  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  await_metric("ktune_tunes_running", 1);
   std::thread queued([&] { second = ask(2000, 2); });  // the one queued behind it
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  await_metric("ktune_tune_queue_depth", 1);
   auto refused = ask(3000, 5);
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.status().code() == absl::StatusCode::kResourceExhausted);

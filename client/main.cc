@@ -122,8 +122,9 @@ std::string ConfigText(const ktune::v1::Config& config) {
                              t.split_k() > 1 ? absl::StrCat(" split_k=", t.split_k()) : "");
     }
     const ktune::v1::MmaSyncTile& t = config.gemm().mma_sync();
-    return absl::StrFormat("mma_sync %dx%dx%d warps=%dx%d stages=%d group=%d", t.block_m(), t.block_n(), t.block_k(),
-                           t.warps_m(), t.warps_n(), t.stages(), t.group_m());
+    return absl::StrFormat("mma_sync %dx%dx%d warps=%dx%d stages=%d group=%d%s", t.block_m(), t.block_n(),
+                           t.block_k(), t.warps_m(), t.warps_n(), t.stages(), t.group_m(),
+                           t.split_k() > 1 ? absl::StrCat(" split_k=", t.split_k()) : "");
   }
   if (!config.has_norm()) return "-";
   const ktune::v1::NormConfig& c = config.norm();

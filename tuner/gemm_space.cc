@@ -26,6 +26,11 @@ constexpr int kMaxThreads = 1024;
 // (about half of wgmma's) and the HBM rate the norm kernels reach.
 constexpr double kMmaSyncTflopsPerSm = 600.0 / 132;
 constexpr double kMemoryTBps = 4.0;
+// Split-K partials travel through L2 at an SM's share of its bandwidth (the
+// wgmma space's assumption, about 8 TB/s over 132 SMs; not yet measured).
+constexpr double kL2GBpsPerSm = 60.0;
+constexpr int kMaxSplitK = 16;
+constexpr int kSplitKs[] = {1, 2, 4, 8};  // the grid's; CanImplementGemm takes up to kMaxSplitK
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 bool IsPowerOfTwo(int v) { return v > 0 && (v & (v - 1)) == 0; }
@@ -56,6 +61,14 @@ int64_t Tiles(const v1::GemmProblem& p, const GemmTileConfig& c) {
   return CeilDiv(p.m(), c.block_m) * CeilDiv(p.n(), c.block_n);
 }
 
+// The split-K workspace: (batch, tiles, split_k, BM * BN) f32 partials, then
+// (batch, tiles) u32 counters.
+uint64_t SplitKWorkspaceBytes(const v1::GemmProblem& p, const GemmTileConfig& c) {
+  if (c.split_k <= 1) return 0;
+  const uint64_t slots = static_cast<uint64_t>(GemmBatch(p) * Tiles(p, c));
+  return slots * c.split_k * c.block_m * c.block_n * sizeof(float) + slots * sizeof(uint32_t);
+}
+
 std::string TypeName(v1::DType d) { return d == v1::FP32 ? "float" : "ktune::bf16"; }
 
 // The grid, in its fixed order. Power-of-two tiles from 64 to 256 on M and N
@@ -63,7 +76,7 @@ std::string TypeName(v1::DType d) { return d == v1::FP32 ? "float" : "ktune::bf1
 // 32 or 64, 4 or 8 warps (2 warps leave the SM's tensor cores idle), 3 to 5
 // stages (a 2-stage ring keeps one tile in flight while one is multiplied,
 // too little to cover HBM latency at these tile sizes; at 128 accumulators it
-// also spilled with B given as [K, N]).
+// also spilled with B given as [K, N]), K split 1, 2, 4 or 8 ways.
 std::vector<GemmTileConfig> Grid() {
   std::vector<GemmTileConfig> grid;
   for (int bm : {64, 128, 256}) {
@@ -72,14 +85,17 @@ std::vector<GemmTileConfig> Grid() {
         for (auto [wm, wn] : {std::pair{2, 2}, std::pair{1, 4}, std::pair{4, 1}, std::pair{2, 4},
                               std::pair{4, 2}}) {
           for (int stages : {3, 4, 5}) {
-            GemmTileConfig c;
-            c.block_m = bm;
-            c.block_n = bn;
-            c.block_k = bk;
-            c.warps_m = wm;
-            c.warps_n = wn;
-            c.stages = stages;
-            grid.push_back(c);
+            for (int split_k : kSplitKs) {
+              GemmTileConfig c;
+              c.block_m = bm;
+              c.block_n = bn;
+              c.block_k = bk;
+              c.warps_m = wm;
+              c.warps_n = wn;
+              c.stages = stages;
+              c.split_k = split_k;
+              grid.push_back(c);
+            }
           }
         }
       }
@@ -91,8 +107,8 @@ std::vector<GemmTileConfig> Grid() {
 }  // namespace
 
 std::string ToString(const GemmTileConfig& c) {
-  return absl::StrFormat("bm%d bn%d bk%d w%dx%d s%d g%d", c.block_m, c.block_n, c.block_k, c.warps_m,
-                         c.warps_n, c.stages, c.group_m);
+  return absl::StrFormat("bm%d bn%d bk%d w%dx%d s%d g%d%s", c.block_m, c.block_n, c.block_k, c.warps_m,
+                         c.warps_n, c.stages, c.group_m, c.split_k > 1 ? absl::StrCat(" k", c.split_k) : "");
 }
 
 int64_t GemmSharedMemoryBytes(const GemmTileConfig& c) {
@@ -126,6 +142,13 @@ absl::Status CanImplementGemm(const v1::GemmProblem& p, const GemmTileConfig& c,
   if (c.block_k < 16 || c.block_k > 128) return fail("block_k must be 16 to 128");
   if (!GemmBIsNK(p) && c.block_n < 16) return fail("block_n must be >= 16 with B given as [K, N]");
   if (c.threads() > kMaxThreads) return fail("more than 1024 threads");
+  if (c.split_k < 1 || c.split_k > kMaxSplitK || !IsPowerOfTwo(c.split_k)) {
+    return fail(absl::StrCat("split_k must be a power of two <= ", kMaxSplitK));
+  }
+  if (const int64_t k_steps = CeilDiv(p.k(), c.block_k); k_steps < c.split_k) {
+    return fail(absl::StrCat("split_k = ", c.split_k, " leaves a split without K: K has ", k_steps, " steps of ",
+                             c.block_k));
+  }
   const int chunks_a = c.block_m * c.block_k / kChunkElements;
   const int chunks_b = c.block_n * c.block_k / kChunkElements;
   if (chunks_a % c.threads() != 0 || chunks_b % c.threads() != 0) {
@@ -156,7 +179,8 @@ double GemmModelTimeUs(const v1::GemmProblem& p, const GemmTileConfig& c, const 
   const int sms = std::max(d.sm_count, 1);
   const int ctas = std::max(CtasPerSm(c, d), 1);
   const int64_t tiles = Tiles(p, c) * GemmBatch(p);
-  const int64_t waves = CeilDiv(tiles, int64_t{sms} * ctas);
+  const int64_t units = tiles * c.split_k;  // CTAs: (tile, split)
+  const int64_t waves = CeilDiv(units, int64_t{sms} * ctas);
   // A warp tile of wm x wn reads (wm + wn) * 16 elements from shared memory
   // per k16 step for wm * wn * 16 MACs: full speed from 64 x 64 on; and the SM
   // needs about 8 warps to hide the MMA and ldmatrix latencies.
@@ -166,28 +190,47 @@ double GemmModelTimeUs(const v1::GemmProblem& p, const GemmTileConfig& c, const 
   // The ring keeps (stages - 1) K steps in flight: about 96 deep in K covers
   // the load latency (on the H200, 128 x 128 x 32 tiles ran best at 4 stages).
   const double pipelining = std::min(1.0, (c.stages - 1) * c.block_k / 96.0);
-  const double k_padded = static_cast<double>(CeilDiv(p.k(), c.block_k) * c.block_k);
-  const double tile_flops = 2.0 * c.block_m * c.block_n * k_padded;
+  // A split's K: the longest split's steps.
+  const double k_padded = static_cast<double>(CeilDiv(CeilDiv(p.k(), c.block_k), c.split_k) * c.block_k);
+  const double unit_flops = 2.0 * c.block_m * c.block_n * k_padded;
   const double cta_tflops = kMmaSyncTflopsPerSm / ctas * warp_efficiency * occupancy * pipelining;
-  const double compute_us = static_cast<double>(waves) * tile_flops / (cta_tflops * 1e6);
+  double compute_us = static_cast<double>(waves) * unit_flops / (cta_tflops * 1e6);
+  if (c.split_k > 1) {
+    // Every CTA writes its fp32 partial tile (the SM's CTAs share its share of
+    // L2); the last split of a tile reads the other split_k - 1 back.
+    const double tile_bytes = 4.0 * c.block_m * c.block_n;
+    compute_us += (static_cast<double>(waves) * ctas + (c.split_k - 1)) * tile_bytes / (kL2GBpsPerSm * 1e3);
+  }
   // Memory: each operand once, D (and C) once; while fewer CTAs than SMs run,
   // only that share of the bandwidth is drawn.
   const double d_bytes = GemmDType(p) == v1::FP32 ? 4 : 2;
   const double bytes = static_cast<double>(GemmBatch(p)) *
                        (2.0 * (p.m() * p.k() + p.n() * p.k()) + d_bytes * p.m() * p.n() * (GemmHasC(p) ? 2 : 1));
-  const double busy = std::min(1.0, static_cast<double>(tiles) / sms);
+  const double busy = std::min(1.0, static_cast<double>(units) / sms);
   const double memory_us = bytes / (kMemoryTBps * 1e6 * busy);
   return std::max(compute_us, memory_us);
 }
 
 std::vector<GemmTileConfig> GemmSearchSpace(const v1::GemmProblem& p, const DeviceInfo& d,
                                             const GemmSpaceOptions& options) {
-  std::vector<std::pair<double, GemmTileConfig>> ranked;
+  std::vector<std::pair<double, GemmTileConfig>> whole, split;
   for (const GemmTileConfig& c : Grid()) {
     if (!CanImplementGemm(p, c, d).ok()) continue;
-    ranked.emplace_back(options.pruned ? GemmModelTimeUs(p, c, d) : 0.0, c);
+    // Split-K only pays where the tiles alone leave SMs idle.
+    if (options.pruned && c.split_k > 1 && Tiles(p, c) * GemmBatch(p) >= std::max(d.sm_count, 1)) continue;
+    (c.split_k > 1 ? split : whole).emplace_back(options.pruned ? GemmModelTimeUs(p, c, d) : 0.0, c);
   }
-  return PruneByModel(std::move(ranked), options);
+  if (!options.pruned) {
+    whole.insert(whole.end(), split.begin(), split.end());
+    return PruneByModel(std::move(whole), options);
+  }
+  // The model's split-K term is unmeasured: the split configs (half as many
+  // at most) come after the unsplit ones, which are pruned as before.
+  std::vector<GemmTileConfig> space = PruneByModel(std::move(whole), options);
+  GemmSpaceOptions half = options;
+  half.max_candidates = std::max(1, options.max_candidates / 2);
+  for (const GemmTileConfig& c : PruneByModel(std::move(split), half)) space.push_back(c);
+  return space;
 }
 
 absl::StatusOr<LaunchRecipe> GemmTemplateRecipe(const std::string& template_id, const std::string& arch) {
@@ -208,14 +251,16 @@ absl::StatusOr<LaunchRecipe> GemmLaunchRecipe(const v1::GemmProblem& p, const Ge
   if (!recipe.ok()) return recipe.status();
   KernelLaunch k;
   k.name_expression = absl::StrFormat(
-      "ktune::gemm_mma<ktune::bf16, %s, %s, %d, %s, %d, %d, %d, %d, %d, %d, %d>", TypeName(GemmDType(p)),
+      "ktune::gemm_mma<ktune::bf16, %s, %s, %d, %s, %d, %d, %d, %d, %d, %d, %d, %d>", TypeName(GemmDType(p)),
       GemmBIsNK(p) ? "true" : "false", GemmEpilogueCode(p), GemmHasC(p) ? "true" : "false", c.block_m, c.block_n,
-      c.block_k, c.warps_m, c.warps_n, c.stages, c.group_m);
-  k.grid = {static_cast<uint32_t>(Tiles(p, c)), 1, static_cast<uint32_t>(GemmBatch(p))};
+      c.block_k, c.warps_m, c.warps_n, c.stages, c.group_m, c.split_k);
+  k.grid = {static_cast<uint32_t>(Tiles(p, c)), static_cast<uint32_t>(c.split_k), static_cast<uint32_t>(GemmBatch(p))};
   k.block = {static_cast<uint32_t>(c.threads()), 1, 1};
   k.dynamic_smem_bytes = static_cast<uint32_t>(GemmSharedMemoryBytes(c));
-  k.params = {"a", "b", "c", "d", "bias", "M", "N", "K", "alpha", "beta"};
+  k.params = {"a", "b", "c", "d", "bias", "M", "N", "K", "alpha", "beta", "ws"};
   recipe->kernels.push_back(std::move(k));
+  recipe->workspace_bytes = SplitKWorkspaceBytes(p, c);
+  recipe->workspace_zeroed = c.split_k > 1;  // the arrival counters
   return recipe;
 }
 

@@ -6,7 +6,8 @@
 // Contract with the template: every config CanImplementGemm accepts compiles
 // under NVRTC without spilling and computes the right answer for every problem
 // it was accepted for (tests/tuner/gemm_space_test.cc compiles them all; the
-// H200 lab run of 2026-11-29 in bench/RESULTS.md checked the answers).
+// H200 lab run of 2026-11-29 in bench/RESULTS.md checked the answers of the
+// unsplit configs; split-K, added in session 7, has GPU tests not yet run).
 // Thread-safe: pure functions.
 #pragma once
 
@@ -25,7 +26,9 @@ namespace ktune {
 
 // One instantiation of gemm_mma: a block_m x block_n tile of D per CTA,
 // warps_m x warps_n warps, K in steps of block_k through `stages` cp.async
-// stages, CTAs rasterised in groups of group_m tile rows.
+// stages, CTAs rasterised in groups of group_m tile rows; with split_k > 1,
+// K's steps shared by split_k CTAs per tile, whose fp32 partials the last to
+// finish sums (through the recipe's workspace).
 struct GemmTileConfig {
   int block_m = 128;
   int block_n = 128;
@@ -34,15 +37,16 @@ struct GemmTileConfig {
   int warps_n = 2;
   int stages = 4;
   int group_m = 8;
+  int split_k = 1;
 
   int threads() const { return warps_m * warps_n * 32; }
   bool operator==(const GemmTileConfig& o) const {
-    return block_m == o.block_m && block_n == o.block_n && block_k == o.block_k &&
-           warps_m == o.warps_m && warps_n == o.warps_n && stages == o.stages && group_m == o.group_m;
+    return block_m == o.block_m && block_n == o.block_n && block_k == o.block_k && warps_m == o.warps_m &&
+           warps_n == o.warps_n && stages == o.stages && group_m == o.group_m && split_k == o.split_k;
   }
 };
 
-// "bm128 bn128 bk32 w2x2 s4 g8".
+// "bm128 bn128 bk32 w2x2 s4 g8", and " k4" with split_k = 4.
 std::string ToString(const GemmTileConfig& config);
 
 // Dynamic shared memory of one CTA: the stage ring of A and B tiles.
@@ -51,7 +55,8 @@ int64_t GemmSharedMemoryBytes(const GemmTileConfig& config);
 // OK, or FAILED_PRECONDITION saying why `config` cannot run `problem` on
 // `device`: the problem outside what the template serves (FP8, K % 8 != 0,
 // a [K, N] B with N % 8 != 0, batch > 65535) or the config outside the
-// template's limits (warp tiles, copy divisibility, shared memory, registers).
+// template's limits (warp tiles, copy divisibility, shared memory, registers,
+// a split_k that is not a power of two <= 16 or leaves a split without K).
 // REQUIRES: ValidateGemmProblem(problem) is OK.
 absl::Status CanImplementGemm(const v1::GemmProblem& problem, const GemmTileConfig& config,
                               const DeviceInfo& device);
@@ -59,8 +64,9 @@ absl::Status CanImplementGemm(const v1::GemmProblem& problem, const GemmTileConf
 // The model's estimate of the kernel's time in microseconds (only its ranking
 // matters): the larger of a compute time (waves of tiles at an efficiency that
 // grows with the warp tile, the warps per SM and the K depth in flight;
-// padding of M, N and K counted as work) and a memory time (A, B and D at
-// 4 TB/s, slower while fewer CTAs than SMs run).
+// padding of M, N and K counted as work; split-K's partials written and read
+// back through L2) and a memory time (A, B and D at 4 TB/s, slower while
+// fewer CTAs than SMs run).
 double GemmModelTimeUs(const v1::GemmProblem& problem, const GemmTileConfig& config,
                        const DeviceInfo& device);
 
@@ -94,14 +100,19 @@ absl::StatusOr<LaunchRecipe> GemmTemplateRecipe(const std::string& template_id, 
 
 // The grid's configs that CanImplementGemm accepts; pruned, the best by
 // GemmModelTimeUs. In a fixed order (model time, then grid order). Empty when
-// the template cannot serve the problem at all.
+// the template cannot serve the problem at all. Pruned, split-K configs are
+// offered only where the tiles alone leave SMs idle, and only after the
+// unsplit ones (at most half as many again), so an unmeasured model term
+// cannot crowd out the configs it does not touch.
 std::vector<GemmTileConfig> GemmSearchSpace(const v1::GemmProblem& problem, const DeviceInfo& device,
                                             const GemmSpaceOptions& options = GemmSpaceOptions());
 
 // The recipe for (problem, config): template "gemm/gemm_mma", name expression,
-// grid (tiles, 1, batch), block, dynamic shared memory, and the parameters in
-// order: a, b, c, d, bias, M, N, K, alpha, beta. A residual add is C with beta
-// = 1; c and bias are null when the problem has none.
+// grid (tiles, split_k, batch), block, dynamic shared memory, and the
+// parameters in order: a, b, c, d, bias, M, N, K, alpha, beta, ws. A residual
+// add is C with beta = 1; c and bias are null when the problem has none. With
+// split_k > 1 the recipe's workspace_bytes is > 0 and workspace_zeroed is set
+// (the counters); ws is null otherwise.
 // REQUIRES: CanImplementGemm(problem, config, device) is OK.
 absl::StatusOr<LaunchRecipe> GemmLaunchRecipe(const v1::GemmProblem& problem,
                                               const GemmTileConfig& config, const DeviceInfo& device);

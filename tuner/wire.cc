@@ -236,13 +236,15 @@ absl::StatusOr<GemmTileConfig> GemmTileConfigFromProto(const v1::MmaSyncTile& in
   c.warps_n = in.warps_n();
   c.stages = in.stages();
   c.group_m = in.group_m();
+  c.split_k = in.split_k() == 0 ? 1 : in.split_k();  // 0: written before split-K existed
   const absl::Status positive = RequirePositive("config.gemm.mma_sync.", {{"block_m", c.block_m},
                                                                           {"block_n", c.block_n},
                                                                           {"block_k", c.block_k},
                                                                           {"warps_m", c.warps_m},
                                                                           {"warps_n", c.warps_n},
                                                                           {"stages", c.stages},
-                                                                          {"group_m", c.group_m}});
+                                                                          {"group_m", c.group_m},
+                                                                          {"split_k", c.split_k}});
   if (!positive.ok()) return positive;
   return c;
 }
@@ -256,6 +258,7 @@ v1::MmaSyncTile GemmTileConfigToProto(const GemmTileConfig& c) {
   out.set_warps_n(c.warps_n);
   out.set_stages(c.stages);
   out.set_group_m(c.group_m);
+  out.set_split_k(c.split_k);
   return out;
 }
 

@@ -17,6 +17,15 @@
 // bank groups. CTAs are rasterised in groups of GROUP_M tile rows (consecutive
 // CTAs share B tiles in L2).
 //
+// Split-K (SPLIT_K > 1, for problems whose tiles alone leave SMs idle): the
+// grid's y is the split; split s multiplies K tiles [s * kt / SPLIT_K,
+// (s + 1) * kt / SPLIT_K) of the kt = ceil(K / BK) (every split has at least
+// one when kt >= SPLIT_K). Each split writes its fp32 accumulators to the
+// workspace in fragment order (every split of a tile has the same
+// thread-to-fragment map, so no layout change), then counts itself in on the
+// tile's counter; the split that arrives last adds the others' partials and
+// runs the epilogue, and sets the counter back to 0 for the next launch.
+//
 // C, when HAS_C, is added as beta * C before the epilogue; a residual add is
 // C with beta = 1. Epilogues (EPI): 0 none, 1 + bias[n], 2 gelu(. + bias[n])
 // (erf form, torch's default), 3 silu(. + bias[n]).
@@ -29,6 +38,9 @@
 //   bias      const T*   [N], read when EPI > 0 (may be null otherwise)
 //   M, N, K   int
 //   alpha, beta  float
+//   ws        unsigned char*  SPLIT_K > 1: the workspace (null otherwise):
+//             (batch, tiles, SPLIT_K, BM * BN) f32 partials, then (batch, tiles)
+//             u32 counters, zeroed before the first launch
 // REQUIRES: K % 8 == 0 (16-byte rows of A and of B_NK); N % 8 == 0 when B is
 // [K, N]; every pointer 16-byte aligned; dynamic shared memory of
 // STAGES * (BM + BN) * BK * sizeof(T) bytes.
@@ -106,14 +118,62 @@ __device__ __forceinline__ void mma16816<fp16>(float (&acc)[4], const unsigned i
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// Split-K, after a CTA's main loop (see the header): `acc` is this thread's
+// fragment of split `split`'s partial sum of tile `slot` (of `slots` in the
+// launch). Returns true in the CTA of the last split to arrive, with `acc` now
+// the sum over every split: that CTA runs the epilogue. `arrival` is one word
+// of shared memory no thread still reads.
+// REQUIRES: every thread of the CTA calls it.
+template <int MMA_M, int MMA_N, int THREADS, int SPLIT_K>
+__device__ __forceinline__ bool reduce_split_k(float (&acc)[MMA_M][MMA_N][4], unsigned char* ws,
+                                               unsigned int* arrival, long long slot, long long slots,
+                                               int split) {
+  constexpr int kTileFloats = MMA_M * MMA_N * 4 * THREADS;  // BM * BN
+  float* partials = reinterpret_cast<float*>(ws);
+  unsigned int* counters = reinterpret_cast<unsigned int*>(ws + slots * SPLIT_K * kTileFloats * sizeof(float));
+  // (MMA_M * MMA_N, THREADS) float4: a warp's store is 512 contiguous bytes.
+  auto at = [&](int s, int i, int j) {
+    return reinterpret_cast<float4*>(partials + (slot * SPLIT_K + s) * kTileFloats) + (i * MMA_N + j) * THREADS +
+           threadIdx.x;
+  };
+#pragma unroll
+  for (int i = 0; i < MMA_M; ++i) {
+#pragma unroll
+    for (int j = 0; j < MMA_N; ++j) *at(split, i, j) = make_float4(acc[i][j][0], acc[i][j][1], acc[i][j][2], acc[i][j][3]);
+  }
+  __threadfence();  // the partial is visible before the split counts in
+  __syncthreads();
+  if (threadIdx.x == 0) *arrival = atomicAdd(&counters[slot], 1u);
+  __syncthreads();
+  if (*arrival != SPLIT_K - 1) return false;
+  __threadfence();  // see every other split's partial
+#pragma unroll 1
+  for (int s = 0; s < SPLIT_K; ++s) {
+    if (s == split) continue;
+#pragma unroll
+    for (int i = 0; i < MMA_M; ++i) {
+#pragma unroll
+      for (int j = 0; j < MMA_N; ++j) {
+        const float4 v = __ldcg(at(s, i, j));  // L2: written by other SMs
+        acc[i][j][0] += v.x;
+        acc[i][j][1] += v.y;
+        acc[i][j][2] += v.z;
+        acc[i][j][3] += v.w;
+      }
+    }
+  }
+  if (threadIdx.x == 0) counters[slot] = 0u;  // ready for the next launch
+  return true;
+}
+
 }  // namespace gemm_mma_detail
 
 template <typename T, typename TD, bool B_NK, int EPI, bool HAS_C, int BM, int BN, int BK,
-          int WARPS_M, int WARPS_N, int STAGES, int GROUP_M>
+          int WARPS_M, int WARPS_N, int STAGES, int GROUP_M, int SPLIT_K>
 __global__ void __launch_bounds__(WARPS_M * WARPS_N * 32)
     gemm_mma(const T* __restrict__ a, const T* __restrict__ b, const TD* __restrict__ c,
              TD* __restrict__ d, const T* __restrict__ bias, int M, int N, int K, float alpha,
-             float beta) {
+             float beta, unsigned char* __restrict__ ws) {
   using namespace gemm_mma_detail;
   using gemm_epilogue::store_pair;
   constexpr int kThreads = WARPS_M * WARPS_N * 32;
@@ -134,6 +194,7 @@ __global__ void __launch_bounds__(WARPS_M * WARPS_N * 32)
   static_assert((BM * kCprA) % kThreads == 0 && (BN * BK / kChunk) % kThreads == 0,
                 "every thread copies whole chunks of each tile");
   static_assert(EPI >= 0 && EPI <= 3, "epilogue 0..3");
+  static_assert(SPLIT_K >= 1, "SPLIT_K >= 1");
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* smem_a = reinterpret_cast<T*>(smem_raw);  // (STAGES, BM, BK) T, swizzled chunks
@@ -207,10 +268,14 @@ __global__ void __launch_bounds__(WARPS_M * WARPS_N * 32)
     }
   }
 
-  const int k_tiles = (K + BK - 1) / BK;
+  // This CTA's K tiles: [k_first, k_first + k_tiles) of the problem's.
+  const int k_total = (K + BK - 1) / BK;
+  const int split = SPLIT_K > 1 ? static_cast<int>(blockIdx.y) : 0;
+  const int k_first = split * k_total / SPLIT_K;
+  const int k_tiles = (split + 1) * k_total / SPLIT_K - k_first;
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < k_tiles) load_tile(s, s);
+    if (s < k_tiles) load_tile(k_first + s, s);
     cp_async_commit();  // empty groups keep the count uniform
   }
 
@@ -218,7 +283,7 @@ __global__ void __launch_bounds__(WARPS_M * WARPS_N * 32)
     cp_async_wait<STAGES - 2>();  // tile kt has landed (this thread's copies)
     __syncthreads();              // everyone's copies; stage kt - 1 is free
     const int next = kt + STAGES - 1;
-    if (next < k_tiles) load_tile(next, next % STAGES);
+    if (next < k_tiles) load_tile(k_first + next, next % STAGES);
     cp_async_commit();
 
     const T* sa = smem_a + (kt % STAGES) * kTileA;
@@ -262,6 +327,15 @@ __global__ void __launch_bounds__(WARPS_M * WARPS_N * 32)
     }
   }
   cp_async_wait<0>();
+  if constexpr (SPLIT_K > 1) {
+    // The ring is free once every thread has passed reduce_split_k's first
+    // barrier: its first word holds the arrival count.
+    const long long slot = batch * gridDim.x + blockIdx.x;
+    if (!reduce_split_k<kMmaM, kMmaN, kThreads, SPLIT_K>(acc, ws, reinterpret_cast<unsigned int*>(smem_raw), slot,
+                                                         static_cast<long long>(gridDim.x) * gridDim.z, split)) {
+      return;  // another split of this tile finishes it
+    }
+  }
 
   // Epilogue straight from the accumulators: thread (g = lane / 4, t = lane % 4)
   // holds rows g and g + 8, columns 2t and 2t + 1 of each m16n8 tile.

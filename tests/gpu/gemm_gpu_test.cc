@@ -115,32 +115,72 @@ std::vector<GemmCase> Cases(Device* device) {
 constexpr double kTolerance = 1e-2;  // bf16 D: about 4e-3 from rounding alone
 
 // Compiles `r`, runs it on g's inputs (parameters a, b, c, d, bias, M, N, K,
-// alpha, beta) over a poisoned D and returns the error against the reference.
+// alpha, beta, and ws where the recipe names it) over a poisoned D and returns
+// the largest error against the reference. A split-K recipe's workspace is
+// zeroed once, as its contract says, and the kernel runs twice, so what the
+// first launch leaves in it (the counters) is tested too.
 double RunPlainRecipe(Device* device, GemmCase& g, LaunchRecipe r) {
   const CompileResult compiled = Compile(&r);
   INFO(compiled.log);
   REQUIRE(compiled.ok);
   absl::StatusOr<LoadedKernel> k = device->LoadKernel(r.cubin, r.kernels[0].lowered_name);
   REQUIRE(k.ok());
+  absl::StatusOr<DeviceBuffer> ws = DeviceBuffer::Create(device, std::max<uint64_t>(r.workspace_bytes, 16));
+  REQUIRE(ws.ok());
+  REQUIRE(device->Fill(ws->get(), 0, ws->size()).ok());
   uint64_t a = g.da.get(), b = g.db.get(), cc = g.p.c_dtype() ? g.dc.get() : 0, d = g.dd.get();
   uint64_t bias = g.bias.empty() ? 0 : g.dbias.get();
+  uint64_t pws = r.workspace_bytes > 0 ? ws->get() : 0;
   int m = static_cast<int>(g.p.m()), n = static_cast<int>(g.p.n()), kk = static_cast<int>(g.p.k());
-  void* args[] = {&a, &b, &cc, &d, &bias, &m, &n, &kk, &g.alpha, &g.beta};
-  g.Poison(device);
-  REQUIRE(device->Launch(*k, r.kernels[0], args).ok());
-  REQUIRE(device->Synchronize().ok());
+  void* args[] = {&a, &b, &cc, &d, &bias, &m, &n, &kk, &g.alpha, &g.beta, &pws};
+  const std::vector<std::string>& params = r.kernels[0].params;
+  REQUIRE(params.size() >= 10);
+  REQUIRE(params.size() <= 11);
+  if (params.size() == 11) REQUIRE(params[10] == "ws");
+  CHECK(r.workspace_zeroed == (r.workspace_bytes > 0));
+  double worst = 0;
+  for (int launch = 0; launch < (r.workspace_bytes > 0 ? 2 : 1); ++launch) {
+    g.Poison(device);
+    REQUIRE(device->Launch(*k, r.kernels[0], args).ok());
+    REQUIRE(device->Synchronize().ok());
+    worst = std::max(worst, g.Error(device));
+  }
   device->UnloadKernel(*k);
-  return g.Error(device);
+  return worst;
 }
 
 TEST_CASE("every pruned mma.sync GEMM candidate matches a float64 reference", "[gpu][gemm]") {
   Device* device = testing::GpuDevice();
+  int split = 0;
   for (GemmCase& g : Cases(device)) {
     for (const GemmTileConfig& c : GemmSearchSpace(g.p, device->info())) {
       INFO(GemmCanonicalKey(g.p) << " " << ToString(c));
       absl::StatusOr<LaunchRecipe> r = GemmLaunchRecipe(g.p, c, device->info());
       REQUIRE(r.ok());
       CHECK(RunPlainRecipe(device, g, *r) < kTolerance);
+      split += c.split_k > 1;
+    }
+  }
+  CHECK(split > 0);  // the small cases leave SMs idle: split-K is among them
+}
+
+TEST_CASE("every split of the mma.sync template matches a float64 reference, K tail and batch included",
+          "[gpu][gemm]") {
+  Device* device = testing::GpuDevice();
+  std::vector<GemmCase> cases;
+  // K of 1000 is 31.25 steps of 32 (a tail in the last split), B both ways,
+  // C and a batch; 16 rows as in decoding.
+  cases.push_back(GemmCase::Make(device, 127, 264, 1000, v1::ROW_MAJOR, v1::EPILOGUE_BIAS_SILU, true, 1));
+  cases.push_back(GemmCase::Make(device, 16, 512, 1000, v1::COL_MAJOR, v1::EPILOGUE_BIAS_GELU, false, 3));
+  for (GemmCase& g : cases) {
+    for (int split_k : {2, 4, 8, 16}) {
+      for (GemmTileConfig c : {GemmTileConfig{}, GemmTileConfig{64, 64, 64, 2, 2, 3, 8, 1}}) {
+        c.split_k = split_k;
+        INFO(GemmCanonicalKey(g.p) << " " << ToString(c));
+        absl::StatusOr<LaunchRecipe> r = GemmLaunchRecipe(g.p, c, device->info());
+        REQUIRE(r.ok());
+        CHECK(RunPlainRecipe(device, g, *r) < kTolerance);
+      }
     }
   }
 }

@@ -4,6 +4,8 @@
 // problem set for sm_90 without spills.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <array>
 #include <set>
 #include <string>
 #include <vector>
@@ -43,7 +45,7 @@ TEST_CASE("every config of the GEMM space runs its problem, and pruning keeps th
     all.pruned = false;
     const std::vector<GemmTileConfig> full = GemmSearchSpace(p, device, all);
     REQUIRE_FALSE(pruned.empty());
-    CHECK(pruned.size() <= 16);
+    CHECK(pruned.size() <= 16 + 8);  // 16 unsplit, 8 split-K at most
     CHECK(full.size() > pruned.size());
     std::set<std::string> seen;
     for (const GemmTileConfig& c : pruned) {
@@ -52,11 +54,41 @@ TEST_CASE("every config of the GEMM space runs its problem, and pruning keeps th
       CHECK(seen.insert(ToString(c)).second);
       CHECK(std::find(full.begin(), full.end(), c) != full.end());
     }
-    // Ranked by the model: the first is the model's best over the whole grid.
+    // Ranked by the model: the first is the model's best unsplit config of
+    // the whole grid; split-K configs come after every unsplit one, at most
+    // half as many, and only where the tiles alone leave SMs idle.
     for (const GemmTileConfig& c : full) {
-      CHECK(GemmModelTimeUs(p, pruned.front(), device) <= GemmModelTimeUs(p, c, device));
+      if (c.split_k == 1) CHECK(GemmModelTimeUs(p, pruned.front(), device) <= GemmModelTimeUs(p, c, device));
     }
+    size_t splits = 0;
+    for (size_t i = 0; i < pruned.size(); ++i) {
+      if (pruned[i].split_k == 1) {
+        CHECK(splits == 0);
+        continue;
+      }
+      ++splits;
+      const int64_t tiles = ((p.m() + pruned[i].block_m - 1) / pruned[i].block_m) *
+                            ((p.n() + pruned[i].block_n - 1) / pruned[i].block_n) * (p.batch() == 0 ? 1 : p.batch());
+      CHECK(tiles < device.sm_count);
+    }
+    CHECK(splits <= 8);
   }
+}
+
+TEST_CASE("split-K is offered where the tiles leave SMs idle, and the model takes it there", "[tuner][gemm]") {
+  const DeviceInfo device = CompileOnlyTarget();
+  // Decode-like: 16 rows of a 4096 x 14336 weight make 64 tiles of 64 x 64 on
+  // 132 SMs; split two or four ways they fill the machine.
+  const v1::GemmProblem thin = TestGemm(16, 4096, 14336);
+  const std::vector<GemmTileConfig> space = GemmSearchSpace(thin, device);
+  auto is_split = [](const GemmTileConfig& c) { return c.split_k > 1; };
+  REQUIRE(std::any_of(space.begin(), space.end(), is_split));
+  const GemmTileConfig best_split = *std::find_if(space.begin(), space.end(), is_split);
+  INFO(ToString(space.front()) << " vs " << ToString(best_split));
+  CHECK(GemmModelTimeUs(thin, best_split, device) < GemmModelTimeUs(thin, space.front(), device));
+  // 8192^3 has thousands of tiles: no split.
+  const std::vector<GemmTileConfig> big = GemmSearchSpace(TestGemm(8192, 8192, 8192), device);
+  CHECK(std::none_of(big.begin(), big.end(), is_split));
 }
 
 TEST_CASE("the GEMM model takes big tiles for big GEMMs and small ones for thin M", "[tuner][gemm]") {
@@ -103,6 +135,19 @@ TEST_CASE("CanImplementGemm names what the mma.sync template cannot serve", "[tu
   deep.stages = 16;  // 16 * (128 + 128) * 32 * 2 = 256 KiB
   CHECK_THAT(std::string(CanImplementGemm(TestGemm(4096, 4096, 4096), deep, device).message()),
              Catch::Contains("shared memory"));
+  GemmTileConfig split = c;
+  split.split_k = 3;
+  CHECK_THAT(std::string(CanImplementGemm(TestGemm(4096, 4096, 4096), split, device).message()),
+             Catch::Contains("split_k must be a power of two <= 16"));
+  split.split_k = 32;
+  CHECK_THAT(std::string(CanImplementGemm(TestGemm(4096, 4096, 4096), split, device).message()),
+             Catch::Contains("split_k must be a power of two <= 16"));
+  // K = 72 is three steps of 32 (the last partial): a fourth split would have none.
+  split.split_k = 4;
+  CHECK_THAT(std::string(CanImplementGemm(TestGemm(128, 128, 72), split, device).message()),
+             Catch::Contains("split_k = 4 leaves a split without K: K has 3 steps of 32"));
+  split.split_k = 2;
+  CHECK(CanImplementGemm(TestGemm(128, 128, 72), split, device).ok());
 }
 
 TEST_CASE("GemmLaunchRecipe: the template, geometry and parameters", "[tuner][gemm]") {
@@ -118,18 +163,33 @@ TEST_CASE("GemmLaunchRecipe: the template, geometry and parameters", "[tuner][ge
   const KernelLaunch& k = r->kernels[0];
   // A residual add is C with no epilogue of its own; B [K, N].
   CHECK(k.name_expression ==
-        "ktune::gemm_mma<ktune::bf16, ktune::bf16, false, 0, true, 128, 128, 32, 2, 2, 4, 8>");
+        "ktune::gemm_mma<ktune::bf16, ktune::bf16, false, 0, true, 128, 128, 32, 2, 2, 4, 8, 1>");
   CHECK(k.grid[0] == 8 * 5);  // ceil(1000 / 128) x ceil(520 / 128) tiles
   CHECK(k.grid[2] == 3);      // batch
   CHECK(k.block[0] == 128);
   CHECK(k.dynamic_smem_bytes == 4 * (128 + 128) * 32 * 2);
-  CHECK(k.params == std::vector<std::string>{"a", "b", "c", "d", "bias", "M", "N", "K", "alpha", "beta"});
+  CHECK(k.params == std::vector<std::string>{"a", "b", "c", "d", "bias", "M", "N", "K", "alpha", "beta", "ws"});
+  CHECK(k.grid[1] == 1);
+  CHECK(r->workspace_bytes == 0);
+  CHECK_FALSE(r->workspace_zeroed);
+  // Split four ways: the grid's y is the split, and the workspace holds every
+  // split's fp32 tile and a counter per tile (8 x 5 tiles, 3 batches).
+  GemmTileConfig split = c;
+  split.split_k = 4;
+  auto s = GemmLaunchRecipe(TestGemm(1000, 520, 256, v1::ROW_MAJOR, v1::EPILOGUE_RESIDUAL_ADD, v1::BF16, v1::BF16, 3),
+                            split, device);
+  REQUIRE(s.ok());
+  CHECK(s->kernels[0].name_expression ==
+        "ktune::gemm_mma<ktune::bf16, ktune::bf16, false, 0, true, 128, 128, 32, 2, 2, 4, 8, 4>");
+  CHECK(s->kernels[0].grid == std::array<uint32_t, 3>{8 * 5, 4, 3});
+  CHECK(s->workspace_bytes == uint64_t{3 * 40} * 4 * 128 * 128 * 4 + 3 * 40 * 4);
+  CHECK(s->workspace_zeroed);
   auto gelu = GemmLaunchRecipe(TestGemm(64, 64, 64, v1::COL_MAJOR, v1::EPILOGUE_BIAS_GELU, v1::DTYPE_UNSPECIFIED,
                                     v1::FP32),
                                c, device);
   REQUIRE(gelu.ok());
   CHECK(gelu->kernels[0].name_expression ==
-        "ktune::gemm_mma<ktune::bf16, float, true, 2, false, 128, 128, 32, 2, 2, 4, 8>");
+        "ktune::gemm_mma<ktune::bf16, float, true, 2, false, 128, 128, 32, 2, 2, 4, 8, 1>");
   CHECK_FALSE(GemmLaunchRecipe(TestGemm(128, 128, 4100), c, device).ok());
 }
 

@@ -224,9 +224,19 @@ TEST_CASE("mma.sync GEMM tiles round-trip through the wire format and bad ones a
   c.warps_n = 4;
   c.stages = 5;
   c.group_m = 4;
+  c.split_k = 4;
   absl::StatusOr<GemmTileConfig> back = GemmTileConfigFromProto(GemmTileConfigToProto(c));
   REQUIRE(back.ok());
   CHECK(*back == c);
+  // An entry written before split-K existed has no split_k: one split.
+  v1::MmaSyncTile old = GemmTileConfigToProto(c);
+  old.clear_split_k();
+  REQUIRE(GemmTileConfigFromProto(old).ok());
+  CHECK(GemmTileConfigFromProto(old)->split_k == 1);
+  v1::MmaSyncTile negative = GemmTileConfigToProto(c);
+  negative.set_split_k(-2);
+  CHECK(std::string(GemmTileConfigFromProto(negative).status().message()) ==
+        "config.gemm.mma_sync.split_k: must be >= 1, got -2");
   v1::MmaSyncTile bad = GemmTileConfigToProto(c);
   bad.set_stages(0);
   const absl::Status s = GemmTileConfigFromProto(bad).status();

@@ -410,6 +410,12 @@ TEST_CASE("ValidateEntry: a GEMM config the template cannot run is refused, sayi
                         "block_k must be 16 to 128"});
   }
   {
+    v1::Entry e = MakeTestGemmEntry();
+    e.mutable_config()->mutable_gemm()->mutable_mma_sync()->set_split_k(6);
+    cases.push_back({e, "entry.config.gemm: cannot run this problem on sm_90: bm128 bn128 bk32 w2x2 s4 g8 k6: "
+                        "split_k must be a power of two <= 16"});
+  }
+  {
     v1::Entry e = MakeTestGemmEntry();  // M = 2048
     v1::SkinnyTile* t = e.mutable_config()->mutable_gemm()->mutable_skinny();
     t->set_warps(8);

@@ -10,6 +10,14 @@ the median. Operands for torch are drawn as ktune draws its own (uniform in
 [-1, 1)); runs before session 4 gave torch N(0, 1) operands instead.
 TFLOP/s = 2*M*N*K / time.
 
+Order (--order): "interleaved" (the default since session 7) tunes one shape
+in ktune_gemm_bench and times torch on that shape right after it, so both
+are timed on a GPU equally hot from that shape's work; "batched" (sessions
+4-6) tuned every shape first and timed torch afterwards, so torch's large
+shapes ran on a chip cooled by the small shapes' tail, and under the power
+limit a cooler chip holds higher clocks (suspected, not yet measured, of the
+1-3% torch led cuBLASLt's default by at large shapes).
+
   python3 bench/gemm_bench.py --ktune-gemm-bench .gpu/bin/ktune_gemm_bench --out OUT.json [--dtype bf16|fp8]
 """
 import argparse
@@ -86,20 +94,43 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp8"])
     ap.add_argument("--shapes", default=",".join(f"{m}x{n}x{k}" for m, n, k in SHAPES))
+    ap.add_argument("--order", default="interleaved", choices=["interleaved", "batched"],
+                    help="interleaved: torch right after each shape's tune; batched: every tune first")
     args = ap.parse_args()
     ours_json = args.out + ".ktune.json"
-    r = subprocess.run([args.ktune_gemm_bench, "--shapes", args.shapes, "--dtype", args.dtype, "--json", ours_json],
-                       capture_output=True, text=True)
-    sys.stderr.write(r.stderr)
-    if r.returncode != 0 or not os.path.exists(ours_json):
-        sys.exit(f"ktune_gemm_bench failed ({r.returncode}):\n{r.stdout}")
-    rows = json.load(open(ours_json))
+
+    def tune(shapes):
+        """ktune_gemm_bench over `shapes` (comma-separated MxNxK): its rows."""
+        if os.path.exists(ours_json):
+            os.remove(ours_json)
+        r = subprocess.run([args.ktune_gemm_bench, "--shapes", shapes, "--dtype", args.dtype, "--json", ours_json],
+                           capture_output=True, text=True)
+        sys.stderr.write(r.stderr)
+        if r.returncode != 0 or not os.path.exists(ours_json):
+            sys.exit(f"ktune_gemm_bench failed ({r.returncode}):\n{r.stdout}")
+        return json.load(open(ours_json))
+
+    shapes = args.shapes.split(",")
+    # Batched: every shape tuned now. Interleaved: each just before its torch timing.
+    key = lambda r: f"{r['m']}x{r['n']}x{r['k']}"  # noqa: E731
+    batched = {key(r): r for r in tune(args.shapes)} if args.order == "batched" else None
     peer = "_scaled_mm" if args.dtype == "fp8" else "matmul"
     print(f"{args.dtype} GEMM, D = A x B^T (B [N, K]), TFLOP/s; torch.{peer} and ktune's candidates timed alike "
           f"(events per call, L2 rotation, median)")
     print(f"{'M x N x K':<22} | {'torch':>7} | {'cuBLASLt':>8} | {'template':>8} | {'ktune':>7} | "
           f"{'vs cuBLASLt':>11} | {'vs torch':>8} | answer")
-    for row in rows:
+    rows = []
+    for shape in shapes:
+        if batched is None:
+            tuned = tune(shape)
+        else:
+            tuned = [batched[shape]] if shape in batched else []
+        if not tuned:
+            print(f"{shape}: ktune_gemm_bench gave no row (see its output above)", flush=True)
+            continue
+        row = tuned[0]
+        rows.append(row)
+        row["order"] = args.order
         row["torch_tflops"] = torch_tflops(row["m"], row["n"], row["k"], args.dtype)
         torch.cuda.empty_cache()
         ours, dflt = row["ktune_tflops"], row["cublaslt_default_tflops"]

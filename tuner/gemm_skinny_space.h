@@ -18,7 +18,8 @@
 namespace ktune {
 
 // One instantiation: `warps` warps split K for one CTA's 16 columns of D,
-// each with `unroll` 32-wide chunks of K loaded before they are multiplied.
+// each with `unroll` 64-byte chunks of K (32 bf16, 64 e4m3) loaded before
+// they are multiplied.
 struct SkinnyConfig {
   int warps = 8;
   int unroll = 4;
@@ -29,9 +30,11 @@ struct SkinnyConfig {
 // "w8 u4".
 std::string ToString(const SkinnyConfig& config);
 
-// OK, or FAILED_PRECONDITION saying why not: M > 16, not bf16, B not given as
-// [N, K], K % 8 != 0, batch > 65535, sm_80 or newer needed, or the config
-// outside 1-32 warps and 1-8 chunks.
+// OK, or FAILED_PRECONDITION saying why not: M > 16, B not given as [N, K],
+// K's rows not whole 16-byte loads (K % 8 bf16, K % 16 e4m3), batch > 65535,
+// sm_80 or newer needed (sm_89 for e4m3), an e4m3 warp's share of K over
+// 4096 (Hopper's fp8 accumulation, as the wgmma space), or the config outside
+// 1-32 warps and 1-8 chunks.
 absl::Status CanImplementSkinny(const v1::GemmProblem& problem, const SkinnyConfig& config,
                                 const DeviceInfo& device);
 
@@ -41,7 +44,8 @@ std::vector<SkinnyConfig> SkinnySearchSpace(const v1::GemmProblem& problem, cons
 
 // Template "gemm/gemm_skinny" for the device's arch, grid (ceil(N / 16), 1,
 // batch), warps * 32 threads, parameters a, b, c, d, bias, M, N, K, alpha,
-// beta (as the mma.sync template's).
+// beta (as the mma.sync template's), a_scale, b_scale (e4m3's per-tensor
+// scales; null for bf16).
 // REQUIRES: CanImplementSkinny(problem, config, device) is OK.
 absl::StatusOr<LaunchRecipe> SkinnyLaunchRecipe(const v1::GemmProblem& problem, const SkinnyConfig& config,
                                                 const DeviceInfo& device);

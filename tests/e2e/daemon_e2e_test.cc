@@ -205,6 +205,20 @@ TEST_CASE("ktuned serves status, heuristic answers and refuses what it cannot do
     CHECK(fp8->config().gemm().wgmma().split_k() == 1);
     REQUIRE(fp8->recipe().kernels_size() == 1);
     CHECK(fp8->recipe().kernels(0).name_expression().find("ktune::gemm_wgmma<ktune::e4m3,") == 0);
+    // At M <= 16 bf16 is answered by the skinny template; its fp8 form has not
+    // run on a GPU yet, so fp8 is still answered by wgmma there.
+    g->set_m(8);
+    auto decode = client->GetConfig(request);
+    REQUIRE(decode.ok());
+    CHECK(decode->config().gemm().has_wgmma());
+    g->set_a_dtype(v1::BF16);
+    g->set_b_dtype(v1::BF16);
+    auto decode_bf16 = client->GetConfig(request);
+    REQUIRE(decode_bf16.ok());
+    CHECK(decode_bf16->config().gemm().has_skinny());
+    g->set_a_dtype(v1::FP8_E4M3);
+    g->set_b_dtype(v1::FP8_E4M3);
+    g->set_m(128);
     // K of 8192 is more than one fp8 accumulator spans: only split configs
     // (or cuBLASLt), which are measured before anything is answered.
     g->set_k(8192);

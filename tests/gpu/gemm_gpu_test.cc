@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <string>
 #include <random>
 #include <vector>
 
@@ -115,7 +117,8 @@ std::vector<GemmCase> Cases(Device* device) {
 constexpr double kTolerance = 1e-2;  // bf16 D: about 4e-3 from rounding alone
 
 // Compiles `r`, runs it on g's inputs (parameters a, b, c, d, bias, M, N, K,
-// alpha, beta, and ws where the recipe names it) over a poisoned D and returns
+// alpha, beta, and ws, a_scale, b_scale (null: bf16) where the recipe names
+// them, in its order) over a poisoned D and returns
 // the largest error against the reference. A split-K recipe's workspace is
 // zeroed once, as its contract says, and the kernel runs twice, so what the
 // first launch leaves in it (the counters) is tested too.
@@ -132,16 +135,22 @@ double RunPlainRecipe(Device* device, GemmCase& g, LaunchRecipe r) {
   uint64_t bias = g.bias.empty() ? 0 : g.dbias.get();
   uint64_t pws = r.workspace_bytes > 0 ? ws->get() : 0;
   int m = static_cast<int>(g.p.m()), n = static_cast<int>(g.p.n()), kk = static_cast<int>(g.p.k());
-  void* args[] = {&a, &b, &cc, &d, &bias, &m, &n, &kk, &g.alpha, &g.beta, &pws};
-  const std::vector<std::string>& params = r.kernels[0].params;
-  REQUIRE(params.size() >= 10);
-  REQUIRE(params.size() <= 11);
-  if (params.size() == 11) REQUIRE(params[10] == "ws");
+  uint64_t no_scale = 0;
+  const std::map<std::string, void*> values = {
+      {"a", &a}, {"b", &b},     {"c", &cc},        {"d", &d},          {"bias", &bias},      {"M", &m},
+      {"N", &n}, {"K", &kk},    {"alpha", &g.alpha}, {"beta", &g.beta}, {"ws", &pws}, {"a_scale", &no_scale},
+      {"b_scale", &no_scale}};
+  std::vector<void*> args;
+  for (const std::string& param : r.kernels[0].params) {
+    INFO(param);
+    REQUIRE(values.count(param) == 1);
+    args.push_back(values.at(param));
+  }
   CHECK(r.workspace_zeroed == (r.workspace_bytes > 0));
   double worst = 0;
   for (int launch = 0; launch < (r.workspace_bytes > 0 ? 2 : 1); ++launch) {
     g.Poison(device);
-    REQUIRE(device->Launch(*k, r.kernels[0], args).ok());
+    REQUIRE(device->Launch(*k, r.kernels[0], args.data()).ok());
     REQUIRE(device->Synchronize().ok());
     worst = std::max(worst, g.Error(device));
   }
@@ -353,9 +362,13 @@ TEST_CASE("fp8 GEMMs are tuned over cuBLASLt and the wgmma template and checked 
   };
   // The last: M, N and K tails (K = 1040 is eight steps of 128 and a 16-wide
   // tail) and SiLU, over every wgmma config rather than the model's pick.
+  // M <= 16 adds the skinny template's fp8 form (one row, and 16 with an N
+  // tail and a K of 65 chunks of 64, so some warps take one chunk more).
   const Fp8Case cases[] = {{Fp8Gemm(256, 512, 1024, v1::EPILOGUE_NONE), true},
                            {Fp8Gemm(256, 512, 1024, v1::EPILOGUE_BIAS), true},
-                           {Fp8Gemm(127, 264, 1040, v1::EPILOGUE_BIAS_SILU), false}};
+                           {Fp8Gemm(127, 264, 1040, v1::EPILOGUE_BIAS_SILU), false},
+                           {Fp8Gemm(1, 512, 1024, v1::EPILOGUE_BIAS), true},
+                           {Fp8Gemm(16, 264, 4160, v1::EPILOGUE_BIAS_GELU), true}};
   for (const Fp8Case& c : cases) {
     INFO(GemmCanonicalKey(c.p) << (c.pruned ? "" : ", unpruned"));
     GemmTuneOptions options;
@@ -364,7 +377,13 @@ TEST_CASE("fp8 GEMMs are tuned over cuBLASLt and the wgmma template and checked 
     absl::StatusOr<GemmTuneResult> r = TuneGemm(c.p, executor.get(), options);
     INFO(r.status().ToString());
     REQUIRE(r.ok());
-    CHECK(r->template_candidates >= 1);  // wgmma (mma.sync and skinny are bf16 only)
+    CHECK(r->template_candidates >= 1);  // wgmma, and skinny for M <= 16 (mma.sync is bf16 only)
+    if (c.p.m() <= 16) {
+      int skinny = 0;
+      for (const GemmCandidateOutcome& o : r->outcomes) skinny += o.name.rfind("skinny", 0) == 0;
+      CHECK(skinny == static_cast<int>(SkinnySearchSpace(c.p, device->info()).size()));
+      CHECK(skinny > 0);
+    }
     if (CublasLtCanServe(c.p).ok()) CHECK(r->cublaslt_candidates >= 1);  // not SiLU
     // Every candidate, each wgmma config included, matched the reference
     // (the product scaled by both per-tensor scales, which are not 1).

@@ -36,17 +36,48 @@ TEST_CASE("the skinny space takes M <= 16 bf16 [N, K] GEMMs and names what it re
         absl::StatusCode::kFailedPrecondition);
 }
 
+TEST_CASE("the skinny space takes fp8 where its accumulators stay within 4096 of K", "[tuner][gemm]") {
+  const DeviceInfo h200 = CompileOnlyTarget();
+  CHECK(SkinnySearchSpace(Fp8Gemm(1, 4096, 4096), h200).size() == 6);
+  // K = 14336 is 224 chunks of 64: four warps of two take 28 rounds, 3584 of
+  // K each. At K = 65536 four warps would span 16384: only the wider splits.
+  CHECK(SkinnySearchSpace(Fp8Gemm(16, 4096, 14336), h200).size() == 6);
+  for (const SkinnyConfig& c : SkinnySearchSpace(Fp8Gemm(16, 256, 65536), h200)) CHECK(c.warps == 16);
+  auto message = [&](const v1::GemmProblem& p, const SkinnyConfig& c) {
+    const absl::Status s = CanImplementSkinny(p, c, h200);
+    CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
+    return std::string(s.message());
+  };
+  CHECK(message(Fp8Gemm(16, 256, 65536), SkinnyConfig{4, 2}) ==
+        "skinny w4 u2: a warp's accumulator would span 16384 of K, over the 4096 fp8's reduced-precision adds keep "
+        "within tolerance");
+  // 16-byte loads are 16 e4m3: K = 1032 is 8 short.
+  CHECK(message(Fp8Gemm(16, 256, 1032), SkinnyConfig{}) ==
+        "skinny w8 u4: K = 1032 is not a multiple of 16 (16-byte loads)");
+  DeviceInfo a100 = h200;
+  a100.cc_major = 8;
+  a100.cc_minor = 0;
+  CHECK(CanImplementSkinny(Fp8Gemm(1, 256, 1024), SkinnyConfig{}, h200).ok());
+  CHECK(CanImplementSkinny(Fp8Gemm(1, 256, 1024), SkinnyConfig{}, a100).message() ==
+        "skinny w8 u4: fp8 needs sm_89 or newer, device is sm_80");
+}
+
 TEST_CASE("SkinnyLaunchRecipe: 16 columns of D per CTA, the row block from M", "[tuner][gemm]") {
   const DeviceInfo h200 = CompileOnlyTarget();
   absl::StatusOr<LaunchRecipe> r = SkinnyLaunchRecipe(LinearGemm(1, 4100, 4096), SkinnyConfig{8, 4}, h200);
   REQUIRE(r.ok());
   CHECK(r->template_id == "gemm/gemm_skinny");
-  CHECK(r->kernels[0].name_expression == "ktune::gemm_skinny<ktune::bf16, 0, false, 8, 8, 4>");
+  CHECK(r->kernels[0].name_expression == "ktune::gemm_skinny<ktune::bf16, ktune::bf16, 0, false, 8, 8, 4>");
+  CHECK(r->kernels[0].params == std::vector<std::string>{"a", "b", "c", "d", "bias", "M", "N", "K", "alpha", "beta",
+                                                         "a_scale", "b_scale"});
   CHECK(r->kernels[0].grid == std::array<uint32_t, 3>{257, 1, 1});
   CHECK(r->kernels[0].block == std::array<uint32_t, 3>{256, 1, 1});
   r = SkinnyLaunchRecipe(LinearGemm(9, 64, 64, v1::EPILOGUE_BIAS_SILU, v1::FP32, v1::FP32), SkinnyConfig{4, 2}, h200);
   REQUIRE(r.ok());
-  CHECK(r->kernels[0].name_expression == "ktune::gemm_skinny<float, 3, true, 16, 4, 2>");
+  CHECK(r->kernels[0].name_expression == "ktune::gemm_skinny<ktune::bf16, float, 3, true, 16, 4, 2>");
+  r = SkinnyLaunchRecipe(Fp8Gemm(16, 64, 64, v1::EPILOGUE_BIAS), SkinnyConfig{4, 2}, h200);
+  REQUIRE(r.ok());
+  CHECK(r->kernels[0].name_expression == "ktune::gemm_skinny<ktune::e4m3, ktune::bf16, 1, false, 16, 4, 2>");
 }
 
 TEST_CASE("NVRTC compiles every skinny config for every epilogue without spills", "[tuner][gemm][nvrtc]") {
@@ -55,14 +86,15 @@ TEST_CASE("NVRTC compiles every skinny config for every epilogue without spills"
   for (const v1::GemmProblem& p :
        {LinearGemm(1, 4096, 4096), LinearGemm(16, 4096, 4096, v1::EPILOGUE_BIAS_GELU),
         LinearGemm(8, 4096, 4096, v1::EPILOGUE_BIAS_SILU, v1::BF16), LinearGemm(16, 512, 512, v1::EPILOGUE_RESIDUAL_ADD,
-                                                                        v1::FP32, v1::FP32)}) {
+                                                                        v1::FP32, v1::FP32),
+        Fp8Gemm(1, 4096, 4096), Fp8Gemm(16, 4096, 4096, v1::EPILOGUE_BIAS_SILU)}) {
     for (const SkinnyConfig& c : SkinnySearchSpace(p, h200)) {
       absl::StatusOr<LaunchRecipe> r = SkinnyLaunchRecipe(p, c, h200);
       REQUIRE(r.ok());
       recipes.push_back(*std::move(r));
     }
   }
-  REQUIRE(recipes.size() == 24);
+  REQUIRE(recipes.size() == 36);
   CheckCompilesWithoutSpills(&recipes, "skinny");
 }
 

@@ -31,6 +31,10 @@ constexpr double kMemoryTBps = 4.0;
 constexpr double kL2GBpsPerSm = 60.0;
 constexpr int kMaxSplitK = 16;
 constexpr int kSplitKs[] = {1, 2, 4, 8};  // the grid's; CanImplementGemm takes up to kMaxSplitK
+// A split-K workspace larger than this is refused: split-K pays only where
+// the tiles are few (the pruned space offers it only then), and an imported
+// or unpruned config must not ask a caller for gigabytes.
+constexpr uint64_t kMaxSplitKWorkspaceBytes = uint64_t{256} << 20;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 bool IsPowerOfTwo(int v) { return v > 0 && (v & (v - 1)) == 0; }
@@ -148,6 +152,10 @@ absl::Status CanImplementGemm(const v1::GemmProblem& p, const GemmTileConfig& c,
   if (const int64_t k_steps = CeilDiv(p.k(), c.block_k); k_steps < c.split_k) {
     return fail(absl::StrCat("split_k = ", c.split_k, " leaves a split without K: K has ", k_steps, " steps of ",
                              c.block_k));
+  }
+  if (const uint64_t ws = SplitKWorkspaceBytes(p, c); ws > kMaxSplitKWorkspaceBytes) {
+    return fail(absl::StrCat("a split-K workspace of ", ws, " bytes, over the ", kMaxSplitKWorkspaceBytes,
+                             " allowed"));
   }
   const int chunks_a = c.block_m * c.block_k / kChunkElements;
   const int chunks_b = c.block_n * c.block_k / kChunkElements;

@@ -24,7 +24,11 @@
 // workspace in fragment order (every split of a tile has the same
 // thread-to-fragment map, so no layout change), then counts itself in on the
 // tile's counter; the split that arrives last adds the others' partials and
-// runs the epilogue, and sets the counter back to 0 for the next launch.
+// runs the epilogue, and sets the counter back to 0 for the next launch. One
+// workspace serves one launch at a time. The sum's order depends on which
+// split arrives last, so D may differ in its last bits from run to run (a
+// fixed order, reading this CTA's own partial back, pushed the 128-
+// accumulator configs over 255 registers).
 //
 // C, when HAS_C, is added as beta * C before the epilogue; a residual add is
 // C with beta = 1. Epilogues (EPI): 0 none, 1 + bias[n], 2 gelu(. + bias[n])

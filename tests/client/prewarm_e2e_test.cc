@@ -72,7 +72,10 @@ pid_t ChildServing(const std::string& address) {
 }
 
 // SIGKILLs a daemon as it is handed its first problem to tune. The loss is
-// then certain to be seen: that server's thread calls the dead daemon next.
+// then certain to be seen, as that server's thread calls the dead daemon
+// next. (Both threads wait for the queue together, and the first tune takes
+// NVRTC compiles, so the daemon's thread is handed a problem long before the
+// other could drain all of them.)
 // (Killing after a daemon's n-th result instead raced: a fast survivor could
 // drain the queue first, and a server nobody calls again is never lost.)
 class KillOnFirstTune final : public PrewarmObserver {

@@ -148,6 +148,10 @@ TEST_CASE("CanImplementGemm names what the mma.sync template cannot serve", "[tu
              Catch::Contains("split_k = 4 leaves a split without K: K has 3 steps of 32"));
   split.split_k = 2;
   CHECK(CanImplementGemm(TestGemm(128, 128, 72), split, device).ok());
+  // 8192^3 in 128 x 128 tiles split two ways would need 4096 x 2 fp32 tiles
+  // (512 MiB and the counters) of workspace.
+  CHECK_THAT(std::string(CanImplementGemm(TestGemm(8192, 8192, 8192), split, device).message()),
+             Catch::Contains("a split-K workspace of 536887296 bytes, over the 268435456 allowed"));
 }
 
 TEST_CASE("GemmLaunchRecipe: the template, geometry and parameters", "[tuner][gemm]") {
@@ -198,6 +202,8 @@ TEST_CASE("NVRTC compiles every pruned GEMM candidate for sm_90 without spills",
   std::vector<LaunchRecipe> recipes =
       DistinctRecipes(RepresentativeProblems(), device, GemmSearchSpace, GemmLaunchRecipe);
   REQUIRE(recipes.size() >= 20);
+  // The thin problems leave SMs idle: their split-K candidates are among these.
+  CHECK(std::any_of(recipes.begin(), recipes.end(), [](const LaunchRecipe& r) { return r.workspace_bytes > 0; }));
   CheckCompilesWithoutSpills(&recipes, "GEMM");
 }
 

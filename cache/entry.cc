@@ -1,5 +1,6 @@
 #include "cache/entry.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -8,12 +9,14 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "tuner/fingerprint.h"
 #include "tuner/gemm_problem.h"
 #include "tuner/gemm_skinny_space.h"
 #include "tuner/gemm_space.h"
 #include "tuner/gemm_wgmma_space.h"
+#include "tuner/kernel_source.h"
 #include "tuner/launch_recipe.h"
 #include "tuner/norm_space.h"
 #include "tuner/problem.h"
@@ -135,14 +138,78 @@ absl::Status CheckSoftware(absl::string_view prefix, const v1::SoftwareFingerpri
 // not know (nothing there can be judged).
 std::optional<DeviceInfo> TunedOn(const v1::DeviceFingerprint& fingerprint) {
   DeviceInfo device = DeviceFromProto(fingerprint);
+  // The limits the fingerprint does not carry, from the architecture: with
+  // them the templates' recipes for the entry come out as they did there.
   device.max_smem_per_block_optin = ArchSmemPerBlockOptin(device.cc_major, device.cc_minor);
+  device.max_threads_per_sm = ArchMaxThreadsPerSm(device.cc_major, device.cc_minor);
   if (device.max_smem_per_block_optin == 0) return std::nullopt;
   return device;
 }
 
+std::string Dims(const google::protobuf::RepeatedField<uint32_t>& v) {
+  return absl::StrCat("(", absl::StrJoin(v, ", "), ")");
+}
+
+// A recipe of one of our templates, written from this build's template text,
+// must be the recipe this build writes for the entry's (problem, config) on
+// its device: a bundle edited by hand could otherwise hand callers a kernel,
+// launch geometry, parameter list or workspace the template does not have
+// (the daemon serves a stored recipe as it is). A recipe of another template
+// text (another ktune version's) is not compared: its entry's software
+// fingerprint is not this build's, so it is never served here.
+absl::Status CheckRecipeIsTemplates(absl::string_view prefix, const v1::LaunchRecipe& stored,
+                                    const absl::StatusOr<LaunchRecipe>& expected_recipe) {
+  const absl::StatusOr<const KernelSource*> source = FindKernelSource(stored.template_id());
+  if (!source.ok() || (*source)->hash != stored.template_hash()) return absl::OkStatus();
+  if (!expected_recipe.ok()) {
+    return Bad(prefix, "recipe", absl::StrCat("this template writes none for the config: ", expected_recipe.status().message()));
+  }
+  const v1::LaunchRecipe expected = RecipeToProto(*expected_recipe, /*include_cubin=*/false);
+  auto differs = [&](const std::string& field, const std::string& got, const std::string& want) {
+    return Bad(prefix, field,
+               absl::StrCat("is ", got.substr(0, 160), ", but this template writes ", want.substr(0, 160),
+                            " for the entry's problem and config"));
+  };
+  if (stored.kernels_size() != expected.kernels_size()) {
+    return differs("recipe.kernels", absl::StrCat(stored.kernels_size(), " kernels"),
+                   absl::StrCat(expected.kernels_size()));
+  }
+  for (int i = 0; i < stored.kernels_size(); ++i) {
+    const v1::KernelLaunch& got = stored.kernels(i);
+    const v1::KernelLaunch& want = expected.kernels(i);
+    const std::string field = absl::StrCat("recipe.kernels[", i, "].");
+    if (got.name_expression() != want.name_expression()) {
+      return differs(field + "name_expression", got.name_expression(), want.name_expression());
+    }
+    if (!std::equal(got.grid().begin(), got.grid().end(), want.grid().begin(), want.grid().end())) {
+      return differs(field + "grid", Dims(got.grid()), Dims(want.grid()));
+    }
+    if (!std::equal(got.block().begin(), got.block().end(), want.block().begin(), want.block().end())) {
+      return differs(field + "block", Dims(got.block()), Dims(want.block()));
+    }
+    if (got.dynamic_smem_bytes() != want.dynamic_smem_bytes()) {
+      return differs(field + "dynamic_smem_bytes", absl::StrCat(got.dynamic_smem_bytes()),
+                     absl::StrCat(want.dynamic_smem_bytes()));
+    }
+    if (!std::equal(got.params().begin(), got.params().end(), want.params().begin(), want.params().end())) {
+      return differs(field + "params", absl::StrJoin(got.params(), ", "), absl::StrJoin(want.params(), ", "));
+    }
+  }
+  if (stored.workspace_bytes() != expected.workspace_bytes()) {
+    return differs("recipe.workspace_bytes", absl::StrCat(stored.workspace_bytes()),
+                   absl::StrCat(expected.workspace_bytes()));
+  }
+  if (stored.workspace_zeroed() != expected.workspace_zeroed()) {
+    return differs("recipe.workspace_zeroed", stored.workspace_zeroed() ? "true" : "false",
+                   expected.workspace_zeroed() ? "true" : "false");
+  }
+  return absl::OkStatus();
+}
+
 // A norm entry's config is one the norm templates can run for its problem
-// on the device it was tuned on (CanImplement, as the tuner judged it).
-absl::Status CheckNormConfig(absl::string_view prefix, const v1::Config& config,
+// on the device it was tuned on (CanImplement, as the tuner judged it), and
+// its recipe the one they write for it (CheckRecipeIsTemplates).
+absl::Status CheckNormConfig(absl::string_view prefix, const v1::Config& config, const v1::LaunchRecipe& recipe,
                              const NormProblem& problem, const v1::DeviceFingerprint& fingerprint) {
   if (!config.has_norm()) {
     return Bad(prefix, "config.norm", "a norm problem needs a norm config");
@@ -182,15 +249,17 @@ absl::Status CheckNormConfig(absl::string_view prefix, const v1::Config& config,
     if (absl::Status s = CanImplement(problem, c, *device); !s.ok()) {
       return Bad(prefix, "config.norm", absl::StrCat("cannot run this problem on ", Arch(*device), ": ", s.message()));
     }
+    return CheckRecipeIsTemplates(prefix, recipe, NormLaunchRecipe(problem, c, *device));
   }
   return absl::OkStatus();
 }
 
 // A GEMM entry's config names its source, its recipe is that source's, and
 // one of our templates' configs can run the problem on the device it was
-// tuned on (judged as the tuner judged it, CanImplement*): a bundle made by
-// hand or by another version cannot bring in a kernel the template refuses
-// (split_k = 3, a skinny config at M = 2048, ...).
+// tuned on (judged as the tuner judged it, CanImplement*) with the recipe the
+// template writes for it: a bundle made by hand or by another version cannot
+// bring in a kernel the template refuses (split_k = 3, a skinny config at
+// M = 2048, ...) or a recipe that does not match its config.
 absl::Status CheckGemmConfig(absl::string_view prefix, const v1::Entry& entry) {
   const v1::Config& config = entry.config();
   const v1::LaunchRecipe& recipe = entry.recipe();
@@ -200,8 +269,8 @@ absl::Status CheckGemmConfig(absl::string_view prefix, const v1::Entry& entry) {
   const std::optional<DeviceInfo> device = TunedOn(entry.device());
   // One of our templates: its config's fields, a recipe of that template, and
   // the template's verdict on (problem, config, device).
-  auto OwnTemplate = [&](const auto& parsed, const char* source, const char* template_id,
-                         auto can_implement) -> absl::Status {
+  auto OwnTemplate = [&](const auto& parsed, const char* source, const char* template_id, auto can_implement,
+                         auto launch_recipe) -> absl::Status {
     if (!parsed.ok()) return FromTuner(prefix, "config.gemm", parsed.status());
     if (recipe.template_id() != template_id) {
       return Bad(prefix, "recipe.template_id",
@@ -212,15 +281,18 @@ absl::Status CheckGemmConfig(absl::string_view prefix, const v1::Entry& entry) {
     if (absl::Status s = can_implement(problem, *parsed, *device); !s.ok()) {
       return Bad(prefix, "config.gemm", absl::StrCat("cannot run this problem on ", Arch(*device), ": ", s.message()));
     }
-    return absl::OkStatus();
+    return CheckRecipeIsTemplates(prefix, recipe, launch_recipe(problem, *parsed, *device));
   };
   switch (g.source_case()) {
     case v1::GemmConfig::kMmaSync:
-      return OwnTemplate(GemmTileConfigFromProto(g.mma_sync()), "mma_sync", "gemm/gemm_mma", CanImplementGemm);
+      return OwnTemplate(GemmTileConfigFromProto(g.mma_sync()), "mma_sync", "gemm/gemm_mma", CanImplementGemm,
+                         GemmLaunchRecipe);
     case v1::GemmConfig::kWgmma:
-      return OwnTemplate(WgmmaTileConfigFromProto(g.wgmma()), "wgmma", "gemm/gemm_wgmma", CanImplementWgmma);
+      return OwnTemplate(WgmmaTileConfigFromProto(g.wgmma()), "wgmma", "gemm/gemm_wgmma", CanImplementWgmma,
+                         WgmmaLaunchRecipe);
     case v1::GemmConfig::kSkinny:
-      return OwnTemplate(SkinnyConfigFromProto(g.skinny()), "skinny", "gemm/gemm_skinny", CanImplementSkinny);
+      return OwnTemplate(SkinnyConfigFromProto(g.skinny()), "skinny", "gemm/gemm_skinny", CanImplementSkinny,
+                         SkinnyLaunchRecipe);
     case v1::GemmConfig::kCublaslt: {
       const v1::CublasLtAlgorithm& a = g.cublaslt();
       if (a.algo().size() != kCublasLtAlgoBytes) {
@@ -399,7 +471,7 @@ absl::Status ValidateEntry(const v1::Entry& entry, std::string_view prefix_text)
   if (!entry.has_software()) return Bad(prefix, "software", "missing");
   if (absl::Status s = CheckSoftware(prefix, entry.software()); !s.ok()) return s;
   if (absl::Status s = gemm ? CheckGemmConfig(prefix, entry)
-                            : CheckNormConfig(prefix, entry.config(), *problem, entry.device());
+                            : CheckNormConfig(prefix, entry.config(), entry.recipe(), *problem, entry.device());
       !s.ok()) {
     return s;
   }

@@ -19,6 +19,14 @@ DeviceInfo CompileOnlyTarget() {
   return d;
 }
 
+int ArchMaxThreadsPerSm(int cc_major, int cc_minor) {
+  switch (cc_major * 10 + cc_minor) {
+    case 75: return 1024;
+    case 86: case 89: case 120: return 1536;
+    default: return 2048;
+  }
+}
+
 int ArchSmemPerBlockOptin(int cc_major, int cc_minor) {
   switch (cc_major * 10 + cc_minor) {
     case 70: return 96 << 10;

@@ -41,6 +41,10 @@ DeviceInfo CompileOnlyTarget();
 // another machine, whose DeviceFingerprint does not carry the limit.
 int ArchSmemPerBlockOptin(int cc_major, int cc_minor);
 
+// The most resident threads per SM on compute capability major.minor (the
+// same table): 1536 on sm_86, sm_89 and sm_120, 1024 on sm_75, else 2048.
+int ArchMaxThreadsPerSm(int cc_major, int cc_minor);
+
 // Stable text, e.g. "cc=9.0 name=NVIDIA H200 sms=132 mem=150754820096 driver=13000".
 std::string DeviceKey(const DeviceInfo& device);
 

@@ -9,6 +9,9 @@
 
 #include "tests/cache/test_entries.h"
 #include "tuner/fingerprint.h"
+#include "tuner/gemm_space.h"
+#include "tuner/norm_space.h"
+#include "tuner/wire.h"
 
 namespace ktune {
 namespace {
@@ -441,6 +444,99 @@ TEST_CASE("ValidateEntry: on an architecture it does not know, a GEMM config get
   CHECK(ValidateEntry(e).ok());
   e.mutable_config()->mutable_gemm()->mutable_wgmma()->set_split_k(-1);
   CHECK(std::string(ValidateEntry(e).message()).rfind("entry.config.gemm.wgmma.split_k:", 0) == 0);
+}
+
+}  // namespace
+}  // namespace ktune
+
+namespace ktune {
+namespace {
+
+// The device an entry was tuned on, as ValidateEntry rebuilds it from the
+// fingerprint and the architecture's limits.
+DeviceInfo EntryDevice(const v1::Entry& e) {
+  DeviceInfo d = DeviceFromProto(e.device());
+  d.max_smem_per_block_optin = ArchSmemPerBlockOptin(d.cc_major, d.cc_minor);
+  d.max_threads_per_sm = ArchMaxThreadsPerSm(d.cc_major, d.cc_minor);
+  return d;
+}
+
+// `e` with the recipe this build's template writes for its config (as a
+// tuned entry carries it), compiled names aside.
+v1::Entry WithTemplatesRecipe(v1::Entry e) {
+  absl::StatusOr<LaunchRecipe> r = absl::UnknownError("unset");
+  if (e.problem().has_gemm()) {
+    absl::StatusOr<GemmTileConfig> c = GemmTileConfigFromProto(e.config().gemm().mma_sync());
+    REQUIRE(c.ok());
+    r = GemmLaunchRecipe(e.problem().gemm(), *c, EntryDevice(e));
+  } else {
+    absl::StatusOr<NormProblem> p = NormProblemFromProto(e.problem().norm());
+    absl::StatusOr<NormConfig> c = NormConfigFromProto(e.config().norm());
+    REQUIRE(p.ok());
+    REQUIRE(c.ok());
+    r = NormLaunchRecipe(*p, *c, EntryDevice(e));
+  }
+  INFO(r.status().ToString());
+  REQUIRE(r.ok());
+  *e.mutable_recipe() = RecipeToProto(*r, /*include_cubin=*/false);
+  for (v1::KernelLaunch& k : *e.mutable_recipe()->mutable_kernels()) k.set_lowered_name("_Z6kernelv");
+  return e;
+}
+
+TEST_CASE("ValidateEntry: a recipe of this build's template must be the one it writes for the config",
+          "[cache][gemm]") {
+  const v1::Entry norm = WithTemplatesRecipe(MakeTestEntry());
+  CHECK(ValidateEntry(norm).ok());
+  v1::Entry gemm = MakeTestGemmEntry();
+  gemm.mutable_problem()->mutable_gemm()->set_m(16);  // few tiles: a split-K config is one the space offers
+  gemm.mutable_config()->mutable_gemm()->mutable_mma_sync()->set_split_k(4);
+  gemm = WithTemplatesRecipe(gemm);
+  INFO(ValidateEntry(gemm).ToString());
+  REQUIRE(ValidateEntry(gemm).ok());
+  REQUIRE(gemm.recipe().workspace_bytes() > 0);
+
+  struct Case {
+    v1::Entry entry;
+    std::function<void(v1::Entry&)> change;
+    std::string expected;  // the whole message
+  };
+  const std::vector<Case> cases = {
+      {gemm, [](v1::Entry& e) { e.mutable_recipe()->mutable_kernels(0)->set_grid(1, 1); },
+       "entry.recipe.kernels[0].grid: is (32, 1, 1), but this template writes (32, 4, 1) for the entry's problem "
+       "and config"},
+      {gemm, [](v1::Entry& e) { e.mutable_recipe()->mutable_kernels(0)->mutable_params()->RemoveLast(); },
+       "entry.recipe.kernels[0].params: is a, b, c, d, bias, M, N, K, alpha, beta, but this template writes a, b, c, "
+       "d, bias, M, N, K, alpha, beta, ws for the entry's problem and config"},
+      {gemm, [](v1::Entry& e) { e.mutable_recipe()->set_workspace_bytes(16); },
+       "entry.recipe.workspace_bytes: is 16, but this template writes 8388736 for the entry's problem and config"},
+      {gemm, [](v1::Entry& e) { e.mutable_recipe()->set_workspace_zeroed(false); },
+       "entry.recipe.workspace_zeroed: is false, but this template writes true for the entry's problem and config"},
+      {gemm,
+       [](v1::Entry& e) {
+         e.mutable_recipe()->mutable_kernels(0)->set_name_expression(
+             "ktune::gemm_mma<ktune::bf16, ktune::bf16, true, 0, false, 128, 128, 32, 2, 2, 4, 8, 1>");
+       },
+       "entry.recipe.kernels[0].name_expression: is ktune::gemm_mma<ktune::bf16, ktune::bf16, true, 0, false, 128, "
+       "128, 32, 2, 2, 4, 8, 1>, but this template writes ktune::gemm_mma<ktune::bf16, ktune::bf16, true, 0, false, "
+       "128, 128, 32, 2, 2, 4, 8, 4> for the entry's problem and config"},
+      {norm, [](v1::Entry& e) { e.mutable_recipe()->mutable_kernels(0)->set_block(0, 64); },
+       "entry.recipe.kernels[0].block: is (64, 1, 1), but this template writes (" +
+           std::to_string(norm.recipe().kernels(0).block(0)) + ", 1, 1) for the entry's problem and config"},
+      {norm, [](v1::Entry& e) { e.mutable_recipe()->add_kernels()->CopyFrom(e.recipe().kernels(0)); },
+       "entry.recipe.kernels: is 2 kernels, but this template writes 1 for the entry's problem and config"},
+  };
+  for (const Case& c : cases) {
+    v1::Entry e = c.entry;
+    c.change(e);
+    const absl::Status s = ValidateEntry(e);
+    CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+    CHECK(std::string(s.message()) == c.expected);
+  }
+  // A recipe of another template text (another version's) is not compared.
+  v1::Entry other = gemm;
+  other.mutable_recipe()->set_template_hash(std::string(64, 'a'));
+  other.mutable_recipe()->mutable_kernels(0)->set_grid(1, 1);
+  CHECK(ValidateEntry(other).ok());
 }
 
 }  // namespace

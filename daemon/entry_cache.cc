@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "tuner/gemm_problem.h"
 #include "tuner/wire.h"
 
 namespace ktune {
@@ -14,12 +15,23 @@ std::string EntryCache::FamilyKey(const NormProblem& problem, const std::string&
   return absl::StrCat(CanonicalKey(family), "\x1f", device_key, "\x1f", software_key);
 }
 
+std::string EntryCache::FamilyKey(const v1::GemmProblem& problem, const std::string& device_key,
+                                  const std::string& software_key) {
+  v1::GemmProblem family = problem;
+  family.set_m(0);
+  return absl::StrCat(GemmCanonicalKey(family), "\x1f", device_key, "\x1f", software_key);
+}
+
 void EntryCache::RememberLocked(const v1::Entry& entry) {
   absl::StatusOr<EntryKey> key = KeyOf(entry);
   if (!key.ok()) return;
   const std::string flat = FlatKey(*key);
   entries_.insert_or_assign(flat, entry);
-  if (!entry.problem().has_norm()) return;  // nearest-M families are for norms
+  if (entry.problem().has_gemm()) {
+    const v1::GemmProblem& gemm = entry.problem().gemm();
+    families_[FamilyKey(gemm, key->device_key, key->software_key)][gemm.m()] = flat;
+    return;
+  }
   absl::StatusOr<NormProblem> problem = NormProblemFromProto(entry.problem().norm());
   if (problem.ok()) {
     families_[FamilyKey(*problem, key->device_key, key->software_key)][problem->m] = flat;
@@ -52,17 +64,27 @@ std::optional<v1::Entry> EntryCache::Nearest(const NormProblem& problem,
                                              const std::string& device_key,
                                              const std::string& software_key) {
   absl::ReaderMutexLock lock(&mu_);
-  auto family = families_.find(FamilyKey(problem, device_key, software_key));
+  return NearestInFamily(FamilyKey(problem, device_key, software_key), problem.m);
+}
+
+std::optional<v1::Entry> EntryCache::Nearest(const v1::GemmProblem& problem, const std::string& device_key,
+                                             const std::string& software_key) {
+  absl::ReaderMutexLock lock(&mu_);
+  return NearestInFamily(FamilyKey(problem, device_key, software_key), problem.m());
+}
+
+std::optional<v1::Entry> EntryCache::NearestInFamily(const std::string& family_key, int64_t m_wanted) {
+  auto family = families_.find(family_key);
   if (family == families_.end() || family->second.empty()) return std::nullopt;
   const std::map<int64_t, std::string>& by_m = family->second;
   // The neighbours of m on either side; the closer by ratio wins, the smaller on a tie.
-  auto above = by_m.lower_bound(problem.m);
+  auto above = by_m.lower_bound(m_wanted);
   auto best = above;
   if (above == by_m.end()) {
     best = std::prev(above);
   } else if (above != by_m.begin()) {
     auto below = std::prev(above);
-    const double m = static_cast<double>(problem.m);
+    const double m = static_cast<double>(m_wanted);
     if (std::log(m / below->first) <= std::log(above->first / m)) best = below;
   }
   auto it = entries_.find(best->second);

@@ -37,6 +37,9 @@ class EntryCache {
   // and software whose M is nearest to problem.m (by ratio), if any.
   std::optional<v1::Entry> Nearest(const NormProblem& problem, const std::string& device_key,
                                    const std::string& software_key);
+  // Likewise for a GEMM: the same N, K, batch, dtypes, layouts and epilogue.
+  std::optional<v1::Entry> Nearest(const v1::GemmProblem& problem, const std::string& device_key,
+                                   const std::string& software_key);
 
   // Stores durably, then remembers. REQUIRES: ValidateEntry(entry).ok().
   absl::Status Insert(const v1::Entry& entry);
@@ -56,6 +59,11 @@ class EntryCache {
   // device, software.
   static std::string FamilyKey(const NormProblem& problem, const std::string& device_key,
                                const std::string& software_key);
+  static std::string FamilyKey(const v1::GemmProblem& problem, const std::string& device_key,
+                               const std::string& software_key);
+  // The family's entry whose M is nearest to m by ratio (the smaller on a tie).
+  std::optional<v1::Entry> NearestInFamily(const std::string& family_key, int64_t m)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void RememberLocked(const v1::Entry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Store* const store_;

@@ -224,6 +224,43 @@ absl::Status KtuneServiceImpl::AnswerUntuned(const Resolved& r, const NormConfig
   return absl::OkStatus();
 }
 
+absl::Status KtuneServiceImpl::AnswerNearestGemm(const Resolved& r, const v1::Entry& nearest, bool include_cubin,
+                                                 v1::GetConfigResponse* response) {
+  const v1::GemmConfig& config = nearest.config().gemm();
+  const v1::GemmProblem& p = *r.gemm;
+  // The tuned config of another M, re-judged and re-written for this one.
+  absl::StatusOr<LaunchRecipe> recipe = absl::NotFoundError("the nearest entry's config is cuBLASLt's");
+  switch (config.source_case()) {
+    case v1::GemmConfig::kMmaSync:
+      if (absl::StatusOr<GemmTileConfig> c = GemmTileConfigFromProto(config.mma_sync()); c.ok()) {
+        recipe = GemmLaunchRecipe(p, *c, target_);
+      }
+      break;
+    case v1::GemmConfig::kWgmma:
+      if (absl::StatusOr<WgmmaTileConfig> c = WgmmaTileConfigFromProto(config.wgmma()); c.ok()) {
+        recipe = WgmmaLaunchRecipe(p, *c, target_);
+      }
+      break;
+    case v1::GemmConfig::kSkinny:
+      if (absl::StatusOr<SkinnyConfig> c = SkinnyConfigFromProto(config.skinny()); c.ok()) {
+        recipe = SkinnyLaunchRecipe(p, *c, target_);
+      }
+      break;
+    default:
+      break;
+  }
+  if (!recipe.ok()) return absl::NotFoundError(recipe.status().message());
+  absl::StatusOr<LaunchRecipe> compiled = Compiled(*std::move(recipe));
+  if (!compiled.ok()) return compiled.status();
+  *response->mutable_config()->mutable_gemm() = config;
+  response->set_source(v1::NEAREST);
+  *response->mutable_tuned_for() = nearest.problem();
+  *response->mutable_recipe() = RecipeToProto(*compiled, include_cubin);
+  *response->mutable_device() = DeviceToProto(target_);
+  *response->mutable_software() = SoftwareToProto(r.software);
+  return absl::OkStatus();
+}
+
 void KtuneServiceImpl::CountTune(const std::string& key, const absl::Status& status, double tune_seconds,
                                  double compile_seconds) {
   if (!status.ok()) {
@@ -534,12 +571,15 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::GetConfig(grpc::CallbackServerContex
     case v1::POLICY_UNSPECIFIED:
     case v1::HEURISTIC_ON_MISS: {
       std::optional<v1::Entry> nearest;
-      if (request->nearest_on_miss() && !resolved->gemm.has_value()) {
-        nearest = entries_.Nearest(resolved->problem, resolved->key.device_key,
-                                   resolved->key.software_key);
+      if (request->nearest_on_miss()) {
+        nearest = resolved->gemm.has_value()
+                      ? entries_.Nearest(*resolved->gemm, resolved->key.device_key, resolved->key.software_key)
+                      : entries_.Nearest(resolved->problem, resolved->key.device_key, resolved->key.software_key);
       }
       absl::Status answered = absl::NotFoundError("no nearest entry");
-      if (nearest.has_value()) {
+      if (nearest.has_value() && resolved->gemm.has_value()) {
+        answered = AnswerNearestGemm(*resolved, *nearest, include_cubin, response);
+      } else if (nearest.has_value()) {
         absl::StatusOr<NormConfig> config = NormConfigFromProto(nearest->config().norm());
         if (config.ok() && CanImplement(resolved->problem, *config, target_).ok()) {
           answered = AnswerUntuned(*resolved, *config, v1::NEAREST, include_cubin, response);

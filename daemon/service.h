@@ -97,6 +97,12 @@ class KtuneServiceImpl final : public v1::KtuneService::CallbackService {
   // GEMM: the model's best mma.sync tile as a HEURISTIC answer (compiled), and
   // the tune of both sources (tuner/gemm_tuner.h) stored as an entry.
   absl::Status AnswerUntunedGemm(const Resolved& r, bool include_cubin, v1::GetConfigResponse* response);
+  // NEAREST for a GEMM: `nearest`'s own-template config, its recipe written
+  // for r's problem. NOT_FOUND when it cannot serve r (a cuBLASLt algorithm,
+  // which the caller would have to check against the new M, or a config the
+  // template refuses for it).
+  absl::Status AnswerNearestGemm(const Resolved& r, const v1::Entry& nearest, bool include_cubin,
+                                 v1::GetConfigResponse* response);
   TuneQueue::Result TuneGemmAndStore(const Resolved& r, int repetitions, const std::atomic<bool>& cancelled,
                                      const TuneQueue::ProgressFn& progress);
   // The candidates quarantined in r's environment, and the callback that

@@ -10,6 +10,8 @@
 #include "httplib.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "tests/e2e/daemon_process.h"
+#include "tests/tuner/gemm_test_problems.h"
+#include "tuner/gemm_space.h"
 #include "tuner/kernel_source.h"
 #include "tuner/norm_space.h"
 #include "tuner/nvrtc_compiler.h"
@@ -507,6 +509,16 @@ TEST_CASE("ktuned rejects bad flags with a clear message", "[e2e]") {
 namespace ktune {
 namespace {
 
+// The measurement and provenance of a test entry for M rows (10 us + M ns).
+void SetMeasured(v1::Entry* e, int64_t m) {
+  e->mutable_measurement()->set_time_us(10 + m / 1000.0);
+  e->mutable_measurement()->set_spread(0.01);
+  e->mutable_measurement()->set_repetitions(30);
+  e->set_tuned_at_unix(1795000000);
+  e->set_candidates_measured(10);
+  e->set_ktune_version("test");
+}
+
 // An entry as this (compile-only) daemon would key it: its target device and
 // the current template hash, NVRTC version and schema.
 v1::Entry LocalEntry(int64_t m, int64_t n, const NormConfig& config) {
@@ -523,12 +535,7 @@ v1::Entry LocalEntry(int64_t m, int64_t n, const NormConfig& config) {
   auto recipe = NormLaunchRecipe(p, config, CompileOnlyTarget());
   REQUIRE(recipe.ok());
   *e.mutable_recipe() = RecipeToProto(*recipe, false);
-  e.mutable_measurement()->set_time_us(10 + m / 1000.0);
-  e.mutable_measurement()->set_spread(0.01);
-  e.mutable_measurement()->set_repetitions(30);
-  e.set_tuned_at_unix(1795000000);
-  e.set_candidates_measured(10);
-  e.set_ktune_version("test");
+  SetMeasured(&e, m);
   return e;
 }
 
@@ -666,6 +673,89 @@ TEST_CASE("entries of an older software fingerprint are kept, listed as stale, n
   CHECK(cli.out.find("stale        1") != std::string::npos);
   auto ls = RunCommand(Cli(daemon) + "ls --stale", dir.path());
   CHECK(ls.out.find("1 entries") != std::string::npos);
+  CHECK(daemon.Stop() == 0);
+}
+
+// A GEMM entry keyed as the daemon keys GEMMs (`answer` is one of its own
+// answers: its device and GEMM software fingerprint), with `config` (an own
+// template's or cuBLASLt's) and the recipe that goes with it.
+v1::Entry LocalGemmEntry(const v1::GetConfigResponse& answer, const v1::GemmProblem& p, const v1::GemmConfig& config) {
+  v1::Entry e;
+  *e.mutable_problem()->mutable_gemm() = p;
+  *e.mutable_device() = answer.device();
+  *e.mutable_software() = answer.software();
+  *e.mutable_config()->mutable_gemm() = config;
+  if (config.has_mma_sync()) {
+    absl::StatusOr<GemmTileConfig> tile = GemmTileConfigFromProto(config.mma_sync());
+    REQUIRE(tile.ok());
+    absl::StatusOr<LaunchRecipe> recipe = GemmLaunchRecipe(p, *tile, CompileOnlyTarget());
+    REQUIRE(recipe.ok());
+    *e.mutable_recipe() = RecipeToProto(*recipe, false);
+  } else {
+    v1::LaunchRecipe* r = e.mutable_recipe();
+    r->set_template_id("cublaslt");
+    r->set_template_hash(std::string(64, 'c'));
+    r->set_arch("sm_90");
+    r->set_cublaslt_algo(config.cublaslt().algo());
+    r->set_workspace_bytes(config.cublaslt().workspace_bytes());
+  }
+  SetMeasured(&e, p.m());
+  return e;
+}
+
+TEST_CASE("a GEMM miss gets the nearest M's own-template config, written for its own M", "[e2e][gemm]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.path(), dir.path() + "/cache.db");
+  REQUIRE(daemon.Start({}));
+  auto client = daemon.NewClient();
+  auto ask = [&](int64_t m, bool nearest) {
+    v1::GetConfigRequest request;
+    *request.mutable_problem()->mutable_gemm() = LinearGemm(m, 512, 512);
+    request.set_policy(v1::HEURISTIC_ON_MISS);
+    request.set_nearest_on_miss(nearest);
+    return client->GetConfig(request);
+  };
+  auto untuned = ask(64, false);
+  REQUIRE(untuned.ok());
+  REQUIRE(untuned->source() == v1::HEURISTIC);
+  // Tuned at M = 64: mma.sync split two ways (a config no heuristic answer
+  // gives); at M = 4096: a cuBLASLt algorithm.
+  v1::GemmConfig mma;
+  GemmTileConfig tile;
+  tile.block_m = 64;
+  tile.block_n = 64;
+  tile.split_k = 2;
+  *mma.mutable_mma_sync() = GemmTileConfigToProto(tile);
+  v1::GemmConfig lt;
+  lt.mutable_cublaslt()->set_algo(std::string(64, 'z'));
+  lt.mutable_cublaslt()->set_version(130100);
+  lt.mutable_cublaslt()->set_workspace_bytes(1 << 20);
+  auto imported = client->ImportBundle(EncodeBundle({LocalGemmEntry(*untuned, LinearGemm(64, 512, 512), mma),
+                                                     LocalGemmEntry(*untuned, LinearGemm(4096, 512, 512), lt)},
+                                                    "test", 1795000000));
+  INFO(imported.status().ToString());
+  REQUIRE(imported.ok());
+
+  // M = 100 is nearer 64 than 4096: the mma.sync config, its recipe for M = 100.
+  auto near = ask(100, true);
+  REQUIRE(near.ok());
+  CHECK(near->source() == v1::NEAREST);
+  CHECK(near->tuned_for().gemm().m() == 64);
+  REQUIRE(near->config().gemm().has_mma_sync());
+  CHECK(near->config().gemm().mma_sync().split_k() == 2);
+  REQUIRE(near->recipe().kernels_size() == 1);
+  CHECK_FALSE(near->recipe().kernels(0).lowered_name().empty());
+  // ceil(100 / 64) x ceil(512 / 64) tiles, two splits, and their workspace.
+  CHECK(near->recipe().kernels(0).grid(0) == 2 * 8);
+  CHECK(near->recipe().kernels(0).grid(1) == 2);
+  CHECK(near->recipe().workspace_bytes() == uint64_t{16} * 2 * 64 * 64 * 4 + 16 * 4);
+  // M = 3000 is nearer the cuBLASLt entry: an algorithm tuned for another M
+  // is not handed out (the caller would have to check it), so the heuristic.
+  auto far = ask(3000, true);
+  REQUIRE(far.ok());
+  CHECK(far->source() == v1::HEURISTIC);
+  // Without the flag, the heuristic too.
+  CHECK(ask(100, false)->source() == v1::HEURISTIC);
   CHECK(daemon.Stop() == 0);
 }
 

@@ -114,16 +114,17 @@ std::vector<WgmmaTileConfig> Grid() {
 }  // namespace
 
 std::string ToString(const WgmmaTileConfig& c) {
-  return absl::StrFormat("bm%d bn%d %s%s s%d g%d%s", c.block_m, c.block_n,
+  return absl::StrFormat("bm%d bn%d %s%s s%d g%d%s%s", c.block_m, c.block_n,
                          c.pingpong ? "pp" : absl::StrCat("c", c.consumers), c.cluster_m == 2 ? " x2" : "", c.stages,
-                         c.group_m, c.split_k > 1 ? absl::StrCat(" k", c.split_k) : "");
+                         c.group_m, c.k_rows > 1 ? absl::StrCat(" kr", c.k_rows) : "",
+                         c.split_k > 1 ? absl::StrCat(" k", c.split_k) : "");
 }
 
 int64_t WgmmaSharedMemoryBytes(const WgmmaTileConfig& c) {
   // The ring, its 1024-byte alignment slack, the mbarriers and 16 bytes of
   // split-K flags, and 16 staging rows of 64 outputs (128 bytes + 16 of
   // padding) per consumer warp.
-  return int64_t{c.stages} * (c.block_m + c.block_n) * kRowBytes + 1024 + 16 * (c.stages + 2) +
+  return int64_t{c.stages} * c.k_rows * (c.block_m + c.block_n) * kRowBytes + 1024 + 16 * (c.stages + 2) +
          int64_t{c.consumers} * 4 * 16 * 144;
 }
 
@@ -152,14 +153,16 @@ absl::Status CanImplementWgmma(const v1::GemmProblem& p, const WgmmaTileConfig& 
   }
   if (c.stages < 2 || c.stages > 8 || c.group_m < 1) return fail("stages must be 2 to 8, group_m >= 1");
   if (c.cluster_m != 1 && c.cluster_m != 2) return fail("cluster_m must be 1 or 2");
+  if (c.k_rows != 1 && c.k_rows != 2) return fail("k_rows (128-byte slices of K per stage) must be 1 or 2");
   if (c.split_k < 1 || c.split_k > kMaxSplitK || (c.split_k & (c.split_k - 1)) != 0) {
     return fail(absl::StrCat("split_k must be a power of two <= ", kMaxSplitK));
   }
-  const int64_t k_steps = CeilDiv(p.k(), BlockK(p));
+  const int64_t step = int64_t{BlockK(p)} * c.k_rows;  // K per stage
+  const int64_t k_steps = CeilDiv(p.k(), step);
   if (k_steps % c.split_k != 0) {
-    return fail(absl::StrCat("split_k = ", c.split_k, " does not divide K's ", k_steps, " steps of ", BlockK(p)));
+    return fail(absl::StrCat("split_k = ", c.split_k, " does not divide K's ", k_steps, " steps of ", step));
   }
-  if (const int64_t span = k_steps / c.split_k * BlockK(p); IsFp8(p) && span > kMaxFp8KPerAccumulator) {
+  if (const int64_t span = k_steps / c.split_k * step; IsFp8(p) && span > kMaxFp8KPerAccumulator) {
     return fail(absl::StrCat("fp8 accumulates ", span, " of K in one accumulator, over the ",
                              kMaxFp8KPerAccumulator, " its reduced-precision adds keep within tolerance (split K)"));
   }
@@ -193,8 +196,9 @@ double WgmmaModelTimeUs(const v1::GemmProblem& p, const WgmmaTileConfig& c, cons
   // not yet found; until they are, the model ranks clusters out of the
   // pruned space (the GPU test still checks them all).
   const double cluster_efficiency = c.cluster_m == 2 ? 0.5 : 1.0;
-  const double pipelining = std::min(1.0, (c.stages - 1) * kRowBytes / 384.0);  // 3 rows of 128 bytes
-  const double k_padded = static_cast<double>(CeilDiv(p.k(), BlockK(p)) * BlockK(p));
+  const double pipelining = std::min(1.0, (c.stages - 1) * c.k_rows * kRowBytes / 384.0);  // 3 rows of 128 bytes
+  const int64_t step = int64_t{BlockK(p)} * c.k_rows;
+  const double k_padded = static_cast<double>(CeilDiv(p.k(), step) * step);
   const double unit_flops = 2.0 * c.block_m * c.block_n * k_padded / c.split_k;
   const double rate = (IsFp8(p) ? 2 : 1) * kWgmmaTflopsPerSm * tile_efficiency * consumer_efficiency * cluster_efficiency * pipelining;
   double compute_us = static_cast<double>(waves) * unit_flops / (rate * 1e6);
@@ -216,15 +220,24 @@ double WgmmaModelTimeUs(const v1::GemmProblem& p, const WgmmaTileConfig& c, cons
 std::vector<WgmmaTileConfig> WgmmaSearchSpace(const v1::GemmProblem& p, const DeviceInfo& d,
                                               const GemmSpaceOptions& options) {
   // A raster group only reorders tiles when there are more tile rows than it.
-  auto with_raster_groups = [&](std::vector<WgmmaTileConfig> configs, size_t tried) {
+  // The knobs the model cannot rank, tried on the first `tried` configs: the
+  // raster group (where there are more tile rows than the smallest group),
+  // and two slices of K per stage with half the stages.
+  auto with_knobs_to_measure = [&](std::vector<WgmmaTileConfig> configs, size_t tried) {
     const size_t n = std::min(configs.size(), tried);
     for (size_t i = 0; i < n; ++i) {
-      if (configs[i].split_k > 1 || TileRowUnits(p, configs[i]) <= kRasterGroups[0]) continue;
-      for (int group_m : kRasterGroups) {
-        WgmmaTileConfig c = configs[i];
-        c.group_m = group_m;
-        configs.push_back(c);
+      if (configs[i].split_k > 1) continue;
+      if (TileRowUnits(p, configs[i]) > kRasterGroups[0]) {
+        for (int group_m : kRasterGroups) {
+          WgmmaTileConfig c = configs[i];
+          c.group_m = group_m;
+          configs.push_back(c);
+        }
       }
+      WgmmaTileConfig deep = configs[i];
+      deep.k_rows = 2;
+      deep.stages = configs[i].stages / 2;
+      if (CanImplementWgmma(p, deep, d).ok()) configs.push_back(deep);
     }
     return configs;
   };
@@ -239,14 +252,14 @@ std::vector<WgmmaTileConfig> WgmmaSearchSpace(const v1::GemmProblem& p, const De
     whole.insert(whole.end(), split.begin(), split.end());
     std::vector<WgmmaTileConfig> all = PruneByModel(std::move(whole), options);
     const size_t every = all.size();
-    return with_raster_groups(std::move(all), every);
+    return with_knobs_to_measure(std::move(all), every);
   }
-  if (split.empty()) return with_raster_groups(PruneByModel(std::move(whole), options), kRasterTried);
+  if (split.empty()) return with_knobs_to_measure(PruneByModel(std::move(whole), options), kRasterTried);
   // The model's split-K term (the partials' trip through L2) is an
   // assumption not yet checked on a GPU, so split-K may not crowd out the
   // unsplit configs: those are pruned as before, and the best split-K
   // configs (half as many) come after them.
-  std::vector<WgmmaTileConfig> space = with_raster_groups(PruneByModel(std::move(whole), options), kRasterTried);
+  std::vector<WgmmaTileConfig> space = with_knobs_to_measure(PruneByModel(std::move(whole), options), kRasterTried);
   GemmSpaceOptions half = options;
   half.max_candidates = std::max(1, options.max_candidates / 2);
   for (const WgmmaTileConfig& c : PruneByModel(std::move(split), half)) space.push_back(c);
@@ -260,11 +273,12 @@ absl::StatusOr<LaunchRecipe> WgmmaLaunchRecipe(const v1::GemmProblem& p, const W
   absl::StatusOr<LaunchRecipe> recipe = GemmTemplateRecipe(kTemplateId, "sm_90a");
   if (!recipe.ok()) return recipe.status();
   KernelLaunch k;
-  k.name_expression = absl::StrFormat("ktune::gemm_wgmma<%s, %s, %d, %s, %d, %d, %d, %s, %d, %d, %d, %d>",
+  k.name_expression = absl::StrFormat("ktune::gemm_wgmma<%s, %s, %d, %s, %d, %d, %d, %s, %d, %d, %d, %d, %d>",
                                       IsFp8(p) ? "ktune::e4m3" : "ktune::bf16",
                                       GemmDType(p) == v1::FP32 ? "float" : "ktune::bf16", GemmEpilogueCode(p),
                                       GemmHasC(p) ? "true" : "false", c.block_m, c.block_n, c.consumers,
-                                      c.pingpong ? "true" : "false", c.cluster_m, c.stages, c.group_m, c.split_k);
+                                      c.pingpong ? "true" : "false", c.cluster_m, c.stages, c.group_m, c.split_k,
+                                      c.k_rows);
   k.grid = {static_cast<uint32_t>(GridX(p, c, d)), 1, static_cast<uint32_t>(GemmBatch(p))};
   k.block = {static_cast<uint32_t>(c.threads()), 1, 1};
   k.dynamic_smem_bytes = static_cast<uint32_t>(WgmmaSharedMemoryBytes(c));

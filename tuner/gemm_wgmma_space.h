@@ -30,7 +30,8 @@ namespace ktune {
 
 // One instantiation of gemm_wgmma: block_m x block_n tiles of D, `consumers`
 // warpgroups sharing each tile's rows (cooperative) or, with `pingpong`, two
-// taking whole tiles in turns; K in steps of 64 through a ring of `stages`;
+// taking whole tiles in turns; K in steps of k_rows 128-byte slices (64 bf16
+// or 128 e4m3 each) through a ring of `stages`;
 // tiles rasterised in groups of group_m rows; with split_k > 1, each tile's K
 // in split_k slices taken by different CTAs, summed by the last to finish.
 struct WgmmaTileConfig {
@@ -41,18 +42,21 @@ struct WgmmaTileConfig {
   int cluster_m = 1;  // 2: CTA pairs along M share B tiles by TMA multicast
   int stages = 4;
   int group_m = 8;
-  int split_k = 1;  // slices of K per tile (ceil(K / 64) must divide by it)
+  int split_k = 1;  // slices of K per tile (K's steps must divide by it)
+  int k_rows = 1;   // 128-byte slices of K per stage: the tile's K (1 or 2)
 
   int rows_per_consumer() const { return pingpong ? block_m : block_m / consumers; }
   int threads() const { return 128 * (consumers + 1); }
   bool operator==(const WgmmaTileConfig& o) const {
     return block_m == o.block_m && block_n == o.block_n && consumers == o.consumers && pingpong == o.pingpong &&
-           cluster_m == o.cluster_m && stages == o.stages && group_m == o.group_m && split_k == o.split_k;
+           cluster_m == o.cluster_m && stages == o.stages && group_m == o.group_m && split_k == o.split_k &&
+           k_rows == o.k_rows;
   }
 };
 
 // "bm128 bn256 c2 s4 g8"; ping-pong: "bm128 bn128 pp s4 g8"; a 2x1 cluster
-// adds " x2" after the consumers, split-K " k4" at the end.
+// adds " x2" after the consumers, two slices of K per stage " kr2" after the
+// stages' group, split-K " k4" at the end.
 std::string ToString(const WgmmaTileConfig& config);
 
 // Dynamic shared memory of one CTA: the stage ring, the alignment slack for
@@ -64,9 +68,9 @@ int64_t WgmmaSharedMemoryBytes(const WgmmaTileConfig& config);
 // template needs sm_90a), the problem is outside what the template serves
 // (bf16 or fp8 e4m3 A and B, B given as [N, K], K a whole number of 16-byte
 // TMA strides, batch <= 65535), or the config
-// outside its limits (tile shapes, accumulators, shared memory, split_k a
-// power of two <= 16 dividing K's steps: ceil(K / 64) for bf16, ceil(K / 128)
-// for fp8, one 128-byte row each).
+// outside its limits (tile shapes, accumulators, shared memory, k_rows 1 or
+// 2, split_k a power of two <= 16 dividing K's steps: ceil(K / (64 k_rows))
+// for bf16, ceil(K / (128 k_rows)) for fp8).
 // REQUIRES: ValidateGemmProblem(problem) is OK.
 absl::Status CanImplementWgmma(const v1::GemmProblem& problem, const WgmmaTileConfig& config,
                                const DeviceInfo& device);
@@ -85,7 +89,9 @@ double WgmmaModelTimeUs(const v1::GemmProblem& problem, const WgmmaTileConfig& c
 // split-K configs (at most half as many) follow the unsplit ones. The raster
 // group is a knob the model cannot rank: where the problem has more tile
 // rows than the smallest group, the best kRasterTried unsplit configs are
-// also offered with each of kRasterGroups (every config, unpruned). Empty
+// also offered with each of kRasterGroups (every config, unpruned); so is
+// the tile's K: those configs again with two slices of K per stage and half
+// the stages (the same shared memory and K in flight). Empty
 // when the template cannot serve the problem or device.
 std::vector<WgmmaTileConfig> WgmmaSearchSpace(const v1::GemmProblem& problem, const DeviceInfo& device,
                                               const GemmSpaceOptions& options = GemmSpaceOptions());

@@ -272,11 +272,12 @@ absl::StatusOr<WgmmaTileConfig> WgmmaTileConfigFromProto(const v1::WgmmaTile& in
   c.pingpong = in.pingpong();
   c.cluster_m = in.cluster_m();
   c.split_k = in.split_k() == 0 ? 1 : in.split_k();  // 0: written before split-K existed
+  c.k_rows = in.k_rows() == 0 ? 1 : in.k_rows();      // 0: written before the knob existed
   const absl::Status positive = RequirePositive("config.gemm.wgmma.", {{"block_m", c.block_m}, {"block_n", c.block_n},
                                                                        {"consumers", c.consumers},
                                                                        {"cluster_m", c.cluster_m},
                                                                        {"stages", c.stages}, {"group_m", c.group_m},
-                                                                       {"split_k", c.split_k}});
+                                                                       {"split_k", c.split_k}, {"k_rows", c.k_rows}});
   if (!positive.ok()) return positive;
   return c;
 }
@@ -291,6 +292,7 @@ v1::WgmmaTile WgmmaTileConfigToProto(const WgmmaTileConfig& c) {
   out.set_pingpong(c.pingpong);
   out.set_cluster_m(c.cluster_m);
   out.set_split_k(c.split_k);
+  out.set_k_rows(c.k_rows);
   return out;
 }
 

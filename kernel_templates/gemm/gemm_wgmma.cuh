@@ -11,14 +11,18 @@
 // Every row of every stage is 128 bytes of K (64 bf16 or 128 e4m3: kBK), and
 // every wgmma takes 32 bytes of it (k16 or k32), so both types share the ring,
 // the swizzle and the descriptors; only the element count per byte differs.
+// A stage holds K_ROWS such 128-byte slices of K (the tile's K is K_ROWS *
+// kBK): one BM x kBK box of A and one BN x kBK box of B per slice, each
+// swizzled on its own, loaded by its own TMA copy onto the stage's barrier.
 //
 // A CTA is 1 + CONSUMERS warpgroups and persistent: it walks the output tiles
 // blockIdx.x, blockIdx.x + gridDim.x, ... in grouped raster order (GROUP_M
 // tile rows at a time, so the CTAs running together share B tiles in L2).
 //  - The producer warpgroup gives most of its registers back (setmaxnreg) and
-//    one of its threads issues the TMA copies: for each kBK-wide step of K, a
-//    BM x kBK tile of A and a BN x kBK tile of B into one stage of a ring of
-//    STAGES, completed on the stage's "full" mbarrier by transaction bytes.
+//    one of its threads issues the TMA copies: for each K_ROWS * kBK-wide step
+//    of K, K_ROWS BM x kBK boxes of A and as many BN x kBK boxes of B into one
+//    stage of a ring of STAGES, completed on the stage's "full" mbarrier by
+//    transaction bytes.
 //    It runs ahead across tiles, so the next tile's loads overlap this tile's
 //    epilogue.
 //  - Cooperative (PINGPONG false): each consumer warpgroup owns BM /
@@ -37,7 +41,7 @@
 //    straight from the accumulators).
 // With SPLIT_K > 1 the work units are (tile, slice of K): unit u takes split
 // u / tiles (slice-major, so the CTAs running together share a K slice of A
-// and B in L2) and tile u % tiles, k_tiles / SPLIT_K steps of kBK. Each unit
+// and B in L2) and tile u % tiles, k_tiles / SPLIT_K steps of K_ROWS * kBK. Each unit
 // writes its fp32 accumulators to the workspace in fragment order (every
 // split of a tile has the same thread-to-fragment map, so no layout change),
 // then counts itself in on the tile's counter; the split that arrives last
@@ -62,8 +66,8 @@
 //                 launch leaves the counters zero again)
 //   a_scale, b_scale  const float*  e4m3: the per-tensor scales (null: 1)
 // REQUIRES: K * sizeof(TAB) % 16 == 0 (TMA strides are multiples of 16
-// bytes); ceil(K / kBK) a multiple of SPLIT_K; c 8-byte and
-// d 16-byte aligned; dynamic shared memory of STAGES * (BM + BN) * 128 + 1024
+// bytes); ceil(K / (K_ROWS * kBK)) a multiple of SPLIT_K; c 8-byte and
+// d 16-byte aligned; dynamic shared memory of STAGES * K_ROWS * (BM + BN) * 128 + 1024
 // + 16 * (STAGES + 2) + CONSUMERS * 4 * 16 * 144 bytes (the ring, its
 // alignment, the barriers and split flags, the epilogue's staging rows); a
 // grid of
@@ -311,19 +315,21 @@ __device__ __forceinline__ bool reduce_split_k(float (&acc)[MSUB][BN / 2], unsig
 }  // namespace gemm_wgmma_detail
 
 template <typename TAB, typename TD, int EPI, bool HAS_C, int BM, int BN, int CONSUMERS, bool PINGPONG, int CLUSTER_M,
-          int STAGES, int GROUP_M, int SPLIT_K>
+          int STAGES, int GROUP_M, int SPLIT_K, int K_ROWS>
 __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLUSTER_M, 1, 1)
     gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ TmaDescriptor tma_b,
                const TD* __restrict__ c, TD* __restrict__ d, const bf16* __restrict__ bias, int M, int N, int K,
                float alpha, float beta, unsigned char* __restrict__ ws, const float* __restrict__ a_scale,
                const float* __restrict__ b_scale) {
   using namespace gemm_wgmma_detail;
-  constexpr int kBK = kRowBytes / static_cast<int>(sizeof(TAB));  // elements of K per stage
+  constexpr int kBK = kRowBytes / static_cast<int>(sizeof(TAB));  // elements of K per 128-byte slice
   constexpr int kStepK = kStepBytes / static_cast<int>(sizeof(TAB));  // elements of K per wgmma
   constexpr int kRowsPerConsumer = PINGPONG ? BM : BM / CONSUMERS;
   constexpr int kMSub = kRowsPerConsumer / 64;  // m64 wgmmas per consumer per step of K
-  constexpr int kTileA = BM * kBK;              // elements of one A stage
-  constexpr int kTileB = BN * kBK;
+  constexpr int kSliceA = BM * kBK;             // elements of one 128-byte slice of K of A
+  constexpr int kSliceB = BN * kBK;
+  constexpr int kTileA = K_ROWS * kSliceA;      // elements of one A stage
+  constexpr int kTileB = K_ROWS * kSliceB;
   constexpr int kBRowsLoaded = BN / CLUSTER_M;  // rows of each B tile this CTA's TMA fetches
   static_assert(CONSUMERS == 1 || CONSUMERS == 2, "one or two consumer warpgroups");
   static_assert(!PINGPONG || CONSUMERS == 2, "ping-pong takes two consumers");
@@ -335,12 +341,13 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
   static_assert(STAGES >= 2, "at least double buffering");
   static_assert(SPLIT_K >= 1 && SPLIT_K <= 16, "SPLIT_K in [1, 16]");
   static_assert(sizeof(TAB) == 2 || sizeof(TAB) == 1, "bf16 or e4m3 operands");
+  static_assert(K_ROWS == 1 || K_ROWS == 2, "one or two 128-byte slices of K per stage");
 
   // The ring, 1024-byte aligned as the 128-byte swizzle wants, then the barriers.
   extern __shared__ __align__(16) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-  TAB* smem_a = reinterpret_cast<TAB*>(smem);  // (STAGES, BM, kBK)
-  TAB* smem_b = smem_a + STAGES * kTileA;       // (STAGES, BN, kBK)
+  TAB* smem_a = reinterpret_cast<TAB*>(smem);  // (STAGES, K_ROWS, BM, kBK)
+  TAB* smem_b = smem_a + STAGES * kTileA;       // (STAGES, K_ROWS, BN, kBK)
   unsigned long long* full = reinterpret_cast<unsigned long long*>(smem_b + STAGES * kTileB);
   unsigned long long* empty = full + STAGES;
   unsigned long long* mainloop_done = empty + STAGES;  // [2], ping-pong: per consumer
@@ -380,7 +387,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
   const int tiles_n = (N + BN - 1) / BN;
   const int tiles = tiles_m * tiles_n;
   const int units = tiles * SPLIT_K;                  // (split, tile), split-major
-  const int k_steps = (K + kBK - 1) / kBK / SPLIT_K;  // steps of kBK per unit
+  const int k_steps = (K + K_ROWS * kBK - 1) / (K_ROWS * kBK) / SPLIT_K;  // steps of K_ROWS * kBK per unit
   const int batch = blockIdx.z;
   const int cluster = blockIdx.x / CLUSTER_M;
   const int clusters = gridDim.x / CLUSTER_M;
@@ -407,15 +414,20 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
           // The first pass finds every stage empty (waiting on the phase
           // "before" phase 0 returns at once).
           mbar_wait(&empty[s], ((step / STAGES) & 1) ^ 1);
-          // A (BM rows) and all of B (BN rows: this CTA's half and the peer's).
-          mbar_arrive_expect_tx(&full[s], (BM + BN) * kRowBytes);
-          tma_load_3d(smem_a + s * kTileA, &tma_a, &full[s], kt * kBK, tile_m * BM, batch);
-          TAB* b_part = smem_b + s * kTileB + rank * kBRowsLoaded * kBK;
+          // A (BM rows) and all of B (BN rows: this CTA's half and the peer's),
+          // each slice of K its own box.
+          mbar_arrive_expect_tx(&full[s], K_ROWS * (BM + BN) * kRowBytes);
           const int b_row = tile_n * BN + static_cast<int>(rank) * kBRowsLoaded;
-          if constexpr (CLUSTER_M == 2) {
-            tma_load_3d_multicast(b_part, &tma_b, &full[s], kt * kBK, b_row, batch, 0x3);
-          } else {
-            tma_load_3d(b_part, &tma_b, &full[s], kt * kBK, b_row, batch);
+#pragma unroll
+          for (int r = 0; r < K_ROWS; ++r) {
+            const int k0 = (kt * K_ROWS + r) * kBK;
+            tma_load_3d(smem_a + s * kTileA + r * kSliceA, &tma_a, &full[s], k0, tile_m * BM, batch);
+            TAB* b_part = smem_b + s * kTileB + r * kSliceB + rank * kBRowsLoaded * kBK;
+            if constexpr (CLUSTER_M == 2) {
+              tma_load_3d_multicast(b_part, &tma_b, &full[s], k0, b_row, batch, 0x3);
+            } else {
+              tma_load_3d(b_part, &tma_b, &full[s], k0, b_row, batch);
+            }
           }
         }
       }
@@ -470,15 +482,18 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
       for (int kt = 0; kt < k_steps; ++kt, ++step) {
         const int s = step % STAGES;
         mbar_wait(&full[s], (step / STAGES) & 1);
-        const TAB* sa = smem_a + s * kTileA + row_offset * kBK;
-        const TAB* sb = smem_b + s * kTileB;
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < kBK / kStepK; ++kk) {
+        for (int r = 0; r < K_ROWS; ++r) {
+          const TAB* sa = smem_a + s * kTileA + r * kSliceA + row_offset * kBK;
+          const TAB* sb = smem_b + s * kTileB + r * kSliceB;
 #pragma unroll
-          for (int i = 0; i < kMSub; ++i) {
-            // A wgmma's step of K is 32 bytes along the (swizzled) 128-byte row.
-            wgmma_m64<TAB, BN>(acc[i], smem_desc(sa + i * 64 * kBK + kk * kStepK), smem_desc(sb + kk * kStepK));
+          for (int kk = 0; kk < kBK / kStepK; ++kk) {
+#pragma unroll
+            for (int i = 0; i < kMSub; ++i) {
+              // A wgmma's step of K is 32 bytes along the (swizzled) 128-byte row.
+              wgmma_m64<TAB, BN>(acc[i], smem_desc(sa + i * 64 * kBK + kk * kStepK), smem_desc(sb + kk * kStepK));
+            }
           }
         }
         wgmma_commit();

@@ -112,8 +112,51 @@ TEST_CASE("raster groups 4 and 16 are tried on the model's best two configs wher
   c.group_m = 16;
   absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(LinearGemm(8192, 8192, 8192), c, h200);
   REQUIRE(r.ok());
-  CHECK_THAT(r->kernels[0].name_expression, Catch::EndsWith(", 16, 1>"));
+  CHECK_THAT(r->kernels[0].name_expression, Catch::EndsWith(", 16, 1, 1>"));
   CHECK_THAT(ToString(c), Catch::Contains(" g16"));
+}
+
+TEST_CASE("two slices of K per stage are tried on the model's best two configs, in the same shared memory",
+          "[tuner][gemm]") {
+  const DeviceInfo h200 = CompileOnlyTarget();
+  for (const v1::GemmProblem& p : {LinearGemm(8192, 8192, 8192), LinearGemm(128, 4096, 4096)}) {
+    INFO(GemmCanonicalKey(p));
+    const std::vector<WgmmaTileConfig> space = WgmmaSearchSpace(p, h200);
+    REQUIRE(space.size() > 2);
+    int deep = 0;
+    for (const WgmmaTileConfig& c : space) {
+      if (c.k_rows == 1) continue;
+      ++deep;
+      // A copy of one of the best two, with half its stages: the same ring.
+      WgmmaTileConfig source = c;
+      source.k_rows = 1;
+      source.stages = space[0].stages;
+      const bool of_first = source == space[0];
+      source.stages = space[1].stages;
+      CHECK((of_first || source == space[1]));
+      CHECK(c.stages * 2 <= (of_first ? space[0] : space[1]).stages);
+      CHECK(WgmmaSharedMemoryBytes(c) <= WgmmaSharedMemoryBytes(of_first ? space[0] : space[1]));
+    }
+    CHECK(deep == 2);
+  }
+  WgmmaTileConfig c;  // 128 x 256, two consumers
+  c.k_rows = 2;
+  c.stages = 2;
+  CHECK(ToString(c) == "bm128 bn256 c2 s2 g8 kr2");
+  absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(LinearGemm(4096, 4096, 4096), c, h200);
+  REQUIRE(r.ok());
+  CHECK_THAT(r->kernels[0].name_expression, Catch::EndsWith(", 2, 8, 1, 2>"));
+  CHECK(r->kernels[0].dynamic_smem_bytes == WgmmaSharedMemoryBytes(c));
+  // TMA boxes stay one 128-byte slice: two copies per operand and stage.
+  CHECK(r->kernels[0].params[0] == "tma_a:64x128");
+  // K's steps are now 128 wide: a split must divide ceil(K / 128).
+  c.split_k = 2;
+  CHECK_THAT(std::string(CanImplementWgmma(LinearGemm(128, 4096, 4096 + 128), c, h200).message()),
+             Catch::Contains("does not divide K's 33 steps of 128"));
+  c.split_k = 1;
+  c.k_rows = 3;
+  CHECK_THAT(std::string(CanImplementWgmma(LinearGemm(128, 4096, 4096), c, h200).message()),
+             Catch::Contains("k_rows (128-byte slices of K per stage) must be 1 or 2"));
 }
 
 TEST_CASE("WgmmaLaunchRecipe: sm_90a, a persistent grid and TMA parameters", "[tuner][gemm]") {
@@ -125,7 +168,7 @@ TEST_CASE("WgmmaLaunchRecipe: sm_90a, a persistent grid and TMA parameters", "[t
   CHECK(r->arch == "sm_90a");
   REQUIRE(r->kernels.size() == 1);
   const KernelLaunch& k = r->kernels[0];
-  CHECK(k.name_expression == "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 256, 2, false, 1, 4, 8, 1>");
+  CHECK(k.name_expression == "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 256, 2, false, 1, 4, 8, 1, 1>");
   CHECK(k.grid == std::array<uint32_t, 3>{132, 1, 1});  // 2048 tiles, one CTA per SM
   CHECK(k.block == std::array<uint32_t, 3>{384, 1, 1});
   CHECK(k.dynamic_smem_bytes == 4 * (128 + 256) * 128 + 1024 + 96 + 2 * 4 * 16 * 144);
@@ -137,14 +180,14 @@ TEST_CASE("WgmmaLaunchRecipe: sm_90a, a persistent grid and TMA parameters", "[t
   r = WgmmaLaunchRecipe(LinearGemm(128, 512, 4096, v1::EPILOGUE_BIAS, v1::FP32, v1::FP32, 4), c, h200);
   REQUIRE(r.ok());
   CHECK(r->kernels[0].grid == std::array<uint32_t, 3>{2, 1, 4});
-  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<ktune::bf16, float, 1, true, 128, 256, 2, false, 1, 4, 8, 1>");
+  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<ktune::bf16, float, 1, true, 128, 256, 2, false, 1, 4, 8, 1, 1>");
   CHECK_FALSE(WgmmaLaunchRecipe(LinearGemm(64, 64, 100), c, h200).ok());
   // A 2x1 cluster: an even grid of CTA pairs, each fetching half of B's tile.
   WgmmaTileConfig pair = c;
   pair.cluster_m = 2;
   r = WgmmaLaunchRecipe(LinearGemm(8192, 8192, 8192), pair, h200);
   REQUIRE(r.ok());
-  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 256, 2, false, 2, 4, 8, 1>");
+  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 256, 2, false, 2, 4, 8, 1, 1>");
   CHECK(r->kernels[0].grid == std::array<uint32_t, 3>{132, 1, 1});
   CHECK(r->kernels[0].params[1] == "tma_b:64x128");
   r = WgmmaLaunchRecipe(LinearGemm(100, 512, 4096), pair, h200);  // one unit of two tile rows, 2 columns
@@ -159,7 +202,7 @@ TEST_CASE("WgmmaLaunchRecipe for fp8: e4m3 operands, 128-wide K steps in the sam
   absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(Fp8Gemm(8192, 8192, 4096, v1::EPILOGUE_BIAS), c, h200);
   REQUIRE(r.ok());
   const KernelLaunch& k = r->kernels[0];
-  CHECK(k.name_expression == "ktune::gemm_wgmma<ktune::e4m3, ktune::bf16, 1, false, 128, 256, 2, false, 1, 4, 8, 1>");
+  CHECK(k.name_expression == "ktune::gemm_wgmma<ktune::e4m3, ktune::bf16, 1, false, 128, 256, 2, false, 1, 4, 8, 1, 1>");
   // The ring holds as many bytes as bf16's: twice the K per stage.
   CHECK(k.dynamic_smem_bytes == 4 * (128 + 256) * 128 + 1024 + 96 + 2 * 4 * 16 * 144);
   CHECK(k.params == std::vector<std::string>{"tma_a:128x128", "tma_b:128x256", "c", "d", "bias", "M", "N", "K",
@@ -195,7 +238,7 @@ TEST_CASE("split-K: K's steps divide into the slices, the workspace starts zeroe
   const v1::GemmProblem thin = LinearGemm(128, 4096, 14336);
   absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(thin, c, h200);
   REQUIRE(r.ok());
-  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 128, 2, false, 1, 4, 8, 4>");
+  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 128, 2, false, 1, 4, 8, 4, 1>");
   CHECK(r->kernels[0].grid == std::array<uint32_t, 3>{128, 1, 1});  // 32 tiles x 4 slices
   CHECK(r->workspace_bytes == uint64_t{32} * 4 * 128 * 128 * 4 + 32 * 4);  // partials, then counters
   CHECK(r->workspace_zeroed);
@@ -216,6 +259,14 @@ TEST_CASE("split-K: K's steps divide into the slices, the workspace starts zeroe
   CHECK_THAT(std::string(WgmmaTileConfigFromProto(old).status().message()),
              Catch::Contains("config.gemm.wgmma.split_k: must be >= 1, got -2"));
   CHECK(RecipeFromProto(RecipeToProto(*r, false)).workspace_zeroed);
+  // Two slices of K per stage travel too; an entry from before the knob reads as one.
+  WgmmaTileConfig deep = c;
+  deep.k_rows = 2;
+  REQUIRE(WgmmaTileConfigFromProto(WgmmaTileConfigToProto(deep)).ok());
+  CHECK(*WgmmaTileConfigFromProto(WgmmaTileConfigToProto(deep)) == deep);
+  v1::WgmmaTile before = WgmmaTileConfigToProto(deep);
+  before.clear_k_rows();
+  CHECK(WgmmaTileConfigFromProto(before)->k_rows == 1);
 
   auto refused = [&](const v1::GemmProblem& p, const WgmmaTileConfig& config, const std::string& why) {
     CheckRefused(p, config, h200, why);
@@ -241,7 +292,7 @@ TEST_CASE("split-K: K's steps divide into the slices, the workspace starts zeroe
   REQUIRE(first_split != pruned.end());
   CHECK(std::all_of(first_split, pruned.end(), [](const WgmmaTileConfig& t) { return t.split_k > 1; }));
   CHECK(pruned.end() - first_split <= 8);
-  CHECK(first_split - pruned.begin() <= 16);
+  CHECK(first_split - pruned.begin() <= 16 + 2);  // and the best two with two slices of K per stage
   // The model counts the slices as work units and charges their round trip.
   WgmmaTileConfig whole = c;
   whole.split_k = 1;

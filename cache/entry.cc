@@ -13,9 +13,6 @@
 #include "absl/strings/string_view.h"
 #include "tuner/fingerprint.h"
 #include "tuner/gemm_problem.h"
-#include "tuner/gemm_skinny_space.h"
-#include "tuner/gemm_space.h"
-#include "tuner/gemm_wgmma_space.h"
 #include "tuner/kernel_source.h"
 #include "tuner/launch_recipe.h"
 #include "tuner/norm_space.h"
@@ -132,14 +129,13 @@ absl::Status CheckSoftware(absl::string_view prefix, const v1::SoftwareFingerpri
   return absl::OkStatus();
 }
 
-// The device an entry was tuned on, as far as a config's limits go: its
-// fingerprint, plus the architecture's shared-memory limit, which the
-// fingerprint does not carry. nullopt for an architecture this version does
-// not know (nothing there can be judged).
+// The device an entry was tuned on, as far as configs and recipes go: its
+// fingerprint, plus the limits it does not carry, from the architecture
+// (shared memory per CTA, threads per SM), so that the templates judge and
+// write the entry's config as they did there. nullopt for an architecture
+// this version does not know (nothing there can be judged).
 std::optional<DeviceInfo> TunedOn(const v1::DeviceFingerprint& fingerprint) {
   DeviceInfo device = DeviceFromProto(fingerprint);
-  // The limits the fingerprint does not carry, from the architecture: with
-  // them the templates' recipes for the entry come out as they did there.
   device.max_smem_per_block_optin = ArchSmemPerBlockOptin(device.cc_major, device.cc_minor);
   device.max_threads_per_sm = ArchMaxThreadsPerSm(device.cc_major, device.cc_minor);
   if (device.max_smem_per_block_optin == 0) return std::nullopt;
@@ -268,31 +264,30 @@ absl::Status CheckGemmConfig(absl::string_view prefix, const v1::Entry& entry) {
   const v1::GemmConfig& g = config.gemm();
   const std::optional<DeviceInfo> device = TunedOn(entry.device());
   // One of our templates: its config's fields, a recipe of that template, and
-  // the template's verdict on (problem, config, device).
-  auto OwnTemplate = [&](const auto& parsed, const char* source, const char* template_id, auto can_implement,
-                         auto launch_recipe) -> absl::Status {
-    if (!parsed.ok()) return FromTuner(prefix, "config.gemm", parsed.status());
+  // the template's verdict on (problem, config, device): the recipe it writes
+  // (its LaunchRecipe refuses, with CanImplement's reason, what it cannot run).
+  auto OwnTemplate = [&](const absl::Status& fields, const char* source, const char* template_id) -> absl::Status {
+    if (!fields.ok()) return FromTuner(prefix, "config.gemm", fields);
     if (recipe.template_id() != template_id) {
       return Bad(prefix, "recipe.template_id",
                  absl::StrCat("a ", source, " config needs a ", template_id, " recipe, got '", recipe.template_id(),
                               "'"));
     }
     if (!device.has_value()) return absl::OkStatus();
-    if (absl::Status s = can_implement(problem, *parsed, *device); !s.ok()) {
-      return Bad(prefix, "config.gemm", absl::StrCat("cannot run this problem on ", Arch(*device), ": ", s.message()));
+    const absl::StatusOr<LaunchRecipe> expected = OwnGemmRecipe(problem, g, *device);
+    if (absl::IsFailedPrecondition(expected.status())) {
+      return Bad(prefix, "config.gemm",
+                 absl::StrCat("cannot run this problem on ", Arch(*device), ": ", expected.status().message()));
     }
-    return CheckRecipeIsTemplates(prefix, recipe, launch_recipe(problem, *parsed, *device));
+    return CheckRecipeIsTemplates(prefix, recipe, expected);
   };
   switch (g.source_case()) {
     case v1::GemmConfig::kMmaSync:
-      return OwnTemplate(GemmTileConfigFromProto(g.mma_sync()), "mma_sync", "gemm/gemm_mma", CanImplementGemm,
-                         GemmLaunchRecipe);
+      return OwnTemplate(GemmTileConfigFromProto(g.mma_sync()).status(), "mma_sync", "gemm/gemm_mma");
     case v1::GemmConfig::kWgmma:
-      return OwnTemplate(WgmmaTileConfigFromProto(g.wgmma()), "wgmma", "gemm/gemm_wgmma", CanImplementWgmma,
-                         WgmmaLaunchRecipe);
+      return OwnTemplate(WgmmaTileConfigFromProto(g.wgmma()).status(), "wgmma", "gemm/gemm_wgmma");
     case v1::GemmConfig::kSkinny:
-      return OwnTemplate(SkinnyConfigFromProto(g.skinny()), "skinny", "gemm/gemm_skinny", CanImplementSkinny,
-                         SkinnyLaunchRecipe);
+      return OwnTemplate(SkinnyConfigFromProto(g.skinny()).status(), "skinny", "gemm/gemm_skinny");
     case v1::GemmConfig::kCublaslt: {
       const v1::CublasLtAlgorithm& a = g.cublaslt();
       if (a.algo().size() != kCublasLtAlgoBytes) {

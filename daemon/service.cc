@@ -227,28 +227,8 @@ absl::Status KtuneServiceImpl::AnswerUntuned(const Resolved& r, const NormConfig
 absl::Status KtuneServiceImpl::AnswerNearestGemm(const Resolved& r, const v1::Entry& nearest, bool include_cubin,
                                                  v1::GetConfigResponse* response) {
   const v1::GemmConfig& config = nearest.config().gemm();
-  const v1::GemmProblem& p = *r.gemm;
   // The tuned config of another M, re-judged and re-written for this one.
-  absl::StatusOr<LaunchRecipe> recipe = absl::NotFoundError("the nearest entry's config is cuBLASLt's");
-  switch (config.source_case()) {
-    case v1::GemmConfig::kMmaSync:
-      if (absl::StatusOr<GemmTileConfig> c = GemmTileConfigFromProto(config.mma_sync()); c.ok()) {
-        recipe = GemmLaunchRecipe(p, *c, target_);
-      }
-      break;
-    case v1::GemmConfig::kWgmma:
-      if (absl::StatusOr<WgmmaTileConfig> c = WgmmaTileConfigFromProto(config.wgmma()); c.ok()) {
-        recipe = WgmmaLaunchRecipe(p, *c, target_);
-      }
-      break;
-    case v1::GemmConfig::kSkinny:
-      if (absl::StatusOr<SkinnyConfig> c = SkinnyConfigFromProto(config.skinny()); c.ok()) {
-        recipe = SkinnyLaunchRecipe(p, *c, target_);
-      }
-      break;
-    default:
-      break;
-  }
+  absl::StatusOr<LaunchRecipe> recipe = OwnGemmRecipe(*r.gemm, config, target_);
   if (!recipe.ok()) return absl::NotFoundError(recipe.status().message());
   absl::StatusOr<LaunchRecipe> compiled = Compiled(*std::move(recipe));
   if (!compiled.ok()) return compiled.status();

@@ -44,7 +44,6 @@ namespace {
 constexpr const char* kLibraries[] = {"libcublasLt.so.13", "libcublasLt.so"};
 static_assert(sizeof(cublasLtMatmulAlgo_t) == 64, "the stored algorithm is 64 bytes");
 
-bool IsFp8(const v1::GemmProblem& p) { return p.a_dtype() == v1::FP8_E4M3; }
 cudaDataType_t CudaType(v1::DType d) {
   switch (d) {
     case v1::FP32:
@@ -114,8 +113,8 @@ CublasLtAlgo CublasLtAlgoOf(const LaunchRecipe& recipe) {
 
 absl::Status CublasLtCanServe(const v1::GemmProblem& p) {
   auto no = [](const std::string& why) { return absl::FailedPreconditionError(absl::StrCat("cuBLASLt: ", why)); };
-  if (IsFp8(p) && !GemmBIsNK(p)) return no("fp8 needs B as [N, K] (the TN layout)");
-  if (IsFp8(p) && GemmDType(p) != v1::BF16) return no("fp8 is served with a bf16 D");
+  if (GemmIsFp8(p) && !GemmBIsNK(p)) return no("fp8 needs B as [N, K] (the TN layout)");
+  if (GemmIsFp8(p) && GemmDType(p) != v1::BF16) return no("fp8 is served with a bf16 D");
   if (p.epilogue() == v1::EPILOGUE_BIAS_GELU || p.epilogue() == v1::EPILOGUE_BIAS_SILU) {
     return no("no erf-GELU or SiLU epilogue (its GELU is the tanh approximation)");
   }
@@ -205,7 +204,7 @@ absl::Status Describe(const CublasLt::Api* api, const v1::GemmProblem& p, const 
            "transb");
   if (p.epilogue() == v1::EPILOGUE_BIAS) {
     const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-    const cudaDataType_t bias_type = IsFp8(p) ? CUDA_R_16BF : CudaType(p.a_dtype());
+    const cudaDataType_t bias_type = GemmIsFp8(p) ? CUDA_R_16BF : CudaType(p.a_dtype());
     KTUNE_LT(api->cublasLtMatmulDescSetAttribute(d->op_, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
                                                  sizeof(epilogue)),
              "epilogue");
@@ -218,7 +217,7 @@ absl::Status Describe(const CublasLt::Api* api, const v1::GemmProblem& p, const 
                "bias pointer");
     }
   }
-  if (IsFp8(p) && operands != nullptr) {
+  if (GemmIsFp8(p) && operands != nullptr) {
     const void* a_scale = reinterpret_cast<const void*>(operands->b_scale);  // cuBLASLt's A is ktune's B
     const void* b_scale = reinterpret_cast<const void*>(operands->a_scale);
     KTUNE_LT(api->cublasLtMatmulDescSetAttribute(d->op_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale,

@@ -54,13 +54,6 @@ struct SoftwareFingerprint {
   int schema_version = kSchemaVersion;
 };
 
-// The most dynamic shared memory one CTA may opt into on compute capability
-// major.minor, a fixed property of the architecture (CUDA C++ Programming
-// Guide, "Technical Specifications per Compute Capability"); 0 for an
-// architecture this version does not know. For judging configs tuned on
-// another machine, whose DeviceFingerprint does not carry the limit.
-int ArchSmemPerBlockOptin(int cc_major, int cc_minor);
-
 // Stable text, e.g. "tpl=3f2a... nvrtc=13000 schema=1".
 std::string SoftwareKey(const SoftwareFingerprint& software);
 

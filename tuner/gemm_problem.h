@@ -37,6 +37,8 @@ inline v1::DType GemmDType(const v1::GemmProblem& p) {
   return p.d_dtype() == v1::DTYPE_UNSPECIFIED ? v1::BF16 : p.d_dtype();
 }
 inline bool GemmHasC(const v1::GemmProblem& p) { return p.c_dtype() != v1::DTYPE_UNSPECIFIED; }
+// fp8 e4m3 A and B (ValidateGemmProblem: both or neither).
+inline bool GemmIsFp8(const v1::GemmProblem& p) { return p.a_dtype() == v1::FP8_E4M3; }
 // Bias added before the activation: bias, bias + GELU, bias + SiLU.
 inline bool GemmHasBias(const v1::GemmProblem& p) {
   return p.epilogue() == v1::EPILOGUE_BIAS || p.epilogue() == v1::EPILOGUE_BIAS_GELU ||
@@ -56,5 +58,15 @@ inline int GemmEpilogueCode(const v1::GemmProblem& p) {
       return 0;
   }
 }
+
+// The most K one fp32 accumulator of an fp8 product may span in our templates.
+// Hopper's tensor cores add fp8 products into the accumulator at reduced
+// precision (about 14 bits kept, as DeepSeek-V3's report found), so the error
+// grows with K: on the H200 every fp8 wgmma config was outside the
+// verification tolerance (3-4% off) at K = 8192 and 14336, and inside it at
+// K = 4096 and at 14336 split four ways (session 6, device run 4,
+// bench/RESULTS.md). CUTLASS's remedy, promoting into a second set of fp32
+// registers every few steps, does not fit the large tiles' 128 accumulators.
+constexpr int64_t kMaxFp8KPerAccumulator = 4096;
 
 }  // namespace ktune

@@ -13,12 +13,6 @@ constexpr int64_t kMaxRows = 16;   // rows of A one CTA multiplies (the template
 constexpr int kColumnsPerCta = 16;
 constexpr int kMaxBatch = 65535;   // gridDim.z
 constexpr int kChunkBytes = 64;    // of K per warp step (the template's)
-// fp8 products add into an fp32 accumulator at reduced precision on Hopper;
-// the wgmma space keeps one accumulator within 4096 of K (where the H200's
-// results stayed inside tolerance), and so does this one, per warp.
-constexpr int64_t kMaxFp8KPerAccumulator = 4096;
-
-bool IsFp8(const v1::GemmProblem& p) { return p.a_dtype() == v1::FP8_E4M3; }
 
 }  // namespace
 
@@ -30,17 +24,17 @@ absl::Status CanImplementSkinny(const v1::GemmProblem& p, const SkinnyConfig& c,
   };
   if (p.m() > kMaxRows) return fail(absl::StrCat("serves M <= ", kMaxRows, ", M is ", p.m()));
   if (!GemmBIsNK(p)) return fail("serves B given as [N, K]");
-  const int per_load = IsFp8(p) ? 16 : 8;  // elements in 16 bytes
+  const int per_load = GemmIsFp8(p) ? 16 : 8;  // elements in 16 bytes
   if (p.k() % per_load != 0) {
     return fail(absl::StrCat("K = ", p.k(), " is not a multiple of ", per_load, " (16-byte loads)"));
   }
   if (GemmBatch(p) > kMaxBatch) return fail(absl::StrCat("batch over ", kMaxBatch));
   if (d.cc_major < 8) return fail(absl::StrCat("needs sm_80 or newer, device is ", Arch(d)));
-  if (IsFp8(p) && d.cc_major * 10 + d.cc_minor < 89) {
+  if (GemmIsFp8(p) && d.cc_major * 10 + d.cc_minor < 89) {
     return fail(absl::StrCat("fp8 needs sm_89 or newer, device is ", Arch(d)));
   }
   if (c.warps < 1 || c.warps > 32 || c.unroll < 1 || c.unroll > 8) return fail("1-32 warps and 1-8 chunks");
-  if (IsFp8(p)) {
+  if (GemmIsFp8(p)) {
     // Warp w takes chunks w * unroll + [0, unroll), then every warps * unroll.
     const int64_t chunk = kChunkBytes;  // e4m3: one byte per element
     const int64_t chunks = (p.k() + chunk - 1) / chunk;
@@ -72,7 +66,7 @@ absl::StatusOr<LaunchRecipe> SkinnyLaunchRecipe(const v1::GemmProblem& p, const 
   if (!recipe.ok()) return recipe.status();
   KernelLaunch k;
   k.name_expression = absl::StrFormat("ktune::gemm_skinny<%s, %s, %d, %s, %d, %d, %d>",
-                                      IsFp8(p) ? "ktune::e4m3" : "ktune::bf16",
+                                      GemmIsFp8(p) ? "ktune::e4m3" : "ktune::bf16",
                                       GemmDType(p) == v1::FP32 ? "float" : "ktune::bf16", GemmEpilogueCode(p),
                                       GemmHasC(p) ? "true" : "false", p.m() <= 8 ? 8 : 16, c.warps, c.unroll);
   k.grid = {static_cast<uint32_t>((p.n() + kColumnsPerCta - 1) / kColumnsPerCta), 1,

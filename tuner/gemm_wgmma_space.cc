@@ -25,25 +25,17 @@ constexpr double kMemoryTBps = 4.0;
 // assumption, about 8 TB/s over 132 SMs; not yet measured).
 constexpr double kL2GBpsPerSm = 60.0;
 constexpr int kMaxSplitK = 16;
-// fp8 wgmma adds its products into the accumulator at reduced precision (about
-// 14 bits kept on Hopper, as DeepSeek-V3's report found), so the error grows
-// with the K that one accumulator spans. On the H200 every fp8 config was
-// outside the verification tolerance (3-4% off) at K = 8192 and 14336, and
-// inside it at K = 4096 and at 14336 split four ways (session 6, device run 4,
-// bench/RESULTS.md). CUTLASS's remedy, promoting into a second set of fp32
-// registers every few steps, does not fit the large tiles' 128 accumulators.
-constexpr int64_t kMaxFp8KPerAccumulator = 4096;
 // Raster groups besides the default 8 (WgmmaTileConfig::group_m): tile rows
 // walked together, so a wave of CTAs shares A rows and B columns in L2. Which
 // is fastest depends on the grid's shape against the wave; the model does not
-// know, so the tuner measures them on the model's best few configs.
+// know, so the tuner measures them on the model's best few configs, as it
+// does two slices of K per stage (WgmmaTileConfig::k_rows).
 constexpr int kRasterGroups[] = {4, 16};
-constexpr int kRasterTried = 2;
+constexpr int kUnrankedKnobsTried = 2;  // the model's best unsplit configs tried with each
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-bool IsFp8(const v1::GemmProblem& p) { return p.a_dtype() == v1::FP8_E4M3; }
-int OperandBytes(const v1::GemmProblem& p) { return IsFp8(p) ? 1 : 2; }
+int OperandBytes(const v1::GemmProblem& p) { return GemmIsFp8(p) ? 1 : 2; }
 // The template's K step in elements: one 128-byte row (64 bf16, 128 e4m3).
 int BlockK(const v1::GemmProblem& p) { return kRowBytes / OperandBytes(p); }
 
@@ -162,7 +154,7 @@ absl::Status CanImplementWgmma(const v1::GemmProblem& p, const WgmmaTileConfig& 
   if (k_steps % c.split_k != 0) {
     return fail(absl::StrCat("split_k = ", c.split_k, " does not divide K's ", k_steps, " steps of ", step));
   }
-  if (const int64_t span = k_steps / c.split_k * step; IsFp8(p) && span > kMaxFp8KPerAccumulator) {
+  if (const int64_t span = k_steps / c.split_k * step; GemmIsFp8(p) && span > kMaxFp8KPerAccumulator) {
     return fail(absl::StrCat("fp8 accumulates ", span, " of K in one accumulator, over the ",
                              kMaxFp8KPerAccumulator, " its reduced-precision adds keep within tolerance (split K)"));
   }
@@ -200,7 +192,7 @@ double WgmmaModelTimeUs(const v1::GemmProblem& p, const WgmmaTileConfig& c, cons
   const int64_t step = int64_t{BlockK(p)} * c.k_rows;
   const double k_padded = static_cast<double>(CeilDiv(p.k(), step) * step);
   const double unit_flops = 2.0 * c.block_m * c.block_n * k_padded / c.split_k;
-  const double rate = (IsFp8(p) ? 2 : 1) * kWgmmaTflopsPerSm * tile_efficiency * consumer_efficiency * cluster_efficiency * pipelining;
+  const double rate = (GemmIsFp8(p) ? 2 : 1) * kWgmmaTflopsPerSm * tile_efficiency * consumer_efficiency * cluster_efficiency * pipelining;
   double compute_us = static_cast<double>(waves) * unit_flops / (rate * 1e6);
   if (c.split_k > 1) {
     // Every unit writes its fp32 partial tile; the last split of a tile reads
@@ -219,7 +211,6 @@ double WgmmaModelTimeUs(const v1::GemmProblem& p, const WgmmaTileConfig& c, cons
 
 std::vector<WgmmaTileConfig> WgmmaSearchSpace(const v1::GemmProblem& p, const DeviceInfo& d,
                                               const GemmSpaceOptions& options) {
-  // A raster group only reorders tiles when there are more tile rows than it.
   // The knobs the model cannot rank, tried on the first `tried` configs: the
   // raster group (where there are more tile rows than the smallest group),
   // and two slices of K per stage with half the stages.
@@ -254,12 +245,12 @@ std::vector<WgmmaTileConfig> WgmmaSearchSpace(const v1::GemmProblem& p, const De
     const size_t every = all.size();
     return with_knobs_to_measure(std::move(all), every);
   }
-  if (split.empty()) return with_knobs_to_measure(PruneByModel(std::move(whole), options), kRasterTried);
+  if (split.empty()) return with_knobs_to_measure(PruneByModel(std::move(whole), options), kUnrankedKnobsTried);
   // The model's split-K term (the partials' trip through L2) is an
   // assumption not yet checked on a GPU, so split-K may not crowd out the
   // unsplit configs: those are pruned as before, and the best split-K
   // configs (half as many) come after them.
-  std::vector<WgmmaTileConfig> space = with_knobs_to_measure(PruneByModel(std::move(whole), options), kRasterTried);
+  std::vector<WgmmaTileConfig> space = with_knobs_to_measure(PruneByModel(std::move(whole), options), kUnrankedKnobsTried);
   GemmSpaceOptions half = options;
   half.max_candidates = std::max(1, options.max_candidates / 2);
   for (const WgmmaTileConfig& c : PruneByModel(std::move(split), half)) space.push_back(c);
@@ -274,7 +265,7 @@ absl::StatusOr<LaunchRecipe> WgmmaLaunchRecipe(const v1::GemmProblem& p, const W
   if (!recipe.ok()) return recipe.status();
   KernelLaunch k;
   k.name_expression = absl::StrFormat("ktune::gemm_wgmma<%s, %s, %d, %s, %d, %d, %d, %s, %d, %d, %d, %d, %d>",
-                                      IsFp8(p) ? "ktune::e4m3" : "ktune::bf16",
+                                      GemmIsFp8(p) ? "ktune::e4m3" : "ktune::bf16",
                                       GemmDType(p) == v1::FP32 ? "float" : "ktune::bf16", GemmEpilogueCode(p),
                                       GemmHasC(p) ? "true" : "false", c.block_m, c.block_n, c.consumers,
                                       c.pingpong ? "true" : "false", c.cluster_m, c.stages, c.group_m, c.split_k,

@@ -86,13 +86,12 @@ double WgmmaModelTimeUs(const v1::GemmProblem& problem, const WgmmaTileConfig& c
 // The accepted configs; pruned, the best by the model (at most
 // options.max_candidates, within options.max_model_ratio of the best), in a
 // fixed order; where split-K is tried (fewer tiles than SMs), the best
-// split-K configs (at most half as many) follow the unsplit ones. The raster
-// group is a knob the model cannot rank: where the problem has more tile
-// rows than the smallest group, the best kRasterTried unsplit configs are
-// also offered with each of kRasterGroups (every config, unpruned); so is
-// the tile's K: those configs again with two slices of K per stage and half
-// the stages (the same shared memory and K in flight). Empty
-// when the template cannot serve the problem or device.
+// split-K configs (at most half as many) follow the unsplit ones. Two knobs
+// the model cannot rank are measured instead, on its best two unsplit
+// configs (every config, unpruned): the raster group (4 and 16 beside 8,
+// where the problem has more tile rows than 4), and the tile's K (two
+// slices of K per stage with half the stages: the same shared memory and K
+// in flight). Empty when the template cannot serve the problem or device.
 std::vector<WgmmaTileConfig> WgmmaSearchSpace(const v1::GemmProblem& problem, const DeviceInfo& device,
                                               const GemmSpaceOptions& options = GemmSpaceOptions());
 

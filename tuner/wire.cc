@@ -296,6 +296,29 @@ v1::WgmmaTile WgmmaTileConfigToProto(const WgmmaTileConfig& c) {
   return out;
 }
 
+absl::StatusOr<LaunchRecipe> OwnGemmRecipe(const v1::GemmProblem& problem, const v1::GemmConfig& config,
+                                           const DeviceInfo& device) {
+  switch (config.source_case()) {
+    case v1::GemmConfig::kMmaSync: {
+      absl::StatusOr<GemmTileConfig> c = GemmTileConfigFromProto(config.mma_sync());
+      if (!c.ok()) return c.status();
+      return GemmLaunchRecipe(problem, *c, device);
+    }
+    case v1::GemmConfig::kWgmma: {
+      absl::StatusOr<WgmmaTileConfig> c = WgmmaTileConfigFromProto(config.wgmma());
+      if (!c.ok()) return c.status();
+      return WgmmaLaunchRecipe(problem, *c, device);
+    }
+    case v1::GemmConfig::kSkinny: {
+      absl::StatusOr<SkinnyConfig> c = SkinnyConfigFromProto(config.skinny());
+      if (!c.ok()) return c.status();
+      return SkinnyLaunchRecipe(problem, *c, device);
+    }
+    default:
+      return absl::NotFoundError("a cuBLASLt config, or none: no template of ours writes its recipe");
+  }
+}
+
 absl::StatusOr<SkinnyConfig> SkinnyConfigFromProto(const v1::SkinnyTile& in) {
   SkinnyConfig c{in.warps(), in.unroll()};
   const absl::Status positive = RequirePositive("config.gemm.skinny.", {{"warps", c.warps}, {"unroll", c.unroll}});

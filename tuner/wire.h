@@ -37,6 +37,14 @@ v1::WgmmaTile WgmmaTileConfigToProto(const WgmmaTileConfig& config);
 absl::StatusOr<SkinnyConfig> SkinnyConfigFromProto(const v1::SkinnyTile& tile);
 v1::SkinnyTile SkinnyConfigToProto(const SkinnyConfig& config);
 
+// The recipe our templates write for a stored GEMM config (mma_sync, wgmma or
+// skinny) on `device`: INVALID_ARGUMENT where its fields do not parse (as
+// *ConfigFromProto says), FAILED_PRECONDITION with CanImplement*'s reason
+// where the template refuses the problem, NOT_FOUND for a cuBLASLt config or
+// none (no template writes those).
+absl::StatusOr<LaunchRecipe> OwnGemmRecipe(const v1::GemmProblem& problem, const v1::GemmConfig& config,
+                                           const DeviceInfo& device);
+
 DeviceInfo DeviceFromProto(const v1::DeviceFingerprint& device);
 v1::DeviceFingerprint DeviceToProto(const DeviceInfo& device);
 

@@ -26,6 +26,7 @@ import argparse
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -114,6 +115,11 @@ def main():
         return json.load(open(ours_json))
 
     shapes = [x.strip() for x in args.shapes.split(",") if x.strip()]
+    for shape in shapes:
+        if not re.fullmatch(r"[1-9]\d*x[1-9]\d*x[1-9]\d*", shape):
+            ap.error(f"--shapes: {shape!r} is not MxNxK (positive integers)")
+    if not shapes:
+        ap.error("--shapes: no shape given")
     # Batched: every shape tuned now. Interleaved: each just before its torch timing.
     key = lambda r: f"{r['m']}x{r['n']}x{r['k']}"  # noqa: E731
     batched = {key(r): r for r in tune(",".join(shapes))} if args.order == "batched" else None

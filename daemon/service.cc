@@ -33,8 +33,11 @@ grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context, const abs
 }
 
 // The first config of a wgmma space (the model's best) that does not split K.
+// The space's first config that is neither split nor promoted (see
+// AnswerUntunedGemm for why those are measured before they are answered).
 std::optional<WgmmaTileConfig> BestUnsplit(const std::vector<WgmmaTileConfig>& space) {
-  const auto it = std::find_if(space.begin(), space.end(), [](const WgmmaTileConfig& c) { return c.split_k == 1; });
+  const auto it = std::find_if(space.begin(), space.end(),
+                               [](const WgmmaTileConfig& c) { return c.split_k == 1 && !c.promote; });
   if (it == space.end()) return std::nullopt;
   return *it;
 }
@@ -263,14 +266,15 @@ absl::Status KtuneServiceImpl::AnswerUntunedGemm(const Resolved& r, bool include
   // been checked against the GPU yet. fp8 is answered alike since its wgmma
   // kernels ran correctly on the H200 (session 6: every config of the GPU
   // tests and of the 21 bench shapes); where its K is too long for one fp8
-  // accumulator the space has only split configs, so there is no answer.
-  // The skinny template's fp8 form (session 7) has not run on a GPU yet, so
-  // it is tuned (and verified there) but never an untuned answer.
+  // accumulator the space has only split or promoted configs. Promotion
+  // (session 8) has not run on a GPU yet, so it is tuned (and verified
+  // there) but never an untuned answer: such a K has no answer.
+  // The skinny template's fp8 form serves M <= 16 like its bf16 form since it
+  // ran correctly on the H200 (session 8: the GPU tests, and the best own
+  // kernel at 7 of the 8 fp8 bench shapes with M <= 16).
   v1::GemmConfig config;
   absl::StatusOr<LaunchRecipe> recipe = absl::NotFoundError("no template serves this GEMM");
-  const bool fp8 = r.gemm->a_dtype() == v1::FP8_E4M3;
-  if (const std::vector<SkinnyConfig> skinny = fp8 ? std::vector<SkinnyConfig>() : SkinnySearchSpace(*r.gemm, target_);
-      !skinny.empty()) {
+  if (const std::vector<SkinnyConfig> skinny = SkinnySearchSpace(*r.gemm, target_); !skinny.empty()) {
     recipe = SkinnyLaunchRecipe(*r.gemm, skinny.front(), target_);
     *config.mutable_skinny() = SkinnyConfigToProto(skinny.front());
   } else if (const std::optional<WgmmaTileConfig> wgmma = BestUnsplit(WgmmaSearchSpace(*r.gemm, target_))) {
@@ -281,8 +285,8 @@ absl::Status KtuneServiceImpl::AnswerUntunedGemm(const Resolved& r, bool include
     *config.mutable_mma_sync() = GemmTileConfigToProto(mma.front());
   } else {
     return absl::FailedPreconditionError(
-        "no heuristic answer for this GEMM: no template serves it unsplit (fp8: K over 4096 needs split-K "
-        "or cuBLASLt, measured and checked on the GPU first); ask with TUNE_ON_MISS");
+        "no heuristic answer for this GEMM: no template serves it unsplit (fp8: K over 4096 needs split-K, "
+        "promotion or cuBLASLt, measured and checked on the GPU first); ask with TUNE_ON_MISS");
   }
   if (!recipe.ok()) return recipe.status();
   absl::StatusOr<LaunchRecipe> compiled = Compiled(*std::move(recipe));

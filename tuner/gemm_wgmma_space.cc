@@ -16,6 +16,7 @@ namespace {
 constexpr char kTemplateId[] = "gemm/gemm_wgmma";
 constexpr int kRowBytes = 128;           // of K per stage and tile row: one 128-byte swizzle row
 constexpr int kMaxAccumulators = 128;    // fp32 per consumer thread (of 232 registers after setmaxnreg)
+constexpr int kMaxPromotedAccumulators = 64;  // with promotion's second set: 128 in all
 constexpr int kMaxBatch = 65535;         // gridDim.z
 // wgmma's dense bf16 rate per SM on an H100/H200 (989 TFLOP/s over 132 SMs)
 // and the HBM rate the norm kernels reach.
@@ -41,6 +42,13 @@ int BlockK(const v1::GemmProblem& p) { return kRowBytes / OperandBytes(p); }
 
 int Accumulators(const WgmmaTileConfig& c) { return c.rows_per_consumer() * c.block_n / 128; }
 
+// The template's PROMOTE_STEPS: steps of K (k_rows 128-byte slices each) per
+// span of the wgmma accumulator, the most that keep a span within
+// kMaxFp8KPerAccumulator; 0 without promotion.
+int PromoteSteps(const v1::GemmProblem& p, const WgmmaTileConfig& c) {
+  return c.promote ? static_cast<int>(kMaxFp8KPerAccumulator / (int64_t{BlockK(p)} * c.k_rows)) : 0;
+}
+
 int64_t Tiles(const v1::GemmProblem& p, const WgmmaTileConfig& c) {
   return CeilDiv(p.m(), c.block_m) * CeilDiv(p.n(), c.block_n);
 }
@@ -53,6 +61,13 @@ int64_t TileRowUnits(const v1::GemmProblem& p, const WgmmaTileConfig& c) {
 // Tiles in the template's cluster units.
 int64_t TileUnits(const v1::GemmProblem& p, const WgmmaTileConfig& c) {
   return TileRowUnits(p, c) * CeilDiv(p.n(), c.block_n);
+}
+
+// Whether fp8's unsplit K, in the config's steps, stays within one
+// accumulator's span without promotion.
+bool FitsOneFp8Accumulator(const v1::GemmProblem& p, const WgmmaTileConfig& c) {
+  const int64_t step = int64_t{BlockK(p)} * c.k_rows;
+  return CeilDiv(p.k(), step) * step <= kMaxFp8KPerAccumulator;
 }
 
 // The split-K workspace: (batch, tile units, cluster_m, split_k, BM * BN) f32
@@ -74,7 +89,7 @@ int GridX(const v1::GemmProblem& p, const WgmmaTileConfig& c, const DeviceInfo& 
 // The grid, in its fixed order: tiles of 64 to 256 rows and 64 to 256
 // columns (wgmma's N), one or two cooperative consumers or a ping-pong pair,
 // alone or in 2x1 clusters, 3 to 6 stages; alone, split-K by 2 or 4 too (the
-// model ranks clusters out, see below). The accumulator limit leaves
+// model ranks clusters out, see below); unsplit, with promotion too. The accumulator limit leaves
 // ping-pong 128 x 128 and 64 x 256 tiles (CanImplementWgmma).
 std::vector<WgmmaTileConfig> Grid() {
   std::vector<WgmmaTileConfig> grid;
@@ -94,6 +109,10 @@ std::vector<WgmmaTileConfig> Grid() {
               c.stages = stages;
               c.split_k = split_k;
               grid.push_back(c);
+              if (split_k == 1) {
+                c.promote = true;  // fp8 only; CanImplementWgmma has the limits
+                grid.push_back(c);
+              }
             }
           }
         }
@@ -106,9 +125,9 @@ std::vector<WgmmaTileConfig> Grid() {
 }  // namespace
 
 std::string ToString(const WgmmaTileConfig& c) {
-  return absl::StrFormat("bm%d bn%d %s%s s%d g%d%s%s", c.block_m, c.block_n,
+  return absl::StrFormat("bm%d bn%d %s%s s%d g%d%s%s%s", c.block_m, c.block_n,
                          c.pingpong ? "pp" : absl::StrCat("c", c.consumers), c.cluster_m == 2 ? " x2" : "", c.stages,
-                         c.group_m, c.k_rows > 1 ? absl::StrCat(" kr", c.k_rows) : "",
+                         c.group_m, c.k_rows > 1 ? absl::StrCat(" kr", c.k_rows) : "", c.promote ? " pr" : "",
                          c.split_k > 1 ? absl::StrCat(" k", c.split_k) : "");
 }
 
@@ -154,9 +173,16 @@ absl::Status CanImplementWgmma(const v1::GemmProblem& p, const WgmmaTileConfig& 
   if (k_steps % c.split_k != 0) {
     return fail(absl::StrCat("split_k = ", c.split_k, " does not divide K's ", k_steps, " steps of ", step));
   }
-  if (const int64_t span = k_steps / c.split_k * step; GemmIsFp8(p) && span > kMaxFp8KPerAccumulator) {
-    return fail(absl::StrCat("fp8 accumulates ", span, " of K in one accumulator, over the ",
-                             kMaxFp8KPerAccumulator, " its reduced-precision adds keep within tolerance (split K)"));
+  if (c.promote) {
+    if (!GemmIsFp8(p)) return fail("promotion is for fp8's reduced-precision accumulation, not bf16");
+    if (c.split_k > 1) return fail("promotion and split-K are alternatives (each bounds an accumulator's span)");
+    if (Accumulators(c) > kMaxPromotedAccumulators) {
+      return fail(absl::StrCat(Accumulators(c), " accumulators per thread, twice that with promotion; at most ",
+                               kMaxPromotedAccumulators, " to promote"));
+    }
+  } else if (const int64_t span = k_steps / c.split_k * step; GemmIsFp8(p) && span > kMaxFp8KPerAccumulator) {
+    return fail(absl::StrCat("fp8 accumulates ", span, " of K in one accumulator, over the ", kMaxFp8KPerAccumulator,
+                             " its reduced-precision adds keep within tolerance (split K, or promote)"));
   }
   const int64_t optin = d.max_smem_per_block_optin > 0 ? d.max_smem_per_block_optin : 48 << 10;
   if (WgmmaSharedMemoryBytes(c) > optin) {
@@ -189,10 +215,14 @@ double WgmmaModelTimeUs(const v1::GemmProblem& p, const WgmmaTileConfig& c, cons
   // pruned space (the GPU test still checks them all).
   const double cluster_efficiency = c.cluster_m == 2 ? 0.5 : 1.0;
   const double pipelining = std::min(1.0, (c.stages - 1) * c.k_rows * kRowBytes / 384.0);  // 3 rows of 128 bytes
+  // Each promotion drains the consumer's wgmmas: about one step of K lost
+  // per span (an assumption, not yet measured).
+  const double promotion = c.promote ? PromoteSteps(p, c) / (PromoteSteps(p, c) + 1.0) : 1.0;
   const int64_t step = int64_t{BlockK(p)} * c.k_rows;
   const double k_padded = static_cast<double>(CeilDiv(p.k(), step) * step);
   const double unit_flops = 2.0 * c.block_m * c.block_n * k_padded / c.split_k;
-  const double rate = (GemmIsFp8(p) ? 2 : 1) * kWgmmaTflopsPerSm * tile_efficiency * consumer_efficiency * cluster_efficiency * pipelining;
+  const double rate = (GemmIsFp8(p) ? 2 : 1) * kWgmmaTflopsPerSm * tile_efficiency * consumer_efficiency * cluster_efficiency * pipelining *
+                      promotion;
   double compute_us = static_cast<double>(waves) * unit_flops / (rate * 1e6);
   if (c.split_k > 1) {
     // Every unit writes its fp32 partial tile; the last split of a tile reads
@@ -235,6 +265,8 @@ std::vector<WgmmaTileConfig> WgmmaSearchSpace(const v1::GemmProblem& p, const De
   std::vector<std::pair<double, WgmmaTileConfig>> whole, split;
   for (const WgmmaTileConfig& c : Grid()) {
     if (!CanImplementWgmma(p, c, d).ok()) continue;
+    // Promotion only where one accumulator would otherwise span too much of K.
+    if (c.promote && FitsOneFp8Accumulator(p, c)) continue;
     // Split-K only pays where the tiles alone leave SMs idle.
     if (options.pruned && c.split_k > 1 && TileUnits(p, c) * GemmBatch(p) >= std::max(d.sm_count, 1)) continue;
     (c.split_k > 1 ? split : whole).emplace_back(options.pruned ? WgmmaModelTimeUs(p, c, d) : 0.0, c);
@@ -264,12 +296,12 @@ absl::StatusOr<LaunchRecipe> WgmmaLaunchRecipe(const v1::GemmProblem& p, const W
   absl::StatusOr<LaunchRecipe> recipe = GemmTemplateRecipe(kTemplateId, "sm_90a");
   if (!recipe.ok()) return recipe.status();
   KernelLaunch k;
-  k.name_expression = absl::StrFormat("ktune::gemm_wgmma<%s, %s, %d, %s, %d, %d, %d, %s, %d, %d, %d, %d, %d>",
+  k.name_expression = absl::StrFormat("ktune::gemm_wgmma<%s, %s, %d, %s, %d, %d, %d, %s, %d, %d, %d, %d, %d, %d>",
                                       GemmIsFp8(p) ? "ktune::e4m3" : "ktune::bf16",
                                       GemmDType(p) == v1::FP32 ? "float" : "ktune::bf16", GemmEpilogueCode(p),
                                       GemmHasC(p) ? "true" : "false", c.block_m, c.block_n, c.consumers,
                                       c.pingpong ? "true" : "false", c.cluster_m, c.stages, c.group_m, c.split_k,
-                                      c.k_rows);
+                                      c.k_rows, PromoteSteps(p, c));
   k.grid = {static_cast<uint32_t>(GridX(p, c, d)), 1, static_cast<uint32_t>(GemmBatch(p))};
   k.block = {static_cast<uint32_t>(c.threads()), 1, 1};
   k.dynamic_smem_bytes = static_cast<uint32_t>(WgmmaSharedMemoryBytes(c));

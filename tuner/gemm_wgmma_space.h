@@ -33,7 +33,9 @@ namespace ktune {
 // taking whole tiles in turns; K in steps of k_rows 128-byte slices (64 bf16
 // or 128 e4m3 each) through a ring of `stages`;
 // tiles rasterised in groups of group_m rows; with split_k > 1, each tile's K
-// in split_k slices taken by different CTAs, summed by the last to finish.
+// in split_k slices taken by different CTAs, summed by the last to finish;
+// with `promote` (fp8), the accumulator added into a second fp32 one every
+// kMaxFp8KPerAccumulator of K, so one split may span any K.
 struct WgmmaTileConfig {
   int block_m = 128;
   int block_n = 256;
@@ -44,19 +46,20 @@ struct WgmmaTileConfig {
   int group_m = 8;
   int split_k = 1;  // slices of K per tile (K's steps must divide by it)
   int k_rows = 1;   // 128-byte slices of K per stage: the tile's K (1 or 2)
+  bool promote = false;  // fp8: a second accumulator (see the template's PROMOTE_STEPS)
 
   int rows_per_consumer() const { return pingpong ? block_m : block_m / consumers; }
   int threads() const { return 128 * (consumers + 1); }
   bool operator==(const WgmmaTileConfig& o) const {
     return block_m == o.block_m && block_n == o.block_n && consumers == o.consumers && pingpong == o.pingpong &&
            cluster_m == o.cluster_m && stages == o.stages && group_m == o.group_m && split_k == o.split_k &&
-           k_rows == o.k_rows;
+           k_rows == o.k_rows && promote == o.promote;
   }
 };
 
 // "bm128 bn256 c2 s4 g8"; ping-pong: "bm128 bn128 pp s4 g8"; a 2x1 cluster
 // adds " x2" after the consumers, two slices of K per stage " kr2" after the
-// stages' group, split-K " k4" at the end.
+// stages' group, promotion " pr" after that, split-K " k4" at the end.
 std::string ToString(const WgmmaTileConfig& config);
 
 // Dynamic shared memory of one CTA: the stage ring, the alignment slack for
@@ -70,7 +73,9 @@ int64_t WgmmaSharedMemoryBytes(const WgmmaTileConfig& config);
 // TMA strides, batch <= 65535), or the config
 // outside its limits (tile shapes, accumulators, shared memory, k_rows 1 or
 // 2, split_k a power of two <= 16 dividing K's steps: ceil(K / (64 k_rows))
-// for bf16, ceil(K / (128 k_rows)) for fp8).
+// for bf16, ceil(K / (128 k_rows)) for fp8; an fp8 split spanning more than
+// kMaxFp8KPerAccumulator of K without `promote`; `promote` with bf16, with
+// split-K, or with more than 64 accumulators per thread).
 // REQUIRES: ValidateGemmProblem(problem) is OK.
 absl::Status CanImplementWgmma(const v1::GemmProblem& problem, const WgmmaTileConfig& config,
                                const DeviceInfo& device);

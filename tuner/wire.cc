@@ -273,6 +273,7 @@ absl::StatusOr<WgmmaTileConfig> WgmmaTileConfigFromProto(const v1::WgmmaTile& in
   c.cluster_m = in.cluster_m();
   c.split_k = in.split_k() == 0 ? 1 : in.split_k();  // 0: written before split-K existed
   c.k_rows = in.k_rows() == 0 ? 1 : in.k_rows();      // 0: written before the knob existed
+  c.promote = in.promote();
   const absl::Status positive = RequirePositive("config.gemm.wgmma.", {{"block_m", c.block_m}, {"block_n", c.block_n},
                                                                        {"consumers", c.consumers},
                                                                        {"cluster_m", c.cluster_m},
@@ -293,6 +294,7 @@ v1::WgmmaTile WgmmaTileConfigToProto(const WgmmaTileConfig& c) {
   out.set_cluster_m(c.cluster_m);
   out.set_split_k(c.split_k);
   out.set_k_rows(c.k_rows);
+  out.set_promote(c.promote);
   return out;
 }
 

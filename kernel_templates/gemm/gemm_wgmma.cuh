@@ -52,6 +52,13 @@
 // into both CTAs' stage, so B crosses from L2 once per pair; a stage is then
 // released to both producers (remote mbarrier arrivals).
 // TMA zero-fills outside A and B, so any M, N and K tail is exact.
+// With PROMOTE_STEPS > 0 (fp8), the wgmma accumulator spans at most that many
+// steps of K: every PROMOTE_STEPS steps the consumer waits for its wgmmas,
+// adds the accumulator into a second fp32 one and starts it again from zero
+// (CUTLASS's "promotion", as in DeepSeek-V3's fp8 GEMM). Hopper's fp8 wgmma
+// adds at reduced precision, so without this one accumulator (one split) may
+// span only so much of K; with it, any K at fp32 precision, for twice the
+// accumulator registers and a drained tensor pipe once per promotion.
 //
 // Kernel arguments, in order (the recipe's `params`):
 //   tma_a:KBxBM   TmaDescriptor (by value)  A as a 3D tensor (K, M, batch) of
@@ -228,6 +235,19 @@ __device__ __forceinline__ void wgmma_m64(float (&d)[N / 2], unsigned long long 
 #undef KTUNE_WGMMA_OUTS_N64
 #undef KTUNE_WGMMA_OUTS_N128
 #undef KTUNE_WGMMA_OUTS_N256
+// Orders plain reads and writes of the accumulators after a wgmma.wait_group
+// (and before the next wgmma): the compiler sees the asynchronous wgmma's
+// results as written when its asm statement issues, so without this it may
+// move the promotion's adds above the wait.
+template <int MSUB, int HALF_N>
+__device__ __forceinline__ void fence_accumulators(float (&acc)[MSUB][HALF_N]) {
+#pragma unroll
+  for (int i = 0; i < MSUB; ++i) {
+#pragma unroll
+    for (int j = 0; j < HALF_N; ++j) asm volatile("" : "+f"(acc[i][j])::"memory");
+  }
+}
+
 // Cluster helpers (CLUSTER_M == 2).
 __device__ __forceinline__ unsigned int cluster_rank() {
   unsigned int r;
@@ -315,7 +335,7 @@ __device__ __forceinline__ bool reduce_split_k(float (&acc)[MSUB][BN / 2], unsig
 }  // namespace gemm_wgmma_detail
 
 template <typename TAB, typename TD, int EPI, bool HAS_C, int BM, int BN, int CONSUMERS, bool PINGPONG, int CLUSTER_M,
-          int STAGES, int GROUP_M, int SPLIT_K, int K_ROWS>
+          int STAGES, int GROUP_M, int SPLIT_K, int K_ROWS, int PROMOTE_STEPS>
 __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLUSTER_M, 1, 1)
     gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ TmaDescriptor tma_b,
                const TD* __restrict__ c, TD* __restrict__ d, const bf16* __restrict__ bias, int M, int N, int K,
@@ -342,6 +362,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
   static_assert(SPLIT_K >= 1 && SPLIT_K <= 16, "SPLIT_K in [1, 16]");
   static_assert(sizeof(TAB) == 2 || sizeof(TAB) == 1, "bf16 or e4m3 operands");
   static_assert(K_ROWS == 1 || K_ROWS == 2, "one or two 128-byte slices of K per stage");
+  static_assert(PROMOTE_STEPS >= 0, "PROMOTE_STEPS: 0 (none) or steps of K per accumulator span");
+  static_assert(PROMOTE_STEPS == 0 || kMSub * BN / 2 <= 64, "promotion doubles the accumulators: at most 64 to start");
+  constexpr bool kPromote = PROMOTE_STEPS > 0;
 
   // The ring, 1024-byte aligned as the 128-byte swizzle wants, then the barriers.
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -473,10 +496,19 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
         mbar_wait(&mainloop_done[1 - consumer], ((turn - 1) / 2) & 1);
       }
       float acc[kMSub][BN / 2];
+      // kPromote: the sum of the accumulator's finished spans (unused otherwise).
+      float promoted[kPromote ? kMSub : 1][kPromote ? BN / 2 : 1];
 #pragma unroll
       for (int i = 0; i < kMSub; ++i) {
 #pragma unroll
         for (int j = 0; j < BN / 2; ++j) acc[i][j] = 0.0f;
+      }
+      if constexpr (kPromote) {
+#pragma unroll
+        for (int i = 0; i < kMSub; ++i) {
+#pragma unroll
+          for (int j = 0; j < BN / 2; ++j) promoted[i][j] = 0.0f;
+        }
       }
       int previous = -1;  // the stage whose wgmmas may still be in flight
       for (int kt = 0; kt < k_steps; ++kt, ++step) {
@@ -497,12 +529,35 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
           }
         }
         wgmma_commit();
+        if constexpr (kPromote) {
+          if ((kt + 1) % PROMOTE_STEPS == 0 && kt + 1 < k_steps) {
+            wgmma_wait<0>();  // the span's wgmmas have written acc
+            fence_accumulators(acc);
+#pragma unroll
+            for (int i = 0; i < kMSub; ++i) {
+#pragma unroll
+              for (int j = 0; j < BN / 2; ++j) {
+                promoted[i][j] += acc[i][j];
+                acc[i][j] = 0.0f;
+              }
+            }
+            fence_accumulators(acc);  // the next wgmma.fence and wgmmas come after
+          }
+        }
         wgmma_wait<1>();  // the previous stage's wgmmas have read their operands
         if (previous >= 0) release(previous);
         previous = s;
       }
       wgmma_wait<0>();
       if (previous >= 0) release(previous);
+      if constexpr (kPromote) {
+        fence_accumulators(acc);
+#pragma unroll
+        for (int i = 0; i < kMSub; ++i) {
+#pragma unroll
+          for (int j = 0; j < BN / 2; ++j) acc[i][j] += promoted[i][j];
+        }
+      }
       if (PINGPONG && thread == 0) mbar_arrive(&mainloop_done[consumer]);
       if constexpr (SPLIT_K > 1) {
         if (!reduce_split_k<kMSub, BN, SPLIT_K, PINGPONG ? 1 : CONSUMERS>(

@@ -207,12 +207,13 @@ TEST_CASE("ktuned serves status, heuristic answers and refuses what it cannot do
     CHECK(fp8->config().gemm().wgmma().split_k() == 1);
     REQUIRE(fp8->recipe().kernels_size() == 1);
     CHECK(fp8->recipe().kernels(0).name_expression().find("ktune::gemm_wgmma<ktune::e4m3,") == 0);
-    // At M <= 16 bf16 is answered by the skinny template; its fp8 form has not
-    // run on a GPU yet, so fp8 is still answered by wgmma there.
+    // At M <= 16 both types are answered by the skinny template (its fp8 form
+    // ran on the H200 in session 8).
     g->set_m(8);
     auto decode = client->GetConfig(request);
     REQUIRE(decode.ok());
-    CHECK(decode->config().gemm().has_wgmma());
+    CHECK(decode->config().gemm().has_skinny());
+    CHECK(decode->recipe().kernels(0).name_expression().find("ktune::gemm_skinny<ktune::e4m3,") == 0);
     g->set_a_dtype(v1::BF16);
     g->set_b_dtype(v1::BF16);
     auto decode_bf16 = client->GetConfig(request);
@@ -221,8 +222,8 @@ TEST_CASE("ktuned serves status, heuristic answers and refuses what it cannot do
     g->set_a_dtype(v1::FP8_E4M3);
     g->set_b_dtype(v1::FP8_E4M3);
     g->set_m(128);
-    // K of 8192 is more than one fp8 accumulator spans: only split configs
-    // (or cuBLASLt), which are measured before anything is answered.
+    // K of 8192 is more than one fp8 accumulator spans: only split or
+    // promoted configs (or cuBLASLt), measured before anything is answered.
     g->set_k(8192);
     auto long_k = client->GetConfig(request);
     CHECK(long_k.status().code() == absl::StatusCode::kFailedPrecondition);

@@ -57,6 +57,10 @@ inline void CheckCompilesWithoutSpills(std::vector<LaunchRecipe>* recipes, const
     std::smatch m;
     REQUIRE(std::regex_search(results[i].log, m, spill));
     CHECK(m[1] == "0");
+    // ptxas makes wgmma synchronous where it cannot prove the accumulators
+    // untouched while one is in flight ("wgmma.mma_async instructions are
+    // serialized ..."): still correct, far slower, so a defect here.
+    CHECK(results[i].log.find("serialized") == std::string::npos);
   }
 }
 

@@ -112,7 +112,7 @@ TEST_CASE("raster groups 4 and 16 are tried on the model's best two configs wher
   c.group_m = 16;
   absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(LinearGemm(8192, 8192, 8192), c, h200);
   REQUIRE(r.ok());
-  CHECK_THAT(r->kernels[0].name_expression, Catch::EndsWith(", 16, 1, 1>"));
+  CHECK_THAT(r->kernels[0].name_expression, Catch::EndsWith(", 16, 1, 1, 0>"));
   CHECK_THAT(ToString(c), Catch::Contains(" g16"));
 }
 
@@ -145,7 +145,7 @@ TEST_CASE("two slices of K per stage are tried on the model's best two configs, 
   CHECK(ToString(c) == "bm128 bn256 c2 s2 g8 kr2");
   absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(LinearGemm(4096, 4096, 4096), c, h200);
   REQUIRE(r.ok());
-  CHECK_THAT(r->kernels[0].name_expression, Catch::EndsWith(", 2, 8, 1, 2>"));
+  CHECK_THAT(r->kernels[0].name_expression, Catch::EndsWith(", 2, 8, 1, 2, 0>"));
   CHECK(r->kernels[0].dynamic_smem_bytes == WgmmaSharedMemoryBytes(c));
   // TMA boxes stay one 128-byte slice: two copies per operand and stage.
   CHECK(r->kernels[0].params[0] == "tma_a:64x128");
@@ -168,7 +168,7 @@ TEST_CASE("WgmmaLaunchRecipe: sm_90a, a persistent grid and TMA parameters", "[t
   CHECK(r->arch == "sm_90a");
   REQUIRE(r->kernels.size() == 1);
   const KernelLaunch& k = r->kernels[0];
-  CHECK(k.name_expression == "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 256, 2, false, 1, 4, 8, 1, 1>");
+  CHECK(k.name_expression == "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 256, 2, false, 1, 4, 8, 1, 1, 0>");
   CHECK(k.grid == std::array<uint32_t, 3>{132, 1, 1});  // 2048 tiles, one CTA per SM
   CHECK(k.block == std::array<uint32_t, 3>{384, 1, 1});
   CHECK(k.dynamic_smem_bytes == 4 * (128 + 256) * 128 + 1024 + 96 + 2 * 4 * 16 * 144);
@@ -180,14 +180,14 @@ TEST_CASE("WgmmaLaunchRecipe: sm_90a, a persistent grid and TMA parameters", "[t
   r = WgmmaLaunchRecipe(LinearGemm(128, 512, 4096, v1::EPILOGUE_BIAS, v1::FP32, v1::FP32, 4), c, h200);
   REQUIRE(r.ok());
   CHECK(r->kernels[0].grid == std::array<uint32_t, 3>{2, 1, 4});
-  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<ktune::bf16, float, 1, true, 128, 256, 2, false, 1, 4, 8, 1, 1>");
+  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<ktune::bf16, float, 1, true, 128, 256, 2, false, 1, 4, 8, 1, 1, 0>");
   CHECK_FALSE(WgmmaLaunchRecipe(LinearGemm(64, 64, 100), c, h200).ok());
   // A 2x1 cluster: an even grid of CTA pairs, each fetching half of B's tile.
   WgmmaTileConfig pair = c;
   pair.cluster_m = 2;
   r = WgmmaLaunchRecipe(LinearGemm(8192, 8192, 8192), pair, h200);
   REQUIRE(r.ok());
-  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 256, 2, false, 2, 4, 8, 1, 1>");
+  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 256, 2, false, 2, 4, 8, 1, 1, 0>");
   CHECK(r->kernels[0].grid == std::array<uint32_t, 3>{132, 1, 1});
   CHECK(r->kernels[0].params[1] == "tma_b:64x128");
   r = WgmmaLaunchRecipe(LinearGemm(100, 512, 4096), pair, h200);  // one unit of two tile rows, 2 columns
@@ -202,7 +202,7 @@ TEST_CASE("WgmmaLaunchRecipe for fp8: e4m3 operands, 128-wide K steps in the sam
   absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(Fp8Gemm(8192, 8192, 4096, v1::EPILOGUE_BIAS), c, h200);
   REQUIRE(r.ok());
   const KernelLaunch& k = r->kernels[0];
-  CHECK(k.name_expression == "ktune::gemm_wgmma<ktune::e4m3, ktune::bf16, 1, false, 128, 256, 2, false, 1, 4, 8, 1, 1>");
+  CHECK(k.name_expression == "ktune::gemm_wgmma<ktune::e4m3, ktune::bf16, 1, false, 128, 256, 2, false, 1, 4, 8, 1, 1, 0>");
   // The ring holds as many bytes as bf16's: twice the K per stage.
   CHECK(k.dynamic_smem_bytes == 4 * (128 + 256) * 128 + 1024 + 96 + 2 * 4 * 16 * 144);
   CHECK(k.params == std::vector<std::string>{"tma_a:128x128", "tma_b:128x256", "c", "d", "bias", "M", "N", "K",
@@ -228,6 +228,66 @@ TEST_CASE("WgmmaLaunchRecipe for fp8: e4m3 operands, 128-wide K steps in the sam
   CHECK_FALSE(WgmmaSearchSpace(Fp8Gemm(2048, 4096, 4096), h200, GemmSpaceOptions()).empty());
 }
 
+TEST_CASE("fp8 promotion: a second accumulator every 4096 of K, where one split would span more", "[tuner][gemm]") {
+  const DeviceInfo h200 = CompileOnlyTarget();
+  const v1::GemmProblem cube = Fp8Gemm(8192, 8192, 8192);
+  WgmmaTileConfig c;  // 128 x 256, two consumers: 128 accumulators per thread
+  c.promote = true;
+  CheckRefused(cube, c, h200, "128 accumulators per thread, twice that with promotion; at most 64");
+  c.block_n = 128;  // 64 accumulators: 128 with the second set
+  REQUIRE(CanImplementWgmma(cube, c, h200).ok());
+  CHECK(ToString(c) == "bm128 bn128 c2 s4 g8 pr");
+  absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(cube, c, h200);
+  REQUIRE(r.ok());
+  // PROMOTE_STEPS: 32 steps of 128 fp8 elements (4096 of K) per span.
+  CHECK(r->kernels[0].name_expression ==
+        "ktune::gemm_wgmma<ktune::e4m3, ktune::bf16, 0, false, 128, 128, 2, false, 1, 4, 8, 1, 1, 32>");
+  CHECK(r->workspace_bytes == 0);
+  WgmmaTileConfig deep = c;
+  deep.k_rows = 2;
+  deep.stages = 2;
+  r = WgmmaLaunchRecipe(cube, deep, h200);
+  REQUIRE(r.ok());
+  CHECK(r->kernels[0].name_expression.find(", 2, 16>") != std::string::npos);  // 16 steps of 256
+  // Only fp8 needs it, and it replaces split-K rather than joining it.
+  CheckRefused(LinearGemm(8192, 8192, 8192), c, h200, "promotion is for fp8");
+  WgmmaTileConfig split = c;
+  split.split_k = 2;
+  CheckRefused(cube, split, h200, "promotion and split-K are alternatives");
+  // Without it, the same config is refused for this K, naming the way out.
+  WgmmaTileConfig plain = c;
+  plain.promote = false;
+  CheckRefused(cube, plain, h200, "(split K, or promote)");
+
+  // The space: at 8192^3 (too many tiles to split) every candidate promotes,
+  // with at most 64 accumulators; where K fits one accumulator, none does.
+  const std::vector<WgmmaTileConfig> space = WgmmaSearchSpace(cube, h200);
+  REQUIRE_FALSE(space.empty());
+  for (const WgmmaTileConfig& t : space) {
+    INFO(ToString(t));
+    CHECK(t.promote);
+    CHECK(t.rows_per_consumer() * t.block_n / 128 <= 64);
+  }
+  GemmSpaceOptions all;
+  all.pruned = false;
+  for (const WgmmaTileConfig& t : WgmmaSearchSpace(Fp8Gemm(2048, 4096, 4096), h200, all)) CHECK_FALSE(t.promote);
+  for (const WgmmaTileConfig& t : WgmmaSearchSpace(LinearGemm(128, 4096, 14336), h200, all)) CHECK_FALSE(t.promote);
+  // Few tiles and a long K: split configs and promoted ones both compete.
+  const std::vector<WgmmaTileConfig> thin = WgmmaSearchSpace(Fp8Gemm(128, 4096, 14336), h200);
+  CHECK(std::any_of(thin.begin(), thin.end(), [](const WgmmaTileConfig& t) { return t.promote; }));
+  CHECK(std::any_of(thin.begin(), thin.end(), [](const WgmmaTileConfig& t) { return t.split_k > 1; }));
+  // The model charges a drained pipeline per span.
+  CHECK(WgmmaModelTimeUs(Fp8Gemm(2048, 4096, 4096), plain, h200) <
+        WgmmaModelTimeUs(Fp8Gemm(2048, 4096, 4096), c, h200));
+  // On the wire; an entry from before the knob reads as unpromoted.
+  absl::StatusOr<WgmmaTileConfig> back = WgmmaTileConfigFromProto(WgmmaTileConfigToProto(c));
+  REQUIRE(back.ok());
+  CHECK(*back == c);
+  v1::WgmmaTile before = WgmmaTileConfigToProto(c);
+  before.clear_promote();
+  CHECK_FALSE(WgmmaTileConfigFromProto(before)->promote);
+}
+
 TEST_CASE("split-K: K's steps divide into the slices, the workspace starts zeroed, and only few tiles split",
           "[tuner][gemm]") {
   const DeviceInfo h200 = CompileOnlyTarget();
@@ -238,7 +298,7 @@ TEST_CASE("split-K: K's steps divide into the slices, the workspace starts zeroe
   const v1::GemmProblem thin = LinearGemm(128, 4096, 14336);
   absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(thin, c, h200);
   REQUIRE(r.ok());
-  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 128, 2, false, 1, 4, 8, 4, 1>");
+  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 128, 2, false, 1, 4, 8, 4, 1, 0>");
   CHECK(r->kernels[0].grid == std::array<uint32_t, 3>{128, 1, 1});  // 32 tiles x 4 slices
   CHECK(r->workspace_bytes == uint64_t{32} * 4 * 128 * 128 * 4 + 32 * 4);  // partials, then counters
   CHECK(r->workspace_zeroed);

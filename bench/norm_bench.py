@@ -17,6 +17,12 @@ is graph(forward + backward) - graph(forward), both captured the same way.
 
 Bytes (fewest): forward reads x, w(, b) and writes y; backward reads x, dy, w
 and writes dx, dw(, db). TB/s = bytes / time.
+
+The main table's forward is ours writing mean/rstd (for the backward) against
+the peers' forward on tensors that need no grad, which write neither. A second
+table compares like with like both ways: ours writing them against the peers'
+training forward (tensors that need grad), and ours with null mean/rstd (the
+recipe's inference form) against the peers' plain forward.
 """
 import argparse
 import json
@@ -228,10 +234,23 @@ def run_shape(args, op, m, n, ceiling):
         if max(errs.values()) > 2e-2:
             raise RuntimeError(f"ktune {op}.{pas} {m}x{n}: relative errors {errs}")
         ours_us = graph_time_us(lambda i: recipe(values(i)), sets)
+        extra = {}
+        if pas == "fwd":
+            # Inference's forward: mean and rstd not written (null pointers),
+            # as a peer's forward on tensors that need no grad. Verified too.
+            def no_stats(i):
+                return {**values(i), "mean": None, "rstd": None}
+
+            ys[0].fill_(float("nan"))
+            recipe(no_stats(0))
+            torch.cuda.synchronize()
+            if rel_err(ys[0], y_ref) > 2e-2:
+                raise RuntimeError(f"ktune {op}.fwd {m}x{n} without mean/rstd: relative error {rel_err(ys[0], y_ref)}")
+            extra["ktune_nostats_us"] = graph_time_us(lambda i: recipe(no_stats(i)), sets)
         row = {"op": op, "pass": pas, "M": m, "N": n, "bytes": fwd_bytes if pas == "fwd" else bwd_bytes,
                "tune_s": tune_s, "config": answer["config"]["norm"],
                "kernels": len(answer["recipe"]["kernels"]), "workspace_bytes": recipe.workspace_bytes,
-               "rel_err": errs, "ktune_us": ours_us}
+               "rel_err": errs, "ktune_us": ours_us, **extra}
         results[pas] = row
 
     # Peers, same inputs, same timing.
@@ -265,6 +284,7 @@ def run_shape(args, op, m, n, ceiling):
         train_fwd_us = graph_time_us(fwd_train, sets)
         both_us = graph_time_us(fwd_bwd, sets)
         results["fwd"][f"{name}_us"] = fwd_us
+        results["fwd"][f"{name}_train_us"] = train_fwd_us  # saves what its backward needs
         results["bwd"][f"{name}_us"] = max(both_us - train_fwd_us, 1e-3)
         results["fwd"].setdefault("peer_err", {})[name] = fwd_err
         results["bwd"].setdefault("peer_err", {})[name] = bwd_err
@@ -278,6 +298,11 @@ def run_shape(args, op, m, n, ceiling):
             r["vs_best_peer"] = r["ktune_tbs"] / r[f"{r['best_peer']}_tbs"]
         r["pct_ceiling"] = 100 * r["ktune_tbs"] / COPY_REF_TBS
         r["pct_inrun_copy"] = 100 * r["ktune_tbs"] / ceiling
+        if "ktune_nostats_us" in r:
+            r["ktune_nostats_tbs"] = r["bytes"] / (r["ktune_nostats_us"] * 1e-6) / 1e12
+        for p in args.peers:
+            if f"{p}_train_us" in r:
+                r[f"{p}_train_tbs"] = r["bytes"] / (r[f"{p}_train_us"] * 1e-6) / 1e12
     return [results["fwd"], results["bwd"]]
 
 
@@ -343,8 +368,31 @@ def main():
         if v:
             print(f"geomean vs best peer, {pas}: {math.exp(sum(math.log(x) for x in v) / len(v)):.3f}x "
                   f"(min {min(v):.3f}x over {len(v)} rows)")
+    for line in like_for_like_lines(rows, args.peers):
+        print(line)
     for line in cliff_lines(rows):
         print(line)
+
+
+def like_for_like_lines(rows, peers):
+    """The forward both ways a framework runs it: for training, ours writing
+    mean/rstd against the peers' forward on tensors that need grad (which save
+    what their backward needs); for inference, ours without them against the
+    peers' forward on plain tensors (the main table's peer columns)."""
+    fwd = [r for r in rows if r["pass"] == "fwd" and "ktune_nostats_tbs" in r]
+    if not fwd or not peers:
+        return []
+    lines = ["", "forward, like for like (TB/s, % of the 4.27 ceiling; vs the best peer of the same kind)",
+             f"{'op':<13} {'M x N':>13} | {'training: ours':>14} {'%ceil':>5} {'peer':>5} {'vs':>7} | "
+             f"{'inference: ours':>15} {'%ceil':>5} {'peer':>5} {'vs':>7}"]
+    for r in fwd:
+        train_peer = max(r[f"{p}_train_tbs"] for p in peers)
+        infer_peer = max(r[f"{p}_tbs"] for p in peers)
+        ours_t, ours_i = r["ktune_tbs"], r["ktune_nostats_tbs"]
+        lines.append(f"{r['op'] + '.fwd':<13} {r['M']:>6} x {r['N']:<5} | {ours_t:14.2f} "
+                     f"{100 * ours_t / COPY_REF_TBS:5.1f} {train_peer:5.2f} {ours_t / train_peer:6.3f}x | "
+                     f"{ours_i:15.2f} {100 * ours_i / COPY_REF_TBS:5.1f} {infer_peer:5.2f} {ours_i / infer_peer:6.3f}x")
+    return lines
 
 
 def cliff_lines(rows):

@@ -33,7 +33,8 @@ namespace ktune {
 // taking whole tiles in turns; K in steps of k_rows 128-byte slices (64 bf16
 // or 128 e4m3 each) through a ring of `stages`;
 // tiles rasterised in groups of group_m rows; with split_k > 1, each tile's K
-// in split_k slices taken by different CTAs, summed by the last to finish;
+// in split_k slices taken by different CTAs, summed in split order by the
+// last to finish (so D does not depend on which that is);
 // with `promote` (fp8), the accumulator added into a second fp32 one every
 // kMaxFp8KPerAccumulator of K, so one split may span any K.
 struct WgmmaTileConfig {

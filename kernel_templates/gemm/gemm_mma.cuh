@@ -28,7 +28,9 @@
 // workspace serves one launch at a time. The sum's order depends on which
 // split arrives last, so D may differ in its last bits from run to run (a
 // fixed order, reading this CTA's own partial back, pushed the 128-
-// accumulator configs over 255 registers).
+// accumulator configs over 255 registers, in sessions 7 and 8; the wgmma
+// template, whose consumers have 232 registers for 128 accumulators, sums in
+// split order).
 //
 // C, when HAS_C, is added as beta * C before the epilogue; a residual add is
 // C with beta = 1. Epilogues (EPI): 0 none, 1 + bias[n], 2 gelu(. + bias[n])

@@ -45,8 +45,10 @@
 // writes its fp32 accumulators to the workspace in fragment order (every
 // split of a tile has the same thread-to-fragment map, so no layout change),
 // then counts itself in on the tile's counter; the split that arrives last
-// adds the others' partials to its registers, resets the counter to zero and
-// runs the epilogue. No CTA waits on another, so any grid size is safe.
+// sums every split's partial in split order (its own read back like the
+// others', so D is the same whichever split arrives last), resets the counter
+// to zero and runs the epilogue. No CTA waits on another, so any grid size is
+// safe.
 // With CLUSTER_M = 2, CTAs pair up in a cluster on tiles of the same column
 // stacked along M: each fetches half of the shared B tile and multicasts it
 // into both CTAs' stage, so B crosses from L2 once per pair; a stage is then
@@ -315,13 +317,19 @@ __device__ __forceinline__ bool reduce_split_k(float (&acc)[MSUB][BN / 2], unsig
   const bool last = arrivals[group] == SPLIT_K - 1;
   if (!last) return false;
   __threadfence();  // see every other split's partial
+  // The sum in split order, this group's own partial read back like the
+  // others, so D does not depend on which split arrived last.
+#pragma unroll
+  for (int i = 0; i < MSUB; ++i) {
+#pragma unroll
+    for (int j = 0; j < BN / 2; ++j) acc[i][j] = 0.0f;
+  }
 #pragma unroll 1
   for (int s = 0; s < SPLIT_K; ++s) {
-    if (s == split) continue;
 #pragma unroll
     for (int q = 0; q < kFragment / 4; ++q) {
       const int e = 4 * q;
-      const float4 v = __ldcg(at(s, q));  // L2: written by other SMs
+      const float4 v = __ldcg(at(s, q));  // L2: written by other SMs (and this one)
       acc[e / (BN / 2)][e % (BN / 2)] += v.x;
       acc[e / (BN / 2)][e % (BN / 2) + 1] += v.y;
       acc[e / (BN / 2)][e % (BN / 2) + 2] += v.z;

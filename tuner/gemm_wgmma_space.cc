@@ -89,8 +89,9 @@ int GridX(const v1::GemmProblem& p, const WgmmaTileConfig& c, const DeviceInfo& 
 // The grid, in its fixed order: tiles of 64 to 256 rows and 64 to 256
 // columns (wgmma's N), one or two cooperative consumers or a ping-pong pair,
 // alone or in 2x1 clusters, 3 to 6 stages; alone, split-K by 2 or 4 too (the
-// model ranks clusters out, see below); unsplit, with promotion too. The accumulator limit leaves
-// ping-pong 128 x 128 and 64 x 256 tiles (CanImplementWgmma).
+// model ranks clusters out, see below); unsplit, with promotion too. The
+// accumulator limit leaves ping-pong 128 x 128 and 64 x 256 tiles
+// (CanImplementWgmma).
 std::vector<WgmmaTileConfig> Grid() {
   std::vector<WgmmaTileConfig> grid;
   for (int bm : {128, 256, 64}) {
@@ -221,8 +222,8 @@ double WgmmaModelTimeUs(const v1::GemmProblem& p, const WgmmaTileConfig& c, cons
   const int64_t step = int64_t{BlockK(p)} * c.k_rows;
   const double k_padded = static_cast<double>(CeilDiv(p.k(), step) * step);
   const double unit_flops = 2.0 * c.block_m * c.block_n * k_padded / c.split_k;
-  const double rate = (GemmIsFp8(p) ? 2 : 1) * kWgmmaTflopsPerSm * tile_efficiency * consumer_efficiency * cluster_efficiency * pipelining *
-                      promotion;
+  const double rate = (GemmIsFp8(p) ? 2 : 1) * kWgmmaTflopsPerSm * tile_efficiency * consumer_efficiency *
+                      cluster_efficiency * pipelining * promotion;
   double compute_us = static_cast<double>(waves) * unit_flops / (rate * 1e6);
   if (c.split_k > 1) {
     // Every unit writes its fp32 partial tile; the last split of a tile reads

@@ -126,7 +126,8 @@ int main(int argc, char** argv) {
     if (settle_ms > 0) {
       absl::StatusOr<ktune::Timing> t = TimeSettled(executor.get(), r->winner.recipe, settle_ms);
       if (!t.ok()) {
-        std::printf("%-22s | error timing the answer settled: %s\n", shape.c_str(), std::string(t.status().message()).c_str());
+        std::printf("%-22s | error timing the answer settled: %s\n", shape.c_str(),
+                    std::string(t.status().message()).c_str());
         continue;
       }
       settled = Tflops(p, t->median_us);

@@ -247,19 +247,23 @@ std::vector<WgmmaTileConfig> WgmmaSearchSpace(const v1::GemmProblem& p, const De
   // and two slices of K per stage with half the stages.
   auto with_knobs_to_measure = [&](std::vector<WgmmaTileConfig> configs, size_t tried) {
     const size_t n = std::min(configs.size(), tried);
+    // Two configs may meet in one variant (4 and 5 stages both halve to 2).
+    auto add = [&configs](const WgmmaTileConfig& c) {
+      if (std::find(configs.begin(), configs.end(), c) == configs.end()) configs.push_back(c);
+    };
     for (size_t i = 0; i < n; ++i) {
       if (configs[i].split_k > 1) continue;
       if (TileRowUnits(p, configs[i]) > kRasterGroups[0]) {
         for (int group_m : kRasterGroups) {
           WgmmaTileConfig c = configs[i];
           c.group_m = group_m;
-          configs.push_back(c);
+          add(c);
         }
       }
       WgmmaTileConfig deep = configs[i];
       deep.k_rows = 2;
       deep.stages = configs[i].stages / 2;
-      if (CanImplementWgmma(p, deep, d).ok()) configs.push_back(deep);
+      if (CanImplementWgmma(p, deep, d).ok()) add(deep);
     }
     return configs;
   };

@@ -26,11 +26,12 @@
 // tile's counter; the split that arrives last adds the others' partials and
 // runs the epilogue, and sets the counter back to 0 for the next launch. One
 // workspace serves one launch at a time. The sum's order depends on which
-// split arrives last, so D may differ in its last bits from run to run (a
-// fixed order, reading this CTA's own partial back, pushed the 128-
-// accumulator configs over 255 registers, in sessions 7 and 8; the wgmma
+// split arrives last, so D may differ in its last bits from run to run. A
+// fixed order, reading this CTA's own partial back, spilled: 4 bytes at 128
+// accumulators (64 x 256 on four warps), and 8 bytes even at 64 (64 x 128,
+// BK 64, with a GELU or SiLU epilogue), in sessions 7 and 8. The wgmma
 // template, whose consumers have 232 registers for 128 accumulators, sums in
-// split order).
+// split order.
 //
 // C, when HAS_C, is added as beta * C before the epilogue; a residual add is
 // C with beta = 1. Epilogues (EPI): 0 none, 1 + bias[n], 2 gelu(. + bias[n])

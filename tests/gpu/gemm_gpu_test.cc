@@ -90,6 +90,13 @@ struct GemmCase {
   // Poisons D (0xFFFF is a bf16 NaN) so an unwritten output fails.
   void Poison(Device* device) { REQUIRE(device->Fill(dd.get(), 0xFF, d_elems() * 2).ok()); }
 
+  // D's bits as the last launch left them.
+  std::vector<uint16_t> Output(Device* device) {
+    std::vector<uint16_t> d(d_elems());
+    REQUIRE(device->CopyToHost(d.data(), dd.get(), d.size() * 2).ok());
+    return d;
+  }
+
   // Relative Frobenius error of D against the reference (NaN: unwritten).
   double Error(Device* device) {
     std::vector<uint16_t> d(d_elems());
@@ -268,12 +275,16 @@ TEST_CASE("every pruned wgmma GEMM candidate matches a float64 reference", "[gpu
       uint64_t pws = r->workspace_bytes > 0 ? ws->get() : 0;
       uint64_t no_scale = 0;  // bf16: no per-tensor scales
       void* args[] = {&*tma_a, &*tma_b, &cc, &d, &bias, &m, &n, &kk, &g.alpha, &g.beta, &pws, &no_scale, &no_scale};
+      std::vector<uint16_t> first;  // split-K: D of the first launch
       for (int launch = 0; launch < (c.split_k > 1 ? 2 : 1); ++launch) {
         INFO("launch " << launch);
         g.Poison(device);
         REQUIRE(device->Launch(*k, r->kernels[0], args).ok());
         REQUIRE(device->Synchronize().ok());
         CHECK(g.Error(device) < kTolerance);
+        // Summed in split order whichever split finished last: the same bits.
+        if (launch == 0) first = g.Output(device);
+        if (launch == 1) CHECK(g.Output(device) == first);
       }
       device->UnloadKernel(*k);
       ++tested;

@@ -17,6 +17,7 @@ constexpr char kTemplateId[] = "gemm/gemm_wgmma";
 constexpr int kRowBytes = 128;           // of K per stage and tile row: one 128-byte swizzle row
 constexpr int kMaxAccumulators = 128;    // fp32 per consumer thread (of 232 registers after setmaxnreg)
 constexpr int kMaxPromotedAccumulators = 64;  // with promotion's second set: 128 in all
+constexpr int kMaxOneConsumerSplitAccumulators = 64;  // see CanImplementWgmma
 constexpr int kMaxBatch = 65535;         // gridDim.z
 // wgmma's dense bf16 rate per SM on an H100/H200 (989 TFLOP/s over 132 SMs)
 // and the HBM rate the norm kernels reach.
@@ -168,6 +169,12 @@ absl::Status CanImplementWgmma(const v1::GemmProblem& p, const WgmmaTileConfig& 
   if (c.k_rows != 1 && c.k_rows != 2) return fail("k_rows (128-byte slices of K per stage) must be 1 or 2");
   if (c.split_k < 1 || c.split_k > kMaxSplitK || (c.split_k & (c.split_k - 1)) != 0) {
     return fail(absl::StrCat("split_k must be a power of two <= ", kMaxSplitK));
+  }
+  // One consumer (240 registers) at 128 accumulators has no room for the
+  // split-K sum beside a GELU or SiLU epilogue: ptxas spilled 8-16 bytes.
+  if (c.split_k > 1 && c.consumers == 1 && Accumulators(c) > kMaxOneConsumerSplitAccumulators) {
+    return fail(absl::StrCat("split-K with one consumer takes at most ", kMaxOneConsumerSplitAccumulators,
+                             " accumulators per thread, not ", Accumulators(c), " (ptxas spills)"));
   }
   const int64_t step = int64_t{BlockK(p)} * c.k_rows;  // K per stage
   const int64_t k_steps = CeilDiv(p.k(), step);

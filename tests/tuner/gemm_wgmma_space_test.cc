@@ -367,6 +367,12 @@ TEST_CASE("split-K: K's steps divide into the slices, the workspace starts zeroe
   refused(thin, many, "power of two <= 16");
   WgmmaTileConfig four = c;
   refused(LinearGemm(128, 4096, 4096 + 64), four, "does not divide K's 65 steps");
+  // One consumer at 128 accumulators: unsplit only (its split-K sum spilled).
+  WgmmaTileConfig lone = c;
+  lone.consumers = 1;
+  refused(thin, lone, "split-K with one consumer takes at most 64 accumulators per thread, not 128");
+  lone.split_k = 1;
+  CHECK(CanImplementWgmma(thin, lone, h200).ok());
 
   // Pruned, split-K is only tried where the tiles alone leave SMs idle.
   for (const WgmmaTileConfig& t : WgmmaSearchSpace(LinearGemm(8192, 8192, 8192), h200)) CHECK(t.split_k == 1);
@@ -445,6 +451,27 @@ TEST_CASE("NVRTC compiles every pruned wgmma candidate for sm_90a without spills
   std::vector<LaunchRecipe> recipes = DistinctRecipes(problems, h200, WgmmaSearchSpace, WgmmaLaunchRecipe);
   REQUIRE(recipes.size() >= 10);
   CheckCompilesWithoutSpills(&recipes, "wgmma");
+}
+
+TEST_CASE("NVRTC compiles every split-K wgmma config, unpruned, without spills", "[tuner][gemm][nvrtc][slow]") {
+  // Split-K's sum sits beside the epilogue's registers: the heaviest
+  // epilogues, both types, every split config the space accepts (pruned or
+  // not; the test above covers the pruned ones of the bench problems).
+  const DeviceInfo h200 = CompileOnlyTarget();
+  GemmSpaceOptions all;
+  all.pruned = false;
+  auto unpruned_splits = [&](const v1::GemmProblem& p, const DeviceInfo& device, const GemmSpaceOptions&) {
+    std::vector<WgmmaTileConfig> splits;
+    for (const WgmmaTileConfig& c : WgmmaSearchSpace(p, device, all)) {
+      if (c.split_k > 1) splits.push_back(c);
+    }
+    return splits;
+  };
+  std::vector<LaunchRecipe> recipes =
+      DistinctRecipes({LinearGemm(127, 264, 1000, v1::EPILOGUE_BIAS_SILU), Fp8Gemm(127, 264, 1024, v1::EPILOGUE_BIAS_GELU)},
+                      h200, unpruned_splits, WgmmaLaunchRecipe);
+  REQUIRE(recipes.size() >= 100);
+  CheckCompilesWithoutSpills(&recipes, "split-K wgmma");
 }
 
 }  // namespace

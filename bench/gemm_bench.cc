@@ -17,7 +17,6 @@
 // {(4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096)}, plus 8192^3), bf16
 // (fp8: e4m3 A and B with per-tensor scales, bf16 D; cuBLASLt's algorithms and
 // the wgmma template).
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -42,12 +41,7 @@ absl::StatusOr<ktune::Timing> TimeSettled(ktune::CandidateExecutor* executor, co
                                           int settle_ms) {
   constexpr double kHeatMs = 200;
   std::this_thread::sleep_for(std::chrono::milliseconds(settle_ms));
-  absl::StatusOr<ktune::Timing> probe = executor->Time(recipe, {1, 20});
-  if (!probe.ok()) return probe.status();
-  const double heat_calls = std::clamp(kHeatMs * 1e3 / std::max(probe->median_us, 1.0), 20.0, 5000.0);
-  if (absl::StatusOr<ktune::Timing> heat = executor->Time(recipe, {0, static_cast<int>(heat_calls)}); !heat.ok()) {
-    return heat.status();
-  }
+  if (absl::Status heat = ktune::HeatUp(executor, recipe, kHeatMs); !heat.ok()) return heat;
   return executor->Time(recipe, {0, 100});
 }
 

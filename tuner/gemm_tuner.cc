@@ -51,6 +51,13 @@ size_t PickGemmWinner(const std::vector<Timing>& finals, const std::vector<int>&
   return winner;
 }
 
+absl::Status HeatUp(CandidateExecutor* executor, const LaunchRecipe& recipe, double heat_ms) {
+  absl::StatusOr<Timing> probe = executor->Time(recipe, {1, 20});
+  if (!probe.ok()) return probe.status();
+  const double reps = heat_ms * 1e3 / std::max(probe->median_us, 1.0);
+  return executor->Time(recipe, {0, static_cast<int>(std::clamp(reps, 20.0, 5000.0))}).status();
+}
+
 Timing CombinePasses(const std::vector<Timing>& passes) {
   auto median_of = [&](double Timing::*field) {
     std::vector<double> v;
@@ -181,10 +188,7 @@ absl::StatusOr<GemmTuneResult> TuneGemm(const v1::GemmProblem& problem, Candidat
   bool heated = options.heat_ms <= 0;
   auto heat_up = [&](const LaunchRecipe& recipe) -> absl::Status {
     heated = true;
-    absl::StatusOr<Timing> probe = executor->Time(recipe, {1, 20});
-    if (!probe.ok()) return probe.status();
-    const double reps = options.heat_ms * 1e3 / std::max(probe->median_us, 1.0);
-    return executor->Time(recipe, {0, static_cast<int>(std::clamp(reps, 20.0, 5000.0))}).status();
+    return HeatUp(executor, recipe, options.heat_ms);
   };
 
   // Round 1: verify and time every candidate.

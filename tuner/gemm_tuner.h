@@ -84,6 +84,11 @@ struct GemmTuneResult {
 // REQUIRES: finals non-empty, preference.size() == finals.size().
 size_t PickGemmWinner(const std::vector<Timing>& finals, const std::vector<int>& preference);
 
+// Keeps the GPU busy running `recipe` for about heat_ms (20 to 5000 calls,
+// sized by a 20-call probe), so what is timed next runs at the clocks a
+// power-limited GPU holds under load, not those it starts from idle.
+absl::Status HeatUp(CandidateExecutor* executor, const LaunchRecipe& recipe, double heat_ms);
+
 // One timing from interleaved passes over the same candidate: the median of
 // the pass medians and percentiles, the repetitions summed, the spread widened
 // to cover how far the pass medians drifted apart.

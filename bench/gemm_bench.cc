@@ -5,23 +5,24 @@
 // outside ktune (torch.matmul) are for a Python driver to add.
 //
 //   ktune_gemm_bench [--shapes 8192x8192x8192,1x4096x4096] [--dtype bf16|fp8] [--b-layout nk|kn]
-//                    [--settle-ms 2000] [--json out.json]
-// --settle-ms S also times ktune's answer once more after its tune as
-// bench/gemm_bench.py times a peer: the GPU idle for S ms, then kept busy
-// with the kernel for 200 ms, then 100 calls timed with events, the median
-// ("settled"). The tune's own figures come from the end of a tune that kept
-// the GPU busy for seconds, and under the power limit a hotter chip holds
-// lower clocks, so only the settled figure compares with a peer timed in
-// another process.
+//                    [--paired] [--json out.json]
+// --paired lets a driver time ktune's answer beside a peer in another process
+// (bench/gemm_bench.py does, against torch): after each problem's tune it
+// prints "paired: ready MxNxK" and reads commands on stdin, one per line:
+// "time" heats the GPU with the answer for 200 ms, times 100 calls with
+// events and prints "paired: us MEDIAN"; "next" goes on to the next problem.
+// The driver alternates these with the peer's timings, so both run under the
+// same clocks and thermal history (the tune's own figures come from the end
+// of a tune that kept the GPU busy for seconds; under the power limit a
+// hotter chip holds lower clocks).
 // Default shapes: issue 5's (M in {1, 16, 128, 2048, 8192} x (N, K) in
 // {(4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096)}, plus 8192^3), bf16
 // (fp8: e4m3 A and B with per-tensor scales, bf16 D; cuBLASLt's algorithms and
 // the wgmma template).
-#include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <iostream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -36,13 +37,33 @@ namespace {
 
 double Tflops(const ktune::v1::GemmProblem& p, double us) { return us > 0 ? ktune::GemmFlops(p) / (us * 1e6) : 0; }
 
-// `recipe` timed as bench/gemm_bench.py times a peer (see the header).
-absl::StatusOr<ktune::Timing> TimeSettled(ktune::CandidateExecutor* executor, const ktune::LaunchRecipe& recipe,
-                                          int settle_ms) {
+// `recipe` timed as bench/gemm_bench.py times a peer: 200 ms of heat, then
+// 100 calls, each between events.
+absl::StatusOr<ktune::Timing> TimeLikeAPeer(ktune::CandidateExecutor* executor, const ktune::LaunchRecipe& recipe) {
   constexpr double kHeatMs = 200;
-  std::this_thread::sleep_for(std::chrono::milliseconds(settle_ms));
   if (absl::Status heat = ktune::HeatUp(executor, recipe, kHeatMs); !heat.ok()) return heat;
   return executor->Time(recipe, {0, 100});
+}
+
+// --paired: answers the driver's commands for one problem until "next" (or
+// the end of stdin). Returns false when stdin ended.
+bool ServePairedTimings(ktune::CandidateExecutor* executor, const ktune::LaunchRecipe& recipe,
+                        const std::string& shape) {
+  std::printf("paired: ready %s\n", shape.c_str());
+  std::fflush(stdout);
+  std::string command;
+  while (std::getline(std::cin, command)) {
+    if (command == "next") return true;
+    if (command != "time") {
+      std::printf("paired: error: unknown command '%s' (expected 'time' or 'next')\n", command.c_str());
+    } else if (absl::StatusOr<ktune::Timing> t = TimeLikeAPeer(executor, recipe); !t.ok()) {
+      std::printf("paired: error: %s\n", std::string(t.status().message()).c_str());
+    } else {
+      std::printf("paired: us %.4f\n", t->median_us);
+    }
+    std::fflush(stdout);
+  }
+  return false;
 }
 
 }  // namespace
@@ -55,9 +76,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"nk", "kn"}));
   app.add_option("--dtype", dtype, "bf16, or fp8 (e4m3, scaled, bf16 D)")->check(CLI::IsMember({"bf16", "fp8"}));
   app.add_option("--json", json_path, "write every outcome here");
-  int settle_ms = 0;
-  app.add_option("--settle-ms", settle_ms, "also time the answer after this idle, as a peer is timed (0: no)")
-      ->check(CLI::Range(0, 60000));
+  bool paired = false;
+  app.add_flag("--paired", paired, "after each tune, time the answer on request from stdin (see the header)");
   CLI11_PARSE(app, argc, argv);
 
   std::vector<std::array<int64_t, 3>> shapes;
@@ -90,8 +110,8 @@ int main(int argc, char** argv) {
   std::unique_ptr<ktune::CandidateExecutor> executor = ktune::NewInProcessExecutor(device->get());
 
   nlohmann::json rows = nlohmann::json::array();
-  std::printf("%-22s | %9s | %9s %-32s | %9s %-36s | %7s | %5s | %6s | %8s\n", "M x N x K", "cuBLASLt", "template",
-              "(best)", "ktune", "(answer)", "vs dflt", "cands", "tune s", "settled");
+  std::printf("%-22s | %9s | %9s %-32s | %9s %-36s | %7s | %5s | %6s\n", "M x N x K", "cuBLASLt", "template",
+              "(best)", "ktune", "(answer)", "vs dflt", "cands", "tune s");
   for (const auto& [m, n, k] : shapes) {
     ktune::v1::GemmProblem p;
     p.set_m(m);
@@ -116,25 +136,14 @@ int main(int argc, char** argv) {
     const double dflt = r->cublaslt_default ? Tflops(p, r->cublaslt_default->median_us) : 0;
     const double tmpl = r->best_template ? Tflops(p, r->best_template->median_us) : 0;
     const double ours = Tflops(p, r->winner_timing.median_us);
-    double settled = 0;
-    if (settle_ms > 0) {
-      absl::StatusOr<ktune::Timing> t = TimeSettled(executor.get(), r->winner.recipe, settle_ms);
-      if (!t.ok()) {
-        std::printf("%-22s | error timing the answer settled: %s\n", shape.c_str(),
-                    std::string(t.status().message()).c_str());
-        continue;
-      }
-      settled = Tflops(p, t->median_us);
-    }
-    std::printf("%-22s | %9.1f | %9.1f %-32s | %9.1f %-36s | %6.3fx | %2d+%-2d | %6.1f | %8.1f\n", shape.c_str(), dflt,
+    std::printf("%-22s | %9.1f | %9.1f %-32s | %9.1f %-36s | %6.3fx | %2d+%-2d | %6.1f\n", shape.c_str(), dflt,
                 tmpl, r->best_template_name.c_str(), ours, r->winner.Name().c_str(), dflt > 0 ? ours / dflt : 0,
-                r->template_candidates, r->cublaslt_candidates, r->tune_seconds, settled);
+                r->template_candidates, r->cublaslt_candidates, r->tune_seconds);
     std::fflush(stdout);
     nlohmann::json row = {{"m", m}, {"n", n}, {"k", k}, {"dtype", dtype}, {"b_layout", layout},
                           {"cublaslt_default_tflops", dflt},
                           {"best_template_tflops", tmpl}, {"best_template", r->best_template_name},
                           {"ktune_tflops", ours}, {"ktune_answer", r->winner.Name()},
-                          {"ktune_settled_tflops", settled}, {"settle_ms", settle_ms},
                           {"template_candidates", r->template_candidates},
                           {"cublaslt_candidates", r->cublaslt_candidates}, {"tune_seconds", r->tune_seconds},
                           {"outcomes", nlohmann::json::array()}};
@@ -144,6 +153,10 @@ int main(int argc, char** argv) {
     }
     rows.push_back(row);
     if (!json_path.empty()) std::ofstream(json_path) << rows.dump(1) << "\n";  // after every problem
+    if (paired && !ServePairedTimings(executor.get(), r->winner.recipe, std::to_string(m) + "x" + std::to_string(n) +
+                                                                           "x" + std::to_string(k))) {
+      break;  // the driver has gone
+    }
   }
   return 0;
 }

@@ -10,27 +10,19 @@ the median. Operands for torch are drawn as ktune draws its own (uniform in
 [-1, 1)); runs before session 4 gave torch N(0, 1) operands instead.
 TFLOP/s = 2*M*N*K / time.
 
-Order (--order): "interleaved" (the default since session 7) tunes one shape
-in ktune_gemm_bench and times torch on that shape right after it, so both
-are timed on a GPU equally hot from that shape's work; "batched" (sessions
-4-6) tuned every shape first and timed torch afterwards, so torch's large
-shapes ran on a chip cooled by the small shapes' tail, and under the power
-limit a cooler chip holds higher clocks (suspected, not yet measured, of the
-1-3% torch led cuBLASLt's default by at large shapes). Interleaved is not
-symmetric either: torch always runs second, on the chip the tune left hot,
-as ktune's own final passes do.
+Pairing (--rounds R, default 5, since session 9): ktune_gemm_bench tunes
+each shape and then, in the same GPU state, times its answer on request
+(--paired); this driver alternates R timings of ktune's answer with R of
+torch's, the order swapped every round (ours first in even rounds), and
+compares the medians of the two sides. Both run under the same clocks and
+thermal history, which the earlier protocols did not give: sessions 4-6
+timed torch after every tune ("batched"), session 7 right after each shape's
+tune, session 8 after 2 s of idle on both sides ("settled"), and in session
+9 that settled figure of one unchanged cuBLASLt algorithm moved by -12% to
++2% against the tune's own, more than any gap it was meant to measure.
+--rounds 0 compares the tune's own figure with one torch timing instead.
 
-Settling (--settle-ms, default 2000 since session 8): ktune's figures come
-from the end of its tune, which kept the GPU busy for seconds, while torch
-is timed after a process start. So ktune_gemm_bench also times its answer
-once more after idling for S ms, heating 200 ms and timing 100 calls, and
-torch gets the same S ms of idle before its own 200 ms and 100 calls
-("ktune settled"; "vs torch" compares the two settled figures, and the
-tune's figure stays in the table and the JSON). At fp8 8192^3, session 8
-found ktune's answer and torch._scaled_mm running the same cuBLASLt
-algorithm, 2.7% apart.
-
-  python3 bench/gemm_bench.py --ktune-gemm-bench .gpu/bin/ktune_gemm_bench --out OUT.json [--dtype bf16|fp8]
+  python3 bench/gemm_bench.py --ktune-gemm-bench .gpu/bin/ktune_gemm_bench --out OUT.json [--dtype bf16|fp8] [--rounds 5]
 """
 import argparse
 import json
@@ -39,7 +31,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 
 import statistics
 
@@ -50,11 +41,9 @@ SHAPES = [(8192, 8192, 8192)] + [(m, n, k) for m in (8192, 2048, 128, 16, 1)
                                  for n, k in ((4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096))]
 
 
-def event_time_us(call, sets, heat_ms=200, repetitions=100, settle_ms=0):
-    """ktune's protocol: idle settle_ms, busy for heat_ms, then events around each call, set = repetition % sets,
-    median."""
+def event_time_us(call, sets, heat_ms=200, repetitions=100):
+    """ktune's protocol: busy for heat_ms, then events around each call, set = repetition % sets, median."""
     torch.cuda.synchronize()
-    time.sleep(settle_ms / 1000)
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     s.record()
     for i in range(10):
@@ -75,8 +64,8 @@ def event_time_us(call, sets, heat_ms=200, repetitions=100, settle_ms=0):
     return statistics.median(s.elapsed_time(e) * 1e3 for s, e in pairs)
 
 
-def torch_tflops(m, n, k, dtype, settle_ms=0):
-    """torch.matmul (bf16) or torch._scaled_mm (fp8, per-tensor scales, bf16 out); B is [N, K]."""
+def torch_timer(m, n, k, dtype):
+    """A function timing torch.matmul (bf16) or torch._scaled_mm (fp8, per-tensor scales, bf16 out) in us, B [N, K]."""
     per_set = (m * k + n * k) * (1 if dtype == "fp8" else 2) + 2 * m * n
     sets = max(1, math.ceil(3 * L2_BYTES / per_set))
     # The distribution ktune times its candidates on (tuner/gemm_runner.cc:
@@ -101,8 +90,46 @@ def torch_tflops(m, n, k, dtype, settle_ms=0):
 
         def call(i):
             torch.matmul(a[i], b[i].t(), out=d[i])
-    us = event_time_us(call, sets, settle_ms=settle_ms)
-    return 2 * m * n * k / us / 1e6
+    return lambda: event_time_us(call, sets)
+
+
+class PairedBench:
+    """ktune_gemm_bench --paired over every shape, driven line by line (see its header)."""
+
+    def __init__(self, binary, shapes, dtype, json_path, paired):
+        self.json_path = json_path
+        cmd = [binary, "--shapes", ",".join(shapes), "--dtype", dtype, "--json", json_path]
+        self.proc = subprocess.Popen(cmd + (["--paired"] if paired else []), stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, bufsize=1)
+
+    def next_ready(self):
+        """Reads up to the next "paired: ready MxNxK" (its shape), or to the end (None); echoes the table rows."""
+        for line in self.proc.stdout:
+            if line.startswith("paired: ready "):
+                return line.split()[2]
+            sys.stderr.write(line)
+        return None
+
+    def rows(self):
+        return json.load(open(self.json_path)) if os.path.exists(self.json_path) else []
+
+    def time_answer_us(self):
+        self.proc.stdin.write("time\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line.startswith("paired: us "):
+            raise RuntimeError(f"ktune_gemm_bench: expected 'paired: us', got {line.strip()!r}")
+        return float(line.split()[2])
+
+    def next(self):
+        self.proc.stdin.write("next\n")
+        self.proc.stdin.flush()
+
+    def close(self):
+        self.proc.stdin.close()
+        for line in self.proc.stdout:
+            sys.stderr.write(line)
+        return self.proc.wait()
 
 
 def main():
@@ -111,66 +138,73 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp8"])
     ap.add_argument("--shapes", default=",".join(f"{m}x{n}x{k}" for m, n, k in SHAPES))
-    ap.add_argument("--order", default="interleaved", choices=["interleaved", "batched"],
-                    help="interleaved: torch right after each shape's tune; batched: every tune first")
-    ap.add_argument("--settle-ms", type=int, default=2000,
-                    help="idle before timing ktune's answer again and before timing torch (0: compare the tune's figure)")
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="timings of each side, alternated (0: the tune's own figure against one torch timing)")
     args = ap.parse_args()
-    if not 0 <= args.settle_ms <= 60000:
-        ap.error(f"--settle-ms: {args.settle_ms} is not in [0, 60000]")
-    ours_json = args.out + ".ktune.json"  # one call's rows, read back at once
-
-    def tune(shapes):
-        """ktune_gemm_bench over `shapes` (comma-separated MxNxK): its rows ([] if it failed)."""
-        if os.path.exists(ours_json):
-            os.remove(ours_json)
-        r = subprocess.run([args.ktune_gemm_bench, "--shapes", shapes, "--dtype", args.dtype, "--json", ours_json,
-                            "--settle-ms", str(args.settle_ms)],
-                           capture_output=True, text=True)
-        sys.stderr.write(r.stderr)
-        if r.returncode != 0 or not os.path.exists(ours_json):
-            print(f"{shapes}: ktune_gemm_bench failed ({r.returncode}):\n{r.stdout}", flush=True)
-            return []
-        return json.load(open(ours_json))
-
+    if not 0 <= args.rounds <= 50:
+        ap.error(f"--rounds: {args.rounds} is not in [0, 50]")
     shapes = [x.strip() for x in args.shapes.split(",") if x.strip()]
     for shape in shapes:
         if not re.fullmatch(r"[1-9]\d*x[1-9]\d*x[1-9]\d*", shape):
             ap.error(f"--shapes: {shape!r} is not MxNxK (positive integers)")
     if not shapes:
         ap.error("--shapes: no shape given")
-    # Batched: every shape tuned now. Interleaved: each just before its torch timing.
-    key = lambda r: f"{r['m']}x{r['n']}x{r['k']}"  # noqa: E731
-    batched = {key(r): r for r in tune(",".join(shapes))} if args.order == "batched" else None
+    ours_json = args.out + ".ktune.json"  # ktune_gemm_bench's rows, rewritten after each shape
+    if os.path.exists(ours_json):
+        os.remove(ours_json)
+
     peer = "_scaled_mm" if args.dtype == "fp8" else "matmul"
     print(f"{args.dtype} GEMM, D = A x B^T (B [N, K]), TFLOP/s; torch.{peer} and ktune's candidates timed alike "
-          f"(events per call, L2 rotation, median)")
+          f"(events per call, L2 rotation, median)" +
+          (f"; 'paired': ktune's answer and torch alternated, {args.rounds} timings each, medians" if args.rounds else ""))
     print(f"{'M x N x K':<22} | {'torch':>7} | {'cuBLASLt':>8} | {'template':>8} | {'ktune':>7} | "
-          f"{'settled':>7} | {'vs cuBLASLt':>11} | {'vs torch':>8} | answer")
+          f"{'paired':>7} | {'vs cuBLASLt':>11} | {'vs torch':>8} | answer")
+    bench = PairedBench(args.ktune_gemm_bench, shapes, args.dtype, ours_json, args.rounds > 0)
+    key = lambda r: f"{r['m']}x{r['n']}x{r['k']}"  # noqa: E731
+
+    def tuned_rows():
+        """Each tuned shape's row: as the bench gets ready to pair it, or all at its end (--rounds 0)."""
+        if args.rounds == 0:
+            bench.close()
+            yield from bench.rows()
+            return
+        while (ready := bench.next_ready()) is not None:
+            yield next(r for r in bench.rows() if key(r) == ready)
+
     rows = []
-    for shape in shapes:
-        if batched is None:
-            tuned = tune(shape)
+    for row in tuned_rows():
+        flops = 2 * row["m"] * row["n"] * row["k"]
+        time_torch = torch_timer(row["m"], row["n"], row["k"], args.dtype)
+        if args.rounds > 0:
+            ours_us, torch_us = [], []
+            for r in range(args.rounds):
+                for side in (("ours", "torch") if r % 2 == 0 else ("torch", "ours")):
+                    (ours_us if side == "ours" else torch_us).append(
+                        bench.time_answer_us() if side == "ours" else time_torch())
+            bench.next()
+            row["paired_ktune_us"], row["paired_torch_us"] = ours_us, torch_us
+            paired = flops / statistics.median(ours_us) / 1e6
+            row["ktune_paired_tflops"] = paired
+            row["torch_tflops"] = flops / statistics.median(torch_us) / 1e6
         else:
-            tuned = [batched[shape]] if shape in batched else []
-        if not tuned:
-            print(f"{shape}: ktune_gemm_bench gave no row (see its output above)", flush=True)
-            continue
-        row = tuned[0]
-        rows.append(row)
-        row["order"] = args.order
-        row["torch_tflops"] = torch_tflops(row["m"], row["n"], row["k"], args.dtype, args.settle_ms)
+            paired = 0.0
+            row["torch_tflops"] = flops / time_torch() / 1e6
+        del time_torch
         torch.cuda.empty_cache()
+        rows.append(row)
+        row["rounds"] = args.rounds
         ours, dflt = row["ktune_tflops"], row["cublaslt_default_tflops"]
-        # Against torch: like with like (settled against settled), unless settling is off.
-        settled = row.get("ktune_settled_tflops", 0)
-        versus = settled if args.settle_ms > 0 else ours
+        versus = paired if args.rounds > 0 else ours  # like with like
         print(f"{row['m']} x {row['n']} x {row['k']:<10} | {row['torch_tflops']:7.1f} | {dflt:8.1f} | "
-              f"{row['best_template_tflops']:8.1f} | {ours:7.1f} | {settled:7.1f} | "
+              f"{row['best_template_tflops']:8.1f} | {ours:7.1f} | {paired:7.1f} | "
               f"{ours / dflt if dflt else 0:10.3f}x | {versus / row['torch_tflops']:7.3f}x | {row['ktune_answer']}",
               flush=True)
         with open(args.out, "w") as f:
             json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)
+    if args.rounds > 0 and bench.close() != 0:
+        print("ktune_gemm_bench failed (see its output above)", flush=True)
+    for shape in sorted(set(shapes) - {key(r) for r in rows}):
+        print(f"{shape}: ktune_gemm_bench gave no row (see its output above)", flush=True)
 
 
 if __name__ == "__main__":

@@ -11,8 +11,8 @@
 #   LATENCY=1   GetConfig latency on a cache hit
 #   GEMM=0      bench/gemm_bench.py: ktune_gemm_bench (both GEMM sources tuned in process)
 #               beside torch.matmul / torch._scaled_mm (GEMM_SHAPES=MxNxK,..., GEMM_DTYPE=bf16|fp8,
-#               GEMM_ORDER=interleaved|batched: torch after each shape's tune, or after all;
-#               GEMM_SETTLE_MS=2000: idle before ktune's answer is timed again and before torch is timed)
+#               GEMM_ROUNDS=5: timings of ktune's answer and of torch, alternated after each
+#               shape's tune; 0 compares the tune's own figure with one torch timing)
 # Full results go to $OUT (or /tmp/ktune-bench); short tables print last.
 set -uo pipefail
 out=${OUT:-/tmp/ktune-bench}
@@ -59,7 +59,7 @@ fi
 if [ "${GEMM:-0}" = 1 ]; then
   echo "== gemm bench"
   PYTHONUNBUFFERED=1 python3 bench/gemm_bench.py --ktune-gemm-bench "$bin/ktune_gemm_bench" \
-    --dtype "${GEMM_DTYPE:-bf16}" --order "${GEMM_ORDER:-interleaved}" --settle-ms "${GEMM_SETTLE_MS:-2000}" ${GEMM_SHAPES:+--shapes "$GEMM_SHAPES"} --out "$out/gemm_bench.json" 2>&1 |
+    --dtype "${GEMM_DTYPE:-bf16}" --rounds "${GEMM_ROUNDS:-5}" ${GEMM_SHAPES:+--shapes "$GEMM_SHAPES"} --out "$out/gemm_bench.json" 2>&1 |
     tee "$out/gemm_bench.txt"
   summary+=("gemm bench exit: ${PIPESTATUS[0]}")
 fi

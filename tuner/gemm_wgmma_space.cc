@@ -44,10 +44,25 @@ int BlockK(const v1::GemmProblem& p) { return kRowBytes / OperandBytes(p); }
 int Accumulators(const WgmmaTileConfig& c) { return c.rows_per_consumer() * c.block_n / 128; }
 
 // The template's PROMOTE_STEPS: steps of K (k_rows 128-byte slices each) per
-// span of the wgmma accumulator, the most that keep a span within
-// kMaxFp8KPerAccumulator; 0 without promotion.
+// span of the wgmma accumulator; 0 without promotion.
+//
+// Spans of kMaxFp8KPerAccumulator are not enough once there are several: on
+// the H200 every promoted config at K = 8192 and 14336 missed the tolerance by
+// the same margin (4096-spans, session 9, bench/RESULTS.md). The tensor cores'
+// reduced-precision adds truncate, so the error has a sign: per add it scales
+// with the running sum (~sqrt(span)), and the spans' errors add up, giving an
+// error ~ K * sqrt(span), against a tolerance ~ sqrt(K) (the output's rms).
+// K * span is what must stay bounded: K = 8192 at 4096 (2^25) failed by 2%,
+// so spans are the longest power of two, at most kMaxPromotionSpan, that
+// keeps K * span within 2^23 (about half the tolerance), and at least a step.
 int PromoteSteps(const v1::GemmProblem& p, const WgmmaTileConfig& c) {
-  return c.promote ? static_cast<int>(kMaxFp8KPerAccumulator / (int64_t{BlockK(p)} * c.k_rows)) : 0;
+  if (!c.promote) return 0;
+  constexpr int64_t kMaxPromotionSpan = 1024;  // the model charges a step per span
+  constexpr int64_t kMaxKTimesSpan = int64_t{1} << 23;
+  const int64_t step = int64_t{BlockK(p)} * c.k_rows;
+  int64_t span = kMaxPromotionSpan;
+  while (span > step && p.k() * span > kMaxKTimesSpan) span /= 2;
+  return static_cast<int>(std::max<int64_t>(1, span / step));
 }
 
 int64_t Tiles(const v1::GemmProblem& p, const WgmmaTileConfig& c) {

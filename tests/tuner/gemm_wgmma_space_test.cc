@@ -255,7 +255,7 @@ TEST_CASE("WgmmaLaunchRecipe for fp8: e4m3 operands, 128-wide K steps in the sam
   CHECK_FALSE(WgmmaSearchSpace(Fp8Gemm(2048, 4096, 4096), h200, GemmSpaceOptions()).empty());
 }
 
-TEST_CASE("fp8 promotion: a second accumulator every 4096 of K, where one split would span more", "[tuner][gemm]") {
+TEST_CASE("fp8 promotion: a second accumulator every few steps of K, where one split would span more", "[tuner][gemm]") {
   const DeviceInfo h200 = CompileOnlyTarget();
   const v1::GemmProblem cube = Fp8Gemm(8192, 8192, 8192);
   WgmmaTileConfig c;  // 128 x 256, two consumers: 128 accumulators per thread
@@ -266,16 +266,30 @@ TEST_CASE("fp8 promotion: a second accumulator every 4096 of K, where one split 
   CHECK(ToString(c) == "bm128 bn128 c2 s4 g8 pr");
   absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(cube, c, h200);
   REQUIRE(r.ok());
-  // PROMOTE_STEPS: 32 steps of 128 fp8 elements (4096 of K) per span.
+  // PROMOTE_STEPS: 8 steps of 128 fp8 elements (1024 of K, K * span = 2^23) per span.
   CHECK(r->kernels[0].name_expression ==
-        "ktune::gemm_wgmma<ktune::e4m3, ktune::bf16, 0, false, 128, 128, 2, false, 1, 4, 8, 1, 1, 32>");
+        "ktune::gemm_wgmma<ktune::e4m3, ktune::bf16, 0, false, 128, 128, 2, false, 1, 4, 8, 1, 1, 8>");
   CHECK(r->workspace_bytes == 0);
   WgmmaTileConfig deep = c;
   deep.k_rows = 2;
   deep.stages = 2;
   r = WgmmaLaunchRecipe(cube, deep, h200);
   REQUIRE(r.ok());
-  CHECK(r->kernels[0].name_expression.find(", 2, 16>") != std::string::npos);  // 16 steps of 256
+  CHECK(r->kernels[0].name_expression.find(", 2, 4>") != std::string::npos);  // 4 steps of 256
+  // The span shrinks as K grows (the truncation error grows as K * sqrt(span)),
+  // down to one step; never past it.
+  auto steps_at = [&](int64_t k, const WgmmaTileConfig& config) {
+    absl::StatusOr<LaunchRecipe> at = WgmmaLaunchRecipe(Fp8Gemm(8192, 8192, k), config, h200);
+    REQUIRE(at.ok());
+    const std::string& e = at->kernels[0].name_expression;
+    return e.substr(e.rfind(", ") + 2);
+  };
+  CHECK(steps_at(4224, c) == "8>");    // 1024 of K
+  CHECK(steps_at(14336, c) == "4>");   // 512
+  CHECK(steps_at(32768, c) == "2>");   // 256
+  CHECK(steps_at(65536, c) == "1>");   // 128
+  CHECK(steps_at(262144, c) == "1>");  // one step at least
+  CHECK(steps_at(65536, deep) == "1>");
   // Only fp8 needs it, and it replaces split-K rather than joining it.
   CheckRefused(LinearGemm(8192, 8192, 8192), c, h200, "promotion is for fp8");
   WgmmaTileConfig split = c;

@@ -245,6 +245,18 @@ absl::Status Describe(const CublasLt::Api* api, const v1::GemmProblem& p, const 
 
 }  // namespace
 
+std::vector<CublasLtAlgo> MergeCublasLtAlgos(std::vector<CublasLtAlgo> first, const std::vector<CublasLtAlgo>& more,
+                                             size_t max) {
+  if (first.size() > max) first.resize(max);
+  for (const CublasLtAlgo& a : more) {
+    if (first.size() >= max) break;
+    const bool known =
+        std::any_of(first.begin(), first.end(), [&](const CublasLtAlgo& f) { return f.data == a.data; });
+    if (!known) first.push_back(a);
+  }
+  return first;
+}
+
 absl::StatusOr<std::vector<CublasLtAlgo>> CublasLt::Heuristic(const v1::GemmProblem& p, int max_algos,
                                                               uint64_t max_workspace_bytes) {
   if (absl::Status s = CublasLtCanServe(p); !s.ok()) return s;

@@ -38,6 +38,12 @@ struct CublasLtAlgo {
   float waves = 0;               // heuristic's device-utilisation estimate
 };
 
+// The algorithms of `first`, then those of `more` not already in it (same
+// bytes), up to `max` in all: `first`'s order, and so cuBLASLt's default at
+// its head, is kept.
+std::vector<CublasLtAlgo> MergeCublasLtAlgos(std::vector<CublasLtAlgo> first, const std::vector<CublasLtAlgo>& more,
+                                             size_t max);
+
 // Device pointers (CUdeviceptr values) of one GEMM call. c, bias and the fp8
 // scales (float, one each) may be 0 when the problem has none.
 struct GemmOperands {

@@ -1,5 +1,7 @@
 #include "tuner/executor.h"
 
+#include <algorithm>
+
 #include "spdlog/spdlog.h"
 #include "tuner/cublaslt.h"
 #include "tuner/gemm_runner.h"
@@ -49,6 +51,11 @@ class InProcessExecutor final : public CandidateExecutor {
     absl::StatusOr<std::vector<CublasLtAlgo>> algos =
         cublaslt_->Heuristic(gemm_problem_, max, GemmRunner::kCublasLtWorkspaceBytes);
     if (!algos.ok()) return algos.status();
+    // The first list's head stays cuBLASLt's default; the second adds what
+    // the heuristic ranks highly under a small workspace (see the constant).
+    absl::StatusOr<std::vector<CublasLtAlgo>> small =
+        cublaslt_->Heuristic(gemm_problem_, max, GemmRunner::kCublasLtSmallWorkspaceBytes);
+    if (small.ok()) *algos = MergeCublasLtAlgos(*std::move(algos), *small, static_cast<size_t>(std::max(max, 1)));
     for (const CublasLtAlgo& a : *algos) {
       out.push_back(CublasLtRecipe(a, cublaslt_->version()));
       out.back().arch = Arch(device_->info());

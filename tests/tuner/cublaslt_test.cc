@@ -56,5 +56,29 @@ TEST_CASE("cuBLASLt loads or says why not and its heuristic fails cleanly withou
   }
 }
 
+TEST_CASE("a second heuristic list adds only algorithms the first lacks, after it, up to the cap", "[tuner][cublaslt]") {
+  auto algo = [](char tag) {
+    CublasLtAlgo a;
+    a.data = std::string(64, tag);
+    return a;
+  };
+  auto tags = [](const std::vector<CublasLtAlgo>& algos) {
+    std::string out;
+    for (const CublasLtAlgo& a : algos) out += a.data[0];
+    return out;
+  };
+  const std::vector<CublasLtAlgo> first = {algo('a'), algo('b'), algo('c')};
+  // The first list's order (and its head, cuBLASLt's default) is kept; repeats are dropped.
+  CHECK(tags(MergeCublasLtAlgos(first, {algo('b'), algo('d'), algo('a'), algo('e')}, 16)) == "abcde");
+  CHECK(tags(MergeCublasLtAlgos(first, {algo('d'), algo('e')}, 4)) == "abcd");
+  CHECK(tags(MergeCublasLtAlgos(first, {algo('d')}, 2)) == "ab");
+  CHECK(tags(MergeCublasLtAlgos({}, {algo('d'), algo('d')}, 8)) == "d");
+  CHECK(tags(MergeCublasLtAlgos(first, {}, 8)) == "abc");
+  // Same configuration, different bytes (another workspace size, say) count as different.
+  CublasLtAlgo b2 = algo('b');
+  b2.data[63] = 'x';
+  CHECK(tags(MergeCublasLtAlgos(first, {b2}, 8)) == "abcb");
+}
+
 }  // namespace
 }  // namespace ktune

@@ -149,6 +149,7 @@ int main(int argc, char** argv) {
                           {"outcomes", nlohmann::json::array()}};
     for (const ktune::GemmCandidateOutcome& o : r->outcomes) {
       row["outcomes"].push_back({{"name", o.name}, {"status", o.status}, {"median_us", o.timing.median_us},
+                                 {"finalist", o.finalist},
                                  {"spread", o.timing.spread}});
     }
     rows.push_back(row);

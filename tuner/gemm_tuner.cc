@@ -266,6 +266,7 @@ absl::StatusOr<GemmTuneResult> TuneGemm(const v1::GemmProblem& problem, Candidat
     const size_t i = finalists[f];
     finals.push_back(CombinePasses(passes[f]));
     result.outcomes[outcome_of[i]].timing = finals.back();
+    result.outcomes[outcome_of[i]].finalist = true;
     // cuBLASLt's default first, then cuBLASLt's order, then the space's order.
     preference.push_back(candidates[i].is_cublaslt() ? candidates[i].cublaslt_rank : 1000 + static_cast<int>(i));
   }

@@ -61,6 +61,10 @@ struct GemmCandidateOutcome {
   std::string status;  // "ok", "wrong: <detail>", "fault: <error>", "timeout: <error>",
                        // "failed: <error>", "quarantined", "compile failed: <log>"
   Timing timing;       // final measurement for finalists (CombinePasses), else the first round's
+  // Whether `timing` is from the final passes. The two rounds are not
+  // comparable: the finals run back to back on a GPU the first round has
+  // heated, and read a few percent slower than first-round figures.
+  bool finalist = false;
 };
 
 struct GemmTuneResult {

@@ -4,6 +4,7 @@
 // checked against compiles for every kind of problem.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <string>
@@ -111,6 +112,20 @@ TEST_CASE("a GPU whose clocks fall as it gets busy does not favour the candidate
     CHECK(r->winner_timing.median_us == Approx(90).epsilon(0.01));
     REQUIRE(r->cublaslt_default.has_value());
     CHECK(r->cublaslt_default->median_us == Approx(100).epsilon(0.01));
+    // The finalists (five, the default among them; no templates here) say so:
+    // their timings are the final passes', the others' the first round's.
+    const auto finalist = [&](const std::string& name) {
+      for (const GemmCandidateOutcome& o : r->outcomes) {
+        if (o.name == name) return o.finalist;
+      }
+      FAIL("no outcome named " << name);
+      return false;
+    };
+    CHECK(std::count_if(r->outcomes.begin(), r->outcomes.end(),
+                        [](const GemmCandidateOutcome& o) { return o.finalist; }) == options.finalists);
+    CHECK(finalist("cublaslt #7"));
+    CHECK(finalist("cublaslt #0"));
+    CHECK_FALSE(finalist("cublaslt #6"));
   }
   {
     // The control: the same GPU without the heat-up picks a wrong winner,

@@ -21,6 +21,11 @@ tune, session 8 after 2 s of idle on both sides ("settled"), and in session
 9 that settled figure of one unchanged cuBLASLt algorithm moved by -12% to
 +2% against the tune's own, more than any gap it was meant to measure.
 --rounds 0 compares the tune's own figure with one torch timing instead.
+After the rounds, each side is also timed twice in a row and the second
+figure kept ("b2b_*_us" in the JSON, the "b2b" column as ours against
+torch): in session 9, ktune's answer at fp8 8192 x 4096 x 14336 read
+768-770 us timed alone and 788-850 us alternated with torch, whose own
+figure barely moved; b2b shows that effect in every run.
 
   python3 bench/gemm_bench.py --ktune-gemm-bench .gpu/bin/ktune_gemm_bench --out OUT.json [--dtype bf16|fp8] [--rounds 5]
 """
@@ -158,7 +163,7 @@ def main():
           f"(events per call, L2 rotation, median)" +
           (f"; 'paired': ktune's answer and torch alternated, {args.rounds} timings each, medians" if args.rounds else ""))
     print(f"{'M x N x K':<22} | {'torch':>7} | {'cuBLASLt':>8} | {'template':>8} | {'ktune':>7} | "
-          f"{'paired':>7} | {'vs cuBLASLt':>11} | {'vs torch':>8} | answer")
+          f"{'paired':>7} | {'vs cuBLASLt':>11} | {'vs torch':>8} | {'b2b':>6} | answer")
     bench = PairedBench(args.ktune_gemm_bench, shapes, args.dtype, ours_json, args.rounds > 0)
     key = lambda r: f"{r['m']}x{r['n']}x{r['k']}"  # noqa: E731
 
@@ -181,6 +186,11 @@ def main():
                 for side in (("ours", "torch") if r % 2 == 0 else ("torch", "ours")):
                     (ours_us if side == "ours" else torch_us).append(
                         bench.time_answer_us() if side == "ours" else time_torch())
+            # Then each side twice in a row, the second timing kept: both
+            # after their own kind, not after the other process (session 9
+            # found alternation slowing ktune's side alone; see the header).
+            row["b2b_ktune_us"] = [bench.time_answer_us() for _ in range(2)][1]
+            row["b2b_torch_us"] = [time_torch() for _ in range(2)][1]
             bench.next()
             row["paired_ktune_us"], row["paired_torch_us"] = ours_us, torch_us
             paired = flops / statistics.median(ours_us) / 1e6
@@ -195,9 +205,11 @@ def main():
         row["rounds"] = args.rounds
         ours, dflt = row["ktune_tflops"], row["cublaslt_default_tflops"]
         versus = paired if args.rounds > 0 else ours  # like with like
+        b2b = row["b2b_torch_us"] / row["b2b_ktune_us"] if args.rounds > 0 else 0.0
         print(f"{row['m']} x {row['n']} x {row['k']:<10} | {row['torch_tflops']:7.1f} | {dflt:8.1f} | "
               f"{row['best_template_tflops']:8.1f} | {ours:7.1f} | {paired:7.1f} | "
-              f"{ours / dflt if dflt else 0:10.3f}x | {versus / row['torch_tflops']:7.3f}x | {row['ktune_answer']}",
+              f"{ours / dflt if dflt else 0:10.3f}x | {versus / row['torch_tflops']:7.3f}x | {b2b:5.3f}x | "
+              f"{row['ktune_answer']}",
               flush=True)
         with open(args.out, "w") as f:
             json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)

@@ -65,8 +65,9 @@ inline int GemmEpilogueCode(const v1::GemmProblem& p) {
 // grows with K: on the H200 every fp8 wgmma config was outside the
 // verification tolerance (3-4% off) at K = 8192 and 14336, and inside it at
 // K = 4096 and at 14336 split four ways (session 6, device run 4,
-// bench/RESULTS.md). CUTLASS's remedy, promoting into a second set of fp32
-// registers every few steps, does not fit the large tiles' 128 accumulators.
+// bench/RESULTS.md). Beyond it, split K, or promote (CUTLASS's remedy: add
+// into a second set of fp32 registers every few steps; the wgmma space's
+// `promote`, for tiles of at most 64 accumulators).
 constexpr int64_t kMaxFp8KPerAccumulator = 4096;
 
 }  // namespace ktune

@@ -82,10 +82,10 @@ class GemmRunner {
   // The cuBLASLt workspace every algorithm gets (algorithms needing more are
   // not candidates).
   static constexpr uint64_t kCublasLtWorkspaceBytes = uint64_t{32} << 20;
-  // A second, smaller cap the heuristic is also asked with: it ranks by the
-  // workspace allowed, and under PyTorch's 1 MiB it names algorithms the
-  // 32 MiB list lacks (fp8 8192 x 4096 x 14336 on the H200: 128 x 160 tiles
-  // in a 2x1 cluster, session 9).
+  // A second, smaller cap the heuristic is also asked with (PyTorch's): it
+  // ranks by the workspace allowed, and under 1 MiB it names algorithms the
+  // 32 MiB list lacks (on the H200, fp8 at M = 16 and 128 with K = 14336;
+  // one of them is the answer at 128 x 4096 x 14336, session 9).
   static constexpr uint64_t kCublasLtSmallWorkspaceBytes = uint64_t{1} << 20;
 
  private:

@@ -382,7 +382,8 @@ TEST_CASE("fp8 GEMMs are tuned over cuBLASLt and the wgmma template and checked 
                            {Fp8Gemm(16, 264, 4160, v1::EPILOGUE_BIAS_GELU), true},
                            // K over one fp8 accumulator's 4096: promotion (and split-K
                            // where the tiles are few). 8320 is 65 steps of 128, so
-                           // spans of 32, 32 and 1; 2304 x 1024 is more tiles than SMs.
+                           // 16 spans of 4 steps and one of 1 (PromoteSteps);
+                           // 2304 x 1024 is more tiles than SMs.
                            {Fp8Gemm(256, 264, 8320, v1::EPILOGUE_NONE), false},
                            {Fp8Gemm(2304, 1024, 8192, v1::EPILOGUE_BIAS), true}};
   for (const Fp8Case& c : cases) {

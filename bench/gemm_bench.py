@@ -148,6 +148,8 @@ def main():
     args = ap.parse_args()
     if not 0 <= args.rounds <= 50:
         ap.error(f"--rounds: {args.rounds} is not in [0, 50]")
+    if not (os.path.isfile(args.ktune_gemm_bench) and os.access(args.ktune_gemm_bench, os.X_OK)):
+        ap.error(f"--ktune-gemm-bench: {args.ktune_gemm_bench!r} is not an executable file")
     shapes = [x.strip() for x in args.shapes.split(",") if x.strip()]
     for shape in shapes:
         if not re.fullmatch(r"[1-9]\d*x[1-9]\d*x[1-9]\d*", shape):

@@ -8,9 +8,10 @@ sees it). Run on the GPU machine:
   python3 bench/norm_variant_lab.py --trees base=/tmp/base/kernel_templates,new=kernel_templates \\
       --op layernorm --shape 32768x1024 --configs "w2 xb1 ch2 pd2 c14 keep;w2 xb1 ch2 pd1 c30"
 
-A config is "wW xbX [vV] chC pdP cK [keep]": NUM_WARPS, XBLOCK, VEC (bf16
-per vector, 8 when absent), CHUNKS (of VEC), PIPELINE, CTAS_PER_SM, and
-X_KEEP_L2; always persistent, bf16, with weight
+A config is "wW xbX [vV] chC pdP cK [keep] [nofull]": NUM_WARPS, XBLOCK, VEC
+(bf16 per vector, 8 when absent), CHUNKS (of VEC), PIPELINE, CTAS_PER_SM,
+X_KEEP_L2, and FULL_TILES off (where the tree's template has FULL_TILES it is
+otherwise derived as the tuner derives it); always persistent, bf16, with weight
 (and bias for LayerNorm). The grid is the tuner's: one CTA per row block, or
 one wave of CTAS_PER_SM per SM when pipelined. Each kernel is checked against
 a float64 reference (y, and mean and rstd for LayerNorm) before it is timed
@@ -30,21 +31,26 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from norm_bench import COPY_REF_TBS, EPS, L2_BYTES, graph_time_us  # noqa: E402
 
-CONFIG = re.compile(r"^w(\d+) xb(\d+)(?: v(1|2|4|8))? ch(\d+) pd([12]) c(\d+)( keep)?$")
+CONFIG = re.compile(r"^w(\d+) xb(\d+)(?: v(1|2|4|8))? ch(\d+) pd([12]) c(\d+)( keep)?( nofull)?$")
 
 
 def parse_config(text):
     m = CONFIG.match(text.strip())
     if not m:
-        raise ValueError(f"config {text!r}: expected 'wW xbX [vV] chC pdP cK [keep]'")
+        raise ValueError(f"config {text!r}: expected 'wW xbX [vV] chC pdP cK [keep] [nofull]'")
     warps, xb, vec, chunks, pd, ctas = (int(g or 8) for g in m.groups()[:6])
     return dict(warps=warps, xb=xb, vec=vec, chunks=chunks, pd=pd, ctas=ctas, keep=bool(m.group(7)),
-                text=text.strip())
+                nofull=bool(m.group(8)), text=text.strip())
 
 
-def kernel(tree, op, c):
+def kernel(tree, op, c, m, n):
     t = "ktune::bf16"
-    params = f"{c['warps']}, {c['xb']}, {c['vec']}, {c['chunks']}, true, {c['pd']}, {'true' if c['keep'] else 'false'}, {c['ctas']}"
+    flags = ["true" if c["keep"] else "false"]
+    with open(os.path.join(tree, "norm", f"{op}_fwd.cuh")) as f:
+        if "FULL_TILES" in f.read():  # trees from before session 10 lack it
+            full = m % c["xb"] == 0 and n == c["warps"] * 32 // c["xb"] * c["vec"] * c["chunks"]
+            flags.append("true" if full and not c["nofull"] else "false")
+    params = f"{c['warps']}, {c['xb']}, {c['vec']}, {c['chunks']}, true, {c['pd']}, {', '.join(flags)}, {c['ctas']}"
     if op == "rmsnorm":
         expr = f"ktune::rmsnorm_fwd<{t}, {t}, {t}, true, {params}>"
     else:
@@ -107,7 +113,7 @@ def main():
 
     for c in configs:
         for name, tree in trees.items():
-            k = kernel(tree, args.op, c)
+            k = kernel(tree, args.op, c, m, n)
             row_blocks = (m + c["xb"] - 1) // c["xb"]
             grid = row_blocks if c["pd"] == 1 else min(row_blocks, 132 * c["ctas"])
 

@@ -97,6 +97,23 @@ int GradientParts(const NormProblem& p) {
   return (p.has_weight ? 1 : 0) + (IsLayerNorm(p) && p.has_bias ? 1 : 0);
 }
 
+// Forward, persistent, one row block per CTA: whether the config tiles the
+// problem exactly (M % XBLOCK == 0, N == R_BLOCK), so the kernel is compiled
+// without bounds checks (the template's FULL_TILES). Those checks are
+// branches that ptxas does not hoist loads above; without them it issues x
+// and w (and b) first. H200 lab, session 10 (bench/RESULTS.md), 32768 x 1024:
+// RMSNorm +1-3%, LayerNorm -1.5 to +1%. Derived, not a knob, and only where
+// measured: rows of at most 2 KB (longer ones already reach 96-98% of the
+// ceiling, and hoisting makes w and b live across the reductions, which
+// LiveWordsWith counts: at 8 KB rows it cost occupancy and spilled in the
+// compile-all test), one row block per CTA (not the pipelined or looped
+// variants).
+bool FullTiles(const NormProblem& p, const NormConfig& c) {
+  constexpr int64_t kMaxRowBytes = 2048;
+  return IsForward(p) && c.persistent && c.pipeline_depth == 1 && p.m % c.x_block == 0 &&
+         p.n == c.r_block && int64_t{p.n} * DTypeBytes(p.input_dtype) <= kMaxRowBytes;
+}
+
 // Packed words live across the reduction (persistent) or per pass (looped);
 // `smem_partials`: the backward's fp32 partials are in shared memory, only one
 // vector of each in registers at a time.
@@ -113,6 +130,7 @@ int LiveWordsWith(const NormProblem& p, const NormConfig& c, bool smem_partials)
       // chunks ptxas spilled under the bare estimate (compile-all test).
       const int w_vec = WordsPerVector(p.weight_dtype, c.vec, false);
       const int fp32_extra = p.input_dtype == DType::kFP32 ? c.chunks() : 0;
+      if (FullTiles(p, c)) return x_words + fp32_extra + params;  // w, b hoisted above the sums
       return x_words + fp32_extra + (p.has_weight ? w_vec : 0) + (ln_fwd && p.has_bias ? w_vec : 0);
     }
     return x_words + params;  // pass 2 holds x, w and b chunks at once
@@ -544,6 +562,7 @@ absl::StatusOr<LaunchRecipe> NormLaunchRecipe(const NormProblem& p, const NormCo
   const char* has_b = p.has_bias ? "true" : "false";
   const char* persistent = c.persistent ? "true" : "false";
   const char* keep_x = KeepXInL2(p, c) ? "true" : "false";
+  const char* full_tiles = FullTiles(p, c) ? "true" : "false";
   const char* prefetch = PrefetchNextRowsToL2(p, c, d) ? "true" : "false";
   const bool ln = IsLayerNorm(p);
   KernelLaunch k;
@@ -553,16 +572,16 @@ absl::StatusOr<LaunchRecipe> NormLaunchRecipe(const NormProblem& p, const NormCo
   if (IsForward(p)) {
     if (ln) {
       k.name_expression = absl::StrFormat(
-          "ktune::layernorm_fwd<%s, %s, %s, %s, %s, %d, %d, %d, %d, %s, %d, %s, %d>", in, out, wt,
-          has_w, has_b, c.num_warps, c.x_block, c.vec, c.chunks(), persistent, c.pipeline_depth,
-          keep_x, CtasPerSm(p, c, d));
+          "ktune::layernorm_fwd<%s, %s, %s, %s, %s, %d, %d, %d, %d, %s, %d, %s, %s, %d>", in, out,
+          wt, has_w, has_b, c.num_warps, c.x_block, c.vec, c.chunks(), persistent,
+          c.pipeline_depth, keep_x, full_tiles, CtasPerSm(p, c, d));
       // Pointers x, w, b, y (16-byte aligned), mean, rstd (float*, may be null); M, N; eps.
       k.params = {"x", "w", "b", "y", "mean", "rstd", "M", "N", "eps"};
     } else {
       k.name_expression = absl::StrFormat(
-          "ktune::rmsnorm_fwd<%s, %s, %s, %s, %d, %d, %d, %d, %s, %d, %s, %d>", in, out, wt, has_w,
-          c.num_warps, c.x_block, c.vec, c.chunks(), persistent, c.pipeline_depth, keep_x,
-          CtasPerSm(p, c, d));
+          "ktune::rmsnorm_fwd<%s, %s, %s, %s, %d, %d, %d, %d, %s, %d, %s, %s, %d>", in, out, wt,
+          has_w, c.num_warps, c.x_block, c.vec, c.chunks(), persistent, c.pipeline_depth, keep_x,
+          full_tiles, CtasPerSm(p, c, d));
       // Pointers x, w, y (16-byte aligned), rstd (float*, may be null); int M, N; float eps.
       k.params = {"x", "w", "y", "rstd", "M", "N", "eps"};
     }

@@ -151,14 +151,16 @@ __device__ __forceinline__ void load_packed(const T* p, Packed<T, VEC>& v) {
 // vectors, chunk c covering columns base + (c * TPR + lane) * VEC .. + VEC,
 // TPR threads sharing the row. Vectors outside the row (col >= n), or of a
 // row that does not exist (!row_ok), are zero, which adds nothing to sums.
-template <LoadHint HINT, int TPR, typename T, int VEC, int CHUNKS>
+// COLS_IN_ROW (the caller knows every vector of the pass is inside the row,
+// n % (TPR * VEC * CHUNKS) == 0) drops the column checks at compile time.
+template <LoadHint HINT, int TPR, bool COLS_IN_ROW = false, typename T, int VEC, int CHUNKS>
 __device__ __forceinline__ void load_row_chunks(const T* row_ptr, bool row_ok, int lane, int n, int base,
                                                 Packed<T, VEC> (&dst)[CHUNKS]) {
 #pragma unroll
   for (int c = 0; c < CHUNKS; ++c) {
     const int col = base + (c * TPR + lane) * VEC;  // element column of the vector
     dst[c].clear();
-    if (row_ok && col < n) load_packed<HINT>(row_ptr + col, dst[c]);
+    if (row_ok && (COLS_IN_ROW || col < n)) load_packed<HINT>(row_ptr + col, dst[c]);
   }
 }
 

@@ -7,8 +7,8 @@
 // Inputs and outputs are bf16, fp16 or fp32; w and b are TW (the input's type
 // or fp32); all arithmetic is fp32. The geometry is rmsnorm_fwd's (see there):
 // XBLOCK rows per CTA at a time, THREADS / XBLOCK threads per row, CHUNKS
-// vectors of VEC elements per thread and pass; X_KEEP_L2 and CTAS_PER_SM are
-// derived by the host.
+// vectors of VEC elements per thread and pass; X_KEEP_L2, FULL_TILES and
+// CTAS_PER_SM are derived by the host.
 //
 // The variance is computed stably, never as E[x^2] - E[x]^2 of raw values
 // (which cancels catastrophically for rows with |mean| >> std):
@@ -29,7 +29,8 @@
 //   M     int         rows, >= 1
 //   N     int         row length, >= 1, N % VEC == 0
 //   eps   float
-// REQUIRES: x, w, b and y aligned to 16 bytes (any cudaMalloc'ed tensor).
+// REQUIRES: x, w, b and y aligned to 16 bytes (any cudaMalloc'ed tensor); with
+// FULL_TILES, M % XBLOCK == 0 and N % R_BLOCK == 0.
 #pragma once
 
 #include "common/memory.cuh"
@@ -61,7 +62,7 @@ __device__ __forceinline__ void normalize_store(const Packed<TIn, VEC>& xv,
 }  // namespace layernorm_fwd_detail
 
 template <typename TIn, typename TOut, typename TW, bool HAS_WEIGHT, bool HAS_BIAS, int NUM_WARPS,
-          int XBLOCK, int VEC, int CHUNKS, bool PERSISTENT, int PIPELINE, bool X_KEEP_L2, int CTAS_PER_SM>
+          int XBLOCK, int VEC, int CHUNKS, bool PERSISTENT, int PIPELINE, bool X_KEEP_L2, bool FULL_TILES, int CTAS_PER_SM>
 __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
     layernorm_fwd(const TIn* __restrict__ x, const TW* __restrict__ w, const TW* __restrict__ b,
                   TOut* __restrict__ y, float* __restrict__ mean, float* __restrict__ rstd, int M,
@@ -106,30 +107,30 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
     WVec wv[CHUNKS];  // (CHUNKS, VEC) TW, this thread's weight columns for every row
     WVec bv[CHUNKS];  // (CHUNKS, VEC) TW, this thread's bias columns for every row
     if constexpr (HAS_WEIGHT && kKeepParams) {
-      load_row_chunks<LoadHint::kReuse, kTpr>(w, true, lane, N, 0, wv);
+      load_row_chunks<LoadHint::kReuse, kTpr, FULL_TILES>(w, true, lane, N, 0, wv);
     }
     if constexpr (HAS_BIAS && kKeepParams) {
-      load_row_chunks<LoadHint::kReuse, kTpr>(b, true, lane, N, 0, bv);
+      load_row_chunks<LoadHint::kReuse, kTpr, FULL_TILES>(b, true, lane, N, 0, bv);
     }
     XVec xa[CHUNKS];  // (CHUNKS, VEC) TIn, the row block being normalized
     XVec xb[CHUNKS];  // (CHUNKS, VEC) TIn, the next row block (PIPELINE == 2)
     unsigned int rb = blockIdx.x;  // row block index
     if constexpr (PIPELINE == 2) {
       const int row = static_cast<int>(rb) * XBLOCK + row_in_block;  // [0, M + XBLOCK)
-      load_row_chunks<kXHint, kTpr>(x + static_cast<long long>(row) * N,
-                                               rb < row_blocks && row < M, lane, N, 0, xa);
+      load_row_chunks<kXHint, kTpr, FULL_TILES>(x + static_cast<long long>(row) * N,
+                                               rb < row_blocks && (FULL_TILES || row < M), lane, N, 0, xa);
     }
     for (; rb < row_blocks; rb += gridDim.x) {
       const int row = static_cast<int>(rb) * XBLOCK + row_in_block;  // [0, M + XBLOCK)
-      const bool row_ok = row < M;
+      const bool row_ok = FULL_TILES || row < M;
       if constexpr (PIPELINE == 1) {
-        load_row_chunks<kXHint, kTpr>(x + static_cast<long long>(row) * N, row_ok, lane, N,
+        load_row_chunks<kXHint, kTpr, FULL_TILES>(x + static_cast<long long>(row) * N, row_ok, lane, N,
                                                  0, xa);
       } else {
         const unsigned int next = rb + gridDim.x;                             // next row block
         const int next_row = static_cast<int>(next) * XBLOCK + row_in_block;  // row of `next`
-        load_row_chunks<kXHint, kTpr>(x + static_cast<long long>(next_row) * N,
-                                                 next < row_blocks && next_row < M, lane, N, 0, xb);
+        load_row_chunks<kXHint, kTpr, FULL_TILES>(x + static_cast<long long>(next_row) * N,
+                                                 next < row_blocks && (FULL_TILES || next_row < M), lane, N, 0, xb);
       }
       // Pass 1: the mean (padding vectors are zero and add nothing).
       float s = 0.0f;  // this thread's part of sum(x)
@@ -146,7 +147,7 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
 #pragma unroll
       for (int c = 0; c < CHUNKS; ++c) {
         const int col = (c * kTpr + lane) * VEC;  // element column
-        if (col < N) {
+        if (FULL_TILES || col < N) {
 #pragma unroll
           for (int i = 0; i < VEC; ++i) {
             const float d = xa[c].get_alt2(i) - mu;  // a conversion of its own: see types.cuh
@@ -165,7 +166,7 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
 #pragma unroll
       for (int c = 0; c < CHUNKS; ++c) {
         const int col = (c * kTpr + lane) * VEC;  // element column
-        if (row_ok && col < N) {
+        if (row_ok && (FULL_TILES || col < N)) {
           if constexpr (HAS_WEIGHT && !kKeepParams) load_packed<LoadHint::kReuse>(w + col, wv[c]);
           if constexpr (HAS_BIAS && !kKeepParams) load_packed<LoadHint::kReuse>(b + col, bv[c]);
           normalize_store<HAS_WEIGHT, HAS_BIAS>(xa[c], wv[c], bv[c], mu, r, y_row + col);
@@ -180,7 +181,7 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
   } else {
     for (unsigned int rb = blockIdx.x; rb < row_blocks; rb += gridDim.x) {
       const int row = static_cast<int>(rb) * XBLOCK + row_in_block;  // [0, M + XBLOCK)
-      const bool row_ok = row < M;
+      const bool row_ok = FULL_TILES || row < M;
       const TIn* x_row = x + static_cast<long long>(row) * N;  // (N) TIn
       // The shift: the row's first element (every thread of the row reads it).
       float shift = 0.0f;
@@ -193,11 +194,11 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
       float s2 = 0.0f;  // this thread's part of sum((x - K)^2)
       for (int base = 0; base < N; base += kRBlock) {
         XVec xv[CHUNKS];  // (CHUNKS, VEC) TIn; kept in L2 for pass 2
-        load_row_chunks<LoadHint::kReuse, kTpr>(x_row, row_ok, lane, N, base, xv);
+        load_row_chunks<LoadHint::kReuse, kTpr, FULL_TILES>(x_row, row_ok, lane, N, base, xv);
 #pragma unroll
         for (int c = 0; c < CHUNKS; ++c) {
           const int col = base + (c * kTpr + lane) * VEC;  // element column
-          if (col < N) {
+          if (FULL_TILES || col < N) {
 #pragma unroll
             for (int i = 0; i < VEC; ++i) {
               const float d = xv[c].get(i) - shift;
@@ -224,13 +225,13 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
         XVec xv[CHUNKS];  // (CHUNKS, VEC) TIn, last use
         WVec wv[CHUNKS];  // (CHUNKS, VEC) TW
         WVec bv[CHUNKS];  // (CHUNKS, VEC) TW
-        load_row_chunks<LoadHint::kOnce, kTpr>(x_row, row_ok, lane, N, base, xv);
-        if constexpr (HAS_WEIGHT) load_row_chunks<LoadHint::kReuse, kTpr>(w, true, lane, N, base, wv);
-        if constexpr (HAS_BIAS) load_row_chunks<LoadHint::kReuse, kTpr>(b, true, lane, N, base, bv);
+        load_row_chunks<LoadHint::kOnce, kTpr, FULL_TILES>(x_row, row_ok, lane, N, base, xv);
+        if constexpr (HAS_WEIGHT) load_row_chunks<LoadHint::kReuse, kTpr, FULL_TILES>(w, true, lane, N, base, wv);
+        if constexpr (HAS_BIAS) load_row_chunks<LoadHint::kReuse, kTpr, FULL_TILES>(b, true, lane, N, base, bv);
 #pragma unroll
         for (int c = 0; c < CHUNKS; ++c) {
           const int col = base + (c * kTpr + lane) * VEC;  // element column
-          if (row_ok && col < N) {
+          if (row_ok && (FULL_TILES || col < N)) {
             normalize_store<HAS_WEIGHT, HAS_BIAS>(xv[c], wv[c], bv[c], mu, r, y_row + col);
           }
         }

@@ -63,6 +63,8 @@ TEST_CASE("TuneNorm: every candidate is correct and the winner relaunches from i
       Rms(4096, 4096, DType::kFP32, DType::kFP32, false),
       Rms(3, 262144, DType::kBF16, DType::kBF16, true),
       Rms(20000, 1000, DType::kBF16, DType::kBF16, true),  // pipelined grids loop
+      // N == R_BLOCK for many configs, M odd: FULL_TILES only where XBLOCK == 1.
+      Rms(1001, 2048, DType::kBF16, DType::kBF16, true),
       Rms(1000, 5120, DType::kBF16, DType::kFP32, true),
       Rms(257, 1000, DType::kFP16, DType::kBF16, false),
   };

@@ -194,7 +194,7 @@ TEST_CASE("Compile reports errors as values with the NVRTC log", "[tuner][nvrtc]
   SECTION("a bad instantiation fails with the static_assert in the log") {
     r->kernels[0].name_expression =
         "ktune::rmsnorm_fwd<ktune::bf16, ktune::bf16, ktune::bf16, true, 4, 1, 16, 1, true, 1, "
-        "false, 1>";  // 32-byte bf16 vectors
+        "false, false, 1>";  // 32-byte bf16 vectors
     const CompileResult c = Compile(&*r);
     CHECK_FALSE(c.ok);
     CHECK(c.log.find("nvrtcCompileProgram") != std::string::npos);

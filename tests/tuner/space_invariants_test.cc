@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include "tuner/norm_space.h"
 
 namespace ktune {
@@ -309,12 +310,17 @@ TEST_CASE("the backward's reduce kernel rows are a knob of their own", "[tuner][
   CHECK(ReduceRowsCandidates(no_weight, HeuristicNormConfig(no_weight, d)).empty());
 }
 
-// The template argument X_KEEP_L2 (after PIPELINE, before CTAS_PER_SM).
-std::string KeepXArgument(const std::string& name_expression) {
-  const size_t last = name_expression.rfind(", ");
-  const size_t before = name_expression.rfind(", ", last - 1);
-  return name_expression.substr(before + 2, last - before - 2);
+// A forward kernel's template argument, counted from the end: 1 is
+// CTAS_PER_SM, 2 FULL_TILES, 3 X_KEEP_L2.
+std::string ArgumentFromEnd(const std::string& name_expression, int from_end) {
+  const size_t open = name_expression.find('<');
+  std::vector<std::string> args =
+      absl::StrSplit(name_expression.substr(open + 1, name_expression.size() - open - 2), ", ");
+  REQUIRE(args.size() >= static_cast<size_t>(from_end));
+  return args[args.size() - from_end];
 }
+
+std::string KeepXArgument(const std::string& name_expression) { return ArgumentFromEnd(name_expression, 3); }
 
 TEST_CASE("the forward keeps x in L2 on long rows and one-wave pipelines only", "[tuner][space]") {
   const DeviceInfo d = H200();
@@ -341,6 +347,60 @@ TEST_CASE("the forward keeps x in L2 on long rows and one-wave pipelines only", 
   NormProblem ln = Rms(8192, 16384, DType::kBF16, true);
   ln.op = NormOp::kLayerNorm;
   CHECK(keep_x(ln, 8, 256, true, 1) == "true");
+}
+
+TEST_CASE("the forward drops bounds checks only where the config tiles the problem exactly",
+          "[tuner][space]") {
+  const DeviceInfo d = H200();
+  // warps, threads per row, chunks of VEC, persistent, pipeline depth.
+  auto full_tiles = [&](const NormProblem& p, int warps, int tpr, int chunks, bool persistent, int pipeline) {
+    NormConfig c;
+    c.num_warps = warps;
+    c.x_block = warps * 32 / tpr;
+    c.vec = 16 / DTypeBytes(p.input_dtype);
+    c.r_block = tpr * c.vec * chunks;
+    c.persistent = persistent;
+    c.pipeline_depth = pipeline;
+    REQUIRE(CanImplement(p, c, d).ok());
+    absl::StatusOr<LaunchRecipe> r = NormLaunchRecipe(p, c, d);
+    REQUIRE(r.ok());
+    return ArgumentFromEnd(r->kernels[0].name_expression, 2);
+  };
+  CHECK(full_tiles(Rms(32768, 1024, DType::kBF16, true), 2, 64, 2, true, 1) == "true");
+  CHECK(full_tiles(Rms(32768, 1024, DType::kBF16, true), 4, 64, 2, true, 1) == "true");   // 2 rows per CTA
+  CHECK(full_tiles(Rms(32767, 1024, DType::kBF16, true), 4, 64, 2, true, 1) == "false");  // a last, half row block
+  CHECK(full_tiles(Rms(32767, 1024, DType::kBF16, true), 2, 64, 2, true, 1) == "true");   // one row per CTA
+  CHECK(full_tiles(Rms(4096, 1000, DType::kBF16, true), 2, 64, 2, true, 1) == "false");   // a padded pass
+  CHECK(full_tiles(Rms(4096, 1024, DType::kBF16, true), 2, 64, 4, true, 1) == "false");   // a half-empty pass
+  CHECK(full_tiles(Rms(32768, 1024, DType::kBF16, true), 2, 64, 2, true, 2) == "false");  // pipelined
+  CHECK(full_tiles(Rms(64, 262144, DType::kBF16, true), 8, 256, 1, false, 1) == "false"); // looped
+  CHECK(full_tiles(Rms(32768, 2048, DType::kBF16, true), 4, 128, 2, true, 1) == "false"); // 4 KB rows
+  CHECK(full_tiles(Rms(32768, 512, DType::kFP32, true), 2, 64, 2, true, 1) == "true");    // 2 KB of fp32
+  NormProblem ln = Rms(32768, 1024, DType::kBF16, true);
+  ln.op = NormOp::kLayerNorm;
+  ln.has_bias = true;
+  CHECK(full_tiles(ln, 2, 64, 2, true, 1) == "true");
+}
+
+TEST_CASE("hoisted params count as live registers where bounds checks are dropped", "[tuner][space]") {
+  const DeviceInfo d = H200();
+  NormProblem ln = Rms(32768, 1024, DType::kBF16, true);
+  ln.op = NormOp::kLayerNorm;
+  ln.has_bias = true;
+  NormConfig c = HeuristicNormConfig(ln, d);  // 4 warps, 2 rows of 64 threads, 2 chunks of 8 bf16
+  std::tie(c.num_warps, c.x_block, c.vec, c.r_block, c.persistent, c.pipeline_depth) =
+      std::make_tuple(4, 2, 8, 1024, true, 1);
+  auto ctas_per_sm = [&](const NormProblem& p) {
+    absl::StatusOr<LaunchRecipe> r = NormLaunchRecipe(p, c, d);
+    REQUIRE(r.ok());
+    return std::stoi(ArgumentFromEnd(r->kernels[0].name_expression, 1));
+  };
+  // Exact: x (8 words) and every w and b vector (16) live, 40 more: 64
+  // registers, 8 warps per sub-partition, 8 CTAs of 4 warps. M odd: x and
+  // one vector each of w and b (16), 56 registers, 9 warps, 9 CTAs.
+  CHECK(ctas_per_sm(ln) == 8);
+  ln.m = 32767;
+  CHECK(ctas_per_sm(ln) == 9);
 }
 
 TEST_CASE("the LayerNorm backward prefetches its next rows into L2 when unpipelined on sm_90",

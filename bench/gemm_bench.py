@@ -21,11 +21,20 @@ tune, session 8 after 2 s of idle on both sides ("settled"), and in session
 9 that settled figure of one unchanged cuBLASLt algorithm moved by -12% to
 +2% against the tune's own, more than any gap it was meant to measure.
 --rounds 0 compares the tune's own figure with one torch timing instead.
-After the rounds, each side is also timed twice in a row and the second
-figure kept ("b2b_*_us" in the JSON, the "b2b" column as ours against
-torch): in session 9, ktune's answer at fp8 8192 x 4096 x 14336 read
-768-770 us timed alone and 788-850 us alternated with torch, whose own
-figure barely moved; b2b shows that effect in every run.
+
+Blocks (since session 10): after the alternated rounds, each side is timed
+R + 1 times in a row, the first discarded, and the medians compared ("block"
+column, "block_*_us" in the JSON); the side that goes first alternates from
+shape to shape. Alternating two processes on one GPU is not neutral: in
+session 10 (bench/RESULTS.md) two identical torch._scaled_mm processes at
+fp8 8192 x 4096 x 14336 read 770-784 us each timed in a row, but taking
+turns the one whose CUDA context was created first read 813-825 us and the
+other 768-789 us. Until session 10 ktune_gemm_bench's context was created
+first; now the driver's is (it starts CUDA before the bench), so if
+alternation penalises the older context, "alt" moves in ktune's favour. The
+block figure times each side after its own kind, as each would run in a
+real program, and is the one "vs torch" reports; "alt" is the alternated
+ratio (torch's median time over ours).
 
   python3 bench/gemm_bench.py --ktune-gemm-bench .gpu/bin/ktune_gemm_bench --out OUT.json [--dtype bf16|fp8] [--rounds 5]
 """
@@ -163,9 +172,11 @@ def main():
     peer = "_scaled_mm" if args.dtype == "fp8" else "matmul"
     print(f"{args.dtype} GEMM, D = A x B^T (B [N, K]), TFLOP/s; torch.{peer} and ktune's candidates timed alike "
           f"(events per call, L2 rotation, median)" +
-          (f"; 'paired': ktune's answer and torch alternated, {args.rounds} timings each, medians" if args.rounds else ""))
+          (f"; 'block': ktune's answer and torch each timed {args.rounds} times in a row (after one discarded), "
+           f"medians; 'alt': the same, alternated" if args.rounds else ""))
     print(f"{'M x N x K':<22} | {'torch':>7} | {'cuBLASLt':>8} | {'template':>8} | {'ktune':>7} | "
-          f"{'paired':>7} | {'vs cuBLASLt':>11} | {'vs torch':>8} | {'b2b':>6} | answer")
+          f"{'block':>7} | {'vs cuBLASLt':>11} | {'vs torch':>8} | {'alt':>6} | answer")
+    torch.zeros(1, device="cuda")  # this process's CUDA context first (see "Blocks" in the header)
     bench = PairedBench(args.ktune_gemm_bench, shapes, args.dtype, ours_json, args.rounds > 0)
     key = lambda r: f"{r['m']}x{r['n']}x{r['k']}"  # noqa: E731
 
@@ -179,7 +190,7 @@ def main():
             yield next(r for r in bench.rows() if key(r) == ready)
 
     rows = []
-    for row in tuned_rows():
+    for index, row in enumerate(tuned_rows()):
         flops = 2 * row["m"] * row["n"] * row["k"]
         time_torch = torch_timer(row["m"], row["n"], row["k"], args.dtype)
         if args.rounds > 0:
@@ -188,29 +199,29 @@ def main():
                 for side in (("ours", "torch") if r % 2 == 0 else ("torch", "ours")):
                     (ours_us if side == "ours" else torch_us).append(
                         bench.time_answer_us() if side == "ours" else time_torch())
-            # Then each side twice in a row, the second timing kept: both
-            # after their own kind, not after the other process (session 9
-            # found alternation slowing ktune's side alone; see the header).
-            row["b2b_ktune_us"] = [bench.time_answer_us() for _ in range(2)][1]
-            row["b2b_torch_us"] = [time_torch() for _ in range(2)][1]
-            bench.next()
             row["paired_ktune_us"], row["paired_torch_us"] = ours_us, torch_us
-            paired = flops / statistics.median(ours_us) / 1e6
-            row["ktune_paired_tflops"] = paired
-            row["torch_tflops"] = flops / statistics.median(torch_us) / 1e6
+            row["alt_ratio"] = statistics.median(torch_us) / statistics.median(ours_us)
+            # Then the blocks: each side after its own kind (see the header).
+            timers = {"ktune": bench.time_answer_us, "torch": time_torch}
+            for side in (("ktune", "torch") if index % 2 == 0 else ("torch", "ktune")):
+                row[f"block_{side}_us"] = [timers[side]() for _ in range(args.rounds + 1)][1:]
+            bench.next()
+            block = flops / statistics.median(row["block_ktune_us"]) / 1e6
+            row["ktune_block_tflops"] = block
+            row["torch_tflops"] = flops / statistics.median(row["block_torch_us"]) / 1e6
         else:
-            paired = 0.0
+            block = 0.0
             row["torch_tflops"] = flops / time_torch() / 1e6
         del time_torch
         torch.cuda.empty_cache()
         rows.append(row)
         row["rounds"] = args.rounds
         ours, dflt = row["ktune_tflops"], row["cublaslt_default_tflops"]
-        versus = paired if args.rounds > 0 else ours  # like with like
-        b2b = row["b2b_torch_us"] / row["b2b_ktune_us"] if args.rounds > 0 else 0.0
+        versus = block if args.rounds > 0 else ours  # like with like
+        alt = row["alt_ratio"] if args.rounds > 0 else 0.0
         print(f"{row['m']} x {row['n']} x {row['k']:<10} | {row['torch_tflops']:7.1f} | {dflt:8.1f} | "
-              f"{row['best_template_tflops']:8.1f} | {ours:7.1f} | {paired:7.1f} | "
-              f"{ours / dflt if dflt else 0:10.3f}x | {versus / row['torch_tflops']:7.3f}x | {b2b:5.3f}x | "
+              f"{row['best_template_tflops']:8.1f} | {ours:7.1f} | {block:7.1f} | "
+              f"{ours / dflt if dflt else 0:10.3f}x | {versus / row['torch_tflops']:7.3f}x | {alt:5.3f}x | "
               f"{row['ktune_answer']}",
               flush=True)
         with open(args.out, "w") as f:

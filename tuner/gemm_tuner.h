@@ -8,7 +8,7 @@
 // own template are re-measured together (in interleaved passes, on a GPU
 // already busy: clocks fall under a large GEMM's power draw, see TuneGemm),
 // and the winner is the fastest, ties
-// (within the measured spread, 1-3%) going to cuBLASLt's default, then to
+// (within how far the medians moved between passes, 1-3%) going to cuBLASLt's default, then to
 // cuBLASLt's order, then to the template's space order. So the answer is
 // never measurably slower than what cuBLASLt would have run: adding a source
 // can only make it faster.
@@ -83,7 +83,7 @@ struct GemmTuneResult {
 };
 
 // The finalists' winner: the fastest median, unless candidates within the tie
-// window of it (the fastest's spread clamped to [1%, 3%]) come earlier in
+// window of it (the fastest's pass_range clamped to [1%, 3%]) come earlier in
 // `preference` (lower is preferred); returns the index into `finals`.
 // REQUIRES: finals non-empty, preference.size() == finals.size().
 size_t PickGemmWinner(const std::vector<Timing>& finals, const std::vector<int>& preference);
@@ -94,8 +94,8 @@ size_t PickGemmWinner(const std::vector<Timing>& finals, const std::vector<int>&
 absl::Status HeatUp(CandidateExecutor* executor, const LaunchRecipe& recipe, double heat_ms);
 
 // One timing from interleaved passes over the same candidate: the median of
-// the pass medians and percentiles, the repetitions summed, the spread widened
-// to cover how far the pass medians drifted apart.
+// the pass medians and percentiles, the repetitions summed, pass_range set,
+// and the spread widened to cover it.
 // REQUIRES: passes non-empty.
 Timing CombinePasses(const std::vector<Timing>& passes);
 

@@ -22,6 +22,9 @@ struct Timing {
   double p10_us = 0;
   double p90_us = 0;
   double spread = 0;  // (p90 - p10) / median
+  // Combined passes only (CombinePasses): (max - min) / median of the passes'
+  // medians, how far the statistic itself moved between passes; 0 otherwise.
+  double pass_range = 0;
   int repetitions = 0;
 };
 

@@ -29,9 +29,9 @@ shape to shape. Alternating two processes on one GPU is not neutral: in
 session 10 (bench/RESULTS.md) two identical torch._scaled_mm processes at
 fp8 8192 x 4096 x 14336 read 770-784 us each timed in a row, but taking
 turns the one whose CUDA context was created first read 813-825 us and the
-other 768-789 us. Until session 10 ktune_gemm_bench's context was created
-first; now the driver's is (it starts CUDA before the bench), so if
-alternation penalises the older context, "alt" moves in ktune's favour. The
+other 768-789 us. It does not follow context order: with the driver's
+context created first (it starts CUDA before the bench, since session 10),
+ktune's side was still the slower one alternated. Why is not known. The
 block figure times each side after its own kind, as each would run in a
 real program, and is the one "vs torch" reports; "alt" is the alternated
 ratio (torch's median time over ours).

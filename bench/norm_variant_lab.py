@@ -48,7 +48,9 @@ def kernel(tree, op, c, m, n):
     flags = ["true" if c["keep"] else "false"]
     with open(os.path.join(tree, "norm", f"{op}_fwd.cuh")) as f:
         if "FULL_TILES" in f.read():  # trees from before session 10 lack it
-            full = m % c["xb"] == 0 and n == c["warps"] * 32 // c["xb"] * c["vec"] * c["chunks"]
+            # As tuner/norm_space.cc's FullTiles: pd1, an exact tiling, rows of <= 2 KB (bf16).
+            r_block = c["warps"] * 32 // c["xb"] * c["vec"] * c["chunks"]
+            full = c["pd"] == 1 and m % c["xb"] == 0 and n == r_block and n * 2 <= 2048
             flags.append("true" if full and not c["nofull"] else "false")
     params = f"{c['warps']}, {c['xb']}, {c['vec']}, {c['chunks']}, true, {c['pd']}, {', '.join(flags)}, {c['ctas']}"
     if op == "rmsnorm":

@@ -31,6 +31,9 @@ namespace ktune {
   X(cublasLtMatmulPreferenceSetAttribute) \
   X(cublasLtMatmulAlgoGetHeuristic)     \
   X(cublasLtMatmulAlgoCheck)            \
+  X(cublasLtMatmulAlgoCapGetAttribute)  \
+  X(cublasLtMatmulAlgoConfigGetAttribute) \
+  X(cublasLtMatmulAlgoConfigSetAttribute) \
   X(cublasLtMatmul)
 
 struct CublasLt::Api {
@@ -257,6 +260,44 @@ std::vector<CublasLtAlgo> MergeCublasLtAlgos(std::vector<CublasLtAlgo> first, co
   return first;
 }
 
+std::vector<CublasLtConfig> NeighbourConfigs(const CublasLtConfig& seed, const CublasLtCaps& caps) {
+  constexpr uint32_t kMaxCustomOptions = 4;  // beyond the seed's; some algorithms allow hundreds
+  // Hopper's useful shapes: pairs and quads of CTAs sharing operand tiles by
+  // TMA multicast, along either dimension.
+  constexpr uint16_t kClusterShapes[] = {CUBLASLT_CLUSTER_SHAPE_1x1x1, CUBLASLT_CLUSTER_SHAPE_2x1x1,
+                                         CUBLASLT_CLUSTER_SHAPE_1x2x1, CUBLASLT_CLUSTER_SHAPE_2x2x1,
+                                         CUBLASLT_CLUSTER_SHAPE_4x1x1, CUBLASLT_CLUSTER_SHAPE_1x4x1};
+  std::vector<CublasLtConfig> out;
+  auto add = [&](CublasLtConfig c) {
+    if (!(c == seed) && std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+  };
+  if (caps.clusters) {
+    for (uint16_t shape : kClusterShapes) {
+      CublasLtConfig c = seed;
+      c.cluster = shape;
+      add(c);
+    }
+  }
+  if (caps.swizzle) {
+    CublasLtConfig c = seed;
+    c.swizzle = seed.swizzle == 0 ? 1 : 0;
+    add(c);
+  }
+  for (uint32_t stages : caps.stages) {
+    CublasLtConfig c = seed;
+    c.stages = stages;
+    add(c);
+  }
+  for (uint32_t option = 0, added = 0; option <= caps.custom_max && added < kMaxCustomOptions; ++option) {
+    if (option == seed.custom) continue;
+    CublasLtConfig c = seed;
+    c.custom = option;
+    add(c);
+    ++added;
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<CublasLtAlgo>> CublasLt::Heuristic(const v1::GemmProblem& p, int max_algos,
                                                               uint64_t max_workspace_bytes) {
   if (absl::Status s = CublasLtCanServe(p); !s.ok()) return s;
@@ -287,6 +328,122 @@ absl::StatusOr<std::vector<CublasLtAlgo>> CublasLt::Heuristic(const v1::GemmProb
   }
   if (algos.empty()) return absl::NotFoundError("cuBLASLt's heuristic returned no algorithm for the problem");
   return algos;
+}
+
+namespace {
+
+// Calls fn(attribute, value, size, name) for each field of `config`, as
+// cuBLASLt's algorithm attribute of the same meaning; stops at an error.
+template <typename Fn>
+absl::Status ForEachConfigField(CublasLtConfig* config, Fn fn) {
+  struct Field {
+    cublasLtMatmulAlgoConfigAttributes_t attribute;
+    void* value;
+    size_t size;
+    const char* name;
+  };
+  const Field fields[] = {
+      {CUBLASLT_ALGO_CONFIG_STAGES_ID, &config->stages, sizeof(config->stages), "stages"},
+      {CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &config->swizzle, sizeof(config->swizzle), "CTA swizzle"},
+      {CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &config->custom, sizeof(config->custom), "custom option"},
+      {CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &config->cluster, sizeof(config->cluster), "cluster shape"},
+  };
+  for (const Field& f : fields) {
+    if (absl::Status s = fn(f.attribute, f.value, f.size, f.name); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+// An algorithm's CublasLtConfig and CublasLtCaps; `clusters` as Variants'.
+absl::Status ReadConfig(const CublasLt::Api* api, const cublasLtMatmulAlgo_t& a, bool clusters, CublasLtConfig* config,
+                        CublasLtCaps* caps) {
+  size_t written = 0;
+  absl::Status read = ForEachConfigField(config, [&](cublasLtMatmulAlgoConfigAttributes_t attribute, void* value,
+                                                     size_t size, const char* name) {
+    return LtStatus(*api, api->cublasLtMatmulAlgoConfigGetAttribute(&a, attribute, value, size, &written), name);
+  });
+  if (!read.ok()) return read;
+  int32_t swizzle = 0;
+  KTUNE_LT(api->cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT, &swizzle,
+                                                  sizeof(swizzle), &written),
+           "swizzle support");
+  caps->swizzle = swizzle != 0;
+  int32_t custom_max = 0;
+  KTUNE_LT(api->cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX, &custom_max,
+                                                  sizeof(custom_max), &written),
+           "custom option range");
+  caps->custom_max = static_cast<uint32_t>(std::max(custom_max, 0));
+  // The stage ids: asked for the count first (size 0), then read.
+  KTUNE_LT(api->cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_STAGES_IDS, nullptr, 0, &written),
+           "stage ids count");
+  caps->stages.assign(written / sizeof(uint32_t), 0);
+  if (!caps->stages.empty()) {
+    KTUNE_LT(api->cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_STAGES_IDS, caps->stages.data(),
+                                                    caps->stages.size() * sizeof(uint32_t), &written),
+             "stage ids");
+  }
+  caps->clusters = clusters;
+  return absl::OkStatus();
+}
+
+absl::Status WriteConfig(const CublasLt::Api* api, CublasLtConfig config, cublasLtMatmulAlgo_t* a) {
+  return ForEachConfigField(&config, [&](cublasLtMatmulAlgoConfigAttributes_t attribute, void* value, size_t size,
+                                         const char* name) {
+    return LtStatus(*api, api->cublasLtMatmulAlgoConfigSetAttribute(a, attribute, value, size), name);
+  });
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<CublasLtAlgo>> CublasLt::Variants(const v1::GemmProblem& p,
+                                                             const std::vector<CublasLtAlgo>& seeds,
+                                                             uint64_t max_workspace_bytes, bool clusters,
+                                                             size_t max_per_seed) {
+  if (absl::Status s = CublasLtCanServe(p); !s.ok()) return s;
+  const Api* api = api_.get();
+  Descriptors d(api);
+  if (absl::Status s = Describe(api, p, nullptr, &d); !s.ok()) return s;
+  std::vector<CublasLtAlgo> out;
+  absl::Status unreadable;  // the last seed whose settings could not be read
+  auto known = [&](const std::string& bytes) {
+    auto same = [&](const CublasLtAlgo& x) { return x.data == bytes; };
+    return std::any_of(seeds.begin(), seeds.end(), same) || std::any_of(out.begin(), out.end(), same);
+  };
+  for (const CublasLtAlgo& seed : seeds) {
+    if (seed.data.size() != sizeof(cublasLtMatmulAlgo_t)) {
+      return absl::InvalidArgumentError("a cuBLASLt algorithm is 64 bytes");
+    }
+    cublasLtMatmulAlgo_t base;
+    std::memcpy(&base, seed.data.data(), sizeof(base));
+    CublasLtConfig config;
+    CublasLtCaps caps;
+    if (absl::Status s = ReadConfig(api, base, clusters, &config, &caps); !s.ok()) {
+      unreadable = s;  // this seed only: the next may be of another kind
+      continue;
+    }
+    size_t from_seed = 0;
+    for (const CublasLtConfig& c : NeighbourConfigs(config, caps)) {
+      if (from_seed >= max_per_seed) break;
+      cublasLtMatmulAlgo_t a = base;
+      if (!WriteConfig(api, c, &a).ok()) continue;  // a value this algorithm does not take
+      cublasLtMatmulHeuristicResult_t result;
+      std::memset(&result, 0, sizeof(result));
+      if (api->cublasLtMatmulAlgoCheck(static_cast<cublasLtHandle_t>(handle_), d.op_, d.a_, d.b_, d.c_, d.d_, &a,
+                                       &result) != CUBLAS_STATUS_SUCCESS ||
+          result.state != CUBLAS_STATUS_SUCCESS || result.workspaceSize > max_workspace_bytes) {
+        continue;  // not valid for this problem or this GPU
+      }
+      CublasLtAlgo v;
+      v.data.assign(reinterpret_cast<const char*>(&a), sizeof(a));
+      if (known(v.data)) continue;
+      v.workspace_bytes = result.workspaceSize;
+      v.waves = result.wavesCount;
+      out.push_back(std::move(v));
+      ++from_seed;
+    }
+  }
+  if (out.empty() && !unreadable.ok()) return unreadable;
+  return out;
 }
 
 absl::Status CublasLt::Check(const v1::GemmProblem& p, const CublasLtAlgo& algo) {

@@ -3,7 +3,10 @@
 // NVRTC candidates on machines without it.
 //
 // A candidate is one of the algorithms cuBLASLt's heuristic returns for the
-// problem (its first is what cuBLASLt would run by default). The algorithm is
+// problem (its first is what cuBLASLt would run by default), or a variant of
+// one of the first few: the same kernel family and tile with one setting
+// changed (stages, CTA swizzle, custom option or cluster shape), which the
+// heuristic ranks by a model and does not return. The algorithm is
 // an opaque 64-byte value: it is stored as bytes with the cuBLASLt version
 // (part of the software fingerprint), and re-created from the store after
 // cublasLtMatmulAlgoCheck accepts it for the problem on this GPU.
@@ -43,6 +46,34 @@ struct CublasLtAlgo {
 // its head, is kept.
 std::vector<CublasLtAlgo> MergeCublasLtAlgos(std::vector<CublasLtAlgo> first, const std::vector<CublasLtAlgo>& more,
                                              size_t max);
+
+// The settings of an algorithm that variants change (cuBLASLt's
+// CUBLASLT_ALGO_CONFIG_* of the same names); its id and tile stay.
+struct CublasLtConfig {
+  uint32_t stages = 0;   // STAGES_ID (a cublasLtMatmulStages_t)
+  uint32_t swizzle = 0;  // CTA_SWIZZLING: 0 or 1
+  uint32_t custom = 0;   // CUSTOM_OPTION
+  uint16_t cluster = 0;  // CLUSTER_SHAPE_ID (a cublasLtClusterShape_t)
+  bool operator==(const CublasLtConfig& o) const {
+    return stages == o.stages && swizzle == o.swizzle && custom == o.custom && cluster == o.cluster;
+  }
+};
+
+// What an algorithm accepts (cublasLtMatmulAlgoCapGetAttribute), as far as
+// variants need it.
+struct CublasLtCaps {
+  std::vector<uint32_t> stages;  // CAP_STAGES_IDS
+  bool swizzle = false;          // CAP_CTA_SWIZZLING_SUPPORT
+  uint32_t custom_max = 0;       // CAP_CUSTOM_OPTION_MAX
+  bool clusters = false;         // thread block clusters (sm_90 and later)
+};
+
+// The configurations one setting away from `seed` that `caps` allows, most
+// promising first: the cluster shapes 1x1, 2x1, 1x2, 2x2, 4x1 and 1x4 (on
+// the H200 torch's fp8 answer is a 2x1 cluster), the other CTA swizzle, the
+// other stage counts, then up to 4 other custom options. cuBLASLt may still
+// reject one for a problem: Variants checks each.
+std::vector<CublasLtConfig> NeighbourConfigs(const CublasLtConfig& seed, const CublasLtCaps& caps);
 
 // Device pointers (CUdeviceptr values) of one GEMM call. c, bias and the fp8
 // scales (float, one each) may be 0 when the problem has none.
@@ -84,6 +115,16 @@ class CublasLt {
   // Needs a GPU (a current CUDA context).
   absl::StatusOr<std::vector<CublasLtAlgo>> Heuristic(const v1::GemmProblem& problem, int max_algos,
                                                       uint64_t max_workspace_bytes);
+
+  // Up to `max_per_seed` algorithms per seed one setting away from it (the
+  // first of its NeighbourConfigs that cublasLtMatmulAlgoCheck accepts for
+  // `problem` within `max_workspace_bytes`), none equal to a seed or to
+  // another; seed by seed. `clusters`: the GPU has thread block clusters.
+  // Needs a GPU.
+  absl::StatusOr<std::vector<CublasLtAlgo>> Variants(const v1::GemmProblem& problem,
+                                                     const std::vector<CublasLtAlgo>& seeds,
+                                                     uint64_t max_workspace_bytes, bool clusters,
+                                                     size_t max_per_seed);
 
   // OK if `algo` (e.g. read back from the store) is valid for `problem` here.
   absl::Status Check(const v1::GemmProblem& problem, const CublasLtAlgo& algo);

@@ -56,6 +56,20 @@ class InProcessExecutor final : public CandidateExecutor {
     absl::StatusOr<std::vector<CublasLtAlgo>> small =
         cublaslt_->Heuristic(gemm_problem_, max, GemmRunner::kCublasLtSmallWorkspaceBytes);
     if (small.ok()) *algos = MergeCublasLtAlgos(*std::move(algos), *small, static_cast<size_t>(std::max(max, 1)));
+    // Then variants of the heuristic's first two (its default and runner-up)
+    // with one setting changed, after every heuristic algorithm, so ties
+    // still go to the heuristic's order. A failure here costs only them.
+    constexpr size_t kVariantSeeds = 2;
+    constexpr size_t kVariantsPerSeed = 12;
+    const std::vector<CublasLtAlgo> seeds(algos->begin(), algos->begin() + std::min(algos->size(), kVariantSeeds));
+    absl::StatusOr<std::vector<CublasLtAlgo>> variants = cublaslt_->Variants(
+        gemm_problem_, seeds, GemmRunner::kCublasLtWorkspaceBytes, device_->info().cc_major >= 9, kVariantsPerSeed);
+    if (variants.ok()) {
+      const size_t all = algos->size() + variants->size();
+      *algos = MergeCublasLtAlgos(*std::move(algos), *variants, all);
+    } else {
+      spdlog::warn("event=cublaslt_variants_failed reason=\"{}\"", std::string(variants.status().message()));
+    }
     for (const CublasLtAlgo& a : *algos) {
       out.push_back(CublasLtRecipe(a, cublaslt_->version()));
       out.back().arch = Arch(device_->info());

@@ -293,7 +293,7 @@ TEST_CASE("every pruned wgmma GEMM candidate matches a float64 reference", "[gpu
   CHECK(tested >= 20);
 }
 
-TEST_CASE("cuBLASLt's algorithms match a float64 reference and come back from their bytes", "[gpu][gemm][cublaslt]") {
+TEST_CASE("cuBLASLt's algorithms and their variants match a float64 reference and come back from their bytes", "[gpu][gemm][cublaslt]") {
   Device* device = testing::GpuDevice();
   absl::StatusOr<std::unique_ptr<CublasLt>> lt = CublasLt::Open();
   INFO(lt.status().ToString());
@@ -301,6 +301,7 @@ TEST_CASE("cuBLASLt's algorithms match a float64 reference and come back from th
   absl::StatusOr<DeviceBuffer> workspace = DeviceBuffer::Create(device, 32 << 20);
   REQUIRE(workspace.ok());
   int served = 0;
+  size_t all_variants = 0;
   for (GemmCase& g : Cases(device)) {
     INFO(GemmCanonicalKey(g.p));
     if (!CublasLtCanServe(g.p).ok()) continue;
@@ -309,8 +310,21 @@ TEST_CASE("cuBLASLt's algorithms match a float64 reference and come back from th
     INFO(algos.status().ToString());
     REQUIRE(algos.ok());
     CHECK(algos->size() >= 1);
-    std::printf("%s: %zu cuBLASLt algorithms\n", GemmCanonicalKey(g.p).c_str(), algos->size());
-    for (const CublasLtAlgo& algo : *algos) {
+    // And the variants of the first two, as the tuner adds them (tuner/executor.cc).
+    const std::vector<CublasLtAlgo> seeds(algos->begin(), algos->begin() + std::min<size_t>(algos->size(), 2));
+    absl::StatusOr<std::vector<CublasLtAlgo>> variants = (*lt)->Variants(g.p, seeds, 32 << 20, true, 12);
+    INFO(variants.status().ToString());
+    REQUIRE(variants.ok());
+    std::printf("%s: %zu cuBLASLt algorithms, %zu variants\n", GemmCanonicalKey(g.p).c_str(), algos->size(),
+                variants->size());
+    all_variants += variants->size();
+    for (const CublasLtAlgo& v : *variants) {
+      CHECK(v.workspace_bytes <= (32u << 20));
+      for (const CublasLtAlgo& seed : seeds) CHECK(v.data != seed.data);
+    }
+    std::vector<CublasLtAlgo> every = *algos;
+    every.insert(every.end(), variants->begin(), variants->end());
+    for (const CublasLtAlgo& algo : every) {
       CublasLtAlgo stored;  // as read back from an entry: bytes and workspace only
       stored.data = std::string(algo.data.data(), algo.data.size());
       stored.workspace_bytes = algo.workspace_bytes;
@@ -329,6 +343,7 @@ TEST_CASE("cuBLASLt's algorithms match a float64 reference and come back from th
     }
   }
   CHECK(served >= 3);
+  CHECK(all_variants > 0);  // an H200 offers at least the cluster shapes somewhere
 }
 
 TEST_CASE("TuneGemm answers correctly and never measurably slower than cuBLASLt's default", "[gpu][gemm]") {

@@ -42,6 +42,7 @@ TEST_CASE("cuBLASLt loads or says why not and its heuristic fails cleanly withou
   CublasLtAlgo short_algo;
   short_algo.data = "too short";
   CHECK((*lt)->Check(p, short_algo).code() == absl::StatusCode::kInvalidArgument);
+  CHECK((*lt)->Variants(p, {short_algo}, 32 << 20, true, 4).status().code() == absl::StatusCode::kInvalidArgument);
   absl::StatusOr<std::vector<CublasLtAlgo>> algos = (*lt)->Heuristic(p, 8, 32 << 20);
   if (!algos.ok()) {
     INFO(algos.status().ToString());
@@ -78,6 +79,47 @@ TEST_CASE("a second heuristic list adds only algorithms the first lacks, after i
   CublasLtAlgo b2 = algo('b');
   b2.data[63] = 'x';
   CHECK(tags(MergeCublasLtAlgos(first, {b2}, 8)) == "abcb");
+}
+
+TEST_CASE("variants change one setting of the seed, clusters first, each once", "[tuner][cublaslt]") {
+  CublasLtConfig seed;
+  seed.stages = 7;
+  seed.swizzle = 0;
+  seed.custom = 1;
+  seed.cluster = 3;  // 2x1x1
+  CublasLtCaps caps;
+  caps.stages = {7, 9, 9, 12};  // the seed's own, and a repeat
+  caps.swizzle = true;
+  caps.custom_max = 100;
+  caps.clusters = true;
+  const std::vector<CublasLtConfig> all = NeighbourConfigs(seed, caps);
+  // 5 other cluster shapes, the other swizzle, 2 other stage counts, 4 other custom options.
+  REQUIRE(all.size() == 5 + 1 + 2 + 4);
+  for (size_t i = 0; i < all.size(); ++i) {
+    const CublasLtConfig& c = all[i];
+    const int changed = (c.stages != seed.stages) + (c.swizzle != seed.swizzle) + (c.custom != seed.custom) +
+                        (c.cluster != seed.cluster);
+    CHECK(changed == 1);
+    for (size_t j = 0; j < i; ++j) CHECK_FALSE(all[j] == c);
+  }
+  CHECK(all[0].cluster == 2);  // 1x1x1 first; the seed's 2x1x1 is skipped
+  CHECK(all[1].cluster == 5);  // 1x2x1
+  CHECK(all[5].swizzle == 1);
+  CHECK(all[6].stages == 9);
+  CHECK(all[7].stages == 12);
+  CHECK(all[8].custom == 0);
+  CHECK(all[9].custom == 2);  // the seed's 1 is skipped
+  CHECK(all[11].custom == 4);
+
+  // Without clusters, swizzle or custom options only the stages vary; with
+  // nothing to vary there is nothing.
+  caps.clusters = false;
+  caps.swizzle = false;
+  caps.custom_max = 0;
+  seed.custom = 0;
+  CHECK(NeighbourConfigs(seed, caps).size() == 2);
+  caps.stages.clear();
+  CHECK(NeighbourConfigs(seed, caps).empty());
 }
 
 }  // namespace

@@ -11,10 +11,12 @@
 // prints "paired: ready MxNxK" and reads commands on stdin, one per line:
 // "time" heats the GPU with the answer for 200 ms, times 100 calls with
 // events and prints "paired: us MEDIAN"; "next" goes on to the next problem.
-// The driver alternates these with the peer's timings, so both run under the
-// same clocks and thermal history (the tune's own figures come from the end
-// of a tune that kept the GPU busy for seconds; under the power limit a
-// hotter chip holds lower clocks).
+// The driver alternates these with the peer's timings, then times each side
+// in a block of its own (alternating two processes is not neutral: see
+// bench/gemm_bench.py). Either way both run on a GPU in the same state, which
+// the tune's own figures are not: they come from the end of a tune that kept
+// the GPU busy for seconds, and under the power limit a hotter chip holds
+// lower clocks.
 // Default shapes: issue 5's (M in {1, 16, 128, 2048, 8192} x (N, K) in
 // {(4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096)}, plus 8192^3), bf16
 // (fp8: e4m3 A and B with per-tensor scales, bf16 D; cuBLASLt's algorithms and

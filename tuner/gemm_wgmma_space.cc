@@ -238,8 +238,10 @@ double WgmmaModelTimeUs(const v1::GemmProblem& p, const WgmmaTileConfig& c, cons
   // pruned space (the GPU test still checks them all).
   const double cluster_efficiency = c.cluster_m == 2 ? 0.5 : 1.0;
   const double pipelining = std::min(1.0, (c.stages - 1) * c.k_rows * kRowBytes / 384.0);  // 3 rows of 128 bytes
-  // Each promotion drains the consumer's wgmmas: about one step of K lost
-  // per span (an assumption, not yet measured).
+  // Each promotion drains the consumer's wgmmas: charged as about one step
+  // of K per span. Not measured alone, and not the main cost: with the two
+  // consumers draining half a span apart (session 11, bench/RESULTS.md) the
+  // promoted configs moved by -1% to +4%, still 0.74-0.88x cuBLASLt.
   const double promotion = c.promote ? PromoteSteps(p, c) / (PromoteSteps(p, c) + 1.0) : 1.0;
   const int64_t step = int64_t{BlockK(p)} * c.k_rows;
   const double k_padded = static_cast<double>(CeilDiv(p.k(), step) * step);

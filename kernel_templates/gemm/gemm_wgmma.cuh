@@ -61,6 +61,10 @@
 // adds at reduced precision, so without this one accumulator (one split) may
 // span only so much of K; with it, any K at fp32 precision, for twice the
 // accumulator registers and a drained tensor pipe once per promotion.
+// (Promoting a span while the next span's wgmmas, into a third set of
+// registers, are in flight would avoid the drain, but ptxas then serializes
+// every wgmma of the kernel: C7514, an accumulator read while any wgmma is
+// in flight. Session 11, bench/RESULTS.md.)
 //
 // Kernel arguments, in order (the recipe's `params`):
 //   tma_a:KBxBM   TmaDescriptor (by value)  A as a 3D tensor (K, M, batch) of

@@ -8,10 +8,11 @@ sees it). Run on the GPU machine:
   python3 bench/norm_variant_lab.py --trees base=/tmp/base/kernel_templates,new=kernel_templates \\
       --op layernorm --shape 32768x1024 --configs "w2 xb1 ch2 pd2 c14 keep;w2 xb1 ch2 pd1 c30"
 
-A config is "wW xbX [vV] chC pdP cK [keep] [nofull]": NUM_WARPS, XBLOCK, VEC
-(bf16 per vector, 8 when absent), CHUNKS (of VEC), PIPELINE, CTAS_PER_SM,
-X_KEEP_L2, and FULL_TILES off (where the tree's template has FULL_TILES it is
-otherwise derived as the tuner derives it); always persistent, bf16, with weight
+A config is "wW xbX [vV] chC pdP cK [keep] [nofull|full]": NUM_WARPS, XBLOCK,
+VEC (bf16 per vector, 8 when absent), CHUNKS (of VEC), PIPELINE, CTAS_PER_SM,
+X_KEEP_L2, and FULL_TILES off, or on wherever the tiling is exact (beyond the
+tuner's 2 KB rows). Where the tree's template has FULL_TILES it is otherwise
+derived as the tuner derives it; always persistent, bf16, with weight
 (and bias for LayerNorm). The grid is the tuner's: one CTA per row block, or
 one wave of CTAS_PER_SM per SM when pipelined. Each kernel is checked against
 a float64 reference (y, and mean and rstd for LayerNorm) before it is timed
@@ -31,16 +32,16 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from norm_bench import COPY_REF_TBS, EPS, L2_BYTES, graph_time_us  # noqa: E402
 
-CONFIG = re.compile(r"^w(\d+) xb(\d+)(?: v(1|2|4|8))? ch(\d+) pd([12]) c(\d+)( keep)?( nofull)?$")
+CONFIG = re.compile(r"^w(\d+) xb(\d+)(?: v(1|2|4|8))? ch(\d+) pd([12]) c(\d+)( keep)?( nofull| full)?$")
 
 
 def parse_config(text):
     m = CONFIG.match(text.strip())
     if not m:
-        raise ValueError(f"config {text!r}: expected 'wW xbX [vV] chC pdP cK [keep] [nofull]'")
+        raise ValueError(f"config {text!r}: expected 'wW xbX [vV] chC pdP cK [keep] [nofull|full]'")
     warps, xb, vec, chunks, pd, ctas = (int(g or 8) for g in m.groups()[:6])
     return dict(warps=warps, xb=xb, vec=vec, chunks=chunks, pd=pd, ctas=ctas, keep=bool(m.group(7)),
-                nofull=bool(m.group(8)), text=text.strip())
+                full=(m.group(8) or "").strip() or None, text=text.strip())
 
 
 def kernel(tree, op, c, m, n):
@@ -50,8 +51,9 @@ def kernel(tree, op, c, m, n):
         if "FULL_TILES" in f.read():  # trees from before session 10 lack it
             # As tuner/norm_space.cc's FullTiles: pd1, an exact tiling, rows of <= 2 KB (bf16).
             r_block = c["warps"] * 32 // c["xb"] * c["vec"] * c["chunks"]
-            full = c["pd"] == 1 and m % c["xb"] == 0 and n == r_block and n * 2 <= 2048
-            flags.append("true" if full and not c["nofull"] else "false")
+            exact = c["pd"] == 1 and m % c["xb"] == 0 and n == r_block
+            full = {"nofull": False, "full": exact, None: exact and n * 2 <= 2048}[c["full"]]
+            flags.append("true" if full else "false")
     params = f"{c['warps']}, {c['xb']}, {c['vec']}, {c['chunks']}, true, {c['pd']}, {', '.join(flags)}, {c['ctas']}"
     if op == "rmsnorm":
         expr = f"ktune::rmsnorm_fwd<{t}, {t}, {t}, true, {params}>"
@@ -85,8 +87,11 @@ def main():
     except ValueError as e:
         ap.error(f"--configs: {e}")
     for c in configs:
-        if n % c["vec"] != 0 or c["warps"] * 32 // c["xb"] * c["vec"] * c["chunks"] < n:
+        r_block = c["warps"] * 32 // c["xb"] * c["vec"] * c["chunks"]
+        if n % c["vec"] != 0 or r_block < n:
             ap.error(f"--configs {c['text']!r}: does not hold a whole row of {n} (a multiple of vec) in registers")
+        if c["full"] == "full" and not (c["pd"] == 1 and m % c["xb"] == 0 and n == r_block):
+            ap.error(f"--configs {c['text']!r}: 'full' needs pd1, M a multiple of xb and N == the row block {r_block}")
 
     ln = args.op == "layernorm"
     sets = max(1, math.ceil(3 * L2_BYTES / (2 * m * n * 2)))

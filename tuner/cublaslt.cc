@@ -446,6 +446,29 @@ absl::StatusOr<std::vector<CublasLtAlgo>> CublasLt::Variants(const v1::GemmProbl
   return out;
 }
 
+absl::StatusOr<std::vector<CublasLtAlgo>> CublasLt::Candidates(const v1::GemmProblem& p, int max_heuristic,
+                                                               bool clusters, absl::Status* variants_status) {
+  const size_t max_listed = static_cast<size_t>(std::max(max_heuristic, 1));
+  absl::StatusOr<std::vector<CublasLtAlgo>> algos = Heuristic(p, max_heuristic, kCublasLtWorkspaceBytes);
+  if (!algos.ok()) return algos.status();
+  // The second list only adds: the first's head stays cuBLASLt's default.
+  absl::StatusOr<std::vector<CublasLtAlgo>> small = Heuristic(p, max_heuristic, kCublasLtSmallWorkspaceBytes);
+  if (small.ok()) *algos = MergeCublasLtAlgos(*std::move(algos), *small, max_listed);
+  // Variants after every heuristic algorithm, so ties still go to the
+  // heuristic's order.
+  constexpr size_t kVariantSeeds = 2;  // cuBLASLt's default and its runner-up
+  constexpr size_t kVariantsPerSeed = 12;
+  const std::vector<CublasLtAlgo> seeds(algos->begin(), algos->begin() + std::min(algos->size(), kVariantSeeds));
+  absl::StatusOr<std::vector<CublasLtAlgo>> variants =
+      Variants(p, seeds, kCublasLtWorkspaceBytes, clusters, kVariantsPerSeed);
+  if (variants_status != nullptr) *variants_status = variants.status();
+  if (variants.ok()) {
+    const size_t all = algos->size() + variants->size();
+    *algos = MergeCublasLtAlgos(*std::move(algos), *variants, all);
+  }
+  return algos;
+}
+
 absl::Status CublasLt::Check(const v1::GemmProblem& p, const CublasLtAlgo& algo) {
   if (algo.data.size() != sizeof(cublasLtMatmulAlgo_t)) {
     return absl::InvalidArgumentError(

@@ -98,6 +98,16 @@ uint64_t CublasLtLibraryVersion();
 // FAILED_PRECONDITION saying why. REQUIRES: ValidateGemmProblem OK.
 absl::Status CublasLtCanServe(const v1::GemmProblem& problem);
 
+// The cuBLASLt workspace every algorithm gets (algorithms needing more are
+// not candidates).
+inline constexpr uint64_t kCublasLtWorkspaceBytes = uint64_t{32} << 20;
+// A second, smaller cap the heuristic is also asked with (PyTorch's: its
+// cublasLtMatmul calls pass 1 MiB, by cuBLASLt's trace in session 11): it
+// ranks by the workspace allowed, and under 1 MiB it names algorithms the
+// 32 MiB list lacks (on the H200, fp8 at M = 16 and 128 with K = 14336;
+// one of them is the answer at 128 x 4096 x 14336, session 9).
+inline constexpr uint64_t kCublasLtSmallWorkspaceBytes = uint64_t{1} << 20;
+
 class CublasLt {
  public:
   // Loads the library and creates a handle. FAILED_PRECONDITION naming the
@@ -125,6 +135,16 @@ class CublasLt {
                                                      const std::vector<CublasLtAlgo>& seeds,
                                                      uint64_t max_workspace_bytes, bool clusters,
                                                      size_t max_per_seed);
+
+  // The tuner's cuBLASLt candidates for `problem`, in the order ties go
+  // (first wins): up to `max_heuristic` from the heuristic under
+  // kCublasLtWorkspaceBytes (its head is cuBLASLt's default), then what it
+  // adds under kCublasLtSmallWorkspaceBytes, up to `max_heuristic` in all;
+  // then Variants of the first two, up to 12 each. A failure to list
+  // variants costs only them: `variants_status` (may be null) says why.
+  // `clusters` as Variants'. Needs a GPU.
+  absl::StatusOr<std::vector<CublasLtAlgo>> Candidates(const v1::GemmProblem& problem, int max_heuristic,
+                                                       bool clusters, absl::Status* variants_status = nullptr);
 
   // OK if `algo` (e.g. read back from the store) is valid for `problem` here.
   absl::Status Check(const v1::GemmProblem& problem, const CublasLtAlgo& algo);

@@ -48,27 +48,12 @@ class InProcessExecutor final : public CandidateExecutor {
     if (!gemm_runner_) return absl::FailedPreconditionError("CublasLtCandidates before PrepareGemm");
     std::vector<LaunchRecipe> out;
     if (cublaslt_ == nullptr || !CublasLtCanServe(gemm_problem_).ok()) return out;
+    absl::Status variants;
     absl::StatusOr<std::vector<CublasLtAlgo>> algos =
-        cublaslt_->Heuristic(gemm_problem_, max, GemmRunner::kCublasLtWorkspaceBytes);
+        cublaslt_->Candidates(gemm_problem_, max, device_->info().cc_major >= 9, &variants);
     if (!algos.ok()) return algos.status();
-    // The first list's head stays cuBLASLt's default; the second adds what
-    // the heuristic ranks highly under a small workspace (see the constant).
-    absl::StatusOr<std::vector<CublasLtAlgo>> small =
-        cublaslt_->Heuristic(gemm_problem_, max, GemmRunner::kCublasLtSmallWorkspaceBytes);
-    if (small.ok()) *algos = MergeCublasLtAlgos(*std::move(algos), *small, static_cast<size_t>(std::max(max, 1)));
-    // Then variants of the heuristic's first two (its default and runner-up)
-    // with one setting changed, after every heuristic algorithm, so ties
-    // still go to the heuristic's order. A failure here costs only them.
-    constexpr size_t kVariantSeeds = 2;
-    constexpr size_t kVariantsPerSeed = 12;
-    const std::vector<CublasLtAlgo> seeds(algos->begin(), algos->begin() + std::min(algos->size(), kVariantSeeds));
-    absl::StatusOr<std::vector<CublasLtAlgo>> variants = cublaslt_->Variants(
-        gemm_problem_, seeds, GemmRunner::kCublasLtWorkspaceBytes, device_->info().cc_major >= 9, kVariantsPerSeed);
-    if (variants.ok()) {
-      const size_t all = algos->size() + variants->size();
-      *algos = MergeCublasLtAlgos(*std::move(algos), *variants, all);
-    } else {
-      spdlog::warn("event=cublaslt_variants_failed reason=\"{}\"", std::string(variants.status().message()));
+    if (!variants.ok()) {
+      spdlog::warn("event=cublaslt_variants_failed reason=\"{}\"", std::string(variants.message()));
     }
     for (const CublasLtAlgo& a : *algos) {
       out.push_back(CublasLtRecipe(a, cublaslt_->version()));

@@ -66,7 +66,8 @@ class GemmRunner {
  public:
   // REQUIRES: ValidateGemmProblem(problem) OK. `cublaslt` may be
   // null (no cuBLASLt candidates); it must outlive the runner. Allocates the
-  // inputs (rotation sets), D, the reference and a 32 MiB cuBLASLt workspace.
+  // inputs (rotation sets), D, the reference and a cuBLASLt workspace of
+  // kCublasLtWorkspaceBytes.
   static absl::StatusOr<std::unique_ptr<GemmRunner>> Create(const v1::GemmProblem& problem, Device* device,
                                                            CublasLt* cublaslt, uint64_t seed = 1);
   ~GemmRunner();
@@ -79,14 +80,6 @@ class GemmRunner {
   // Times the recipe, inputs rotated past the L2. REQUIRES: Verify passed.
   absl::StatusOr<Timing> Time(const LaunchRecipe& recipe, const MeasureOptions& options);
 
-  // The cuBLASLt workspace every algorithm gets (algorithms needing more are
-  // not candidates).
-  static constexpr uint64_t kCublasLtWorkspaceBytes = uint64_t{32} << 20;
-  // A second, smaller cap the heuristic is also asked with (PyTorch's): it
-  // ranks by the workspace allowed, and under 1 MiB it names algorithms the
-  // 32 MiB list lacks (on the H200, fp8 at M = 16 and 128 with K = 14336;
-  // one of them is the answer at 128 x 4096 x 14336, session 9).
-  static constexpr uint64_t kCublasLtSmallWorkspaceBytes = uint64_t{1} << 20;
 
  private:
   struct Impl;

@@ -310,7 +310,7 @@ TEST_CASE("cuBLASLt's algorithms and their variants match a float64 reference an
     INFO(algos.status().ToString());
     REQUIRE(algos.ok());
     CHECK(algos->size() >= 1);
-    // And the variants of the first two, as the tuner adds them (tuner/executor.cc).
+    // And the variants of the first two, as the tuner adds them (CublasLt::Candidates).
     const std::vector<CublasLtAlgo> seeds(algos->begin(), algos->begin() + std::min<size_t>(algos->size(), 2));
     absl::StatusOr<std::vector<CublasLtAlgo>> variants = (*lt)->Variants(g.p, seeds, 32 << 20, true, 12);
     INFO(variants.status().ToString());
@@ -321,6 +321,21 @@ TEST_CASE("cuBLASLt's algorithms and their variants match a float64 reference an
     for (const CublasLtAlgo& v : *variants) {
       CHECK(v.workspace_bytes <= (32u << 20));
       for (const CublasLtAlgo& seed : seeds) CHECK(v.data != seed.data);
+    }
+    // The tuner's list: cuBLASLt's default first, every variant after every
+    // heuristic algorithm.
+    absl::Status candidates_variants;
+    absl::StatusOr<std::vector<CublasLtAlgo>> candidates = (*lt)->Candidates(g.p, 16, true, &candidates_variants);
+    REQUIRE(candidates.ok());
+    CHECK(candidates_variants.ok());
+    REQUIRE(candidates->size() >= algos->size());
+    for (size_t i = 0; i < algos->size(); ++i) CHECK((*candidates)[i].data == (*algos)[i].data);
+    CHECK(candidates->size() <= 16 + variants->size());
+    for (const CublasLtAlgo& v : *variants) {
+      const auto at = std::find_if(candidates->begin(), candidates->end(),
+                                   [&](const CublasLtAlgo& c) { return c.data == v.data; });
+      REQUIRE(at != candidates->end());
+      CHECK(static_cast<size_t>(at - candidates->begin()) >= algos->size());
     }
     std::vector<CublasLtAlgo> every = *algos;
     every.insert(every.end(), variants->begin(), variants->end());

@@ -47,6 +47,12 @@ TEST_CASE("cuBLASLt loads or says why not and its heuristic fails cleanly withou
   if (!algos.ok()) {
     INFO(algos.status().ToString());
     CHECK_FALSE(algos.status().message().empty());  // no GPU: an error naming the call, no crash
+    // The tuner's list fails with the heuristic's error, before any variant.
+    absl::Status variants = absl::UnknownError("untouched");
+    absl::StatusOr<std::vector<CublasLtAlgo>> candidates = (*lt)->Candidates(p, 8, true, &variants);
+    REQUIRE_FALSE(candidates.ok());
+    CHECK(candidates.status() == algos.status());
+    CHECK(variants.code() == absl::StatusCode::kUnknown);
     return;
   }
   // A GPU: algorithms of 64 bytes that cuBLASLt itself accepts back.

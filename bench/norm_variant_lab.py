@@ -11,7 +11,7 @@ sees it). Run on the GPU machine:
 A config is "wW xbX [vV] chC pdP cK [keep] [nofull|full]": NUM_WARPS, XBLOCK,
 VEC (bf16 per vector, 8 when absent), CHUNKS (of VEC), PIPELINE, CTAS_PER_SM,
 X_KEEP_L2, and FULL_TILES off, or on wherever the tiling is exact (beyond the
-tuner's 2 KB rows). Where the tree's template has FULL_TILES it is otherwise
+tuner's pd1 and 2 KB rows). Where the tree's template has FULL_TILES it is otherwise
 derived as the tuner derives it; always persistent, bf16, with weight
 (and bias for LayerNorm). The grid is the tuner's: one CTA per row block, or
 one wave of CTAS_PER_SM per SM when pipelined. Each kernel is checked against
@@ -51,8 +51,8 @@ def kernel(tree, op, c, m, n):
         if "FULL_TILES" in f.read():  # trees from before session 10 lack it
             # As tuner/norm_space.cc's FullTiles: pd1, an exact tiling, rows of <= 2 KB (bf16).
             r_block = c["warps"] * 32 // c["xb"] * c["vec"] * c["chunks"]
-            exact = c["pd"] == 1 and m % c["xb"] == 0 and n == r_block
-            full = {"nofull": False, "full": exact, None: exact and n * 2 <= 2048}[c["full"]]
+            exact = m % c["xb"] == 0 and n == r_block
+            full = {"nofull": False, "full": exact, None: exact and c["pd"] == 1 and n * 2 <= 2048}[c["full"]]
             flags.append("true" if full else "false")
     params = f"{c['warps']}, {c['xb']}, {c['vec']}, {c['chunks']}, true, {c['pd']}, {', '.join(flags)}, {c['ctas']}"
     if op == "rmsnorm":
@@ -90,8 +90,8 @@ def main():
         r_block = c["warps"] * 32 // c["xb"] * c["vec"] * c["chunks"]
         if n % c["vec"] != 0 or r_block < n:
             ap.error(f"--configs {c['text']!r}: does not hold a whole row of {n} (a multiple of vec) in registers")
-        if c["full"] == "full" and not (c["pd"] == 1 and m % c["xb"] == 0 and n == r_block):
-            ap.error(f"--configs {c['text']!r}: 'full' needs pd1, M a multiple of xb and N == the row block {r_block}")
+        if c["full"] == "full" and not (m % c["xb"] == 0 and n == r_block):
+            ap.error(f"--configs {c['text']!r}: 'full' needs M a multiple of xb and N == the row block {r_block}")
 
     ln = args.op == "layernorm"
     sets = max(1, math.ceil(3 * L2_BYTES / (2 * m * n * 2)))

@@ -1,7 +1,5 @@
 #include "tuner/executor.h"
 
-#include <algorithm>
-
 #include "spdlog/spdlog.h"
 #include "tuner/cublaslt.h"
 #include "tuner/gemm_runner.h"

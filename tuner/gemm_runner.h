@@ -80,7 +80,6 @@ class GemmRunner {
   // Times the recipe, inputs rotated past the L2. REQUIRES: Verify passed.
   absl::StatusOr<Timing> Time(const LaunchRecipe& recipe, const MeasureOptions& options);
 
-
  private:
   struct Impl;
   explicit GemmRunner(std::unique_ptr<Impl> impl);

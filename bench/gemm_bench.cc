@@ -5,7 +5,7 @@
 // outside ktune (torch.matmul) are for a Python driver to add.
 //
 //   ktune_gemm_bench [--shapes 8192x8192x8192,1x4096x4096] [--dtype bf16|fp8] [--b-layout nk|kn]
-//                    [--paired] [--json out.json]
+//                    [--paired] [--unpruned | --max-candidates N --max-model-ratio R] [--json out.json]
 // --paired lets a driver time ktune's answer beside a peer in another process
 // (bench/gemm_bench.py does, against torch): after each problem's tune it
 // prints "paired: ready MxNxK" and reads commands on stdin, one per line:
@@ -17,6 +17,11 @@
 // the tune's own figures are not: they come from the end of a tune that kept
 // the GPU busy for seconds, and under the power limit a hotter chip holds
 // lower clocks.
+// --unpruned times every config of the template spaces (460 wgmma configs at
+// bf16 8192^3), not the model's best few; --max-candidates and
+// --max-model-ratio widen the pruning instead (tuner/gemm_space.h). Both are
+// for comparing configs the model ranks out, such as 2x1 clusters (charged
+// twice their time), in one run.
 // Default shapes: issue 5's (M in {1, 16, 128, 2048, 8192} x (N, K) in
 // {(4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096)}, plus 8192^3), bf16
 // (fp8: e4m3 A and B with per-tensor scales, bf16 D; cuBLASLt's algorithms and
@@ -80,6 +85,16 @@ int main(int argc, char** argv) {
   app.add_option("--json", json_path, "write every outcome here");
   bool paired = false;
   app.add_flag("--paired", paired, "after each tune, time the answer on request from stdin (see the header)");
+  ktune::GemmTuneOptions options;
+  bool unpruned = false;
+  auto* all = app.add_flag("--unpruned", unpruned, "every template config, not the model's pick (slow: minutes a shape)");
+  app.add_option("--max-candidates", options.space.max_candidates, "per template space, after pruning")
+      ->check(CLI::Range(1, 10000))
+      ->excludes(all);
+  app.add_option("--max-model-ratio", options.space.max_model_ratio,
+                 "keep configs whose model time is within this factor of the best")
+      ->check(CLI::Range(1.0, 100.0))
+      ->excludes(all);
   CLI11_PARSE(app, argc, argv);
 
   std::vector<std::array<int64_t, 3>> shapes;
@@ -129,7 +144,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
       return 2;
     }
-    absl::StatusOr<ktune::GemmTuneResult> r = ktune::TuneGemm(p, executor.get());
+    options.space.pruned = !unpruned;
+    absl::StatusOr<ktune::GemmTuneResult> r = ktune::TuneGemm(p, executor.get(), options);
     const std::string shape = std::to_string(m) + " x " + std::to_string(n) + " x " + std::to_string(k);
     if (!r.ok()) {
       std::printf("%-22s | error: %s\n", shape.c_str(), std::string(r.status().message()).c_str());

@@ -22,6 +22,11 @@
 // --max-model-ratio widen the pruning instead (tuner/gemm_space.h). Both are
 // for comparing configs the model ranks out, such as 2x1 clusters (charged
 // twice their time), in one run.
+// The JSON also names the settings of ktune's answer when it is a cuBLASLt
+// algorithm, and of cuBLASLt's own pick under PyTorch's 1 MiB workspace, the
+// algorithm torch._scaled_mm runs (cuBLASLt's trace showed the two alike at
+// fp8 8192 x 4096 x 14336, session 11; torch.matmul calls cuBLAS instead), and
+// whether the two are one kernel.
 // Default shapes: issue 5's (M in {1, 16, 128, 2048, 8192} x (N, K) in
 // {(4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096)}, plus 8192^3), bf16
 // (fp8: e4m3 A and B with per-tensor scales, bf16 D; cuBLASLt's algorithms and
@@ -35,7 +40,9 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "tuner/cublaslt.h"
 #include "tuner/executor.h"
 #include "tuner/gemm_problem.h"
 #include "tuner/gemm_tuner.h"
@@ -125,6 +132,8 @@ int main(int argc, char** argv) {
   // In process: a faulting candidate would end the bench (ktuned runs them in
   // its worker). cuBLASLt is opened by the executor; without it, templates only.
   std::unique_ptr<ktune::CandidateExecutor> executor = ktune::NewInProcessExecutor(device->get());
+  // A handle of its own for naming algorithms (the executor's is private).
+  absl::StatusOr<std::unique_ptr<ktune::CublasLt>> lt = ktune::CublasLt::Open();
 
   nlohmann::json rows = nlohmann::json::array();
   std::printf("%-22s | %9s | %9s %-32s | %9s %-36s | %7s | %5s | %6s\n", "M x N x K", "cuBLASLt", "template",
@@ -169,6 +178,22 @@ int main(int argc, char** argv) {
       row["outcomes"].push_back({{"name", o.name}, {"status", o.status}, {"median_us", o.timing.median_us},
                                  {"finalist", o.finalist},
                                  {"spread", o.timing.spread}});
+    }
+    if (lt.ok() && ktune::CublasLtCanServe(p).ok()) {
+      auto text = [](const absl::StatusOr<ktune::CublasLtAlgoSettings>& s) {
+        return s.ok() ? ktune::ToString(*s) : absl::StrCat("unknown: ", s.status().message());
+      };
+      absl::StatusOr<ktune::CublasLtAlgoSettings> answer = absl::NotFoundError("the answer is a template");
+      if (r->winner.is_cublaslt()) answer = (*lt)->ReadSettings(ktune::CublasLtAlgoOf(r->winner.recipe));
+      absl::StatusOr<std::vector<ktune::CublasLtAlgo>> pick =
+          (*lt)->Heuristic(p, 1, ktune::kCublasLtSmallWorkspaceBytes);
+      absl::StatusOr<ktune::CublasLtAlgoSettings> small_pick =
+          !pick.ok() ? absl::StatusOr<ktune::CublasLtAlgoSettings>(pick.status())
+          : pick->empty() ? absl::NotFoundError("the heuristic returned nothing")
+                          : (*lt)->ReadSettings(pick->front());
+      row["answer_cublaslt_settings"] = text(answer);
+      row["cublaslt_1mib_pick_settings"] = text(small_pick);
+      row["answer_is_cublaslt_1mib_pick"] = answer.ok() && small_pick.ok() && *answer == *small_pick;
     }
     rows.push_back(row);
     if (!json_path.empty()) std::ofstream(json_path) << rows.dump(1) << "\n";  // after every problem

@@ -78,6 +78,11 @@ def event_time_us(call, sets, heat_ms=200, repetitions=100):
     return statistics.median(s.elapsed_time(e) * 1e3 for s, e in pairs)
 
 
+def same_kernel_as_torch(row, dtype):
+    """' =torch' where ktune's answer is the cuBLASLt kernel torch._scaled_mm runs (ktune_gemm_bench's JSON)."""
+    return " =torch" if dtype == "fp8" and row.get("answer_is_cublaslt_1mib_pick") else ""
+
+
 def torch_timer(m, n, k, dtype):
     """A function timing torch.matmul (bf16) or torch._scaled_mm (fp8, per-tensor scales, bf16 out) in us, B [N, K]."""
     per_set = (m * k + n * k) * (1 if dtype == "fp8" else 2) + 2 * m * n
@@ -173,7 +178,9 @@ def main():
     print(f"{args.dtype} GEMM, D = A x B^T (B [N, K]), TFLOP/s; torch.{peer} and ktune's candidates timed alike "
           f"(events per call, L2 rotation, median)" +
           (f"; 'block': ktune's answer and torch each timed {args.rounds} times in a row (after one discarded), "
-           f"medians; 'alt': the same, alternated" if args.rounds else ""))
+           f"medians; 'alt': the same, alternated" if args.rounds else "") +
+          ("; '=torch': the answer has the settings of cuBLASLt's pick under PyTorch's 1 MiB workspace, "
+           "the kernel torch._scaled_mm runs" if args.dtype == "fp8" else ""))
     print(f"{'M x N x K':<22} | {'torch':>7} | {'cuBLASLt':>8} | {'template':>8} | {'ktune':>7} | "
           f"{'block':>7} | {'vs cuBLASLt':>11} | {'vs torch':>8} | {'alt':>6} | answer")
     torch.zeros(1, device="cuda")  # this process's CUDA context first (see "Blocks" in the header)
@@ -222,7 +229,7 @@ def main():
         print(f"{row['m']} x {row['n']} x {row['k']:<10} | {row['torch_tflops']:7.1f} | {dflt:8.1f} | "
               f"{row['best_template_tflops']:8.1f} | {ours:7.1f} | {block:7.1f} | "
               f"{ours / dflt if dflt else 0:10.3f}x | {versus / row['torch_tflops']:7.3f}x | {alt:5.3f}x | "
-              f"{row['ktune_answer']}",
+              f"{row['ktune_answer']}{same_kernel_as_torch(row, args.dtype)}",
               flush=True)
         with open(args.out, "w") as f:
             json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)

@@ -469,6 +469,45 @@ absl::StatusOr<std::vector<CublasLtAlgo>> CublasLt::Candidates(const v1::GemmPro
   return algos;
 }
 
+std::string ToString(const CublasLtAlgoSettings& d) {
+  return absl::StrCat("algo ", d.id, " tile ", d.tile, " splitk ", d.split_k, " reduction ", d.reduction, " swizzle ",
+                      d.swizzle, " custom ", d.custom, " stages ", d.stages, " inner ", d.inner, " cluster ",
+                      d.cluster);
+}
+
+absl::StatusOr<CublasLtAlgoSettings> CublasLt::ReadSettings(const CublasLtAlgo& algo) const {
+  if (algo.data.size() != sizeof(cublasLtMatmulAlgo_t)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a cuBLASLt algorithm is ", sizeof(cublasLtMatmulAlgo_t), " bytes, got ", algo.data.size()));
+  }
+  const Api* api = api_.get();
+  cublasLtMatmulAlgo_t a;
+  std::memcpy(&a, algo.data.data(), sizeof(a));
+  CublasLtAlgoSettings d;
+  struct Field {
+    cublasLtMatmulAlgoConfigAttributes_t attribute;
+    void* value;
+    size_t size;
+    const char* name;
+  };
+  const Field fields[] = {
+      {CUBLASLT_ALGO_CONFIG_ID, &d.id, sizeof(d.id), "algorithm id"},
+      {CUBLASLT_ALGO_CONFIG_TILE_ID, &d.tile, sizeof(d.tile), "tile"},
+      {CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &d.split_k, sizeof(d.split_k), "split K"},
+      {CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &d.reduction, sizeof(d.reduction), "reduction scheme"},
+      {CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &d.swizzle, sizeof(d.swizzle), "CTA swizzle"},
+      {CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &d.custom, sizeof(d.custom), "custom option"},
+      {CUBLASLT_ALGO_CONFIG_STAGES_ID, &d.stages, sizeof(d.stages), "stages"},
+      {CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, &d.inner, sizeof(d.inner), "inner shape"},
+      {CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &d.cluster, sizeof(d.cluster), "cluster shape"},
+  };
+  size_t written = 0;
+  for (const Field& f : fields) {
+    KTUNE_LT(api->cublasLtMatmulAlgoConfigGetAttribute(&a, f.attribute, f.value, f.size, &written), f.name);
+  }
+  return d;
+}
+
 absl::Status CublasLt::Check(const v1::GemmProblem& p, const CublasLtAlgo& algo) {
   if (algo.data.size() != sizeof(cublasLtMatmulAlgo_t)) {
     return absl::InvalidArgumentError(

@@ -75,6 +75,31 @@ struct CublasLtCaps {
 // reject one for a problem: Variants checks each.
 std::vector<CublasLtConfig> NeighbourConfigs(const CublasLtConfig& seed, const CublasLtCaps& caps);
 
+// Every setting of a cuBLASLt algorithm (its CUBLASLT_ALGO_CONFIG_*
+// attributes), numbered as cuBLASLt's enums number them (cublasLt.h names
+// the values: tile 21 is a CUBLASLT_MATMUL_TILE_*, and so on). Two algorithms
+// with equal settings run the same kernel: this is how a bench tells that
+// ktune's answer is the kernel a peer such as torch._scaled_mm runs.
+struct CublasLtAlgoSettings {
+  int32_t id = 0;          // CONFIG_ID: the algorithm
+  uint32_t tile = 0;       // TILE_ID
+  int32_t split_k = 0;     // SPLITK_NUM
+  uint32_t reduction = 0;  // REDUCTION_SCHEME
+  uint32_t swizzle = 0;    // CTA_SWIZZLING
+  uint32_t custom = 0;     // CUSTOM_OPTION
+  uint32_t stages = 0;     // STAGES_ID
+  uint16_t inner = 0;      // INNER_SHAPE_ID
+  uint16_t cluster = 0;    // CLUSTER_SHAPE_ID
+  bool operator==(const CublasLtAlgoSettings& o) const {
+    return id == o.id && tile == o.tile && split_k == o.split_k && reduction == o.reduction &&
+           swizzle == o.swizzle && custom == o.custom && stages == o.stages && inner == o.inner &&
+           cluster == o.cluster;
+  }
+};
+
+// "algo 66 tile 21 splitk 1 reduction 0 swizzle 0 custom 5 stages 30 inner 0 cluster 2".
+std::string ToString(const CublasLtAlgoSettings& d);
+
 // Device pointers (CUdeviceptr values) of one GEMM call. c, bias and the fp8
 // scales (float, one each) may be 0 when the problem has none.
 struct GemmOperands {
@@ -145,6 +170,10 @@ class CublasLt {
   // `clusters` as Variants'. Needs a GPU.
   absl::StatusOr<std::vector<CublasLtAlgo>> Candidates(const v1::GemmProblem& problem, int max_heuristic,
                                                        bool clusters, absl::Status* variants_status = nullptr);
+
+  // The settings of `algo`. INVALID_ARGUMENT if it is not 64 bytes. Host
+  // only (no GPU needed).
+  absl::StatusOr<CublasLtAlgoSettings> ReadSettings(const CublasLtAlgo& algo) const;
 
   // OK if `algo` (e.g. read back from the store) is valid for `problem` here.
   absl::Status Check(const v1::GemmProblem& problem, const CublasLtAlgo& algo);

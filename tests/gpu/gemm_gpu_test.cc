@@ -318,9 +318,27 @@ TEST_CASE("cuBLASLt's algorithms and their variants match a float64 reference an
     std::printf("%s: %zu cuBLASLt algorithms, %zu variants\n", GemmCanonicalKey(g.p).c_str(), algos->size(),
                 variants->size());
     all_variants += variants->size();
+    // Each variant is a seed with one of stages, swizzle, custom option or
+    // cluster shape changed, every other setting as it was (NeighbourConfigs).
+    std::vector<CublasLtAlgoSettings> seed_settings;
+    for (const CublasLtAlgo& seed : seeds) {
+      absl::StatusOr<CublasLtAlgoSettings> s = (*lt)->ReadSettings(seed);
+      REQUIRE(s.ok());
+      seed_settings.push_back(*s);
+    }
     for (const CublasLtAlgo& v : *variants) {
       CHECK(v.workspace_bytes <= (32u << 20));
       for (const CublasLtAlgo& seed : seeds) CHECK(v.data != seed.data);
+      absl::StatusOr<CublasLtAlgoSettings> vs = (*lt)->ReadSettings(v);
+      REQUIRE(vs.ok());
+      INFO(ToString(*vs));
+      const bool one_away = std::any_of(seed_settings.begin(), seed_settings.end(), [&](const CublasLtAlgoSettings& s) {
+        const int changed = (vs->stages != s.stages) + (vs->swizzle != s.swizzle) + (vs->custom != s.custom) +
+                            (vs->cluster != s.cluster);
+        return vs->id == s.id && vs->tile == s.tile && vs->split_k == s.split_k && vs->reduction == s.reduction &&
+               vs->inner == s.inner && changed == 1;
+      });
+      CHECK(one_away);
     }
     // The tuner's list: cuBLASLt's default first, every variant after every
     // heuristic algorithm.

@@ -43,6 +43,9 @@ TEST_CASE("cuBLASLt loads or says why not and its heuristic fails cleanly withou
   short_algo.data = "too short";
   CHECK((*lt)->Check(p, short_algo).code() == absl::StatusCode::kInvalidArgument);
   CHECK((*lt)->Variants(p, {short_algo}, 32 << 20, true, 4).status().code() == absl::StatusCode::kInvalidArgument);
+  const absl::Status unread = (*lt)->ReadSettings(short_algo).status();
+  CHECK(unread.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(unread.message()), Catch::Contains("64 bytes"));
   absl::StatusOr<std::vector<CublasLtAlgo>> algos = (*lt)->Heuristic(p, 8, 32 << 20);
   if (!algos.ok()) {
     INFO(algos.status().ToString());
@@ -61,6 +64,21 @@ TEST_CASE("cuBLASLt loads or says why not and its heuristic fails cleanly withou
     CHECK(a.data.size() == 64);
     CHECK((*lt)->Check(p, a).ok());
   }
+}
+
+TEST_CASE("an algorithm's settings print every field, in cuBLASLt's numbering", "[tuner][cublaslt]") {
+  CublasLtAlgoSettings s;
+  s.id = 66;
+  s.tile = 21;
+  s.split_k = 1;
+  s.custom = 5;
+  s.stages = 30;
+  s.cluster = 2;
+  CHECK(ToString(s) == "algo 66 tile 21 splitk 1 reduction 0 swizzle 0 custom 5 stages 30 inner 0 cluster 2");
+  CublasLtAlgoSettings other = s;
+  CHECK(other == s);
+  other.inner = 1;  // every field counts: two kernels differ in any one
+  CHECK_FALSE(other == s);
 }
 
 TEST_CASE("a second heuristic list adds only algorithms the first lacks, after it, up to the cap", "[tuner][cublaslt]") {

@@ -332,23 +332,25 @@ absl::StatusOr<std::vector<CublasLtAlgo>> CublasLt::Heuristic(const v1::GemmProb
 
 namespace {
 
+// One algorithm setting (CUBLASLT_ALGO_CONFIG_*) and where its value lives.
+struct ConfigField {
+  cublasLtMatmulAlgoConfigAttributes_t attribute;
+  void* value;
+  size_t size;
+  const char* name;
+};
+
 // Calls fn(attribute, value, size, name) for each field of `config`, as
 // cuBLASLt's algorithm attribute of the same meaning; stops at an error.
 template <typename Fn>
 absl::Status ForEachConfigField(CublasLtConfig* config, Fn fn) {
-  struct Field {
-    cublasLtMatmulAlgoConfigAttributes_t attribute;
-    void* value;
-    size_t size;
-    const char* name;
-  };
-  const Field fields[] = {
+  const ConfigField fields[] = {
       {CUBLASLT_ALGO_CONFIG_STAGES_ID, &config->stages, sizeof(config->stages), "stages"},
       {CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &config->swizzle, sizeof(config->swizzle), "CTA swizzle"},
       {CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &config->custom, sizeof(config->custom), "custom option"},
       {CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &config->cluster, sizeof(config->cluster), "cluster shape"},
   };
-  for (const Field& f : fields) {
+  for (const ConfigField& f : fields) {
     if (absl::Status s = fn(f.attribute, f.value, f.size, f.name); !s.ok()) return s;
   }
   return absl::OkStatus();
@@ -484,13 +486,7 @@ absl::StatusOr<CublasLtAlgoSettings> CublasLt::ReadSettings(const CublasLtAlgo& 
   cublasLtMatmulAlgo_t a;
   std::memcpy(&a, algo.data.data(), sizeof(a));
   CublasLtAlgoSettings d;
-  struct Field {
-    cublasLtMatmulAlgoConfigAttributes_t attribute;
-    void* value;
-    size_t size;
-    const char* name;
-  };
-  const Field fields[] = {
+  const ConfigField fields[] = {
       {CUBLASLT_ALGO_CONFIG_ID, &d.id, sizeof(d.id), "algorithm id"},
       {CUBLASLT_ALGO_CONFIG_TILE_ID, &d.tile, sizeof(d.tile), "tile"},
       {CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &d.split_k, sizeof(d.split_k), "split K"},
@@ -502,7 +498,7 @@ absl::StatusOr<CublasLtAlgoSettings> CublasLt::ReadSettings(const CublasLtAlgo& 
       {CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &d.cluster, sizeof(d.cluster), "cluster shape"},
   };
   size_t written = 0;
-  for (const Field& f : fields) {
+  for (const ConfigField& f : fields) {
     KTUNE_LT(api->cublasLtMatmulAlgoConfigGetAttribute(&a, f.attribute, f.value, f.size, &written), f.name);
   }
   return d;

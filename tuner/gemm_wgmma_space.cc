@@ -233,9 +233,12 @@ double WgmmaModelTimeUs(const v1::GemmProblem& p, const WgmmaTileConfig& c, cons
   const double consumer_efficiency = c.pingpong ? 0.95 : c.consumers == 2 ? 0.97 : 0.85;
   // A pair sharing B by multicast should move a quarter less through L2.
   // Measured otherwise on the H200 (device run 7, bench/RESULTS.md): every
-  // 2x1-cluster config ran at 50-73% of the same config alone, for reasons
-  // not yet found; until they are, the model ranks clusters out of the
-  // pruned space (the GPU test still checks them all).
+  // 2x1-cluster config ran at 50-73% of the same config alone. The likely
+  // cause, found in the SASS in session 11: each consumer arrival on a
+  // stage's barrier carried a GPU-wide fence (`.release.cluster`), twice per
+  // step of K; the template now arrives as CUTLASS does. Until clusters are
+  // measured again (ktune_gemm_bench --max-model-ratio), the model still
+  // ranks them out of the pruned space (the GPU test checks them all).
   const double cluster_efficiency = c.cluster_m == 2 ? 0.5 : 1.0;
   const double pipelining = std::min(1.0, (c.stages - 1) * c.k_rows * kRowBytes / 384.0);  // 3 rows of 128 bytes
   // Each promotion drains the consumer's wgmmas: charged as about one step

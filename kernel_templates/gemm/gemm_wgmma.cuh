@@ -265,10 +265,17 @@ __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
 }
 // An arrival on the mbarrier at the same offset in CTA `rank` of the cluster.
+// The default semantics (release at CTA scope), as CUTLASS's cluster
+// barriers arrive: `.release.cluster` compiles to MEMBAR.ALL.CTA,
+// MEMBAR.ALL.GPU, ERRBAR and CGAERRBAR before every arrival (cuobjdump,
+// session 11), and the consumers arrive twice per step of K, a GPU-wide fence
+// stalling their whole warpgroup each time. Nothing needs that order here:
+// what an arrival releases is a stage the wgmmas have finished reading
+// (wgmma.wait_group), and the producer's next write to it is a TMA.
 __device__ __forceinline__ void mbar_arrive_cluster(unsigned long long* bar, unsigned int rank) {
   asm volatile(
       "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_addr(bar)),
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_addr(bar)),
       "r"(rank)
       : "memory");
 }

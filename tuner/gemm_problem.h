@@ -67,7 +67,7 @@ inline int GemmEpilogueCode(const v1::GemmProblem& p) {
 // K = 4096 and at 14336 split four ways (session 6, device run 4,
 // bench/RESULTS.md). Beyond it, split K, or promote (CUTLASS's remedy: add
 // into a second set of fp32 registers every few steps; the wgmma space's
-// `promote`, for tiles of at most 64 accumulators).
+// `promote`, for tiles of at most 96 accumulators).
 constexpr int64_t kMaxFp8KPerAccumulator = 4096;
 
 }  // namespace ktune

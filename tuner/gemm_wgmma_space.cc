@@ -16,7 +16,10 @@ namespace {
 constexpr char kTemplateId[] = "gemm/gemm_wgmma";
 constexpr int kRowBytes = 128;           // of K per stage and tile row: one 128-byte swizzle row
 constexpr int kMaxAccumulators = 128;    // fp32 per consumer thread (of 232 registers after setmaxnreg)
-constexpr int kMaxPromotedAccumulators = 64;  // with promotion's second set: 128 in all
+// With promotion's second set: 192 in all, a 64 x 192 tile per consumer
+// (ptxas: no spills under the consumers' 232 registers, with a bias-SiLU
+// epilogue and C; session 11).
+constexpr int kMaxPromotedAccumulators = 96;
 constexpr int kMaxOneConsumerSplitAccumulators = 64;  // see CanImplementWgmma
 constexpr int kMaxBatch = 65535;         // gridDim.z
 // wgmma's dense bf16 rate per SM on an H100/H200 (989 TFLOP/s over 132 SMs)
@@ -107,11 +110,13 @@ int GridX(const v1::GemmProblem& p, const WgmmaTileConfig& c, const DeviceInfo& 
 // alone or in 2x1 clusters, 3 to 6 stages; alone, split-K by 2 or 4 too (the
 // model ranks clusters out, see below); unsplit, with promotion too. The
 // accumulator limit leaves ping-pong 128 x 128 and 64 x 256 tiles
-// (CanImplementWgmma).
+// (CanImplementWgmma). 192 columns are for promoted tiles only: promotion
+// limits a consumer to 96 accumulators, and 64 x 192 is the widest tile
+// within that (cuBLASLt's fp8 pick at K = 14336 is 128 x 160).
 std::vector<WgmmaTileConfig> Grid() {
   std::vector<WgmmaTileConfig> grid;
   for (int bm : {128, 256, 64}) {
-    for (int bn : {256, 128, 64}) {
+    for (int bn : {256, 128, 64, 192}) {
       for (auto [consumers, pingpong] : {std::pair{2, false}, std::pair{2, true}, std::pair{1, false}}) {
         for (int cluster_m : {1, 2}) {
           for (int stages : {4, 5, 3, 6}) {
@@ -125,7 +130,7 @@ std::vector<WgmmaTileConfig> Grid() {
               c.cluster_m = cluster_m;
               c.stages = stages;
               c.split_k = split_k;
-              grid.push_back(c);
+              if (bn != 192) grid.push_back(c);
               if (split_k == 1) {
                 c.promote = true;  // fp8 only; CanImplementWgmma has the limits
                 grid.push_back(c);
@@ -169,8 +174,11 @@ absl::Status CanImplementWgmma(const v1::GemmProblem& p, const WgmmaTileConfig& 
   }
   if (GemmBatch(p) > kMaxBatch) return fail(absl::StrCat("batch over ", kMaxBatch));
   if ((c.block_m != 64 && c.block_m != 128 && c.block_m != 256) ||
-      (c.block_n != 64 && c.block_n != 128 && c.block_n != 256)) {
-    return fail("block_m and block_n must be 64, 128 or 256");
+      (c.block_n != 64 && c.block_n != 128 && c.block_n != 192 && c.block_n != 256)) {
+    return fail("block_m must be 64, 128 or 256, block_n 64, 128, 192 or 256");
+  }
+  if (c.block_n == 192 && !c.promote) {
+    return fail("block_n 192 is for promoted fp8 tiles only (64 x 192 per consumer; not measured elsewhere)");
   }
   if (c.consumers != 1 && c.consumers != 2) return fail("one or two consumer warpgroups");
   if (c.pingpong && c.consumers != 2) return fail("ping-pong takes two consumers");

@@ -76,8 +76,9 @@ int64_t WgmmaSharedMemoryBytes(const WgmmaTileConfig& config);
 // 2, split_k a power of two <= 16 dividing K's steps: ceil(K / (64 k_rows))
 // for bf16, ceil(K / (128 k_rows)) for fp8; an fp8 split spanning more than
 // kMaxFp8KPerAccumulator of K without `promote`; `promote` with bf16, with
-// split-K, or with more than 64 accumulators per thread; split-K with one
-// consumer and more than 64 accumulators per thread).
+// split-K, or with more than 96 accumulators per thread; a 192-column tile
+// without `promote`; split-K with one consumer and more than 64 accumulators
+// per thread).
 // REQUIRES: ValidateGemmProblem(problem) is OK.
 absl::Status CanImplementWgmma(const v1::GemmProblem& problem, const WgmmaTileConfig& config,
                                const DeviceInfo& device);

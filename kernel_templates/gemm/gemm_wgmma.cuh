@@ -164,6 +164,9 @@ __device__ __forceinline__ void wgmma_wait() {
 #define KTUNE_WGMMA_REGS_32 \
   "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
   "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define KTUNE_WGMMA_REGS_64_TO_96 \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
 #define KTUNE_WGMMA_REGS_64 \
   "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
   "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
@@ -179,6 +182,11 @@ __device__ __forceinline__ void wgmma_wait() {
   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+#define KTUNE_WGMMA_OUTS_64_TO_96 \
+  "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
+  "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
+  "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
+  "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
 #define KTUNE_WGMMA_OUTS_64 \
   "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
   "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
@@ -190,9 +198,11 @@ __device__ __forceinline__ void wgmma_wait() {
   "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
 #define KTUNE_WGMMA_REGS_N64 KTUNE_WGMMA_REGS_0
 #define KTUNE_WGMMA_REGS_N128 KTUNE_WGMMA_REGS_0 ", " KTUNE_WGMMA_REGS_32
+#define KTUNE_WGMMA_REGS_N192 KTUNE_WGMMA_REGS_N128 ", " KTUNE_WGMMA_REGS_64_TO_96
 #define KTUNE_WGMMA_REGS_N256 KTUNE_WGMMA_REGS_N128 ", " KTUNE_WGMMA_REGS_64
 #define KTUNE_WGMMA_OUTS_N64 KTUNE_WGMMA_OUTS_0
 #define KTUNE_WGMMA_OUTS_N128 KTUNE_WGMMA_OUTS_0, KTUNE_WGMMA_OUTS_32
+#define KTUNE_WGMMA_OUTS_N192 KTUNE_WGMMA_OUTS_N128, KTUNE_WGMMA_OUTS_64_TO_96
 #define KTUNE_WGMMA_OUTS_N256 KTUNE_WGMMA_OUTS_N128, KTUNE_WGMMA_OUTS_64
 // wgmma m64nN with N / 2 accumulators: REGS and OUTS list them, DESC_A,
 // DESC_B and PRED are the placeholders that follow ("32", "33", "34" for
@@ -212,12 +222,14 @@ __device__ __forceinline__ void wgmma_wait() {
 // {0, 1}, and d[4j + 2], d[4j + 3] eight rows below.
 template <typename TAB, int N>
 __device__ __forceinline__ void wgmma_m64(float (&d)[N / 2], unsigned long long desc_a, unsigned long long desc_b) {
-  static_assert(N == 64 || N == 128 || N == 256, "wgmma N of 64, 128 or 256 here");
+  static_assert(N == 64 || N == 128 || N == 192 || N == 256, "wgmma N of 64, 128, 192 or 256 here");
 #define KTUNE_WGMMA_M64_N(TYPES, TAIL)                                                                 \
   if constexpr (N == 64) {                                                                           \
     KTUNE_WGMMA_M64(64, KTUNE_WGMMA_REGS_N64, KTUNE_WGMMA_OUTS_N64, "32", "33", "34", TYPES, TAIL);    \
   } else if constexpr (N == 128) {                                                                   \
     KTUNE_WGMMA_M64(128, KTUNE_WGMMA_REGS_N128, KTUNE_WGMMA_OUTS_N128, "64", "65", "66", TYPES, TAIL); \
+  } else if constexpr (N == 192) {                                                                   \
+    KTUNE_WGMMA_M64(192, KTUNE_WGMMA_REGS_N192, KTUNE_WGMMA_OUTS_N192, "96", "97", "98", TYPES, TAIL); \
   } else {                                                                                           \
     KTUNE_WGMMA_M64(256, KTUNE_WGMMA_REGS_N256, KTUNE_WGMMA_OUTS_N256, "128", "129", "130", TYPES, TAIL); \
   }
@@ -232,14 +244,18 @@ __device__ __forceinline__ void wgmma_m64(float (&d)[N / 2], unsigned long long 
 #undef KTUNE_WGMMA_REGS_0
 #undef KTUNE_WGMMA_REGS_32
 #undef KTUNE_WGMMA_REGS_64
+#undef KTUNE_WGMMA_REGS_64_TO_96
 #undef KTUNE_WGMMA_OUTS_0
 #undef KTUNE_WGMMA_OUTS_32
 #undef KTUNE_WGMMA_OUTS_64
+#undef KTUNE_WGMMA_OUTS_64_TO_96
 #undef KTUNE_WGMMA_REGS_N64
 #undef KTUNE_WGMMA_REGS_N128
+#undef KTUNE_WGMMA_REGS_N192
 #undef KTUNE_WGMMA_REGS_N256
 #undef KTUNE_WGMMA_OUTS_N64
 #undef KTUNE_WGMMA_OUTS_N128
+#undef KTUNE_WGMMA_OUTS_N192
 #undef KTUNE_WGMMA_OUTS_N256
 // Orders plain reads and writes of the accumulators after a wgmma.wait_group
 // (and before the next wgmma): the compiler sees the asynchronous wgmma's
@@ -374,7 +390,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
   static_assert(!PINGPONG || CONSUMERS == 2, "ping-pong takes two consumers");
   static_assert(CLUSTER_M == 1 || CLUSTER_M == 2, "clusters of one or two CTAs along M");
   static_assert(kRowsPerConsumer % 64 == 0 && kMSub >= 1 && kMSub <= 2, "64 or 128 rows per consumer");
-  static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma N of 64, 128 or 256");
+  static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256, "wgmma N of 64, 128, 192 or 256");
   static_assert(BM <= 256 && BN <= 256, "a TMA box is at most 256 rows");
   static_assert(kMSub * BN / 2 <= 128, "at most 128 accumulator registers per thread");
   static_assert(STAGES >= 2, "at least double buffering");
@@ -382,7 +398,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
   static_assert(sizeof(TAB) == 2 || sizeof(TAB) == 1, "bf16 or e4m3 operands");
   static_assert(K_ROWS == 1 || K_ROWS == 2, "one or two 128-byte slices of K per stage");
   static_assert(PROMOTE_STEPS >= 0, "PROMOTE_STEPS: 0 (none) or steps of K per accumulator span");
-  static_assert(PROMOTE_STEPS == 0 || kMSub * BN / 2 <= 64, "promotion doubles the accumulators: at most 64 to start");
+  static_assert(PROMOTE_STEPS == 0 || kMSub * BN / 2 <= 96, "promotion doubles the accumulators: at most 96 to start");
   constexpr bool kPromote = PROMOTE_STEPS > 0;
 
   // The ring, 1024-byte aligned as the 128-byte swizzle wants, then the barriers.

@@ -171,8 +171,8 @@ class CublasLt {
   absl::StatusOr<std::vector<CublasLtAlgo>> Candidates(const v1::GemmProblem& problem, int max_heuristic,
                                                        bool clusters, absl::Status* variants_status = nullptr);
 
-  // The settings of `algo`. INVALID_ARGUMENT if it is not 64 bytes. Host
-  // only (no GPU needed).
+  // The settings of `algo`, read from its bytes (no problem or workspace
+  // involved). INVALID_ARGUMENT if it is not 64 bytes.
   absl::StatusOr<CublasLtAlgoSettings> ReadSettings(const CublasLtAlgo& algo) const;
 
   // OK if `algo` (e.g. read back from the store) is valid for `problem` here.

@@ -156,20 +156,18 @@ __device__ __forceinline__ void wgmma_wait() {
 
 // The instruction's operands (inline PTX cannot take an array, so each
 // accumulator register is spelt out once, here): the placeholders and the
-// output constraints of accumulators [0, 32), [32, 64) and [64, 128), then
-// joined into the lists of N = 64, 128 and 256.
+// output constraints of accumulators [0, 32), [32, 64), [64, 96) and
+// [96, 128), then joined into the lists of N = 64, 128, 192 and 256.
 #define KTUNE_WGMMA_REGS_0 \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
 #define KTUNE_WGMMA_REGS_32 \
   "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
   "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-#define KTUNE_WGMMA_REGS_64_TO_96 \
-  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
-  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
 #define KTUNE_WGMMA_REGS_64 \
   "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
-  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
+  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
+#define KTUNE_WGMMA_REGS_96 \
   "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
   "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
 #define KTUNE_WGMMA_OUTS_0 \
@@ -182,28 +180,24 @@ __device__ __forceinline__ void wgmma_wait() {
   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-#define KTUNE_WGMMA_OUTS_64_TO_96 \
-  "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
-  "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
-  "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
-  "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
 #define KTUNE_WGMMA_OUTS_64 \
   "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
   "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
   "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
-  "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), \
+  "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+#define KTUNE_WGMMA_OUTS_96 \
   "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), \
   "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
   "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
   "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
 #define KTUNE_WGMMA_REGS_N64 KTUNE_WGMMA_REGS_0
 #define KTUNE_WGMMA_REGS_N128 KTUNE_WGMMA_REGS_0 ", " KTUNE_WGMMA_REGS_32
-#define KTUNE_WGMMA_REGS_N192 KTUNE_WGMMA_REGS_N128 ", " KTUNE_WGMMA_REGS_64_TO_96
-#define KTUNE_WGMMA_REGS_N256 KTUNE_WGMMA_REGS_N128 ", " KTUNE_WGMMA_REGS_64
+#define KTUNE_WGMMA_REGS_N192 KTUNE_WGMMA_REGS_N128 ", " KTUNE_WGMMA_REGS_64
+#define KTUNE_WGMMA_REGS_N256 KTUNE_WGMMA_REGS_N192 ", " KTUNE_WGMMA_REGS_96
 #define KTUNE_WGMMA_OUTS_N64 KTUNE_WGMMA_OUTS_0
 #define KTUNE_WGMMA_OUTS_N128 KTUNE_WGMMA_OUTS_0, KTUNE_WGMMA_OUTS_32
-#define KTUNE_WGMMA_OUTS_N192 KTUNE_WGMMA_OUTS_N128, KTUNE_WGMMA_OUTS_64_TO_96
-#define KTUNE_WGMMA_OUTS_N256 KTUNE_WGMMA_OUTS_N128, KTUNE_WGMMA_OUTS_64
+#define KTUNE_WGMMA_OUTS_N192 KTUNE_WGMMA_OUTS_N128, KTUNE_WGMMA_OUTS_64
+#define KTUNE_WGMMA_OUTS_N256 KTUNE_WGMMA_OUTS_N192, KTUNE_WGMMA_OUTS_96
 // wgmma m64nN with N / 2 accumulators: REGS and OUTS list them, DESC_A,
 // DESC_B and PRED are the placeholders that follow ("32", "33", "34" for
 // N = 64); TYPES is the shape's K and the types, TAIL the transpose
@@ -244,11 +238,11 @@ __device__ __forceinline__ void wgmma_m64(float (&d)[N / 2], unsigned long long 
 #undef KTUNE_WGMMA_REGS_0
 #undef KTUNE_WGMMA_REGS_32
 #undef KTUNE_WGMMA_REGS_64
-#undef KTUNE_WGMMA_REGS_64_TO_96
+#undef KTUNE_WGMMA_REGS_96
 #undef KTUNE_WGMMA_OUTS_0
 #undef KTUNE_WGMMA_OUTS_32
 #undef KTUNE_WGMMA_OUTS_64
-#undef KTUNE_WGMMA_OUTS_64_TO_96
+#undef KTUNE_WGMMA_OUTS_96
 #undef KTUNE_WGMMA_REGS_N64
 #undef KTUNE_WGMMA_REGS_N128
 #undef KTUNE_WGMMA_REGS_N192

@@ -67,13 +67,8 @@ TEST_CASE("cuBLASLt loads or says why not and its heuristic fails cleanly withou
 }
 
 TEST_CASE("an algorithm's settings print every field, in cuBLASLt's numbering", "[tuner][cublaslt]") {
-  CublasLtAlgoSettings s;
-  s.id = 66;
-  s.tile = 21;
-  s.split_k = 1;
-  s.custom = 5;
-  s.stages = 30;
-  s.cluster = 2;
+  // id, tile, split K, reduction, swizzle, custom option, stages, inner shape, cluster.
+  const CublasLtAlgoSettings s{66, 21, 1, 0, 0, 5, 30, 0, 2};
   CHECK(ToString(s) == "algo 66 tile 21 splitk 1 reduction 0 swizzle 0 custom 5 stages 30 inner 0 cluster 2");
   CublasLtAlgoSettings other = s;
   CHECK(other == s);

@@ -71,6 +71,9 @@ def main():
     ap.add_argument("--shape", required=True, help="MxN")
     ap.add_argument("--configs", required=True, help="';'-separated configs")
     ap.add_argument("--no-peer", action="store_true", help="skip torch.compile max-autotune")
+    ap.add_argument("--y", choices=["rotate", "fixed", "alloc"], default="rotate",
+                    help="where our y goes: one buffer per input set (default), always the same one, or "
+                         "torch.empty_like per call (as a torch.compile peer's output comes from the allocator)")
     args = ap.parse_args()
     trees = {}
     for t in args.trees.split(","):
@@ -117,6 +120,14 @@ def main():
         with torch.no_grad():
             f(xs[0])
             rows.append(("torch.compile max-autotune", graph_time_us(lambda i: f(xs[i]), sets), None))
+            # Where the peer's outputs land inside a captured graph (the allocator's choice).
+            ptrs = set()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                for i in range(2 * sets):
+                    ptrs.add(f(xs[i % sets]).data_ptr())
+            print(f"peer outputs in a captured graph of {2 * sets} calls: {len(ptrs)} distinct address(es)")
+            del g
 
     for c in configs:
         for name, tree in trees.items():
@@ -124,8 +135,9 @@ def main():
             row_blocks = (m + c["xb"] - 1) // c["xb"]
             grid = row_blocks if c["pd"] == 1 else min(row_blocks, 132 * c["ctas"])
 
-            def go(i, k=k, c=c, grid=grid):
-                a = [xs[i].data_ptr(), w.data_ptr()] + ([b.data_ptr()] if ln else []) + [ys[i].data_ptr()]
+            def go(i, k=k, c=c, grid=grid, where=args.y):
+                y = {"rotate": lambda: ys[i], "fixed": lambda: ys[0], "alloc": lambda: torch.empty_like(xs[i])}[where]()
+                a = [xs[i].data_ptr(), w.data_ptr()] + ([b.data_ptr()] if ln else []) + [y.data_ptr()]
                 a += [mean.data_ptr()] if ln else []
                 a = [cp.uint64(p) for p in a + [rstd.data_ptr()]] + [cp.int32(m), cp.int32(n), cp.float32(EPS)]
                 with cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
@@ -133,7 +145,7 @@ def main():
 
             ys[0].fill_(float("nan"))
             rstd.fill_(float("nan"))
-            go(0)
+            go(0, where="rotate")  # the check reads ys[0], poisoned above
             torch.cuda.synchronize()
             err = (ys[0].double() - ref).abs().max().item()
             rstd_err = ((rstd.double() - rstd_ref).abs() / rstd_ref).max().item()

@@ -107,8 +107,8 @@ int GridX(const v1::GemmProblem& p, const WgmmaTileConfig& c, const DeviceInfo& 
 
 // The grid, in its fixed order: tiles of 64 to 256 rows and 64 to 256
 // columns (wgmma's N), one or two cooperative consumers or a ping-pong pair,
-// alone or in 2x1 clusters, 3 to 6 stages; alone, split-K by 2 or 4 too (the
-// model ranks clusters out, see below); unsplit, with promotion too. The
+// alone or in 2x1 clusters, 3 to 6 stages; alone, split-K by 2 or 4 too;
+// unsplit, with promotion too. The
 // accumulator limit leaves ping-pong 128 x 128 and 64 x 256 tiles
 // (CanImplementWgmma). 192 columns are for promoted tiles only: promotion
 // limits a consumer to 96 accumulators, and 64 x 192 is the widest tile
@@ -239,15 +239,14 @@ double WgmmaModelTimeUs(const v1::GemmProblem& p, const WgmmaTileConfig& c, cons
   // (Ping-pong 128 x 128 measured 10-15% below cooperative 128 x 256 on
   // the H200 at large shapes, run 7.)
   const double consumer_efficiency = c.pingpong ? 0.95 : c.consumers == 2 ? 0.97 : 0.85;
-  // A pair sharing B by multicast should move a quarter less through L2.
-  // Measured otherwise on the H200 (device run 7, bench/RESULTS.md): every
-  // 2x1-cluster config ran at 50-73% of the same config alone. The likely
-  // cause, found in the SASS in session 11: each consumer arrival on a
-  // stage's barrier carried a GPU-wide fence (`.release.cluster`), twice per
-  // step of K; the template now arrives as CUTLASS does. Until clusters are
-  // measured again (ktune_gemm_bench --max-model-ratio), the model still
-  // ranks them out of the pruned space (the GPU test checks them all).
-  const double cluster_efficiency = c.cluster_m == 2 ? 0.5 : 1.0;
+  // A pair sharing B by multicast moves a quarter less through L2. Until
+  // session 11 every 2x1-cluster config ran at 50-73% of the same config
+  // alone (device run 7): each consumer arrival on a stage's barrier carried
+  // a GPU-wide fence (`.release.cluster`), twice per step of K. Without it
+  // (44326c9) the pairs ran at 1.00-1.05x their twins in the first round of
+  // one tune, bf16 8192^3 (session 12, bench/RESULTS.md), and a cluster was
+  // the best own kernel at bf16 and fp8 8192^3. Too small a gain to model:
+  // a cluster ranks as its twin (no factor here), and measurement picks.
   const double pipelining = std::min(1.0, (c.stages - 1) * c.k_rows * kRowBytes / 384.0);  // 3 rows of 128 bytes
   // Each promotion drains the consumer's wgmmas: charged as about one step
   // of K per span. Not measured alone, and not the main cost: with the two
@@ -257,8 +256,8 @@ double WgmmaModelTimeUs(const v1::GemmProblem& p, const WgmmaTileConfig& c, cons
   const int64_t step = int64_t{BlockK(p)} * c.k_rows;
   const double k_padded = static_cast<double>(CeilDiv(p.k(), step) * step);
   const double unit_flops = 2.0 * c.block_m * c.block_n * k_padded / c.split_k;
-  const double rate = (GemmIsFp8(p) ? 2 : 1) * kWgmmaTflopsPerSm * tile_efficiency * consumer_efficiency *
-                      cluster_efficiency * pipelining * promotion;
+  const double rate = (GemmIsFp8(p) ? 2 : 1) * kWgmmaTflopsPerSm * tile_efficiency * consumer_efficiency * pipelining *
+                      promotion;
   double compute_us = static_cast<double>(waves) * unit_flops / (rate * 1e6);
   if (c.split_k > 1) {
     // Every unit writes its fp32 partial tile; the last split of a tile reads

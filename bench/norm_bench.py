@@ -14,6 +14,12 @@ Timing, the same for everyone: a CUDA graph of K calls rotating input sets that
 together exceed 3x the 60 MB L2, replayed many times; median per call. PyTorch
 backward cannot be captured apart from its forward, so a peer's backward time
 is graph(forward + backward) - graph(forward), both captured the same way.
+Outputs, the same for everyone since session 12: each timed call of ours takes
+what it writes (y, mean, rstd; dx, dw, db and the workspace) from PyTorch's
+caching allocator, as a peer's call does. Before, ours wrote into one buffer
+per input set while a peer's output, freed before its next call, came back
+at one address; at RMSNorm 4096 x 4096 (64 MB a call) that was worth 1-2% to
+the peer (session 12, bench/RESULTS.md).
 
 Bytes (fewest): forward reads x, w(, b) and writes y; backward reads x, dy, w
 and writes dx, dw(, db). TB/s = bytes / time.
@@ -233,7 +239,13 @@ def run_shape(args, op, m, n, ceiling):
                 errs["db"] = rel_err(db, db_ref)
         if max(errs.values()) > 2e-2:
             raise RuntimeError(f"ktune {op}.{pas} {m}x{n}: relative errors {errs}")
-        ours_us = graph_time_us(lambda i: recipe(values(i)), sets)
+
+        def allocated(v):
+            """v with every buffer a call writes taken from the allocator, as a peer's outputs are."""
+            written = ("y", "mean", "rstd") if pas == "fwd" else ("dx", "dw", "db", "ws")
+            return {k: torch.empty_like(t) if k in written and t is not None else t for k, t in v.items()}
+
+        ours_us = graph_time_us(lambda i: recipe(allocated(values(i))), sets)
         extra = {}
         if pas == "fwd":
             # Inference's forward: mean and rstd not written (null pointers),
@@ -246,7 +258,7 @@ def run_shape(args, op, m, n, ceiling):
             torch.cuda.synchronize()
             if rel_err(ys[0], y_ref) > 2e-2:
                 raise RuntimeError(f"ktune {op}.fwd {m}x{n} without mean/rstd: relative error {rel_err(ys[0], y_ref)}")
-            extra["ktune_nostats_us"] = graph_time_us(lambda i: recipe(no_stats(i)), sets)
+            extra["ktune_nostats_us"] = graph_time_us(lambda i: recipe(allocated(no_stats(i))), sets)
         row = {"op": op, "pass": pas, "M": m, "N": n, "bytes": fwd_bytes if pas == "fwd" else bwd_bytes,
                "tune_s": tune_s, "config": answer["config"]["norm"],
                "kernels": len(answer["recipe"]["kernels"]), "workspace_bytes": recipe.workspace_bytes,

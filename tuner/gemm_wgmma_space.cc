@@ -243,10 +243,11 @@ double WgmmaModelTimeUs(const v1::GemmProblem& p, const WgmmaTileConfig& c, cons
   // session 11 every 2x1-cluster config ran at 50-73% of the same config
   // alone (device run 7): each consumer arrival on a stage's barrier carried
   // a GPU-wide fence (`.release.cluster`), twice per step of K. Without it
-  // (44326c9) the pairs ran at 1.00-1.05x their twins in the first round of
-  // one tune, bf16 8192^3 (session 12, bench/RESULTS.md), and a cluster was
-  // the best own kernel at bf16 and fp8 8192^3. Too small a gain to model:
-  // a cluster ranks as its twin (no factor here), and measurement picks.
+  // (44326c9) the pairs ran at 0.96-1.02x their twins in the first round of
+  // tunes at bf16 8192^3 and fp8 8192 x 4096 x 14336 (session 12,
+  // bench/RESULTS.md), and a cluster was the best own kernel at bf16 and
+  // fp8 8192^3. No consistent gain to model: a cluster ranks as its twin
+  // (no factor here), and measurement picks.
   const double pipelining = std::min(1.0, (c.stages - 1) * c.k_rows * kRowBytes / 384.0);  // 3 rows of 128 bytes
   // Each promotion drains the consumer's wgmmas: charged as about one step
   // of K per span. Not measured alone, and not the main cost: with the two

@@ -101,8 +101,9 @@ absl::StatusOr<GemmTuneResult> TuneGemm(const v1::GemmProblem& problem, Candidat
   // slower than the best other template at all 13 such bench shapes, in two
   // H200 runs (device runs 7 and 8, bench/RESULTS.md): not worth its
   // compiles and measurements there. At M <= 16 it came within 2% of the
-  // skinny template once, so it stays.
-  const bool try_mma_sync = wgmma_space.empty() || problem.m() <= 16;
+  // skinny template once, so it stays. So does B as [K, N], which the wgmma
+  // template serves since session 12 but has not yet run on a GPU.
+  const bool try_mma_sync = wgmma_space.empty() || problem.m() <= 16 || !GemmBIsNK(problem);
   for (const GemmTileConfig& t :
        try_mma_sync ? GemmSearchSpace(problem, info, options.space) : std::vector<GemmTileConfig>()) {
     absl::StatusOr<LaunchRecipe> r = GemmLaunchRecipe(problem, t, info);

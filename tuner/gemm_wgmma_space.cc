@@ -15,6 +15,7 @@ namespace {
 
 constexpr char kTemplateId[] = "gemm/gemm_wgmma";
 constexpr int kRowBytes = 128;           // of K per stage and tile row: one 128-byte swizzle row
+constexpr int kNBlock = 64;              // B as [K, N]: columns per TMA box (128 bytes of bf16)
 constexpr int kMaxAccumulators = 128;    // fp32 per consumer thread (of 232 registers after setmaxnreg)
 // With promotion's second set: 192 in all, a 64 x 192 tile per consumer
 // (ptxas: no spills under the consumers' 232 registers, with a bias-SiLU
@@ -168,7 +169,19 @@ absl::Status CanImplementWgmma(const v1::GemmProblem& p, const WgmmaTileConfig& 
   if (d.cc_major != 9 || d.cc_minor != 0) {
     return fail(absl::StrCat("needs sm_90 (compiled for sm_90a), device is ", Arch(d)));
   }
-  if (!GemmBIsNK(p)) return fail("the wgmma template serves B given as [N, K]");
+  if (!GemmBIsNK(p)) {
+    // B as [K, N] is read N-major, which wgmma allows for 16-bit operands
+    // only; its TMA boxes are 64 columns (128 bytes) wide.
+    if (GemmIsFp8(p)) return fail("fp8 needs B as [N, K] (wgmma reads 8-bit operands K-major only)");
+    if (p.n() * OperandBytes(p) % 16 != 0) {
+      return fail(absl::StrCat("B as [K, N]: N = ", p.n(), " is not a multiple of ", 16 / OperandBytes(p),
+                               " (16-byte TMA strides)"));
+    }
+    if (c.block_n / c.cluster_m % kNBlock != 0) {
+      return fail(absl::StrCat("B as [K, N]: each CTA loads blocks of ", kNBlock, " columns, not ",
+                               c.block_n / c.cluster_m));
+    }
+  }
   if (p.k() * OperandBytes(p) % 16 != 0) {
     return fail(absl::StrCat("K = ", p.k(), " is not a multiple of ", 16 / OperandBytes(p), " (16-byte TMA strides)"));
   }
@@ -336,17 +349,18 @@ absl::StatusOr<LaunchRecipe> WgmmaLaunchRecipe(const v1::GemmProblem& p, const W
   absl::StatusOr<LaunchRecipe> recipe = GemmTemplateRecipe(kTemplateId, "sm_90a");
   if (!recipe.ok()) return recipe.status();
   KernelLaunch k;
-  k.name_expression = absl::StrFormat("ktune::gemm_wgmma<%s, %s, %d, %s, %d, %d, %d, %s, %d, %d, %d, %d, %d, %d>",
+  k.name_expression = absl::StrFormat("ktune::gemm_wgmma<%s, %s, %d, %s, %d, %d, %d, %s, %d, %d, %d, %d, %d, %d, %s>",
                                       GemmIsFp8(p) ? "ktune::e4m3" : "ktune::bf16",
                                       GemmDType(p) == v1::FP32 ? "float" : "ktune::bf16", GemmEpilogueCode(p),
                                       GemmHasC(p) ? "true" : "false", c.block_m, c.block_n, c.consumers,
                                       c.pingpong ? "true" : "false", c.cluster_m, c.stages, c.group_m, c.split_k,
-                                      c.k_rows, PromoteSteps(p, c));
+                                      c.k_rows, PromoteSteps(p, c), GemmBIsNK(p) ? "false" : "true");
   k.grid = {static_cast<uint32_t>(GridX(p, c, d)), 1, static_cast<uint32_t>(GemmBatch(p))};
   k.block = {static_cast<uint32_t>(c.threads()), 1, 1};
   k.dynamic_smem_bytes = static_cast<uint32_t>(WgmmaSharedMemoryBytes(c));
   k.params = {absl::StrCat("tma_a:", BlockK(p), "x", c.block_m),
-              absl::StrCat("tma_b:", BlockK(p), "x", c.block_n / c.cluster_m),
+              GemmBIsNK(p) ? absl::StrCat("tma_b:", BlockK(p), "x", c.block_n / c.cluster_m)
+                           : absl::StrCat("tma_b:", kNBlock, "x", BlockK(p)),
               "c", "d", "bias", "M", "N", "K", "alpha", "beta", "ws", "a_scale", "b_scale"};
   recipe->kernels.push_back(std::move(k));
   recipe->workspace_bytes = SplitKWorkspaceBytes(p, c);
@@ -358,7 +372,9 @@ absl::StatusOr<TmaParam> ParseTmaParam(const std::string& param) {
   if (param.rfind("tma_", 0) != 0) return absl::NotFoundError(absl::StrCat("'", param, "' is not a TMA parameter"));
   auto bad = [&] {
     return absl::InvalidArgumentError(
-        absl::StrCat("TMA parameter '", param, "': expected tma_a:KxROWS or tma_b:KxROWS, K 64 or 128"));
+        absl::StrCat("TMA parameter '", param,
+                     "': expected tma_a:INNERxOUTER or tma_b:INNERxOUTER, INNER 64 or 128 (one 128-byte row), "
+                     "OUTER 1 to 256"));
   };
   if (param.size() < 7 || (param[4] != 'a' && param[4] != 'b') || param[5] != ':') return bad();
   std::vector<std::string> box = absl::StrSplit(param.substr(6), 'x');
@@ -375,15 +391,18 @@ absl::StatusOr<TmaTensor> GemmTmaTensor(const v1::GemmProblem& p, const std::str
                                         DevicePtr b) {
   absl::StatusOr<TmaParam> t = ParseTmaParam(param);
   if (!t.ok()) return t.status();
-  if (t->box_inner != BlockK(p)) {
+  // The box's inner extent is one 128-byte row: of K, or of N for B as [K, N].
+  const bool b_kn = t->operand == 'b' && !GemmBIsNK(p);
+  if (t->box_inner * OperandBytes(p) != kRowBytes) {
     return absl::InvalidArgumentError(absl::StrCat("TMA parameter '", param, "': a box of ", t->box_inner,
-                                                   " elements of K is not one 128-byte row of this problem's operands"));
+                                                   " elements of ", b_kn ? "N" : "K",
+                                                   " is not one 128-byte row of this problem's operands"));
   }
   TmaTensor tensor;
   tensor.element_bytes = static_cast<uint32_t>(OperandBytes(p));
   tensor.base = t->operand == 'a' ? a : b;
-  tensor.inner = static_cast<uint64_t>(p.k());
-  tensor.rows = static_cast<uint64_t>(t->operand == 'a' ? p.m() : p.n());
+  tensor.inner = static_cast<uint64_t>(b_kn ? p.n() : p.k());
+  tensor.rows = static_cast<uint64_t>(t->operand == 'a' ? p.m() : b_kn ? p.k() : p.n());
   tensor.batch = static_cast<uint64_t>(GemmBatch(p));
   tensor.row_pitch = tensor.inner;
   tensor.batch_pitch = tensor.rows * tensor.inner;

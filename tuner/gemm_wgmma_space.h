@@ -70,15 +70,17 @@ int64_t WgmmaSharedMemoryBytes(const WgmmaTileConfig& config);
 
 // OK, or FAILED_PRECONDITION saying why: the device is not sm_90 (the
 // template needs sm_90a), the problem is outside what the template serves
-// (bf16 or fp8 e4m3 A and B, B given as [N, K], K a whole number of 16-byte
-// TMA strides, batch <= 65535), or the config
+// (bf16 or fp8 e4m3 A and B, B given as [N, K], or as [K, N] for bf16 with N
+// a whole number of 16-byte TMA strides; K a whole number of them, batch
+// <= 65535), or the config
 // outside its limits (tile shapes, accumulators, shared memory, k_rows 1 or
 // 2, split_k a power of two <= 16 dividing K's steps: ceil(K / (64 k_rows))
 // for bf16, ceil(K / (128 k_rows)) for fp8; an fp8 split spanning more than
 // kMaxFp8KPerAccumulator of K without `promote`; `promote` with bf16, with
 // split-K, or with more than 96 accumulators per thread; a 192-column tile
 // without `promote`; split-K with one consumer and more than 64 accumulators
-// per thread).
+// per thread; with B as [K, N], a CTA's share of the tile's columns not a
+// multiple of 64).
 // REQUIRES: ValidateGemmProblem(problem) is OK.
 absl::Status CanImplementWgmma(const v1::GemmProblem& problem, const WgmmaTileConfig& config,
                                const DeviceInfo& device);
@@ -106,8 +108,9 @@ std::vector<WgmmaTileConfig> WgmmaSearchSpace(const v1::GemmProblem& problem, co
 // The recipe: template "gemm/gemm_wgmma" for sm_90a, a persistent grid of
 // (cluster_m * min(tile units, max(1, SMs / (cluster_m * batch))), 1, batch),
 // 128 * (consumers + 1) threads, and the parameters in order:
-// tma_a:64x<block_m>, tma_b:64x<block_n / cluster_m> (TMA
-// descriptors the caller encodes, see the template's header), c, d, bias, M,
+// tma_a:64x<block_m>, tma_b:64x<block_n / cluster_m> (B as [K, N]:
+// tma_b:64x64, 64 columns by 64 rows of K) (TMA descriptors the caller
+// encodes, see the template's header; 128 for 64 with fp8), c, d, bias, M,
 // N, K, alpha, beta, ws. With split_k > 1 the recipe asks for a workspace
 // (partials and counters, see the template) that must start zeroed
 // (workspace_zeroed); otherwise ws is null.
@@ -116,9 +119,9 @@ absl::StatusOr<LaunchRecipe> WgmmaLaunchRecipe(const v1::GemmProblem& problem, c
                                                const DeviceInfo& device);
 
 // A TMA descriptor parameter of a recipe, "tma_a:64x128": the operand ('a' or
-// 'b') and the box (inner 64 elements of K, 128 for fp8: one 128-byte row;
-// outer 128 rows). NOT_FOUND if `param` is not a TMA parameter,
-// INVALID_ARGUMENT if it is malformed.
+// 'b') and the box (inner 64 elements, 128 for fp8: one 128-byte row, of K,
+// or of N for B as [K, N]; outer 128 rows). NOT_FOUND if `param` is not a
+// TMA parameter, INVALID_ARGUMENT if it is malformed.
 struct TmaParam {
   char operand = 'a';
   int box_inner = 64;
@@ -127,8 +130,9 @@ struct TmaParam {
 absl::StatusOr<TmaParam> ParseTmaParam(const std::string& param);
 
 // The tensor a TMA parameter names for `problem`: A ([batch, M, K] at a) or B
-// ([batch, N, K] at b), K contiguous, in the parameter's box, which must be
-// one 128-byte row of the problem's operands (INVALID_ARGUMENT otherwise).
+// ([batch, N, K] at b, K contiguous; or [batch, K, N], N contiguous), in the
+// parameter's box, whose inner extent must be one 128-byte row of the
+// problem's operands (INVALID_ARGUMENT otherwise).
 // What the runner encodes for a candidate, and any caller for a stored recipe.
 absl::StatusOr<TmaTensor> GemmTmaTensor(const v1::GemmProblem& problem, const std::string& param, DevicePtr a,
                                         DevicePtr b);

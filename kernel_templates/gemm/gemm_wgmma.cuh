@@ -8,6 +8,11 @@
 // transpose), bf16 or fp8 e4m3; accumulation fp32; C and D are TD (bf16 or
 // float; bf16 for e4m3). fp8's per-tensor scales multiply the product as
 // alpha does. Batches are contiguous, one per gridDim.z.
+// With B_KN (bf16 only), B is given as [K, N] row-major instead (N
+// contiguous, as in x @ W or attention's P @ V): its stage holds BN / 64
+// column blocks of 64 N x kBK K, each one TMA box with rows of 64 N (128
+// bytes) along K, and wgmma reads it "N-major" (its transpose flag, which
+// exists for 16-bit operands only).
 // Every row of every stage is 128 bytes of K (64 bf16 or 128 e4m3: kBK), and
 // every wgmma takes 32 bytes of it (k16 or k32), so both types share the ring,
 // the swizzle and the descriptors; only the element count per byte differs.
@@ -70,7 +75,8 @@
 //   tma_a:KBxBM   TmaDescriptor (by value)  A as a 3D tensor (K, M, batch) of
 //                 TAB, box (KB = kBK, BM, 1), 128-byte swizzle, zero fill
 //   tma_b:KBxR    TmaDescriptor  B as (K, N, batch), box (kBK, R = BN / CLUSTER_M, 1),
-//                 likewise
+//                 likewise; with B_KN, B as (N, K, batch), box (64, kBK, 1)
+//                 (64 columns by kBK rows of K: `tma_b:64xKB`)
 //   c, d, bias, M, N, K, alpha, beta   as kernel_templates/gemm/gemm_mma.cuh
 //   ws            unsigned char*  SPLIT_K > 1: the workspace (null otherwise):
 //                 (batch, tiles, CLUSTER_M, SPLIT_K, BM * BN) f32 partials,
@@ -79,7 +85,8 @@
 //                 launch leaves the counters zero again)
 //   a_scale, b_scale  const float*  e4m3: the per-tensor scales (null: 1)
 // REQUIRES: K * sizeof(TAB) % 16 == 0 (TMA strides are multiples of 16
-// bytes); ceil(K / (K_ROWS * kBK)) a multiple of SPLIT_K; c 8-byte and
+// bytes); with B_KN, N * sizeof(TAB) % 16 == 0 too and (BN / CLUSTER_M) % 64
+// == 0; ceil(K / (K_ROWS * kBK)) a multiple of SPLIT_K; c 8-byte and
 // d 16-byte aligned; dynamic shared memory of STAGES * K_ROWS * (BM + BN) * 128 + 1024
 // + 16 * (STAGES + 2) + CONSUMERS * 4 * 16 * 144 bytes (the ring, its
 // alignment, the barriers and split flags, the epilogue's staging rows); a
@@ -147,6 +154,18 @@ __device__ __forceinline__ unsigned long long smem_desc(const void* p) {
   return ((addr & 0x3FFFF) >> 4) | (1ull << 16) | (static_cast<unsigned long long>(1024 >> 4) << 32) | (1ull << 62);
 }
 
+// The same for an N-major B tile (B_KN): rows of 64 N (128 bytes) along K,
+// 128-byte swizzled, in column blocks of 64 N `block_bytes` apart. In the
+// PTX ISA's canonical N-major layout, ((8, 8, n), (8, k)) elements with
+// strides ((1, 8, LBO), (64, SBO)): the leading byte offset steps from one
+// 64-column block to the next, the stride byte offset from 8 rows of K to
+// the next (1024 bytes, as in K-major).
+__device__ __forceinline__ unsigned long long smem_desc_n_major(const void* p, unsigned int block_bytes) {
+  const unsigned long long addr = smem_addr(p);
+  return ((addr & 0x3FFFF) >> 4) | (static_cast<unsigned long long>((block_bytes & 0x3FFFF) >> 4) << 16) |
+         (static_cast<unsigned long long>(1024 >> 4) << 32) | (1ull << 62);
+}
+
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N>
@@ -210,13 +229,15 @@ __device__ __forceinline__ void wgmma_wait() {
                : "l"(desc_a), "l"(desc_b), "r"(1))
 
 // d (64 x N, fp32, the m64nN accumulator fragment) += A (64 x KI) x B^T
-// (KI x N), both from shared memory, KI = 32 bytes of TAB (16 bf16, 32 e4m3).
+// (KI x N), both from shared memory, KI = 32 bytes of TAB (16 bf16, 32 e4m3);
+// B K-major, or N-major with B_N_MAJOR (bf16 only).
 // Thread t of the warpgroup holds, for each n8 column block j, d[4j],
 // d[4j + 1] at row 16 * (t / 32) + (t % 32) / 4, columns 8j + 2 * (t % 4) +
 // {0, 1}, and d[4j + 2], d[4j + 3] eight rows below.
-template <typename TAB, int N>
+template <typename TAB, int N, bool B_N_MAJOR = false>
 __device__ __forceinline__ void wgmma_m64(float (&d)[N / 2], unsigned long long desc_a, unsigned long long desc_b) {
   static_assert(N == 64 || N == 128 || N == 192 || N == 256, "wgmma N of 64, 128, 192 or 256 here");
+  static_assert(!B_N_MAJOR || sizeof(TAB) == 2, "wgmma transposes 16-bit operands only");
 #define KTUNE_WGMMA_M64_N(TYPES, TAIL)                                                                 \
   if constexpr (N == 64) {                                                                           \
     KTUNE_WGMMA_M64(64, KTUNE_WGMMA_REGS_N64, KTUNE_WGMMA_OUTS_N64, "32", "33", "34", TYPES, TAIL);    \
@@ -227,7 +248,9 @@ __device__ __forceinline__ void wgmma_m64(float (&d)[N / 2], unsigned long long 
   } else {                                                                                           \
     KTUNE_WGMMA_M64(256, KTUNE_WGMMA_REGS_N256, KTUNE_WGMMA_OUTS_N256, "128", "129", "130", TYPES, TAIL); \
   }
-  if constexpr (sizeof(TAB) == 2) {
+  if constexpr (sizeof(TAB) == 2 && B_N_MAJOR) {
+    KTUNE_WGMMA_M64_N("k16.f32.bf16.bf16", ", 0, 1")  // imm-trans-a 0, imm-trans-b 1
+  } else if constexpr (sizeof(TAB) == 2) {
     KTUNE_WGMMA_M64_N("k16.f32.bf16.bf16", ", 0, 0")
   } else {
     KTUNE_WGMMA_M64_N("k32.f32.e4m3.e4m3", "")
@@ -364,7 +387,7 @@ __device__ __forceinline__ bool reduce_split_k(float (&acc)[MSUB][BN / 2], unsig
 }  // namespace gemm_wgmma_detail
 
 template <typename TAB, typename TD, int EPI, bool HAS_C, int BM, int BN, int CONSUMERS, bool PINGPONG, int CLUSTER_M,
-          int STAGES, int GROUP_M, int SPLIT_K, int K_ROWS, int PROMOTE_STEPS>
+          int STAGES, int GROUP_M, int SPLIT_K, int K_ROWS, int PROMOTE_STEPS, bool B_KN>
 __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLUSTER_M, 1, 1)
     gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ TmaDescriptor tma_b,
                const TD* __restrict__ c, TD* __restrict__ d, const bf16* __restrict__ bias, int M, int N, int K,
@@ -393,13 +416,17 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
   static_assert(K_ROWS == 1 || K_ROWS == 2, "one or two 128-byte slices of K per stage");
   static_assert(PROMOTE_STEPS >= 0, "PROMOTE_STEPS: 0 (none) or steps of K per accumulator span");
   static_assert(PROMOTE_STEPS == 0 || kMSub * BN / 2 <= 96, "promotion doubles the accumulators: at most 96 to start");
+  static_assert(!B_KN || sizeof(TAB) == 2, "B as [K, N] takes bf16 (wgmma transposes 16-bit operands only)");
+  static_assert(!B_KN || kBRowsLoaded % 64 == 0, "B as [K, N]: each CTA loads whole blocks of 64 columns");
+  constexpr int kNBlock = 64;                                         // B_KN: columns per block (128 bytes)
+  constexpr unsigned int kNBlockBytes = kNBlock * kBK * sizeof(TAB);  // B_KN: one block of a slice
   constexpr bool kPromote = PROMOTE_STEPS > 0;
 
   // The ring, 1024-byte aligned as the 128-byte swizzle wants, then the barriers.
   extern __shared__ __align__(16) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
   TAB* smem_a = reinterpret_cast<TAB*>(smem);  // (STAGES, K_ROWS, BM, kBK)
-  TAB* smem_b = smem_a + STAGES * kTileA;       // (STAGES, K_ROWS, BN, kBK)
+  TAB* smem_b = smem_a + STAGES * kTileA;       // (STAGES, K_ROWS, BN, kBK); B_KN: (.., BN / 64, kBK, 64)
   unsigned long long* full = reinterpret_cast<unsigned long long*>(smem_b + STAGES * kTileB);
   unsigned long long* empty = full + STAGES;
   unsigned long long* mainloop_done = empty + STAGES;  // [2], ping-pong: per consumer
@@ -475,7 +502,18 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
             const int k0 = (kt * K_ROWS + r) * kBK;
             tma_load_3d(smem_a + s * kTileA + r * kSliceA, &tma_a, &full[s], k0, tile_m * BM, batch);
             TAB* b_part = smem_b + s * kTileB + r * kSliceB + rank * kBRowsLoaded * kBK;
-            if constexpr (CLUSTER_M == 2) {
+            if constexpr (B_KN) {
+              // Boxes of 64 columns x kBK rows of K, at (n, k, batch).
+#pragma unroll
+              for (int j = 0; j < kBRowsLoaded / kNBlock; ++j) {
+                TAB* block = b_part + j * kNBlock * kBK;
+                if constexpr (CLUSTER_M == 2) {
+                  tma_load_3d_multicast(block, &tma_b, &full[s], b_row + j * kNBlock, k0, batch, 0x3);
+                } else {
+                  tma_load_3d(block, &tma_b, &full[s], b_row + j * kNBlock, k0, batch);
+                }
+              }
+            } else if constexpr (CLUSTER_M == 2) {
               tma_load_3d_multicast(b_part, &tma_b, &full[s], k0, b_row, batch, 0x3);
             } else {
               tma_load_3d(b_part, &tma_b, &full[s], k0, b_row, batch);
@@ -552,8 +590,11 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
           for (int kk = 0; kk < kBK / kStepK; ++kk) {
 #pragma unroll
             for (int i = 0; i < kMSub; ++i) {
-              // A wgmma's step of K is 32 bytes along the (swizzled) 128-byte row.
-              wgmma_m64<TAB, BN>(acc[i], smem_desc(sa + i * 64 * kBK + kk * kStepK), smem_desc(sb + kk * kStepK));
+              // A wgmma's step of K is 32 bytes along A's (swizzled) 128-byte
+              // rows; of an N-major B, kStepK of its 128-byte rows.
+              const unsigned long long desc_b = B_KN ? smem_desc_n_major(sb + kk * kStepK * kNBlock, kNBlockBytes)
+                                                     : smem_desc(sb + kk * kStepK);
+              wgmma_m64<TAB, BN, B_KN>(acc[i], smem_desc(sa + i * 64 * kBK + kk * kStepK), desc_b);
             }
           }
         }

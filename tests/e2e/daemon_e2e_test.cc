@@ -185,6 +185,8 @@ TEST_CASE("ktuned serves status, heuristic answers and refuses what it cannot do
     INFO(r.status().ToString());
     REQUIRE(r.ok());
     CHECK(r->source() == v1::HEURISTIC);
+    // B's layout unset is [K, N]: mma.sync's answer, although the wgmma space
+    // serves bf16 [K, N] too (tuned only until it has run on a GPU).
     CHECK(r->config().gemm().has_mma_sync());
     CHECK(r->recipe().template_id() == "gemm/gemm_mma");
     REQUIRE(r->recipe().kernels_size() == 1);

@@ -226,16 +226,19 @@ TEST_CASE("every skinny GEMM candidate matches a float64 reference", "[gpu][gemm
 
 TEST_CASE("every pruned wgmma GEMM candidate matches a float64 reference", "[gpu][gemm][wgmma]") {
   Device* device = testing::GpuDevice();
-  std::vector<GemmCase> cases;
-  for (GemmCase& g : Cases(device)) {
-    if (g.p.b_layout() == v1::COL_MAJOR) cases.push_back(std::move(g));
-  }
+  // B as [N, K] and, since session 12, as [K, N] (read N-major): every case
+  // of Cases whose N the template takes (N % 8 == 0 for [K, N]).
+  std::vector<GemmCase> cases = Cases(device);
   // K tails, a C and SiLU; more tiles than SMs (each CTA takes several, the
   // producer running ahead into the next tile); a batch with fp32-sized tails.
   cases.push_back(GemmCase::Make(device, 127, 264, 1000, v1::COL_MAJOR, v1::EPILOGUE_BIAS_SILU, true, 1));
   cases.push_back(GemmCase::Make(device, 2304, 2304, 136, v1::COL_MAJOR, v1::EPILOGUE_NONE, false, 1));
   cases.push_back(GemmCase::Make(device, 300, 130, 200, v1::COL_MAJOR, v1::EPILOGUE_RESIDUAL_ADD, true, 3));
+  // [K, N]: more tiles than SMs with an N tail of half a block, and a batch.
+  cases.push_back(GemmCase::Make(device, 2304, 2336, 136, v1::ROW_MAJOR, v1::EPILOGUE_NONE, false, 1));
+  cases.push_back(GemmCase::Make(device, 300, 200, 200, v1::ROW_MAJOR, v1::EPILOGUE_BIAS, false, 2));
   int tested = 0;
+  int tested_kn = 0;
   for (GemmCase& g : cases) {
     GemmSpaceOptions all;
     all.pruned = false;  // every config, not only the model's favourites
@@ -288,9 +291,11 @@ TEST_CASE("every pruned wgmma GEMM candidate matches a float64 reference", "[gpu
       }
       device->UnloadKernel(*k);
       ++tested;
+      if (g.p.b_layout() == v1::ROW_MAJOR) ++tested_kn;
     }
   }
   CHECK(tested >= 20);
+  CHECK(tested_kn >= 20);
 }
 
 TEST_CASE("cuBLASLt's algorithms and their variants match a float64 reference and come back from their bytes", "[gpu][gemm][cublaslt]") {

@@ -28,7 +28,8 @@ void CheckRefused(const v1::GemmProblem& problem, const WgmmaTileConfig& config,
   CHECK_THAT(std::string(s.message()), Catch::Contains(why));
 }
 
-TEST_CASE("the wgmma space serves bf16 and fp8 [N, K] GEMMs on sm_90 only, and says why not", "[tuner][gemm]") {
+TEST_CASE("the wgmma space serves bf16 and fp8 [N, K] and bf16 [K, N] GEMMs on sm_90 only, and says why not",
+          "[tuner][gemm]") {
   const DeviceInfo h200 = CompileOnlyTarget();
   const WgmmaTileConfig c;  // 128 x 256, two consumers, 4 stages
   CHECK(CanImplementWgmma(LinearGemm(8192, 8192, 8192), c, h200).ok());
@@ -43,9 +44,19 @@ TEST_CASE("the wgmma space serves bf16 and fp8 [N, K] GEMMs on sm_90 only, and s
   DeviceInfo blackwell = h200;
   blackwell.cc_major = 10;
   CheckRefused(LinearGemm(4096, 4096, 4096), c, blackwell, "needs sm_90");
-  v1::GemmProblem kn = LinearGemm(4096, 4096, 4096);
-  kn.set_b_layout(v1::ROW_MAJOR);
-  CheckRefused(kn, c, h200, "[N, K]");
+  // B as [K, N]: bf16 (read N-major), N a multiple of 8, whole 64-column
+  // blocks per CTA.
+  CHECK(CanImplementWgmma(TestGemm(4096, 4096, 4096, v1::ROW_MAJOR), c, h200).ok());
+  CHECK(CanImplementWgmma(TestGemm(127, 264, 1000, v1::ROW_MAJOR, v1::EPILOGUE_BIAS_SILU), c, h200).ok());
+  CheckRefused(TestGemm(64, 100, 64, v1::ROW_MAJOR), c, h200, "N = 100 is not a multiple of 8");
+  v1::GemmProblem fp8_kn = Fp8Gemm(4096, 4096, 4096);
+  fp8_kn.set_b_layout(v1::ROW_MAJOR);
+  CheckRefused(fp8_kn, c, h200, "fp8 needs B as [N, K]");
+  WgmmaTileConfig narrow_pair = c;
+  narrow_pair.block_n = 64;
+  narrow_pair.cluster_m = 2;  // each CTA would load 32 columns
+  CHECK(CanImplementWgmma(LinearGemm(4096, 4096, 4096), narrow_pair, h200).ok());
+  CheckRefused(TestGemm(4096, 4096, 4096, v1::ROW_MAJOR), narrow_pair, h200, "blocks of 64 columns, not 32");
   CheckRefused(LinearGemm(64, 64, 100), c, h200, "K = 100 is not a multiple of 8");
   CheckRefused(Fp8Gemm(64, 64, 1000), c, h200, "K = 1000 is not a multiple of 16");  // 1000-byte rows
   WgmmaTileConfig wide = c;
@@ -112,7 +123,7 @@ TEST_CASE("raster groups 4 and 16 are tried on the model's best two configs wher
   c.group_m = 16;
   absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(LinearGemm(8192, 8192, 8192), c, h200);
   REQUIRE(r.ok());
-  CHECK_THAT(r->kernels[0].name_expression, Catch::EndsWith(", 16, 1, 1, 0>"));
+  CHECK_THAT(r->kernels[0].name_expression, Catch::EndsWith(", 16, 1, 1, 0, false>"));
   CHECK_THAT(ToString(c), Catch::Contains(" g16"));
 }
 
@@ -152,7 +163,7 @@ TEST_CASE("two slices of K per stage are tried on the model's best two configs, 
   CHECK(ToString(c) == "bm128 bn256 c2 s2 g8 kr2");
   absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(LinearGemm(4096, 4096, 4096), c, h200);
   REQUIRE(r.ok());
-  CHECK_THAT(r->kernels[0].name_expression, Catch::EndsWith(", 2, 8, 1, 2, 0>"));
+  CHECK_THAT(r->kernels[0].name_expression, Catch::EndsWith(", 2, 8, 1, 2, 0, false>"));
   CHECK(r->kernels[0].dynamic_smem_bytes == WgmmaSharedMemoryBytes(c));
   // TMA boxes stay one 128-byte slice: two copies per operand and stage.
   CHECK(r->kernels[0].params[0] == "tma_a:64x128");
@@ -195,7 +206,7 @@ TEST_CASE("WgmmaLaunchRecipe: sm_90a, a persistent grid and TMA parameters", "[t
   CHECK(r->arch == "sm_90a");
   REQUIRE(r->kernels.size() == 1);
   const KernelLaunch& k = r->kernels[0];
-  CHECK(k.name_expression == "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 256, 2, false, 1, 4, 8, 1, 1, 0>");
+  CHECK(k.name_expression == "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 256, 2, false, 1, 4, 8, 1, 1, 0, false>");
   CHECK(k.grid == std::array<uint32_t, 3>{132, 1, 1});  // 2048 tiles, one CTA per SM
   CHECK(k.block == std::array<uint32_t, 3>{384, 1, 1});
   CHECK(k.dynamic_smem_bytes == 4 * (128 + 256) * 128 + 1024 + 96 + 2 * 4 * 16 * 144);
@@ -207,14 +218,23 @@ TEST_CASE("WgmmaLaunchRecipe: sm_90a, a persistent grid and TMA parameters", "[t
   r = WgmmaLaunchRecipe(LinearGemm(128, 512, 4096, v1::EPILOGUE_BIAS, v1::FP32, v1::FP32, 4), c, h200);
   REQUIRE(r.ok());
   CHECK(r->kernels[0].grid == std::array<uint32_t, 3>{2, 1, 4});
-  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<ktune::bf16, float, 1, true, 128, 256, 2, false, 1, 4, 8, 1, 1, 0>");
+  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<ktune::bf16, float, 1, true, 128, 256, 2, false, 1, 4, 8, 1, 1, 0, false>");
   CHECK_FALSE(WgmmaLaunchRecipe(LinearGemm(64, 64, 100), c, h200).ok());
+  // B as [K, N]: the template's B_KN, and B's box is 64 columns by 64 rows of K.
+  r = WgmmaLaunchRecipe(TestGemm(8192, 8192, 8192, v1::ROW_MAJOR), c, h200);
+  REQUIRE(r.ok());
+  CHECK(r->kernels[0].name_expression ==
+        "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 256, 2, false, 1, 4, 8, 1, 1, 0, true>");
+  CHECK(r->kernels[0].params[0] == "tma_a:64x128");
+  CHECK(r->kernels[0].params[1] == "tma_b:64x64");
+  // The same ring, its B stages laid out in column blocks.
+  CHECK(r->kernels[0].dynamic_smem_bytes == 4 * (128 + 256) * 128 + 1024 + 96 + 2 * 4 * 16 * 144);
   // A 2x1 cluster: an even grid of CTA pairs, each fetching half of B's tile.
   WgmmaTileConfig pair = c;
   pair.cluster_m = 2;
   r = WgmmaLaunchRecipe(LinearGemm(8192, 8192, 8192), pair, h200);
   REQUIRE(r.ok());
-  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 256, 2, false, 2, 4, 8, 1, 1, 0>");
+  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 256, 2, false, 2, 4, 8, 1, 1, 0, false>");
   CHECK(r->kernels[0].grid == std::array<uint32_t, 3>{132, 1, 1});
   CHECK(r->kernels[0].params[1] == "tma_b:64x128");
   r = WgmmaLaunchRecipe(LinearGemm(100, 512, 4096), pair, h200);  // one unit of two tile rows, 2 columns
@@ -229,7 +249,7 @@ TEST_CASE("WgmmaLaunchRecipe for fp8: e4m3 operands, 128-wide K steps in the sam
   absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(Fp8Gemm(8192, 8192, 4096, v1::EPILOGUE_BIAS), c, h200);
   REQUIRE(r.ok());
   const KernelLaunch& k = r->kernels[0];
-  CHECK(k.name_expression == "ktune::gemm_wgmma<ktune::e4m3, ktune::bf16, 1, false, 128, 256, 2, false, 1, 4, 8, 1, 1, 0>");
+  CHECK(k.name_expression == "ktune::gemm_wgmma<ktune::e4m3, ktune::bf16, 1, false, 128, 256, 2, false, 1, 4, 8, 1, 1, 0, false>");
   // The ring holds as many bytes as bf16's: twice the K per stage.
   CHECK(k.dynamic_smem_bytes == 4 * (128 + 256) * 128 + 1024 + 96 + 2 * 4 * 16 * 144);
   CHECK(k.params == std::vector<std::string>{"tma_a:128x128", "tma_b:128x256", "c", "d", "bias", "M", "N", "K",
@@ -267,7 +287,7 @@ TEST_CASE("fp8 promotion: a second accumulator every few steps of K, where one s
   absl::StatusOr<LaunchRecipe> wide_recipe = WgmmaLaunchRecipe(cube, wide, h200);
   REQUIRE(wide_recipe.ok());
   CHECK(wide_recipe->kernels[0].name_expression ==
-        "ktune::gemm_wgmma<ktune::e4m3, ktune::bf16, 0, false, 128, 192, 2, false, 1, 4, 8, 1, 1, 8>");
+        "ktune::gemm_wgmma<ktune::e4m3, ktune::bf16, 0, false, 128, 192, 2, false, 1, 4, 8, 1, 1, 8, false>");
   // 192 columns only promoted: unmeasured elsewhere, and bf16 has 256.
   WgmmaTileConfig wide_plain = wide;
   wide_plain.promote = false;
@@ -283,28 +303,29 @@ TEST_CASE("fp8 promotion: a second accumulator every few steps of K, where one s
   REQUIRE(r.ok());
   // PROMOTE_STEPS: 8 steps of 128 fp8 elements (1024 of K, K * span = 2^23) per span.
   CHECK(r->kernels[0].name_expression ==
-        "ktune::gemm_wgmma<ktune::e4m3, ktune::bf16, 0, false, 128, 128, 2, false, 1, 4, 8, 1, 1, 8>");
+        "ktune::gemm_wgmma<ktune::e4m3, ktune::bf16, 0, false, 128, 128, 2, false, 1, 4, 8, 1, 1, 8, false>");
   CHECK(r->workspace_bytes == 0);
   WgmmaTileConfig deep = c;
   deep.k_rows = 2;
   deep.stages = 2;
   r = WgmmaLaunchRecipe(cube, deep, h200);
   REQUIRE(r.ok());
-  CHECK(r->kernels[0].name_expression.find(", 2, 4>") != std::string::npos);  // 4 steps of 256
+  CHECK(r->kernels[0].name_expression.find(", 2, 4, false>") != std::string::npos);  // 4 steps of 256
   // The span shrinks as K grows (the truncation error grows as K * sqrt(span)),
   // down to one step; never past it.
   auto steps_at = [&](int64_t k, const WgmmaTileConfig& config) {
     absl::StatusOr<LaunchRecipe> at = WgmmaLaunchRecipe(Fp8Gemm(8192, 8192, k), config, h200);
     REQUIRE(at.ok());
     const std::string& e = at->kernels[0].name_expression;
-    return e.substr(e.rfind(", ") + 2);
+    const std::string head = e.substr(0, e.rfind(", "));  // PROMOTE_STEPS comes before B_KN
+    return head.substr(head.rfind(", ") + 2);
   };
-  CHECK(steps_at(4224, c) == "8>");    // 1024 of K
-  CHECK(steps_at(14336, c) == "4>");   // 512
-  CHECK(steps_at(32768, c) == "2>");   // 256
-  CHECK(steps_at(65536, c) == "1>");   // 128
-  CHECK(steps_at(262144, c) == "1>");  // one step at least
-  CHECK(steps_at(65536, deep) == "1>");
+  CHECK(steps_at(4224, c) == "8");    // 1024 of K
+  CHECK(steps_at(14336, c) == "4");   // 512
+  CHECK(steps_at(32768, c) == "2");   // 256
+  CHECK(steps_at(65536, c) == "1");   // 128
+  CHECK(steps_at(262144, c) == "1");  // one step at least
+  CHECK(steps_at(65536, deep) == "1");
   // Only fp8 needs it, and it replaces split-K rather than joining it.
   CheckRefused(LinearGemm(8192, 8192, 8192), c, h200, "promotion is for fp8");
   WgmmaTileConfig split = c;
@@ -359,7 +380,7 @@ TEST_CASE("split-K: K's steps divide into the slices, the workspace starts zeroe
   const v1::GemmProblem thin = LinearGemm(128, 4096, 14336);
   absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(thin, c, h200);
   REQUIRE(r.ok());
-  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 128, 2, false, 1, 4, 8, 4, 1, 0>");
+  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 128, 2, false, 1, 4, 8, 4, 1, 0, false>");
   CHECK(r->kernels[0].grid == std::array<uint32_t, 3>{128, 1, 1});  // 32 tiles x 4 slices
   CHECK(r->workspace_bytes == uint64_t{32} * 4 * 128 * 128 * 4 + 32 * 4);  // partials, then counters
   CHECK(r->workspace_zeroed);
@@ -461,6 +482,20 @@ TEST_CASE("a TMA parameter names its operand's tensor and box", "[tuner][gemm]")
   CHECK_THAT(std::string(GemmTmaTensor(q, "tma_a:64x128", 0, 0).status().message()),
              Catch::Contains("not one 128-byte row"));
   CHECK_FALSE(GemmTmaTensor(p, "tma_a:128x128", 0, 0).ok());  // bf16 rows of 128 are 256 bytes
+  // B as [K, N]: rows of N, a box of 64 columns by 64 rows of K.
+  const v1::GemmProblem kn = TestGemm(300, 520, 1000, v1::ROW_MAJOR, v1::EPILOGUE_NONE, v1::DTYPE_UNSPECIFIED,
+                                      v1::BF16, 3);
+  absl::StatusOr<TmaTensor> bkn = GemmTmaTensor(kn, "tma_b:64x64", 0x1000, 0x2000);
+  REQUIRE(bkn.ok());
+  CHECK(bkn->base == 0x2000);
+  CHECK((bkn->inner == 520 && bkn->rows == 1000 && bkn->batch == 3));
+  CHECK((bkn->row_pitch == 520 && bkn->batch_pitch == 1000 * 520));
+  CHECK((bkn->box_inner == 64 && bkn->box_rows == 64));
+  absl::StatusOr<TmaTensor> akn = GemmTmaTensor(kn, "tma_a:64x128", 0x1000, 0x2000);  // A is [M, K] still
+  REQUIRE(akn.ok());
+  CHECK((akn->inner == 1000 && akn->rows == 300));
+  CHECK_THAT(std::string(GemmTmaTensor(kn, "tma_b:128x64", 0, 0).status().message()),
+             Catch::Contains("128 elements of N is not one 128-byte row"));
 }
 
 TEST_CASE("NVRTC compiles every pruned wgmma candidate for sm_90a without spills", "[tuner][gemm][nvrtc][slow]") {
@@ -474,6 +509,10 @@ TEST_CASE("NVRTC compiles every pruned wgmma candidate for sm_90a without spills
   problems.push_back(LinearGemm(127, 4097, 4104, v1::EPILOGUE_BIAS_GELU));
   problems.push_back(LinearGemm(300, 520, 1000, v1::EPILOGUE_BIAS_SILU, v1::BF16, v1::BF16, 2));
   problems.push_back(LinearGemm(1000, 1000, 1000, v1::EPILOGUE_RESIDUAL_ADD, v1::FP32, v1::FP32));
+  // B as [K, N] (bf16, N-major B): a bench-sized problem and tails.
+  problems.push_back(TestGemm(8192, 8192, 8192, v1::ROW_MAJOR));
+  problems.push_back(TestGemm(2048, 4096, 4096, v1::ROW_MAJOR, v1::EPILOGUE_BIAS_GELU));
+  problems.push_back(TestGemm(300, 520, 1000, v1::ROW_MAJOR, v1::EPILOGUE_BIAS_SILU, v1::BF16, v1::BF16, 2));
   // fp8 e4m3: the bench problems again, and tails with an epilogue.
   problems.push_back(Fp8Gemm(8192, 8192, 8192));
   for (int64_t m : {128, 2048, 8192}) {

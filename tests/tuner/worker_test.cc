@@ -194,14 +194,15 @@ TEST_CASE("TuneGemm over a worker: a crashing candidate fails alone and both sou
   CHECK(r->winner_timing.median_us <= r->cublaslt_default->median_us * 1.03);
 }
 
-TEST_CASE("TuneGemm keeps mma.sync where wgmma cannot serve and for M <= 16", "[tuner][worker][gemm][nvrtc]") {
+TEST_CASE("TuneGemm keeps mma.sync where wgmma cannot serve, for B as [K, N] and for M <= 16",
+          "[tuner][worker][gemm][nvrtc]") {
   auto worker = WorkerExecutor::Start(FakeWorker());
   REQUIRE(worker.ok());
   GemmTuneOptions options;
   options.measure.repetitions = 20;
   options.final_measure.repetitions = 20;
   v1::GemmProblem kn = LinearGemm(256, 256, 256);
-  kn.set_b_layout(v1::ROW_MAJOR);  // B as [K, N]: wgmma does not serve it
+  kn.set_b_layout(v1::ROW_MAJOR);  // B as [K, N]: wgmma's form is new (session 12), mma.sync stays beside it
   v1::GemmProblem decode = LinearGemm(256, 256, 256);
   decode.set_m(8);
   for (const v1::GemmProblem& p : {kn, decode}) {
@@ -209,10 +210,16 @@ TEST_CASE("TuneGemm keeps mma.sync where wgmma cannot serve and for M <= 16", "[
     INFO(r.status().ToString());
     REQUIRE(r.ok());
     int mma_sync = 0;
-    for (const GemmCandidateOutcome& o : r->outcomes) mma_sync += o.name.rfind("mma_sync", 0) == 0;
+    int wgmma = 0;
+    for (const GemmCandidateOutcome& o : r->outcomes) {
+      mma_sync += o.name.rfind("mma_sync", 0) == 0;
+      wgmma += o.name.rfind("wgmma", 0) == 0;
+    }
     CHECK(mma_sync == static_cast<int>(GemmSearchSpace(p, FakeWorkerDevice()).size()));
     CHECK(mma_sync > 0);
+    CHECK(wgmma == static_cast<int>(WgmmaSearchSpace(p, FakeWorkerDevice()).size()));
   }
+  CHECK_FALSE(WgmmaSearchSpace(kn, FakeWorkerDevice()).empty());
 }
 
 }  // namespace

@@ -58,6 +58,12 @@ absl::Status ValidateGemmProblem(const v1::GemmProblem& p) {
       p.b_layout() != v1::COL_MAJOR) {
     return Bad("b_layout", absl::StrCat("unknown layout ", p.b_layout()));
   }
+  // Every fp8 kernel ktune has (cuBLASLt's, the wgmma and skinny templates')
+  // reads B K-major: a [K, N] fp8 problem would only fail later, candidate
+  // by candidate.
+  if (fp8 && p.b_layout() != v1::COL_MAJOR) {
+    return Bad("b_layout", "fp8 e4m3 GEMMs take B as [N, K] (COL_MAJOR, cuBLASLt's TN layout); got [K, N]");
+  }
   if (!v1::Epilogue_IsValid(p.epilogue())) {
     return Bad("epilogue", absl::StrCat("unknown epilogue ", p.epilogue()));
   }

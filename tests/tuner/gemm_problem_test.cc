@@ -39,6 +39,12 @@ TEST_CASE("bad GEMM problems name their field", "[tuner][gemm]") {
       {[](v1::GemmProblem& p) { p.set_d_dtype(v1::FP16); }, "problem.gemm.d_dtype"},
       {[](v1::GemmProblem& p) { p.set_c_dtype(v1::FP32); }, "problem.gemm.c_dtype"},
       {[](v1::GemmProblem& p) { p.set_a_layout(v1::COL_MAJOR); }, "problem.gemm.a_layout"},
+      {[](v1::GemmProblem& p) {
+         p.set_a_dtype(v1::FP8_E4M3);
+         p.set_b_dtype(v1::FP8_E4M3);
+         p.set_b_layout(v1::ROW_MAJOR);
+       },
+       "problem.gemm.b_layout"},
       {[](v1::GemmProblem& p) { p.set_epilogue(static_cast<v1::Epilogue>(42)); }, "problem.gemm.epilogue"},
       {[](v1::GemmProblem& p) { p.set_epilogue(v1::EPILOGUE_RESIDUAL_ADD); }, "problem.gemm.c_dtype"},
   };

@@ -2,9 +2,9 @@
 // edge: D = epilogue(alpha * A x B + beta * C) with A [M, K] row-major and B
 // given as [N, K] (COL_MAJOR, the nn.Linear weight layout) or [K, N]
 // (ROW_MAJOR), batch >= 1. BF16 with fp32 accumulation (D in bf16 or fp32), or
-// FP8 e4m3 with per-tensor scales and a bf16 D. Served by a later version:
-// today a valid GEMM problem is answered UNIMPLEMENTED, an invalid one
-// INVALID_ARGUMENT naming the field. Thread-safe: pure functions.
+// FP8 e4m3 with per-tensor scales, a bf16 D and B as [N, K] (every fp8 kernel
+// reads B K-major). An invalid problem is answered INVALID_ARGUMENT naming
+// the field. Thread-safe: pure functions.
 #pragma once
 
 #include <cstdint>

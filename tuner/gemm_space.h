@@ -7,7 +7,7 @@
 // under NVRTC without spilling and computes the right answer for every problem
 // it was accepted for (tests/tuner/gemm_space_test.cc compiles them all; the
 // H200 lab run of 2026-11-29 in bench/RESULTS.md checked the answers of the
-// unsplit configs; split-K, added in session 7, has GPU tests not yet run).
+// unsplit configs; the GPU tests check split-K's since session 8).
 // Thread-safe: pure functions.
 #pragma once
 

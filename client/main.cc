@@ -49,8 +49,8 @@ void AddProblemFlags(CLI::App* cmd, ProblemFlags* f) {
   cmd->add_option("--m", f->m, "rows (norms) / M (gemm)")->required();
   cmd->add_option("--n", f->n, "normalized width (norms) / N (gemm)")->required();
   cmd->add_option("--k", f->k, "K (gemm only)");
-  cmd->add_option("--dtype", f->dtype, "bf16, fp16 or fp32")->capture_default_str();
-  cmd->add_option("--out-dtype", f->out_dtype, "output dtype (default: --dtype)");
+  cmd->add_option("--dtype", f->dtype, "bf16, fp16 or fp32 (norms); bf16 or fp8e4m3 (gemm)")->capture_default_str();
+  cmd->add_option("--out-dtype", f->out_dtype, "output dtype (default: --dtype; bf16 for an fp8e4m3 gemm)");
   cmd->add_option("--weight-dtype", f->weight_dtype, "weight/bias dtype: --dtype or fp32 (default: --dtype)");
   cmd->add_flag("--no-weight", f->no_weight, "the norm has no weight (gamma)");
   cmd->add_flag("--bias", f->bias, "LayerNorm has a bias (beta)");
@@ -71,7 +71,10 @@ absl::StatusOr<ktune::v1::Problem> BuildProblem(const ProblemFlags& f) {
   ktune::v1::Problem problem;
   absl::StatusOr<ktune::DType> dtype = DTypeFlag("--dtype", f.dtype, ktune::DType::kBF16);
   if (!dtype.ok()) return dtype.status();
-  absl::StatusOr<ktune::DType> out = DTypeFlag("--out-dtype", f.out_dtype, *dtype);
+  // An fp8 GEMM's D is bf16 (the only one it has), so that is its default.
+  const bool fp8_gemm = f.op == "gemm" && *dtype == ktune::DType::kFP8E4M3;
+  absl::StatusOr<ktune::DType> out =
+      DTypeFlag("--out-dtype", f.out_dtype, fp8_gemm ? ktune::DType::kBF16 : *dtype);
   if (!out.ok()) return out.status();
   absl::StatusOr<ktune::DType> weight = DTypeFlag("--weight-dtype", f.weight_dtype, *dtype);
   if (!weight.ok()) return weight.status();

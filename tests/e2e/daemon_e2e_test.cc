@@ -413,6 +413,15 @@ TEST_CASE("the ktune CLI drives a daemon and fails with one-line reasons", "[e2e
   REQUIRE(gemm_kn.exit_code == 0);
   CHECK(gemm_kn.out.find("mma_sync") != std::string::npos);
   CHECK(gemm_kn.out.find("Lb0E") != std::string::npos);  // the kernel's B_NK template argument is false
+  // fp8: D is bf16 unless asked otherwise; B must be [N, K], and the refusal says so.
+  auto fp8 = RunCommand(cli + "get gemm --m 128 --n 4096 --k 4096 --dtype fp8e4m3 --b-layout nk", dir.path());
+  INFO(fp8.err);
+  REQUIRE(fp8.exit_code == 0);
+  CHECK(fp8.out.find("gemm/gemm_wgmma") != std::string::npos);
+  auto fp8_kn = RunCommand(cli + "get gemm --m 128 --n 4096 --k 4096 --dtype fp8e4m3", dir.path());
+  CHECK(fp8_kn.exit_code != 0);
+  CHECK(fp8_kn.err.find("problem.gemm.b_layout") != std::string::npos);
+  CHECK(fp8_kn.err.find("[N, K]") != std::string::npos);
   auto decode = RunCommand(cli + "get gemm --m 4 --n 4096 --k 4096 --b-layout nk", dir.path());
   INFO(decode.err);
   REQUIRE(decode.exit_code == 0);

@@ -103,6 +103,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1.0, 100.0))
       ->excludes(all);
   CLI11_PARSE(app, argc, argv);
+  options.space.pruned = !unpruned;
 
   std::vector<std::array<int64_t, 3>> shapes;
   if (shapes_text.empty()) {
@@ -153,7 +154,6 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
       return 2;
     }
-    options.space.pruned = !unpruned;
     absl::StatusOr<ktune::GemmTuneResult> r = ktune::TuneGemm(p, executor.get(), options);
     const std::string shape = std::to_string(m) + " x " + std::to_string(n) + " x " + std::to_string(k);
     if (!r.ok()) {

@@ -17,9 +17,10 @@ is graph(forward + backward) - graph(forward), both captured the same way.
 Outputs, the same for everyone since session 12: each timed call of ours takes
 what it writes (y, mean, rstd; dx, dw, db and the workspace) from PyTorch's
 caching allocator, as a peer's call does. Before, ours wrote into one buffer
-per input set while a peer's output, freed before its next call, came back
-at one address; at RMSNorm 4096 x 4096 (64 MB a call) that was worth 1-2% to
-the peer (session 12, bench/RESULTS.md).
+per input set, while a peer's output, freed before its next call, may come
+back at one address (the allocator's reuse; not checked). At RMSNorm 4096 x
+4096 (64 MB a call) ours ran 1-2% faster from the allocator than rotating
+(session 12, bench/RESULTS.md).
 
 Bytes (fewest): forward reads x, w(, b) and writes y; backward reads x, dy, w
 and writes dx, dw(, db). TB/s = bytes / time.

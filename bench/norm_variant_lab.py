@@ -136,7 +136,7 @@ def main():
             grid = row_blocks if c["pd"] == 1 else min(row_blocks, 132 * c["ctas"])
 
             def go(i, k=k, c=c, grid=grid, where=args.y):
-                y = {"rotate": lambda: ys[i], "fixed": lambda: ys[0], "alloc": lambda: torch.empty_like(xs[i])}[where]()
+                y = ys[0] if where == "fixed" else torch.empty_like(xs[i]) if where == "alloc" else ys[i]
                 a = [xs[i].data_ptr(), w.data_ptr()] + ([b.data_ptr()] if ln else []) + [y.data_ptr()]
                 a += [mean.data_ptr()] if ln else []
                 a = [cp.uint64(p) for p in a + [rstd.data_ptr()]] + [cp.int32(m), cp.int32(n), cp.float32(EPS)]

@@ -146,23 +146,16 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const TmaDescriptor* map,
       : "memory");
 }
 
-// wgmma's shared-memory matrix descriptor for a K-major tile stored as rows of
-// 128 bytes, 128-byte swizzled: 8-row groups 1024 bytes apart (the stride
-// byte offset); the leading byte offset is unused in this mode.
-__device__ __forceinline__ unsigned long long smem_desc(const void* p) {
+// wgmma's shared-memory matrix descriptor for a tile stored as rows of 128
+// bytes, 128-byte swizzled, 8-row groups 1024 bytes apart (the stride byte
+// offset). K-major (rows along K): the leading byte offset is unused, 16 by
+// convention. N-major (B_KN: rows of 64 N along K, in column blocks): in the
+// PTX ISA's canonical layout, ((8, 8, n), (8, k)) elements with strides
+// ((1, 8, LBO), (64, SBO)), the leading byte offset steps from one 64-column
+// block to the next.
+__device__ __forceinline__ unsigned long long smem_desc(const void* p, unsigned int leading_bytes = 16) {
   const unsigned long long addr = smem_addr(p);
-  return ((addr & 0x3FFFF) >> 4) | (1ull << 16) | (static_cast<unsigned long long>(1024 >> 4) << 32) | (1ull << 62);
-}
-
-// The same for an N-major B tile (B_KN): rows of 64 N (128 bytes) along K,
-// 128-byte swizzled, in column blocks of 64 N `block_bytes` apart. In the
-// PTX ISA's canonical N-major layout, ((8, 8, n), (8, k)) elements with
-// strides ((1, 8, LBO), (64, SBO)): the leading byte offset steps from one
-// 64-column block to the next, the stride byte offset from 8 rows of K to
-// the next (1024 bytes, as in K-major).
-__device__ __forceinline__ unsigned long long smem_desc_n_major(const void* p, unsigned int block_bytes) {
-  const unsigned long long addr = smem_addr(p);
-  return ((addr & 0x3FFFF) >> 4) | (static_cast<unsigned long long>((block_bytes & 0x3FFFF) >> 4) << 16) |
+  return ((addr & 0x3FFFF) >> 4) | (static_cast<unsigned long long>((leading_bytes & 0x3FFFF) >> 4) << 16) |
          (static_cast<unsigned long long>(1024 >> 4) << 32) | (1ull << 62);
 }
 
@@ -592,9 +585,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
             for (int i = 0; i < kMSub; ++i) {
               // A wgmma's step of K is 32 bytes along A's (swizzled) 128-byte
               // rows; of an N-major B, kStepK of its 128-byte rows.
-              const unsigned long long desc_b = B_KN ? smem_desc_n_major(sb + kk * kStepK * kNBlock, kNBlockBytes)
-                                                     : smem_desc(sb + kk * kStepK);
-              wgmma_m64<TAB, BN, B_KN>(acc[i], smem_desc(sa + i * 64 * kBK + kk * kStepK), desc_b);
+              wgmma_m64<TAB, BN, B_KN>(acc[i], smem_desc(sa + i * 64 * kBK + kk * kStepK),
+                                       B_KN ? smem_desc(sb + kk * kStepK * kNBlock, kNBlockBytes)
+                                            : smem_desc(sb + kk * kStepK));
             }
           }
         }

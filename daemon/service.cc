@@ -272,16 +272,15 @@ absl::Status KtuneServiceImpl::AnswerUntunedGemm(const Resolved& r, bool include
   // The skinny template's fp8 form serves M <= 16 like its bf16 form since it
   // ran correctly on the H200 (session 8: the GPU tests, and the best own
   // kernel at 7 of the 8 fp8 bench shapes with M <= 16).
-  // wgmma with B as [K, N] (session 12) has not run on a GPU yet: it is
-  // tuned (every candidate verified first) but not an untuned answer, so
-  // such a problem gets mma.sync's.
+  // B as [K, N] alike since its wgmma kernels ran correctly on the H200
+  // (session 13: the GPU tests, and every candidate at four bench shapes).
   v1::GemmConfig config;
   absl::StatusOr<LaunchRecipe> recipe = absl::NotFoundError("no template serves this GEMM");
   if (const std::vector<SkinnyConfig> skinny = SkinnySearchSpace(*r.gemm, target_); !skinny.empty()) {
     recipe = SkinnyLaunchRecipe(*r.gemm, skinny.front(), target_);
     *config.mutable_skinny() = SkinnyConfigToProto(skinny.front());
   } else if (const std::optional<WgmmaTileConfig> wgmma =
-                 GemmBIsNK(*r.gemm) ? BestUnsplit(WgmmaSearchSpace(*r.gemm, target_)) : std::nullopt) {
+                 BestUnsplit(WgmmaSearchSpace(*r.gemm, target_))) {
     recipe = WgmmaLaunchRecipe(*r.gemm, *wgmma, target_);
     *config.mutable_wgmma() = WgmmaTileConfigToProto(*wgmma);
   } else if (const std::vector<GemmTileConfig> mma = GemmSearchSpace(*r.gemm, target_); !mma.empty()) {

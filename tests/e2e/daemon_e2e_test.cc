@@ -185,10 +185,10 @@ TEST_CASE("ktuned serves status, heuristic answers and refuses what it cannot do
     INFO(r.status().ToString());
     REQUIRE(r.ok());
     CHECK(r->source() == v1::HEURISTIC);
-    // B's layout unset is [K, N]: mma.sync's answer, although the wgmma space
-    // serves bf16 [K, N] too (tuned only until it has run on a GPU).
-    CHECK(r->config().gemm().has_mma_sync());
-    CHECK(r->recipe().template_id() == "gemm/gemm_mma");
+    // B's layout unset is [K, N]: the wgmma model's best unsplit config,
+    // reading B N-major.
+    CHECK(r->config().gemm().has_wgmma());
+    CHECK(r->recipe().template_id() == "gemm/gemm_wgmma");
     REQUIRE(r->recipe().kernels_size() == 1);
     CHECK_FALSE(r->recipe().kernels(0).lowered_name().empty());
     CHECK_FALSE(r->recipe().cubin().empty());
@@ -400,8 +400,8 @@ TEST_CASE("the ktune CLI drives a daemon and fails with one-line reasons", "[e2e
   CHECK(std::count(bad_dtype.err.begin(), bad_dtype.err.end(), '\n') == 1);
 
   // GEMM from the CLI: for B as [N, K] on an sm_90 target the wgmma
-  // template's best config, for B as [K, N] mma.sync's, for M <= 16 the
-  // skinny template's; flags checked.
+  // template's best config (B as [N, K] or [K, N]), for M <= 16 the skinny
+  // template's; flags checked.
   auto gemm = RunCommand(cli + "get gemm --m 128 --n 4096 --k 4096 --b-layout nk", dir.path());
   INFO(gemm.err);
   REQUIRE(gemm.exit_code == 0);
@@ -411,8 +411,11 @@ TEST_CASE("the ktune CLI drives a daemon and fails with one-line reasons", "[e2e
   auto gemm_kn = RunCommand(cli + "get gemm --m 128 --n 4096 --k 4096 --b-layout kn", dir.path());
   INFO(gemm_kn.err);
   REQUIRE(gemm_kn.exit_code == 0);
-  CHECK(gemm_kn.out.find("mma_sync") != std::string::npos);
-  CHECK(gemm_kn.out.find("Lb0E") != std::string::npos);  // the kernel's B_NK template argument is false
+  CHECK(gemm_kn.out.find("gemm/gemm_wgmma") != std::string::npos);
+  // The kernel's last template argument, B_KN, is true: "Lb1E", then the
+  // ends of the template arguments and of the name, then void.
+  CHECK(gemm_kn.out.find("Lb1EEEv") != std::string::npos);
+  CHECK(gemm.out.find("Lb0EEEv") != std::string::npos);
   // fp8: D is bf16 unless asked otherwise; B must be [N, K], and the refusal says so.
   auto fp8 = RunCommand(cli + "get gemm --m 128 --n 4096 --k 4096 --dtype fp8e4m3 --b-layout nk", dir.path());
   INFO(fp8.err);

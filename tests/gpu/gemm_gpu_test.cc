@@ -224,78 +224,95 @@ TEST_CASE("every skinny GEMM candidate matches a float64 reference", "[gpu][gemm
   CHECK(tested == 30);
 }
 
-TEST_CASE("every pruned wgmma GEMM candidate matches a float64 reference", "[gpu][gemm][wgmma]") {
+// Verifies every config of g's wgmma space (pruned: the model's pick; else
+// all of it) against the float64 reference; returns how many ran.
+int VerifyWgmmaSpace(Device* device, GemmCase& g, bool pruned) {
+  GemmSpaceOptions options;
+  options.pruned = pruned;
+  const std::vector<WgmmaTileConfig> space = WgmmaSearchSpace(g.p, device->info(), options);
+  std::vector<LaunchRecipe> recipes;
+  for (const WgmmaTileConfig& c : space) {
+    absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(g.p, c, device->info());
+    REQUIRE(r.ok());
+    recipes.push_back(*std::move(r));
+  }
+  const std::vector<CompileResult> compiled = CompileAll(&recipes);
+  for (size_t i = 0; i < space.size(); ++i) {
+    const WgmmaTileConfig& c = space[i];
+    const LaunchRecipe* r = &recipes[i];
+    INFO(GemmCanonicalKey(g.p) << " wgmma " << ToString(c));
+    INFO(compiled[i].log);
+    REQUIRE(compiled[i].ok);
+    absl::StatusOr<LoadedKernel> k = device->LoadKernel(r->cubin, r->kernels[0].lowered_name);
+    REQUIRE(k.ok());
+    // The tensors and boxes the recipe names (a cluster's CTA fetches half of B's tile).
+    absl::StatusOr<TmaTensor> ta = GemmTmaTensor(g.p, r->kernels[0].params[0], g.da.get(), g.db.get());
+    absl::StatusOr<TmaTensor> tb = GemmTmaTensor(g.p, r->kernels[0].params[1], g.da.get(), g.db.get());
+    REQUIRE(ta.ok());
+    REQUIRE(tb.ok());
+    absl::StatusOr<TmaDescriptorBytes> tma_a = device->EncodeTma(*ta), tma_b = device->EncodeTma(*tb);
+    REQUIRE(tma_a.ok());
+    REQUIRE(tma_b.ok());
+    uint64_t cc = g.p.c_dtype() ? g.dc.get() : 0, d = g.dd.get();
+    uint64_t bias = g.bias.empty() ? 0 : g.dbias.get();
+    int m = static_cast<int>(g.p.m()), n = static_cast<int>(g.p.n()), kk = static_cast<int>(g.p.k());
+    // A split-K recipe's workspace, zeroed once as its contract says; it runs
+    // twice, so what the first launch leaves in it (the counters) is tested too.
+    CHECK(r->workspace_zeroed == (c.split_k > 1));
+    absl::StatusOr<DeviceBuffer> ws = DeviceBuffer::Create(device, std::max<uint64_t>(r->workspace_bytes, 16));
+    REQUIRE(ws.ok());
+    REQUIRE(device->Fill(ws->get(), 0, ws->size()).ok());
+    uint64_t pws = r->workspace_bytes > 0 ? ws->get() : 0;
+    uint64_t no_scale = 0;  // bf16: no per-tensor scales
+    void* args[] = {&*tma_a, &*tma_b, &cc, &d, &bias, &m, &n, &kk, &g.alpha, &g.beta, &pws, &no_scale, &no_scale};
+    std::vector<uint16_t> first;  // split-K: D of the first launch
+    for (int launch = 0; launch < (c.split_k > 1 ? 2 : 1); ++launch) {
+      INFO("launch " << launch);
+      g.Poison(device);
+      REQUIRE(device->Launch(*k, r->kernels[0], args).ok());
+      REQUIRE(device->Synchronize().ok());
+      CHECK(g.Error(device) < kTolerance);
+      // Summed in split order whichever split finished last: the same bits.
+      if (launch == 0) first = g.Output(device);
+      if (launch == 1) CHECK(g.Output(device) == first);
+    }
+    device->UnloadKernel(*k);
+  }
+  return static_cast<int>(space.size());
+}
+
+TEST_CASE("every wgmma GEMM config with B as [N, K] matches a float64 reference", "[gpu][gemm][wgmma]") {
   Device* device = testing::GpuDevice();
-  // B as [N, K] and, since session 12, as [K, N] (read N-major): every case
-  // of Cases whose N the template takes (N % 8 == 0 for [K, N]).
-  std::vector<GemmCase> cases = Cases(device);
+  std::vector<GemmCase> cases;
+  for (GemmCase& g : Cases(device)) {
+    if (g.p.b_layout() == v1::COL_MAJOR) cases.push_back(std::move(g));
+  }
   // K tails, a C and SiLU; more tiles than SMs (each CTA takes several, the
   // producer running ahead into the next tile); a batch with fp32-sized tails.
   cases.push_back(GemmCase::Make(device, 127, 264, 1000, v1::COL_MAJOR, v1::EPILOGUE_BIAS_SILU, true, 1));
   cases.push_back(GemmCase::Make(device, 2304, 2304, 136, v1::COL_MAJOR, v1::EPILOGUE_NONE, false, 1));
   cases.push_back(GemmCase::Make(device, 300, 130, 200, v1::COL_MAJOR, v1::EPILOGUE_RESIDUAL_ADD, true, 3));
-  // [K, N]: more tiles than SMs with an N tail of half a block, and a batch.
+  int tested = 0;
+  for (GemmCase& g : cases) tested += VerifyWgmmaSpace(device, g, /*pruned=*/false);
+  CHECK(tested >= 20);
+}
+
+// B as [K, N], read N-major (session 12). Every config once, at a problem
+// with a K tail, split-K, a C and SiLU; the tuner's pick at the others (the
+// unpruned spaces of all five are about 1100 compiles).
+TEST_CASE("every wgmma GEMM config with B as [K, N] matches a float64 reference", "[gpu][gemm][wgmma]") {
+  Device* device = testing::GpuDevice();
+  GemmCase every = GemmCase::Make(device, 127, 264, 1000, v1::ROW_MAJOR, v1::EPILOGUE_BIAS_SILU, true, 1);
+  int tested = VerifyWgmmaSpace(device, every, /*pruned=*/false);
+  CHECK(tested >= 100);
+  std::vector<GemmCase> cases;
+  cases.push_back(GemmCase::Make(device, 129, 136, 72, v1::ROW_MAJOR, v1::EPILOGUE_RESIDUAL_ADD, true, 3));
+  // More tiles than SMs with an N tail of half a block, and a batch.
   cases.push_back(GemmCase::Make(device, 2304, 2336, 136, v1::ROW_MAJOR, v1::EPILOGUE_NONE, false, 1));
   cases.push_back(GemmCase::Make(device, 300, 200, 200, v1::ROW_MAJOR, v1::EPILOGUE_BIAS, false, 2));
-  int tested = 0;
-  int tested_kn = 0;
-  for (GemmCase& g : cases) {
-    GemmSpaceOptions all;
-    all.pruned = false;  // every config, not only the model's favourites
-    const std::vector<WgmmaTileConfig> space = WgmmaSearchSpace(g.p, device->info(), all);
-    std::vector<LaunchRecipe> recipes;
-    for (const WgmmaTileConfig& c : space) {
-      absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(g.p, c, device->info());
-      REQUIRE(r.ok());
-      recipes.push_back(*std::move(r));
-    }
-    const std::vector<CompileResult> compiled = CompileAll(&recipes);
-    for (size_t i = 0; i < space.size(); ++i) {
-      const WgmmaTileConfig& c = space[i];
-      const LaunchRecipe* r = &recipes[i];
-      INFO(GemmCanonicalKey(g.p) << " wgmma " << ToString(c));
-      INFO(compiled[i].log);
-      REQUIRE(compiled[i].ok);
-      absl::StatusOr<LoadedKernel> k = device->LoadKernel(r->cubin, r->kernels[0].lowered_name);
-      REQUIRE(k.ok());
-      // The tensors and boxes the recipe names (a cluster's CTA fetches half of B's tile).
-      absl::StatusOr<TmaTensor> ta = GemmTmaTensor(g.p, r->kernels[0].params[0], g.da.get(), g.db.get());
-      absl::StatusOr<TmaTensor> tb = GemmTmaTensor(g.p, r->kernels[0].params[1], g.da.get(), g.db.get());
-      REQUIRE(ta.ok());
-      REQUIRE(tb.ok());
-      absl::StatusOr<TmaDescriptorBytes> tma_a = device->EncodeTma(*ta), tma_b = device->EncodeTma(*tb);
-      REQUIRE(tma_a.ok());
-      REQUIRE(tma_b.ok());
-      uint64_t cc = g.p.c_dtype() ? g.dc.get() : 0, d = g.dd.get();
-      uint64_t bias = g.bias.empty() ? 0 : g.dbias.get();
-      int m = static_cast<int>(g.p.m()), n = static_cast<int>(g.p.n()), kk = static_cast<int>(g.p.k());
-      // A split-K recipe's workspace, zeroed once as its contract says; it runs
-      // twice, so what the first launch leaves in it (the counters) is tested too.
-      CHECK(r->workspace_zeroed == (c.split_k > 1));
-      absl::StatusOr<DeviceBuffer> ws = DeviceBuffer::Create(device, std::max<uint64_t>(r->workspace_bytes, 16));
-      REQUIRE(ws.ok());
-      REQUIRE(device->Fill(ws->get(), 0, ws->size()).ok());
-      uint64_t pws = r->workspace_bytes > 0 ? ws->get() : 0;
-      uint64_t no_scale = 0;  // bf16: no per-tensor scales
-      void* args[] = {&*tma_a, &*tma_b, &cc, &d, &bias, &m, &n, &kk, &g.alpha, &g.beta, &pws, &no_scale, &no_scale};
-      std::vector<uint16_t> first;  // split-K: D of the first launch
-      for (int launch = 0; launch < (c.split_k > 1 ? 2 : 1); ++launch) {
-        INFO("launch " << launch);
-        g.Poison(device);
-        REQUIRE(device->Launch(*k, r->kernels[0], args).ok());
-        REQUIRE(device->Synchronize().ok());
-        CHECK(g.Error(device) < kTolerance);
-        // Summed in split order whichever split finished last: the same bits.
-        if (launch == 0) first = g.Output(device);
-        if (launch == 1) CHECK(g.Output(device) == first);
-      }
-      device->UnloadKernel(*k);
-      ++tested;
-      if (g.p.b_layout() == v1::ROW_MAJOR) ++tested_kn;
-    }
-  }
-  CHECK(tested >= 20);
-  CHECK(tested_kn >= 20);
+  cases.push_back(GemmCase::Make(device, 256, 384, 512, v1::ROW_MAJOR, v1::EPILOGUE_NONE, false, 1));
+  for (GemmCase& g : cases) tested += VerifyWgmmaSpace(device, g, /*pruned=*/true);
+  CHECK(tested >= 150);
 }
 
 TEST_CASE("cuBLASLt's algorithms and their variants match a float64 reference and come back from their bytes", "[gpu][gemm][cublaslt]") {

@@ -197,6 +197,35 @@ TEST_CASE("no wgmma space holds a config twice, pruned or not", "[tuner][gemm]")
   }
 }
 
+// The space and the recipe agree: every config the space offers, pruned or
+// not, is one WgmmaLaunchRecipe builds (the GPU sweep REQUIREs it config by
+// config). The problems are the GPU sweep's, both layouts of B.
+TEST_CASE("every config of the wgmma space has a recipe, B as [N, K] or [K, N]", "[tuner][gemm]") {
+  const DeviceInfo h200 = CompileOnlyTarget();
+  GemmSpaceOptions all;
+  all.pruned = false;
+  int configs = 0;
+  for (v1::Layout b : {v1::COL_MAJOR, v1::ROW_MAJOR}) {
+    for (const v1::GemmProblem& p :
+         {TestGemm(256, 384, 512, b), TestGemm(127, 264, 1000, b, v1::EPILOGUE_BIAS_SILU, v1::BF16),
+          TestGemm(129, 136, 72, b, v1::EPILOGUE_RESIDUAL_ADD, v1::BF16, v1::BF16, 3),
+          TestGemm(2304, 2336, 136, b), TestGemm(300, 200, 200, b, v1::EPILOGUE_BIAS, v1::DTYPE_UNSPECIFIED,
+                                                 v1::BF16, 2),
+          TestGemm(8192, 8192, 8192, b), TestGemm(2048, 6144, 4096, b)}) {
+      for (const GemmSpaceOptions& options : {GemmSpaceOptions(), all}) {
+        for (const WgmmaTileConfig& c : WgmmaSearchSpace(p, h200, options)) {
+          INFO(GemmCanonicalKey(p) << " " << ToString(c) << (options.pruned ? "" : ", unpruned"));
+          const absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(p, c, h200);
+          INFO(r.status().ToString());
+          CHECK(r.ok());
+          ++configs;
+        }
+      }
+    }
+  }
+  CHECK(configs > 100);
+}
+
 TEST_CASE("WgmmaLaunchRecipe: sm_90a, a persistent grid and TMA parameters", "[tuner][gemm]") {
   const DeviceInfo h200 = CompileOnlyTarget();
   WgmmaTileConfig c;

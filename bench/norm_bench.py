@@ -215,8 +215,11 @@ def run_shape(args, op, m, n, ceiling):
         recipe = Recipe(answer, cubin)
         ws = torch.empty(max(recipe.workspace_bytes, 4), device="cuda", dtype=torch.uint8)
 
+        # The reduce kernel's P: workspace rows, one per CTA of the fused
+        # kernel or per cluster of them.
         split = int(answer["config"]["norm"].get("split_size", 0))
-        partial_rows = (m + split - 1) // split if split > 0 else 0
+        cluster = max(int(answer["config"]["norm"].get("cluster", 1)), 1)
+        partial_rows = ((m + split - 1) // split + cluster - 1) // cluster if split > 0 else 0
 
         def values(i):
             return {"x": xs[i], "w": w, "b": b, "y": ys[i], "mean": mean[i] if op == "layernorm" else None,
@@ -324,6 +327,8 @@ def cfg_text(c):
     s += " pers" if c["persistent"] else " loop"
     if c.get("split_size"):
         s += f" sp{c['split_size']}"
+    if int(c.get("cluster", 1)) > 1:
+        s += f" cl{c['cluster']}"
     return s
 
 

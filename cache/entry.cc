@@ -236,6 +236,12 @@ absl::Status CheckNormConfig(absl::string_view prefix, const v1::Config& config,
     return Bad(prefix, "config.norm.reduce_rows",
                absl::StrCat("must be 0 or a power of two <= 32, got ", c.reduce_rows));
   }
+  if (problem.pass == NormPass::kForward && c.cluster != 1) {
+    return Bad(prefix, "config.norm.cluster", absl::StrCat("must be 0 or 1 for a forward problem, got ", c.cluster));
+  }
+  if (c.cluster > 8 || (c.cluster & (c.cluster - 1)) != 0) {
+    return Bad(prefix, "config.norm.cluster", absl::StrCat("must be 0, 1, 2, 4 or 8, got ", c.cluster));
+  }
   if (problem.pass == NormPass::kBackward && c.split_size < 1) {
     return Bad(prefix, "config.norm.split_size",
                absl::StrCat("must be >= 1 for a backward problem, got ", c.split_size));

@@ -137,6 +137,7 @@ std::string ConfigText(const ktune::v1::Config& config) {
                                      c.r_block(), c.num_warps(), c.vec(), c.pipeline_depth(),
                                      c.persistent() ? "persistent" : "looped");
   if (c.split_size() > 0) absl::StrAppend(&text, " split=", c.split_size());
+  if (c.cluster() > 1) absl::StrAppend(&text, " cluster=", c.cluster());
   return text;
 }
 

@@ -18,6 +18,10 @@ struct NormConfig {
   // reduce kernel, a power of two <= 32; 0 derives it from the partial rows.
   // Tuned after the fused kernel's winner (tuner/tuner.cc).
   int reduce_rows = 0;
+  // Backward, persistent, one row per CTA, on sm_90: CTAs per thread-block
+  // cluster (1, 2, 4 or 8) adding up their partials through distributed
+  // shared memory, so the workspace holds one row per cluster. 1: no cluster.
+  int cluster = 1;
 
   int threads() const { return num_warps * 32; }
   int threads_per_row() const { return threads() / x_block; }

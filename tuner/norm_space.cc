@@ -174,9 +174,11 @@ bool SmemPartials(const NormProblem& p, const NormConfig& c, const DeviceInfo& d
   return LiveWordsWith(p, c, false) > kMaxLiveWords || CtasPerSmFor(LiveWordsWith(p, c, false), 0, c, d) < 1;
 }
 
-// Dynamic shared memory of the fused backward: (PARTS, CHUNKS, VEC, THREADS) f32.
-int64_t SmemPartialsBytes(const NormProblem& p, const NormConfig& c, const DeviceInfo& d) {
-  if (!SmemPartials(p, c, d)) return 0;
+// Dynamic shared memory of the fused backward: (PARTS, CHUNKS, VEC, THREADS)
+// f32, the partials themselves (SmemPartials) or, in a cluster, where they
+// are staged for the cluster's sum.
+int64_t PartialsSmemBytes(const NormProblem& p, const NormConfig& c, const DeviceInfo& d) {
+  if (!SmemPartials(p, c, d) && c.cluster <= 1) return 0;
   return int64_t{GradientParts(p)} * c.chunks() * c.vec * c.threads() * int64_t{sizeof(float)};
 }
 
@@ -185,7 +187,7 @@ int LiveWords(const NormProblem& p, const NormConfig& c, const DeviceInfo& d) {
 }
 
 int CtasPerSm(const NormProblem& p, const NormConfig& c, const DeviceInfo& d) {
-  return CtasPerSmFor(LiveWords(p, c, d), SmemPartialsBytes(p, c, d), c, d);
+  return CtasPerSmFor(LiveWords(p, c, d), PartialsSmemBytes(p, c, d), c, d);
 }
 
 int64_t RowBlocks(const NormProblem& p, const NormConfig& c) { return CeilDiv(p.m, c.x_block); }
@@ -219,14 +221,15 @@ bool KeepXInL2(const NormProblem& p, const NormConfig& c) {
   return c.pipeline_depth == 2 || int64_t{p.n} * DTypeBytes(p.input_dtype) >= kMinRowBytes;
 }
 
-// Backward: CTAs of the fused kernel, one per SPLIT_SIZE rows; also the rows
-// of the fp32 workspace.
+// Backward: rows of the fp32 workspace (the reduce kernel's P), one per CTA
+// of the fused kernel, or per cluster of them.
 int64_t PartialRows(const NormProblem& p, const NormConfig& c) {
-  return CeilDiv(p.m, c.split_size);
+  return CeilDiv(CeilDiv(p.m, c.split_size), std::max(c.cluster, 1));
 }
 
 int64_t GridSize(const NormProblem& p, const NormConfig& c, const DeviceInfo& d) {
-  if (!IsForward(p)) return PartialRows(p, c);
+  // Backward: one CTA per SPLIT_SIZE rows, padded to whole clusters.
+  if (!IsForward(p)) return PartialRows(p, c) * std::max(c.cluster, 1);
   const int64_t row_blocks = RowBlocks(p, c);
   if (c.pipeline_depth == 1 || d.sm_count <= 0) return row_blocks;
   return std::min<int64_t>(row_blocks, int64_t{d.sm_count} * CtasPerSm(p, c, d));
@@ -361,12 +364,19 @@ absl::Status CanImplement(const NormProblem& p, const NormConfig& c, const Devic
   }
   if (IsForward(p)) {
     if (c.split_size != 0) return fail("split_size is for the backward pass");
+    if (c.cluster != 1) return fail("cluster is for the backward pass");
   } else {
     if (c.split_size < 1 || c.split_size > kMaxSplitSize || !IsPowerOfTwo(c.split_size)) {
       return fail(absl::StrCat("split_size must be a power of two in [1, ", kMaxSplitSize, "]"));
     }
     if (c.split_size % c.x_block != 0) return fail("split_size must be a multiple of x_block");
     if (!c.persistent && c.x_block != 1) return fail("the looped backward is one row at a time");
+    if (c.cluster != 1) {
+      if (c.cluster < 1 || c.cluster > 8 || !IsPowerOfTwo(c.cluster)) return fail("cluster must be 1, 2, 4 or 8");
+      if (d.cc_major < 9) return fail(absl::StrCat("clusters need sm_90 or newer, device is ", Arch(d)));
+      if (GradientParts(p) == 0) return fail("a cluster sums partials: this backward has no weight or bias");
+      if (!c.persistent || c.x_block != 1) return fail("clusters are for persistent kernels of one row per CTA");
+    }
     // The cross-row-group sum of the partials goes through static shared memory.
     if (c.persistent && c.x_block > 1 &&
         static_cast<int64_t>(c.threads()) * c.vec * 4 > 48 * 1024) {
@@ -386,6 +396,10 @@ absl::Status CanImplement(const NormProblem& p, const NormConfig& c, const Devic
   }
   if (d.max_threads_per_sm > 0 && c.threads() > d.max_threads_per_sm) {
     return fail("more threads than an SM holds");
+  }
+  if (const int64_t smem = PartialsSmemBytes(p, c, d) + kStaticScratchBound;
+      smem > (d.max_smem_per_block_optin > 0 ? d.max_smem_per_block_optin : 48 << 10)) {
+    return fail(absl::StrCat("the partials take ", smem, " bytes of shared memory, more than a CTA gets"));
   }
   if (CtasPerSm(p, c, d) < 1) return fail("estimated registers do not fit one CTA on an SM");
   return absl::OkStatus();
@@ -407,18 +421,28 @@ std::vector<NormConfig> NormSearchSpace(const NormProblem& p, const DeviceInfo& 
     space.push_back(c);
   };
   // Backward: each geometry with its SPLIT_SIZEs; pipelining only where a CTA
-  // walks at least two row blocks.
+  // walks at least two row blocks. Each persistent one-row-per-CTA config
+  // also in clusters (sm_90), where its CTAs make at least two of them:
+  // pruned, clusters of 4; unpruned, 2, 4 and 8.
+  const std::vector<int> clusters = pruned ? std::vector<int>{4} : std::vector<int>{2, 4, 8};
+  auto add_with_clusters = [&](NormConfig c) {
+    add(c);
+    for (int cluster : clusters) {
+      c.cluster = cluster;
+      if (CeilDiv(p.m, c.split_size) >= 2 * cluster) add(c);  // CanImplement has the rest
+    }
+  };
   auto add_backward = [&](NormConfig c, bool pipelined) {
     const std::vector<int> splits = SplitSizes(p, c, d, pruned);
     for (int split : splits) {
       c.split_size = split;
       c.pipeline_depth = 1;
-      add(c);
+      add_with_clusters(c);
       // Pipelined at the one-wave split only (the last): the largest of the
       // usual candidates, where the CTA walks the most row blocks.
       if (pipelined && (split == splits.back() || !pruned) && split >= 2 * c.x_block && p.m > c.x_block) {
         c.pipeline_depth = 2;
-        add(c);
+        add_with_clusters(c);
       }
     }
   };
@@ -591,20 +615,33 @@ absl::StatusOr<LaunchRecipe> NormLaunchRecipe(const NormProblem& p, const NormCo
   }
 
   // Backward: the fused kernel, then the partials' reduction.
-  if (ln) {
+  const char* smem_partials = SmemPartials(p, c, d) ? "true" : "false";
+  if (c.cluster > 1 && ln) {
+    k.name_expression = absl::StrFormat(
+        "ktune::layernorm_bwd_cluster<%s, %s, %s, %s, %s, %d, %d, %d, %d, %d, %d, %s, %s, %d>", in, out, wt,
+        has_w, has_b, c.num_warps, c.vec, c.chunks(), c.pipeline_depth, c.split_size, CtasPerSm(p, c, d),
+        smem_partials, prefetch, c.cluster);
+    k.params = {"x", "dy", "w", "mean", "rstd", "dx", "ws", "M", "N"};
+  } else if (c.cluster > 1) {
+    k.name_expression = absl::StrFormat(
+        "ktune::rmsnorm_bwd_cluster<%s, %s, %s, %s, %d, %d, %d, %d, %d, %d, %s, %d>", in, out, wt, has_w,
+        c.num_warps, c.vec, c.chunks(), c.pipeline_depth, c.split_size, CtasPerSm(p, c, d), smem_partials,
+        c.cluster);
+    k.params = {"x", "dy", "w", "rstd", "dx", "ws", "M", "N"};
+  } else if (ln) {
     k.name_expression = absl::StrFormat(
         "ktune::layernorm_bwd<%s, %s, %s, %s, %s, %d, %d, %d, %d, %s, %d, %d, %d, %s, %s>", in, out,
         wt, has_w, has_b, c.num_warps, c.x_block, c.vec, c.chunks(), persistent, c.pipeline_depth,
-        c.split_size, CtasPerSm(p, c, d), SmemPartials(p, c, d) ? "true" : "false", prefetch);
+        c.split_size, CtasPerSm(p, c, d), smem_partials, prefetch);
     k.params = {"x", "dy", "w", "mean", "rstd", "dx", "ws", "M", "N"};
   } else {
     k.name_expression = absl::StrFormat(
         "ktune::rmsnorm_bwd<%s, %s, %s, %s, %d, %d, %d, %d, %s, %d, %d, %d, %s, %s>", in, out, wt, has_w,
         c.num_warps, c.x_block, c.vec, c.chunks(), persistent, c.pipeline_depth, c.split_size,
-        CtasPerSm(p, c, d), SmemPartials(p, c, d) ? "true" : "false", prefetch);
+        CtasPerSm(p, c, d), smem_partials, prefetch);
     k.params = {"x", "dy", "w", "rstd", "dx", "ws", "M", "N"};
   }
-  k.dynamic_smem_bytes = static_cast<uint32_t>(SmemPartialsBytes(p, c, d));
+  k.dynamic_smem_bytes = static_cast<uint32_t>(PartialsSmemBytes(p, c, d));
   recipe.kernels.push_back(std::move(k));
   recipe.workspace_bytes = WorkspaceBytes(p, c);
   const int parts = GradientParts(p);

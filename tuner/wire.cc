@@ -116,6 +116,7 @@ absl::StatusOr<NormConfig> NormConfigFromProto(const v1::NormConfig& in) {
   c.split_size = in.split_size();
   c.persistent = in.persistent();
   c.reduce_rows = in.reduce_rows();
+  c.cluster = in.cluster() == 0 ? 1 : in.cluster();  // unset: written before clusters existed
   const absl::Status positive = RequirePositive("config.norm.", {{"x_block", c.x_block}, {"r_block", c.r_block},
                                                                  {"num_warps", c.num_warps}, {"vec", c.vec},
                                                                  {"pipeline_depth", c.pipeline_depth}});
@@ -127,6 +128,9 @@ absl::StatusOr<NormConfig> NormConfigFromProto(const v1::NormConfig& in) {
   if (c.reduce_rows < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("config.norm.reduce_rows: must be >= 0, got ", c.reduce_rows));
+  }
+  if (c.cluster < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("config.norm.cluster: must be >= 0, got ", in.cluster()));
   }
   return c;
 }
@@ -141,6 +145,7 @@ v1::NormConfig NormConfigToProto(const NormConfig& c) {
   out.set_split_size(c.split_size);
   out.set_persistent(c.persistent);
   out.set_reduce_rows(c.reduce_rows);
+  if (c.cluster > 1) out.set_cluster(c.cluster);  // 1 stays unset: older readers see what they knew
   return out;
 }
 

@@ -15,7 +15,8 @@
 // CHUNKS vectors of VEC per thread and pass), and writes its partial sums to
 // row c of the fp32 workspace:
 //
-//   ws  (PARTS, P, N) f32, P = ceil(M / SPLIT_SIZE); part 0 is dw when
+//   ws  (PARTS, P, N) f32, P = ceil(M / SPLIT_SIZE) (CLUSTER > 1: gridDim.x /
+//       CLUSTER, below); part 0 is dw when
 //       HAS_WEIGHT, the next is db when HAS_BIAS. Without either, no workspace.
 //
 //   PERSISTENT: the row block in registers, x and dy read once; PIPELINE == 2
@@ -36,12 +37,25 @@
 //     THREADS) vectors of kW = min(VEC, 4) floats, so a warp's access is one
 //     contiguous 512-byte run (no bank conflicts). Shared-memory traffic is
 //     4 * PARTS * 2 bytes per element, well under what an SM serves.
+//   CLUSTER > 1 (PERSISTENT, XBLOCK == 1, sm_90; the *_bwd_cluster entry
+//     points): CLUSTER CTAs of a thread-block cluster add up their partials
+//     through distributed shared memory before any of them leaves, so the
+//     workspace holds one row per cluster, not per CTA: P = gridDim.x /
+//     CLUSTER, and the grid is padded to a multiple of CLUSTER (a CTA past M
+//     contributes zeros). Each CTA stages its partials in the SMEM_PARTIALS
+//     layout (they are there already with SMEM_PARTIALS), the cluster
+//     synchronizes, and CTA rank r sums every CLUSTER-th of each thread's
+//     vectors over ranks 0..CLUSTER-1 in order (deterministic) and stores the
+//     sum. The workspace round trip (written, then read by the reduce kernel)
+//     shrinks CLUSTER-fold: at 16384 x 8192 and SPLIT_SIZE 64 from 8 MiB each
+//     way to 2 at CLUSTER 4, about 1.5% of the op's bytes.
 //   looped (XBLOCK == 1, any N): pass 1 over R_BLOCK chunks forms the row sums,
 //     pass 2 reads the row again (from L2) and writes dx; the partials then
 //     cannot live in registers and are accumulated in the CTA's own workspace
 //     row (the same thread always owns a column, so no atomics).
 #pragma once
 
+#include "common/cluster.cuh"
 #include "common/memory.cuh"
 #include "common/reduce.cuh"
 #include "common/types.cuh"
@@ -151,9 +165,61 @@ __device__ __forceinline__ void smem_partials_store(float* slot, const float (&a
   }
 }
 
+// Adds kW floats at `local` (this CTA's shared memory) as CTA `rank` of the
+// cluster holds them at the same offset.
+template <int kW>
+__device__ __forceinline__ void add_from_cluster_rank(const float* local, unsigned int rank, float (&sum)[kW]) {
+  const unsigned int remote = map_shared_rank(local, rank);
+  float v[4];
+  if constexpr (kW == 4) {
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3])
+                 : "r"(remote)
+                 : "memory");
+  } else if constexpr (kW == 2) {
+    asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(v[0]), "=f"(v[1]) : "r"(remote) : "memory");
+  } else {
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v[0]) : "r"(remote) : "memory");
+  }
+#pragma unroll
+  for (int i = 0; i < kW; ++i) sum[i] += v[i];
+}
+
+// CLUSTER > 1: the cluster's partials, summed over its CTAs, into this
+// cluster's workspace rows. `slots` are this CTA's (PARTS, CHUNKS, VEC / kW,
+// THREADS) staged vectors (the SMEM_PARTIALS layout), complete on every CTA
+// of the cluster (the caller's cluster_sync). Rank r takes every
+// CLUSTER-th of this thread's PARTS * CHUNKS * VEC / kW vectors.
+template <int CLUSTER, int PARTS, int CHUNKS, int VEC, int THREADS>
+__device__ __forceinline__ void cluster_sum_partials(const float* slots, float* ws_row, long long part_stride,
+                                                     int N) {
+  constexpr int kW = VEC < 4 ? VEC : 4;  // floats per access
+  constexpr int kPerChunk = VEC / kW;    // vectors per chunk
+  constexpr int kSlot = VEC * THREADS;   // floats of one (part, chunk) slot
+  const unsigned int rank = cluster_rank();
+#pragma unroll
+  for (int v = 0; v < PARTS * CHUNKS * kPerChunk; ++v) {
+    if (v % CLUSTER != static_cast<int>(rank)) continue;
+    const int part = v / (CHUNKS * kPerChunk);
+    const int c = v / kPerChunk % CHUNKS;
+    const int q = v % kPerChunk;
+    const int col = (c * THREADS + static_cast<int>(threadIdx.x)) * VEC + q * kW;  // element column
+    if (col >= N) continue;  // N % VEC == 0: a vector is all in or all out
+    const float* local = slots + (part * CHUNKS + c) * kSlot + (q * THREADS + static_cast<int>(threadIdx.x)) * kW;
+    float sum[kW];
+#pragma unroll
+    for (int i = 0; i < kW; ++i) sum[i] = 0.0f;
+#pragma unroll
+    for (int r = 0; r < CLUSTER; ++r) add_from_cluster_rank<kW>(local, r, sum);
+    Packed<float, kW> out;
+    out.set(sum);
+    store_packed(ws_row + part * part_stride + col, out);
+  }
+}
+
 template <bool LN, typename TIn, typename TOut, typename TW, bool HAS_WEIGHT, bool HAS_BIAS,
           int NUM_WARPS, int XBLOCK, int VEC, int CHUNKS, bool PERSISTENT, int PIPELINE,
-          int SPLIT_SIZE, bool SMEM_PARTIALS, bool PREFETCH_L2>
+          int SPLIT_SIZE, bool SMEM_PARTIALS, bool PREFETCH_L2, int CLUSTER = 1>
 __device__ __forceinline__ void fused_bwd(const TIn* __restrict__ x, const TIn* __restrict__ dy,
                                           const TW* __restrict__ w, const float* __restrict__ mean,
                                           const float* __restrict__ rstd, TOut* __restrict__ dx,
@@ -180,6 +246,9 @@ __device__ __forceinline__ void fused_bwd(const TIn* __restrict__ x, const TIn* 
   static_assert(LN || !HAS_BIAS, "RMSNorm has no bias");
   static_assert(!SMEM_PARTIALS || (PERSISTENT && XBLOCK == 1 && (kAccW || kAccB)),
                 "shared-memory partials are for persistent, one-row-per-CTA kernels with partials");
+  static_assert(CLUSTER == 1 || (PERSISTENT && XBLOCK == 1 && (kAccW || kAccB) && CLUSTER <= 8 &&
+                                 (CLUSTER & (CLUSTER - 1)) == 0),
+                "clusters of 2, 4 or 8 sum the partials of persistent, one-row-per-CTA kernels");
   using XVec = Packed<TIn, VEC>;
   using WVec = Packed<TW, VEC>;
 
@@ -195,8 +264,9 @@ __device__ __forceinline__ void fused_bwd(const TIn* __restrict__ x, const TIn* 
   const int lane = threadIdx.x % kTpr;                                   // [0, kTpr)
   const int row_begin = static_cast<int>(blockIdx.x) * SPLIT_SIZE;       // first row of the split
   const int row_end = min(M, row_begin + SPLIT_SIZE);                    // one past its last
-  const long long parts_rows = (M + SPLIT_SIZE - 1) / SPLIT_SIZE;        // P
-  float* ws_w = ws + static_cast<long long>(blockIdx.x) * N;             // (N) f32 dw partial
+  const long long parts_rows =                                           // P
+      CLUSTER > 1 ? static_cast<long long>(gridDim.x) / CLUSTER : (M + SPLIT_SIZE - 1) / SPLIT_SIZE;
+  float* ws_w = ws + static_cast<long long>(blockIdx.x / CLUSTER) * N;   // (N) f32 dw partial
   float* ws_b = ws_w + (kAccW ? parts_rows * N : 0);                     // (N) f32 db partial
   const float inv_n = 1.0f / static_cast<float>(N);
   int parity = 0;  // alternates the cross-warp scratch slot
@@ -300,9 +370,22 @@ __device__ __forceinline__ void fused_bwd(const TIn* __restrict__ x, const TIn* 
       }
     }
 
-    // The CTA's partials. One row group: straight from registers. Several:
+    // The CTA's partials. In a cluster: staged in shared memory and summed
+    // over the cluster. One row group: straight from registers. Several:
     // chunk by chunk through shared memory, each column summed over the groups.
-    if constexpr (SMEM_PARTIALS) {
+    if constexpr (CLUSTER > 1) {
+      if constexpr (!SMEM_PARTIALS) {
+#pragma unroll
+        for (int c = 0; c < CHUNKS; ++c) {  // this thread's own slots: no barrier
+          if constexpr (kAccW) smem_partials_store<VEC, kThreads>(smem_w + c * kSlot, acc_w[c]);
+          if constexpr (kAccB) smem_partials_store<VEC, kThreads>(smem_b + c * kSlot, acc_b[c]);
+        }
+      }
+      cluster_sync();  // every CTA's partials staged
+      cluster_sum_partials<CLUSTER, int{kAccW} + int{kAccB}, CHUNKS, VEC, kThreads>(smem_partials, ws_w,
+                                                                                   parts_rows * N, N);
+      cluster_sync();  // no CTA leaves while a peer may still read its shared memory
+    } else if constexpr (SMEM_PARTIALS) {
 #pragma unroll
       for (int c = 0; c < CHUNKS; ++c) {
         const int col = (c * kTpr + lane) * VEC;  // element column

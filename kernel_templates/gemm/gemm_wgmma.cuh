@@ -95,6 +95,7 @@
 // unit being CLUSTER_M tiles along M.
 #pragma once
 
+#include "common/cluster.cuh"
 #include "common/types.cuh"
 #include "gemm/epilogue.cuh"
 
@@ -280,16 +281,6 @@ __device__ __forceinline__ void fence_accumulators(float (&acc)[MSUB][HALF_N]) {
   }
 }
 
-// Cluster helpers (CLUSTER_M == 2).
-__device__ __forceinline__ unsigned int cluster_rank() {
-  unsigned int r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ void cluster_sync() {
-  // Not .aligned: the producer warp's threads arrive here at different times.
-  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
-}
 // An arrival on the mbarrier at the same offset in CTA `rank` of the cluster.
 // The default semantics (release at CTA scope), as CUTLASS's cluster
 // barriers arrive: `.release.cluster` compiles to MEMBAR.ALL.CTA,

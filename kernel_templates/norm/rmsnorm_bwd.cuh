@@ -1,7 +1,7 @@
 // RMSNorm backward: the fused kernel of common/norm_bwd.cuh (dx and per-CTA
 // dw partials in one pass over x and dy) and, with a weight, norm_bwd_reduce
 // (also there) summing the partials into dw. The recipe launches them in that
-// order: kernels[0] rmsnorm_bwd, kernels[1] norm_bwd_reduce.
+// order: kernels[0] rmsnorm_bwd (or rmsnorm_bwd_cluster), kernels[1] norm_bwd_reduce.
 //
 //   xhat = x * rstd,  g = dy * w
 //   dx   = rstd * (g - xhat * mean_j(g * xhat)),  dw = sum_i dy * xhat
@@ -37,6 +37,25 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
                              NUM_WARPS, XBLOCK, VEC, CHUNKS, PERSISTENT, PIPELINE, SPLIT_SIZE, SMEM_PARTIALS,
                              PREFETCH_L2>(
       x, dy, w, nullptr, rstd, dx, ws, M, N);
+}
+
+// The same in clusters of CLUSTER CTAs (2, 4 or 8; sm_90) that add up their
+// dw partials through distributed shared memory: the workspace has one row
+// per cluster, P = gridDim.x / CLUSTER, and the grid is a multiple of
+// CLUSTER. The launch passes CHUNKS * VEC * THREADS * 4 bytes of dynamic
+// shared memory (the partials' staging) whether or not SMEM_PARTIALS.
+template <typename TIn, typename TOut, typename TW, bool HAS_WEIGHT, int NUM_WARPS, int VEC, int CHUNKS,
+          int PIPELINE, int SPLIT_SIZE, int CTAS_PER_SM, bool SMEM_PARTIALS, int CLUSTER>
+__global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM) __cluster_dims__(CLUSTER, 1, 1)
+    rmsnorm_bwd_cluster(const TIn* __restrict__ x, const TIn* __restrict__ dy, const TW* __restrict__ w,
+                        const float* __restrict__ rstd, TOut* __restrict__ dx, float* __restrict__ ws,
+                        int M, int N) {
+  static_assert(CTAS_PER_SM >= 1 && CTAS_PER_SM * NUM_WARPS * 32 <= 2048,
+                "occupancy target out of range");
+  norm_bwd_detail::fused_bwd</*LN=*/false, TIn, TOut, TW, HAS_WEIGHT, /*HAS_BIAS=*/false, NUM_WARPS,
+                             /*XBLOCK=*/1, VEC, CHUNKS, /*PERSISTENT=*/true, PIPELINE, SPLIT_SIZE,
+                             SMEM_PARTIALS, /*PREFETCH_L2=*/false, CLUSTER>(x, dy, w, nullptr, rstd, dx, ws,
+                                                                             M, N);
 }
 
 }  // namespace ktune

@@ -138,6 +138,16 @@ TEST_CASE("ValidateEntry: each bad field is named", "[cache]") {
          e.mutable_config()->mutable_norm()->set_reduce_rows(3);
        },
        "entry.config.norm.reduce_rows: must be 0 or a power of two <= 32, got 3"},
+      {[](v1::Entry& e) { e.mutable_config()->mutable_norm()->set_cluster(4); },
+       "entry.config.norm.cluster: must be 0 or 1 for a forward problem, got 4"},
+      {[](v1::Entry& e) { e.mutable_config()->mutable_norm()->set_cluster(-2); },
+       "entry.config.norm.cluster: must be >= 0, got -2"},
+      {[](v1::Entry& e) {
+         e.mutable_problem()->mutable_norm()->set_pass(v1::BWD);
+         e.mutable_config()->mutable_norm()->set_split_size(64);
+         e.mutable_config()->mutable_norm()->set_cluster(3);
+       },
+       "entry.config.norm.cluster: must be 0, 1, 2, 4 or 8, got 3"},
       {[](v1::Entry& e) { e.mutable_problem()->mutable_norm()->set_n(-4); }, "entry.problem.n:"},
       {[](v1::Entry& e) { e.mutable_problem()->mutable_norm()->set_op(v1::NORM_OP_UNSPECIFIED); },
        "entry.problem.op:"},

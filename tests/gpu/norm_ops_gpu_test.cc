@@ -9,6 +9,7 @@
 // skips the pruning comparison, to save device time.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -116,6 +117,64 @@ TEST_CASE("TuneNorm: every op, every candidate correct on odd shapes, then winne
       CHECK(hv->ok);
     }
   }
+}
+
+// Clustered backwards (the CTAs of a cluster add up their partials through
+// distributed shared memory): every cluster size, grids padded to whole
+// clusters (1000 and 257 rows are no multiple of any split), partials staged
+// from registers or already in shared memory (LayerNorm N = 16384), with and
+// without a bias, fp32 weights. The space's clustered configs of each
+// problem, and each of them again in clusters of 2 and 8.
+TEST_CASE("clustered backwards sum their partials right", "[gpu]") {
+  Device* device = testing::GpuDevice();
+  const DType bf16 = DType::kBF16;
+  const NormProblem problems[] = {
+      Op(kRms, kBwd, 1000, 3000, bf16, bf16, true, false),
+      Op(kRms, kBwd, 4096, 8192, bf16, bf16, true, false),
+      Op(kLn, kBwd, 1000, 5120, bf16, DType::kFP32, true, true),
+      Op(kLn, kBwd, 257, 1000, DType::kFP16, DType::kFP16, true, false),
+      Op(kLn, kBwd, 1000, 16384, bf16, bf16, true, true),
+  };
+  int verified = 0;
+  int padded = 0;
+  int staged_in_smem_already = 0;  // SMEM_PARTIALS: the template argument before PREFETCH_L2 / CLUSTER
+  for (const NormProblem& p : problems) {
+    absl::StatusOr<std::unique_ptr<NormRunner>> runner = NormRunner::Create(p, device);
+    REQUIRE(runner.ok());
+    std::vector<NormConfig> configs;
+    for (const NormConfig& c : NormSearchSpace(p, device->info())) {
+      if (c.cluster == 1) continue;
+      for (int cluster : {2, 4, 8}) {
+        NormConfig v = c;
+        v.cluster = cluster;
+        if (CanImplement(p, v, device->info()).ok() &&
+            std::find(configs.begin(), configs.end(), v) == configs.end()) {
+          configs.push_back(v);
+        }
+      }
+    }
+    INFO(CanonicalKey(p));
+    CHECK(configs.size() >= 3);
+    for (const NormConfig& c : configs) {
+      INFO(ToString(c));
+      absl::StatusOr<LaunchRecipe> r = NormLaunchRecipe(p, c, device->info());
+      REQUIRE(r.ok());
+      const CompileResult compiled = Compile(&*r);
+      INFO(compiled.log);
+      REQUIRE(compiled.ok);
+      absl::StatusOr<VerifyResult> v = (*runner)->Verify(*r);
+      REQUIRE(v.ok());
+      INFO(v->detail);
+      CHECK(v->ok);
+      ++verified;
+      padded += r->kernels[0].grid[0] * c.split_size >= p.m + c.split_size;  // a CTA with no rows
+      const std::vector<std::string> args = absl::StrSplit(r->kernels[0].name_expression, ", ");
+      staged_in_smem_already += args[args.size() - (p.op == kLn ? 3 : 2)] == "true";
+    }
+  }
+  CHECK(verified >= 15);
+  CHECK(padded > 0);
+  CHECK(staged_in_smem_already > 0);
 }
 
 TEST_CASE("Verify rejects backward recipes that drop work", "[gpu]") {

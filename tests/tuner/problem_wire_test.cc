@@ -162,6 +162,17 @@ TEST_CASE("norm problems and configs round-trip through the wire format", "[tune
   v1::NormConfig bad = NormConfigToProto(c);
   bad.set_num_warps(0);
   CHECK(NormConfigFromProto(bad).status().message().find("num_warps") != std::string::npos);
+  // No cluster is written as unset, as entries from before clusters have it;
+  // a cluster round-trips.
+  CHECK(NormConfigToProto(c).cluster() == 0);
+  c.cluster = 4;
+  cback = NormConfigFromProto(NormConfigToProto(c));
+  REQUIRE(cback.ok());
+  CHECK(cback->cluster == 4);
+  CHECK(*cback == c);
+  bad = NormConfigToProto(c);
+  bad.set_cluster(-1);
+  CHECK(NormConfigFromProto(bad).status().message().find("config.norm.cluster") != std::string::npos);
 }
 
 TEST_CASE("fingerprints and recipes round-trip, and keys separate environments", "[tuner][wire]") {

@@ -104,7 +104,8 @@ TEST_CASE("NormSearchSpace invariants over many problems", "[tuner][space]") {
         CHECK(r->arch == Arch(device));
         CHECK(r->cubin.empty());
         CHECK(k.lowered_name.empty());
-        const std::string entry = "ktune::" + r->template_id.substr(5) + "<";
+        // rmsnorm_bwd<, or rmsnorm_bwd_cluster< for a cluster.
+        const std::string entry = "ktune::" + r->template_id.substr(5) + (c.cluster > 1 ? "_cluster<" : "<");
         CHECK(k.name_expression.rfind(entry, 0) == 0);
         CHECK(k.block[0] == static_cast<uint32_t>(c.threads()));
         CHECK(k.block[0] <= 1024);
@@ -127,11 +128,19 @@ TEST_CASE("NormSearchSpace invariants over many problems", "[tuner][space]") {
                                 : std::vector<std::string>{"x", "w", "y", "rstd", "M", "N",
                                                            "eps"}));
         } else {
-          const int64_t partial_rows = (p.m + c.split_size - 1) / c.split_size;
+          // A CTA per split, padded to whole clusters; a workspace row per
+          // cluster (per CTA without one), staged in the partials' layout.
+          const int64_t ctas = (p.m + c.split_size - 1) / c.split_size;
+          const int64_t partial_rows = (ctas + c.cluster - 1) / c.cluster;
           CHECK(c.split_size % c.x_block == 0);
-          CHECK(k.grid[0] == static_cast<uint32_t>(partial_rows));
+          CHECK(k.grid[0] == static_cast<uint32_t>(partial_rows * c.cluster));
           CHECK(r->workspace_bytes ==
                 static_cast<uint64_t>(parts) * partial_rows * p.n * sizeof(float));
+          if (c.cluster > 1) {
+            CHECK((c.persistent && c.x_block == 1 && parts > 0));
+            CHECK(ctas >= 2 * c.cluster);  // the space's floor: at least two clusters of work
+            CHECK(k.dynamic_smem_bytes == static_cast<uint32_t>(parts * c.r_block * sizeof(float)));
+          }
           CHECK(k.params == (ln ? std::vector<std::string>{"x", "dy", "w", "mean", "rstd", "dx",
                                                             "ws", "M", "N"}
                                 : std::vector<std::string>{"x", "dy", "w", "rstd", "dx", "ws",
@@ -308,6 +317,83 @@ TEST_CASE("the backward's reduce kernel rows are a knob of their own", "[tuner][
   NormProblem no_weight = bwd;  // RMSNorm backward without a weight: no partials, no reduce kernel
   no_weight.has_weight = false;
   CHECK(ReduceRowsCandidates(no_weight, HeuristicNormConfig(no_weight, d)).empty());
+}
+
+TEST_CASE("clusters sum the backward's partials: where they are offered and what they change", "[tuner][space]") {
+  const DeviceInfo d = CompileOnlyTarget();
+  NormProblem bwd;
+  bwd.m = 16384;
+  bwd.n = 8192;
+  bwd.pass = NormPass::kBackward;
+  const std::vector<NormConfig> space = NormSearchSpace(bwd, d);
+  int plain = 0;
+  int clustered = 0;
+  for (const NormConfig& c : space) {
+    if (c.cluster == 1) {
+      ++plain;
+      continue;
+    }
+    ++clustered;
+    INFO(ToString(c));
+    CHECK(c.cluster == 4);  // pruned: clusters of 4 only
+    CHECK_THAT(ToString(c), Catch::Contains(" cl=4"));
+    // Its twin without the cluster is a candidate too, and the recipes differ
+    // only where the cluster shows: the entry point, the grid, P, the staging.
+    NormConfig twin = c;
+    twin.cluster = 1;
+    REQUIRE(std::find(space.begin(), space.end(), twin) != space.end());
+    auto with = NormLaunchRecipe(bwd, c, d);
+    auto without = NormLaunchRecipe(bwd, twin, d);
+    REQUIRE(with.ok());
+    REQUIRE(without.ok());
+    CHECK(with->kernels[0].grid[0] == without->kernels[0].grid[0]);  // 16384 / split: whole clusters
+    CHECK(with->workspace_bytes * 4 == without->workspace_bytes);
+    CHECK(with->kernels[0].dynamic_smem_bytes == static_cast<uint32_t>(c.r_block * 4));
+    CHECK_THAT(with->kernels[0].name_expression, Catch::StartsWith("ktune::rmsnorm_bwd_cluster<"));
+    CHECK_THAT(with->kernels[0].name_expression, Catch::EndsWith(", 4>"));
+  }
+  CHECK(clustered > 0);
+  CHECK(plain > clustered);  // x_block > 1 and looped configs have no cluster form
+
+  // Padding: 1000 rows at split 16 are 63 CTAs, launched as 64 (16 clusters of 4).
+  NormConfig c = HeuristicNormConfig(bwd, d);
+  REQUIRE(c.x_block == 1);
+  bwd.m = 1000;
+  c.split_size = 16;
+  c.cluster = 4;
+  REQUIRE(CanImplement(bwd, c, d).ok());
+  auto padded = NormLaunchRecipe(bwd, c, d);
+  REQUIRE(padded.ok());
+  CHECK(padded->kernels[0].grid[0] == 64u);
+  CHECK(padded->workspace_bytes == 16u * bwd.n * 4);
+
+  // Refusals, each naming its reason.
+  auto refused = [&](const NormProblem& p, const NormConfig& config, const DeviceInfo& device, const char* why) {
+    const absl::Status s = CanImplement(p, config, device);
+    INFO(ToString(config) << ": " << s.ToString());
+    CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
+    CHECK_THAT(std::string(s.message()), Catch::Contains(why));
+  };
+  NormConfig three = c;
+  three.cluster = 3;
+  refused(bwd, three, d, "cluster must be 1, 2, 4 or 8");
+  NormConfig sixteen = c;
+  sixteen.cluster = 16;
+  refused(bwd, sixteen, d, "cluster must be 1, 2, 4 or 8");
+  DeviceInfo ampere = d;
+  ampere.cc_major = 8;
+  refused(bwd, c, ampere, "clusters need sm_90");
+  NormProblem no_weight = bwd;
+  no_weight.has_weight = false;
+  refused(no_weight, c, d, "no weight or bias");
+  NormConfig two_rows = c;
+  two_rows.x_block = 2;
+  refused(bwd, two_rows, d, "one row per CTA");
+  NormProblem fwd = bwd;
+  fwd.pass = NormPass::kForward;
+  NormConfig f = HeuristicNormConfig(fwd, d);
+  f.cluster = 4;
+  refused(fwd, f, d, "cluster is for the backward pass");
 }
 
 // A forward kernel's template argument, counted from the end: 1 is

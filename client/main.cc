@@ -224,6 +224,10 @@ int main(int argc, char** argv) {
   AddProblemFlags(tune_cmd, &tune_flags);
   tune_cmd->add_option("--repetitions", repetitions, "timed repetitions per candidate (>= 20)");
   tune_cmd->add_flag("--force", force, "re-tune even if an entry exists");
+  bool show_candidates = false;
+  tune_cmd->add_flag("--candidates", show_candidates,
+                     "print each norm candidate's outcome to stderr as it comes (tab-separated: "
+                     "candidate, config, status, median us)");
   tune_cmd->add_flag("--json", json, "print JSON");
 
   std::string ls_op;
@@ -328,6 +332,12 @@ int main(int argc, char** argv) {
     request.mutable_options()->set_force(force);
     const bool live = !json && isatty(STDERR_FILENO);
     auto r = client->Tune(request, [&](const ktune::v1::TuneEvent& e) {
+      if (show_candidates && e.has_candidate()) {
+        const auto& c = e.candidate();
+        // Tab-separated: candidate, config, status, median microseconds (0: not timed).
+        std::fprintf(stderr, "candidate\t%s\t%s\t%.2f\n", ConfigText(c.config()).c_str(), c.status().c_str(),
+                     c.has_measurement() ? c.measurement().time_us() : 0.0);
+      }
       if (json || !e.has_progress()) return;
       const auto& p = e.progress();
       std::string best = p.best_time_us() > 0 ? absl::StrFormat("  best %.2f us", p.best_time_us()) : "";

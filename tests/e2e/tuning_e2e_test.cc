@@ -3,11 +3,14 @@
 // verifies, timings are made up from the kernel's name) so that the queue,
 // the worker's isolation, quarantine, the kernel cache and winner stability
 // run for real in CI. tests/gpu repeats what matters on the H200.
+#include <algorithm>
 #include <set>
 #include <thread>
 
 #include <catch2/catch.hpp>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
 #include "tests/e2e/daemon_process.h"
 #include "tuner/gemm_space.h"
 #include "tuner/gemm_wgmma_space.h"
@@ -19,6 +22,7 @@ namespace ktune {
 namespace {
 
 using testing::DaemonProcess;
+using testing::RunCommand;
 using testing::TempDir;
 
 constexpr char kFake[] = "KTUNE_WORKER_FAKE_DEVICE=1";
@@ -206,6 +210,29 @@ TEST_CASE("a backward tune also tunes its reduce kernel and answers the geometry
   const uint32_t want = config->reduce_rows > 0 ? static_cast<uint32_t>(config->reduce_rows)
                                                 : derived_recipe->kernels[1].block[1];
   CHECK(answer.kernels(1).block(1) == want);
+
+  // `ktune tune --candidates` prints each candidate's outcome as it streams
+  // in: every config of the space (clustered ones included: the fake device
+  // is an sm_90), and the finalists again when they are re-measured.
+  const std::string cli = std::string(KTUNE_CLI_PATH) + " --server " + daemon.address() + " ";
+  auto shown = RunCommand(cli + "tune rmsnorm.bwd --m 8192 --n 2048 --force --candidates", dir.path());
+  INFO(shown.err);
+  REQUIRE(shown.exit_code == 0);
+  std::set<std::string> configs, clustered;  // the config field of each line
+  int not_ok = 0;
+  for (const absl::string_view line : absl::StrSplit(shown.err, '\n')) {
+    const std::vector<std::string> fields = absl::StrSplit(line, '\t');  // candidate, config, status, us
+    if (fields.size() != 4 || fields[0] != "candidate") continue;
+    configs.insert(fields[1]);
+    if (absl::StrContains(fields[1], " cluster=4")) clustered.insert(fields[1]);
+    not_ok += fields[2] != "ok" || !(std::stod(fields[3]) > 0);
+  }
+  const std::vector<NormConfig> space = NormSearchSpace(p, FakeWorkerDevice());
+  CHECK(configs.size() == space.size());
+  CHECK(not_ok == 0);
+  CHECK(clustered.size() == static_cast<size_t>(std::count_if(
+                                space.begin(), space.end(), [](const NormConfig& c) { return c.cluster == 4; })));
+  CHECK_FALSE(clustered.empty());
   CHECK(daemon.Stop() == 0);
 }
 

@@ -300,7 +300,7 @@ TEST_CASE("every wgmma GEMM config with B as [N, K] matches a float64 reference"
 // B as [K, N], read N-major (session 12). Every config once, at a problem
 // with a K tail, split-K, a C and SiLU; the tuner's pick at the others (the
 // unpruned spaces of all five are about 1100 compiles).
-TEST_CASE("every wgmma GEMM config with B as [K, N] matches a float64 reference", "[gpu][gemm][wgmma]") {
+TEST_CASE("every wgmma GEMM config with B as [K, N] matches a float64 reference", "[gpu][gemm][wgmma][kn]") {
   Device* device = testing::GpuDevice();
   GemmCase every = GemmCase::Make(device, 127, 264, 1000, v1::ROW_MAJOR, v1::EPILOGUE_BIAS_SILU, true, 1);
   int tested = VerifyWgmmaSpace(device, every, /*pruned=*/false);

@@ -421,10 +421,15 @@ std::vector<NormConfig> NormSearchSpace(const NormProblem& p, const DeviceInfo& 
     space.push_back(c);
   };
   // Backward: each geometry with its SPLIT_SIZEs; pipelining only where a CTA
-  // walks at least two row blocks. Each persistent one-row-per-CTA config
-  // also in clusters (sm_90), where its CTAs make at least two of them:
-  // pruned, clusters of 4; unpruned, 2, 4 and 8.
-  const std::vector<int> clusters = pruned ? std::vector<int>{4} : std::vector<int>{2, 4, 8};
+  // walks at least two row blocks. Unpruned, each persistent one-row-per-CTA
+  // config also in clusters of 2, 4 and 8 (sm_90), where its CTAs make at
+  // least two of them. Pruned, none: on the H200 (session 13, call 3) a
+  // cluster of 4 ran at 0.60-0.97x its twin at 37 of 43 configs of five
+  // backward shapes, and at best 1.03x, never the winner. The losses grow
+  // with the split: a one-wave persistent grid in clusters leaves SMs idle
+  // where a GPC's free slots do not make a whole cluster, so part of it
+  // runs as a second wave; the workspace bytes it saves are 1-2%.
+  const std::vector<int> clusters = pruned ? std::vector<int>{} : std::vector<int>{2, 4, 8};
   auto add_with_clusters = [&](NormConfig c) {
     add(c);
     for (int cluster : clusters) {

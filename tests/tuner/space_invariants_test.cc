@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <tuple>
 #include <string>
@@ -77,6 +78,7 @@ std::vector<NormProblem> Problems() {
 TEST_CASE("NormSearchSpace invariants over many problems", "[tuner][space]") {
   const std::vector<NormProblem> problems = Problems();
   REQUIRE(problems.size() > 1000);
+  int clustered = 0;  // clustered configs whose recipes were checked
   for (const DeviceInfo& device : {CompileOnlyTarget(), H200()}) {
     for (const NormProblem& p : problems) {
       INFO(CanonicalKey(p) << " on " << device.name);
@@ -84,8 +86,19 @@ TEST_CASE("NormSearchSpace invariants over many problems", "[tuner][space]") {
       REQUIRE_FALSE(space.empty());
       CHECK(space.size() <= 64);  // a cold tune stays within seconds
 
+      // The pruned space; for some backwards the unpruned one too (it alone
+      // holds the clustered configs).
+      std::vector<NormConfig> checked = space;
+      if (p.pass == NormPass::kBackward && p.m >= 4096 && (p.n == 1000 || p.n == 8192) &&
+          p.input_dtype == DType::kBF16) {
+        SpaceOptions all;
+        all.pruned = false;
+        for (const NormConfig& c : NormSearchSpace(p, device, all)) {
+          if (std::find(checked.begin(), checked.end(), c) == checked.end()) checked.push_back(c);
+        }
+      }
       std::set<std::string> seen;
-      for (const NormConfig& c : space) {
+      for (const NormConfig& c : checked) {
         INFO(ToString(c));
         const absl::Status can = CanImplement(p, c, device);
         INFO(can.ToString());
@@ -137,6 +150,7 @@ TEST_CASE("NormSearchSpace invariants over many problems", "[tuner][space]") {
           CHECK(r->workspace_bytes ==
                 static_cast<uint64_t>(parts) * partial_rows * p.n * sizeof(float));
           if (c.cluster > 1) {
+            ++clustered;
             CHECK((c.persistent && c.x_block == 1 && parts > 0));
             CHECK(ctas >= 2 * c.cluster);  // the space's floor: at least two clusters of work
             CHECK(k.dynamic_smem_bytes == static_cast<uint32_t>(parts * c.r_block * sizeof(float)));
@@ -165,6 +179,7 @@ TEST_CASE("NormSearchSpace invariants over many problems", "[tuner][space]") {
       CHECK(NormLaunchRecipe(p, h, device).ok());
     }
   }
+  CHECK(clustered > 100);
 }
 
 TEST_CASE("Bench shapes get a space of a few dozen candidates", "[tuner][space]") {
@@ -325,18 +340,21 @@ TEST_CASE("clusters sum the backward's partials: where they are offered and what
   bwd.m = 16384;
   bwd.n = 8192;
   bwd.pass = NormPass::kBackward;
-  const std::vector<NormConfig> space = NormSearchSpace(bwd, d);
+  // Pruned: none (they lost to their twins on the H200). Unpruned: 2, 4, 8.
+  for (const NormConfig& c : NormSearchSpace(bwd, d)) CHECK(c.cluster == 1);
+  SpaceOptions all;
+  all.pruned = false;
+  const std::vector<NormConfig> space = NormSearchSpace(bwd, d, all);
   int plain = 0;
-  int clustered = 0;
+  std::map<int, int> clustered;  // cluster size -> configs
   for (const NormConfig& c : space) {
     if (c.cluster == 1) {
       ++plain;
       continue;
     }
-    ++clustered;
+    ++clustered[c.cluster];
     INFO(ToString(c));
-    CHECK(c.cluster == 4);  // pruned: clusters of 4 only
-    CHECK_THAT(ToString(c), Catch::Contains(" cl=4"));
+    CHECK_THAT(ToString(c), Catch::Contains(" cl=" + std::to_string(c.cluster)));
     // Its twin without the cluster is a candidate too, and the recipes differ
     // only where the cluster shows: the entry point, the grid, P, the staging.
     NormConfig twin = c;
@@ -347,13 +365,15 @@ TEST_CASE("clusters sum the backward's partials: where they are offered and what
     REQUIRE(with.ok());
     REQUIRE(without.ok());
     CHECK(with->kernels[0].grid[0] == without->kernels[0].grid[0]);  // 16384 / split: whole clusters
-    CHECK(with->workspace_bytes * 4 == without->workspace_bytes);
+    CHECK(with->workspace_bytes * c.cluster == without->workspace_bytes);
     CHECK(with->kernels[0].dynamic_smem_bytes == static_cast<uint32_t>(c.r_block * 4));
     CHECK_THAT(with->kernels[0].name_expression, Catch::StartsWith("ktune::rmsnorm_bwd_cluster<"));
-    CHECK_THAT(with->kernels[0].name_expression, Catch::EndsWith(", 4>"));
+    CHECK_THAT(with->kernels[0].name_expression, Catch::EndsWith(", " + std::to_string(c.cluster) + ">"));
   }
-  CHECK(clustered > 0);
-  CHECK(plain > clustered);  // x_block > 1 and looped configs have no cluster form
+  CHECK(clustered.size() == 3);  // 2, 4 and 8
+  int all_clustered = 0;
+  for (const auto& [size, count] : clustered) all_clustered += count;
+  CHECK(plain > all_clustered / 3);  // x_block > 1 and looped configs have no cluster form
 
   // Padding: 1000 rows at split 16 are 63 CTAs, launched as 64 (16 clusters of 4).
   NormConfig c = HeuristicNormConfig(bwd, d);

@@ -385,7 +385,7 @@ TEST_CASE("clusters sum the backward's partials: where they are offered and what
   auto padded = NormLaunchRecipe(bwd, c, d);
   REQUIRE(padded.ok());
   CHECK(padded->kernels[0].grid[0] == 64u);
-  CHECK(padded->workspace_bytes == 16u * bwd.n * 4);
+  CHECK(padded->workspace_bytes == static_cast<uint64_t>(16 * bwd.n * 4));
 
   // Refusals, each naming its reason.
   auto refused = [&](const NormProblem& p, const NormConfig& config, const DeviceInfo& device, const char* why) {

@@ -484,11 +484,13 @@ TuneQueue::Result KtuneServiceImpl::TuneAndStore(const Resolved& r, int repetiti
   }
   spdlog::info("event=tune_done key=\"{}\" config=\"{}\" time_us={:.2f} tbs={:.3f} strategy={} "
                "candidates={} measured={} compiled={} cache_hits={} seconds={:.2f} "
-               "compile_seconds={:.2f} run_seconds={:.2f}",
+               "compile_seconds={:.2f} run_seconds={:.2f} prepare_seconds={:.3f} verify_seconds={:.3f} "
+               "time_seconds={:.3f}",
                r.key.problem_key, ToString(result->config), result->timing.median_us,
                result->throughput_tbs, result->strategy, result->candidates_generated,
                result->candidates_measured, result->compiled, result->kernel_cache_hits,
-               result->tune_seconds, result->compile_seconds, result->run_seconds);
+               result->tune_seconds, result->compile_seconds, result->run_seconds, result->prepare_seconds,
+               result->verify_seconds, result->time_seconds);
   AnswerFromEntry(entry, /*include_cubin=*/false, &response);
   return response;
 }

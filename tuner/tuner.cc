@@ -111,7 +111,22 @@ absl::StatusOr<TuneResult> TuneNorm(const NormProblem& problem, CandidateExecuto
         absl::StrCat(total, " candidates for ", CanonicalKey(problem), " (", strategy->name(), ")"),
         nullptr});
 
+  const auto prepare_start = Clock::now();
   if (absl::Status s = executor->Prepare(problem); !s.ok()) return s;
+  result.prepare_seconds = Seconds(prepare_start);
+  // Verify and Time, each timed into the result's phase totals.
+  auto verify_phase = [&](const LaunchRecipe& recipe) {
+    const auto phase_start = Clock::now();
+    absl::StatusOr<VerifyResult> v = executor->Verify(recipe);
+    result.verify_seconds += Seconds(phase_start);
+    return v;
+  };
+  auto time_phase = [&](const LaunchRecipe& recipe) {
+    const auto phase_start = Clock::now();
+    absl::StatusOr<Timing> t = executor->Time(recipe, options.measure);
+    result.time_seconds += Seconds(phase_start);
+    return t;
+  };
 
   std::vector<LaunchRecipe> recipes(total);
   std::vector<std::optional<double>> measured_us(total);
@@ -133,7 +148,7 @@ absl::StatusOr<TuneResult> TuneNorm(const NormProblem& problem, CandidateExecuto
       }
       return absl::OkStatus();
     };
-    absl::StatusOr<VerifyResult> v = executor->Verify(recipes[i]);
+    absl::StatusOr<VerifyResult> v = verify_phase(recipes[i]);
     ++verified;
     if (!v.ok()) return fail(v.status(), "verify");
     if (!v->ok) {
@@ -143,7 +158,7 @@ absl::StatusOr<TuneResult> TuneNorm(const NormProblem& problem, CandidateExecuto
     }
     emit({"verified", verified, proposed, best_us, absl::StrCat(ToString(space[i]), ": correct"),
           nullptr});
-    absl::StatusOr<Timing> t = executor->Time(recipes[i], options.measure);
+    absl::StatusOr<Timing> t = time_phase(recipes[i]);
     ++measured;
     if (!t.ok()) return fail(t.status(), "time");
     outcome.status = CandidateStatus::kOk;
@@ -246,7 +261,7 @@ absl::StatusOr<TuneResult> TuneNorm(const NormProblem& problem, CandidateExecuto
   for (int r = 0; r < finalists; ++r) {
     if (cancelled()) return absl::CancelledError("the tune was cancelled");
     const int i = ranked[r];
-    absl::StatusOr<Timing> t = executor->Time(recipes[i], options.measure);
+    absl::StatusOr<Timing> t = time_phase(recipes[i]);
     if (!t.ok()) return t.status();  // it ran moments ago: a failure now is not the candidate's
     result.outcomes[i].timing = *t;
     best_us = std::min(best_us, t->median_us);
@@ -312,13 +327,13 @@ absl::StatusOr<TuneResult> TuneNorm(const NormProblem& problem, CandidateExecuto
       variant_recipes[v] = std::move(to_compile[b]);
       if (options.kernel_cache != nullptr) options.kernel_cache->Store(variant_recipes[v], NvrtcVersion());
     }
-    absl::StatusOr<Timing> base = executor->Time(result.recipe, options.measure);
+    absl::StatusOr<Timing> base = time_phase(result.recipe);
     if (!base.ok()) return base.status();  // it ran moments ago: not the candidate's fault
     Timing best = *base;
     for (size_t v = 0; v < variants.size(); ++v) {
       if (!usable[v]) continue;
       if (cancelled()) return absl::CancelledError("the tune was cancelled");
-      absl::StatusOr<VerifyResult> ok = executor->Verify(variant_recipes[v]);
+      absl::StatusOr<VerifyResult> ok = verify_phase(variant_recipes[v]);
       if (!ok.ok() && absl::IsUnavailable(ok.status())) return ok.status();
       if (!ok.ok() || !ok->ok) {
         if (!ok.ok() && options.on_quarantine &&
@@ -329,7 +344,7 @@ absl::StatusOr<TuneResult> TuneNorm(const NormProblem& problem, CandidateExecuto
         }
         continue;
       }
-      absl::StatusOr<Timing> t = executor->Time(variant_recipes[v], options.measure);
+      absl::StatusOr<Timing> t = time_phase(variant_recipes[v]);
       if (!t.ok() && absl::IsUnavailable(t.status())) return t.status();
       if (!t.ok()) continue;
       ++result.reduce_variants_measured;

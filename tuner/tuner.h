@@ -94,6 +94,12 @@ struct TuneResult {
   double tune_seconds = 0;
   double compile_seconds = 0;  // NVRTC time summed over candidates compiled
   double run_seconds = 0;      // wall time verifying and timing on the device
+  // Where the time went, for a tune that takes longer than it should: the
+  // inputs and float64 reference (Prepare), every Verify call (run, copy
+  // back, host check) and every Time call, each summed wall time.
+  double prepare_seconds = 0;
+  double verify_seconds = 0;
+  double time_seconds = 0;
   int kernel_cache_hits = 0;
   int compiled = 0;            // candidates compiled by NVRTC in this tune
   int reduce_variants_measured = 0;  // backward: reduce geometries tried after the winner

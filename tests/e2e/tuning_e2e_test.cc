@@ -210,6 +210,24 @@ TEST_CASE("a backward tune also tunes its reduce kernel and answers the geometry
                                                 : derived_recipe->kernels[1].block[1];
   CHECK(answer.kernels(1).block(1) == want);
 
+  // The log says where the tune's time went: preparing, verifying, timing,
+  // the last two within the time spent running candidates.
+  const std::string log = daemon.Log();
+  const size_t done = log.find("event=tune_done key=\"rmsnorm.bwd");
+  REQUIRE(done != std::string::npos);
+  const std::string line = log.substr(done, log.find('\n', done) - done);
+  INFO(line);
+  auto seconds = [&](const std::string& name) {
+    const size_t at = line.find(" " + name + "=");
+    REQUIRE(at != std::string::npos);
+    return std::stod(line.substr(at + name.size() + 2));
+  };
+  const double run = seconds("run_seconds"), verify = seconds("verify_seconds"), time = seconds("time_seconds");
+  CHECK(seconds("prepare_seconds") >= 0);
+  CHECK(verify > 0);
+  CHECK(time > 0);
+  CHECK(verify + time <= run + 0.01);  // the log rounds run to 10 ms, the phases to 1
+
   // `ktune tune --candidates` prints each candidate's outcome as it streams
   // in: every config of the space, and the finalists again when they are
   // re-measured.

@@ -426,9 +426,11 @@ std::vector<NormConfig> NormSearchSpace(const NormProblem& p, const DeviceInfo& 
   // least two of them. Pruned, none: on the H200 (session 13, call 3) a
   // cluster of 4 ran at 0.60-0.97x its twin at 37 of 43 configs of five
   // backward shapes, and at best 1.03x, never the winner. The losses grow
-  // with the split: a one-wave persistent grid in clusters leaves SMs idle
-  // where a GPC's free slots do not make a whole cluster, so part of it
-  // runs as a second wave; the workspace bytes it saves are 1-2%.
+  // with the split, probably because a one-wave persistent grid in
+  // clusters leaves SMs idle where a GPC's free slots do not make a whole
+  // cluster, so part of it runs as a second wave (not measured:
+  // cudaOccupancyMaxActiveClusters was not queried). The workspace bytes a
+  // cluster saves are 1-2% of the op's.
   const std::vector<int> clusters = pruned ? std::vector<int>{} : std::vector<int>{2, 4, 8};
   auto add_with_clusters = [&](NormConfig c) {
     add(c);

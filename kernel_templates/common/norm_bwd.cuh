@@ -48,7 +48,10 @@
 //     vectors over ranks 0..CLUSTER-1 in order (deterministic) and stores the
 //     sum. The workspace round trip (written, then read by the reduce kernel)
 //     shrinks CLUSTER-fold: at 16384 x 8192 and SPLIT_SIZE 64 from 8 MiB each
-//     way to 2 at CLUSTER 4, about 1.5% of the op's bytes.
+//     way to 2 at CLUSTER 4, about 1.5% of the op's bytes. On the H200 the
+//     clustered kernels ran at 0.60-1.03x the same config without a cluster
+//     (session 13), so the tuner offers them only in its unpruned space
+//     (tuner/norm_space.cc has the measurement).
 //   looped (XBLOCK == 1, any N): pass 1 over R_BLOCK chunks forms the row sums,
 //     pass 2 reads the row again (from L2) and writes dx; the partials then
 //     cannot live in registers and are accumulated in the CTA's own workspace

@@ -424,7 +424,7 @@ std::vector<NormConfig> NormSearchSpace(const NormProblem& p, const DeviceInfo& 
   // walks at least two row blocks. Unpruned, each persistent one-row-per-CTA
   // config also in clusters of 2, 4 and 8 (sm_90), where its CTAs make at
   // least two of them. Pruned, none: on the H200 (session 13, call 3) a
-  // cluster of 4 ran at 0.60-0.97x its twin at 37 of 43 configs of five
+  // cluster of 4 ran at 0.60-0.97x its twin at 38 of 44 configs of five
   // backward shapes, and at best 1.03x, never the winner. The losses grow
   // with the split, probably because a one-wave persistent grid in
   // clusters leaves SMs idle where a GPC's free slots do not make a whole

@@ -279,8 +279,7 @@ absl::Status KtuneServiceImpl::AnswerUntunedGemm(const Resolved& r, bool include
   if (const std::vector<SkinnyConfig> skinny = SkinnySearchSpace(*r.gemm, target_); !skinny.empty()) {
     recipe = SkinnyLaunchRecipe(*r.gemm, skinny.front(), target_);
     *config.mutable_skinny() = SkinnyConfigToProto(skinny.front());
-  } else if (const std::optional<WgmmaTileConfig> wgmma =
-                 BestUnsplit(WgmmaSearchSpace(*r.gemm, target_))) {
+  } else if (const std::optional<WgmmaTileConfig> wgmma = BestUnsplit(WgmmaSearchSpace(*r.gemm, target_))) {
     recipe = WgmmaLaunchRecipe(*r.gemm, *wgmma, target_);
     *config.mutable_wgmma() = WgmmaTileConfigToProto(*wgmma);
   } else if (const std::vector<GemmTileConfig> mma = GemmSearchSpace(*r.gemm, target_); !mma.empty()) {

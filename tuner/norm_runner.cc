@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <future>
 #include <limits>
 #include <mutex>
 #include <thread>
@@ -11,6 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "tuner/host_float.h"
+#include "tuner/kernel_source.h"
+#include "tuner/norm_space.h"
+#include "tuner/nvrtc_compiler.h"
 
 namespace ktune {
 namespace {
@@ -258,6 +262,34 @@ Tolerance ToleranceFor(DType output_dtype) {
   return {0, 0};
 }
 
+absl::StatusOr<LaunchRecipe> NormCheckRecipe(const NormProblem& p, const DeviceInfo& device) {
+  if (absl::Status s = ValidateNormProblem(p); !s.ok()) return s;
+  LaunchRecipe recipe;
+  recipe.template_id = "norm/norm_check";
+  absl::StatusOr<const KernelSource*> source = FindKernelSource(recipe.template_id);
+  if (!source.ok()) return source.status();
+  recipe.template_hash = (*source)->hash;
+  recipe.arch = Arch(device);
+  // --fmad=false: no product fused into an add the host check does not fuse,
+  // so both checks compute the same errors.
+  recipe.nvrtc_options = {absl::StrCat("--gpu-architecture=", recipe.arch), "-std=c++17",
+                          "--fmad=false"};
+  auto flag = [](bool b) { return b ? "true" : "false"; };
+  KernelLaunch k;
+  k.name_expression = absl::StrFormat(
+      "ktune::norm_check<%s, %s, %s, %s, %s, %s, %s>", TemplateTypeName(p.input_dtype),
+      TemplateTypeName(p.weight_dtype), TemplateTypeName(p.output_dtype), flag(!IsForward(p)),
+      flag(IsLayerNorm(p)), flag(p.has_weight), flag(IsForward(p) && HasBias(p)));
+  constexpr int64_t kThreads = 256;  // norm_check's block
+  const int64_t blocks = std::min<int64_t>((p.m * p.n + kThreads - 1) / kThreads,
+                                           int64_t{8} * std::max(device.sm_count, 1));
+  k.grid = {static_cast<uint32_t>(blocks), 1, 1};
+  k.block = {static_cast<uint32_t>(kThreads), 1, 1};
+  k.params = {"x", "dy", "w", "b", "out", "rows", "M", "N", "atol", "rtol", "verdict"};
+  recipe.kernels.push_back(std::move(k));
+  return recipe;
+}
+
 // ---- NormRunner ------------------------------------------------------------------
 
 struct NormRunner::Impl {
@@ -283,6 +315,18 @@ struct NormRunner::Impl {
   std::vector<double> dw_scale, db_scale;  // (N) root sum of squares of the summed terms
   std::vector<uint8_t> host_out, host_dw, host_db;
   std::vector<float> host_mean, host_rstd;
+  // The device check (kernel_templates/norm/norm_check.cuh): its kernel,
+  // loaded for the runner's life, the float64 per-row terms it reads, and
+  // its two-word verdict.
+  LaunchRecipe check_recipe;
+  LoadedKernel check_kernel;
+  DeviceBuffer check_rows;     // float64 [4][M]: mean, rstd, c1, c2
+  DeviceBuffer verdict;        // uint64 [2]: the largest error's bits, the first failing index
+  bool cross_checked = false;  // a Verify has compared the device check with the host's
+
+  ~Impl() {
+    if (check_kernel.function != nullptr) device->UnloadKernel(check_kernel);
+  }
 
   int64_t x_bytes() const { return problem.m * problem.n * DTypeBytes(problem.input_dtype); }
   int64_t out_bytes() const { return problem.m * problem.n * DTypeBytes(problem.output_dtype); }
@@ -295,6 +339,32 @@ struct NormRunner::Impl {
   }
   double b_at(int64_t j) const {
     return HasBias(problem) ? Decode(problem.weight_dtype, host_b.data(), j) : 0.0;
+  }
+
+  // Output element (i, j) (y, or dx) as the float64 reference has it, and
+  // the error it is allowed. norm_check.cuh evaluates the same expressions.
+  struct Expected {
+    double want = 0;
+    double allowed = 0;
+  };
+  Expected ExpectedAt(int64_t i, int64_t j) const {
+    const Tolerance tol = ToleranceFor(problem.output_dtype);
+    const int64_t k = i * problem.n + j;
+    const double w = w_at(j);
+    if (IsForward(problem)) {
+      const double want = (x_at(k) - mean_ref[i]) * rstd_ref[i] * w + b_at(j);
+      // LayerNorm: the f32 mean's rounding moves y by up to ~rtol * |w|.
+      return {want, tol.atol + tol.rtol * (std::fabs(want) + (IsLayerNorm(problem) ? std::fabs(w) : 0.0))};
+    }
+    // The backward is given the statistics rounded to f32 (mean_f, rstd_f).
+    const double mu = IsLayerNorm(problem) ? mean_f[i] : 0.0;
+    const double r = rstd_f[i];
+    const double xh = (x_at(k) - mu) * r;
+    const double g = dy_at(k) * w;
+    const double want = r * (g - c2_ref[i] - xh * c1_ref[i]);
+    // dx is a difference of terms of size r * |g|: fp32 rounding of those
+    // terms, not of the (possibly small) result, bounds the error.
+    return {want, tol.atol * r + tol.rtol * (std::fabs(want) + r * std::fabs(g))};
   }
 
   // The kernel arguments for input set `set` in the order of `k.params`.
@@ -395,8 +465,19 @@ struct NormRunner::Impl {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<VerifyResult> CheckForward() const;
-  absl::StatusOr<VerifyResult> CheckBackward() const;
+  // Poisons every output, launches every kernel of the recipe once on input
+  // set 0 and waits for them.
+  absl::Status RunOnce(const LaunchRecipe& recipe);
+  // The (M, N) output against the reference: on the device (reading back the
+  // verdict, and the failing element if any), or on the host (reading back
+  // all of it).
+  absl::StatusOr<VerifyResult> CheckElementsOnDevice();
+  absl::StatusOr<VerifyResult> CheckElementsOnHost();
+  // The small outputs, read back and checked on the host: the forward's
+  // statistics, or the backward's dw and db.
+  absl::StatusOr<VerifyResult> CheckSmallOutputs();
+  VerifyResult CheckStatistics() const;
+  VerifyResult CheckWeightGradients() const;
 };
 
 NormRunner::NormRunner(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -413,6 +494,13 @@ absl::StatusOr<std::unique_ptr<NormRunner>> NormRunner::Create(const NormProblem
   const int64_t n = problem.n;
   const bool fwd = IsForward(problem);
   const bool ln = IsLayerNorm(problem);
+
+  // The device check compiles while the host builds the inputs and references.
+  absl::StatusOr<LaunchRecipe> check = NormCheckRecipe(problem, device->info());
+  if (!check.ok()) return check.status();
+  im.check_recipe = *std::move(check);
+  std::future<CompileResult> check_compiled =
+      std::async(std::launch::async, [&im] { return Compile(&im.check_recipe); });
 
   // Inputs: each row scaled by 2^[-2, 2) so rows have clearly different
   // statistics (a kernel mixing up rows fails), elements of magnitude
@@ -544,52 +632,140 @@ absl::StatusOr<std::unique_ptr<NormRunner>> NormRunner::Create(const NormProblem
   im.host_db.resize(im.w_bytes());
   im.host_mean.resize(m);
   im.host_rstd.resize(m);
+
+  // The device check: the per-row terms of ExpectedAt, its verdict, its kernel.
+  std::vector<double> rows(4 * m, 0.0);
+  for (int64_t i = 0; i < m; ++i) {
+    rows[i] = fwd ? im.mean_ref[i] : ln ? im.mean_f[i] : 0.0;
+    rows[m + i] = fwd ? im.rstd_ref[i] : im.rstd_f[i];
+    if (!fwd) {
+      rows[2 * m + i] = im.c1_ref[i];
+      rows[3 * m + i] = im.c2_ref[i];
+    }
+  }
+  for (auto [buffer, host, bytes] :
+       {std::tuple{&im.check_rows, static_cast<const void*>(rows.data()), rows.size() * sizeof(double)},
+        std::tuple{&im.verdict, static_cast<const void*>(nullptr), 2 * sizeof(uint64_t)}}) {
+    absl::StatusOr<DeviceBuffer> created = DeviceBuffer::Create(device, bytes);
+    if (!created.ok()) return created.status();
+    if (host != nullptr) {
+      if (absl::Status st = device->CopyToDevice(created->get(), host, bytes); !st.ok()) return st;
+    }
+    *buffer = *std::move(created);
+  }
+  const CompileResult compiled = check_compiled.get();
+  if (!compiled.ok) {
+    return absl::InternalError(absl::StrCat("the norm check kernel (", im.check_recipe.kernels[0].name_expression,
+                                            ") does not compile: ", compiled.log));
+  }
+  absl::StatusOr<LoadedKernel> kernel =
+      device->LoadKernel(im.check_recipe.cubin, im.check_recipe.kernels[0].lowered_name);
+  if (!kernel.ok()) return kernel.status();
+  im.check_kernel = *kernel;
   return std::unique_ptr<NormRunner>(new NormRunner(std::move(impl)));
 }
 
-absl::StatusOr<VerifyResult> NormRunner::Verify(const LaunchRecipe& recipe) {
-  Impl& im = *impl_;
-  const bool fwd = IsForward(im.problem);
-  Impl::Loaded loaded;
-  if (absl::Status s = im.Load(recipe, &loaded); !s.ok()) return s;
+absl::Status NormRunner::Impl::RunOnce(const LaunchRecipe& recipe) {
+  const bool fwd = IsForward(problem);
+  Loaded loaded;
+  if (absl::Status s = Load(recipe, &loaded); !s.ok()) return s;
 
   // Poison every output byte (and the workspace): 0xFF is NaN in every float
   // format, so an element the kernels never wrote cannot pass, and a reduce
   // kernel reading a partial the fused kernel never wrote yields NaN.
-  std::vector<std::pair<DevicePtr, uint64_t>> poison = {{im.out[0].get(), im.out_bytes()}};
+  std::vector<std::pair<DevicePtr, uint64_t>> poison = {{out[0].get(), out_bytes()}};
   if (fwd) {
-    poison.push_back({im.rstd[0].get(), im.stat_bytes()});
-    if (IsLayerNorm(im.problem)) poison.push_back({im.mean[0].get(), im.stat_bytes()});
+    poison.push_back({rstd[0].get(), stat_bytes()});
+    if (IsLayerNorm(problem)) poison.push_back({mean[0].get(), stat_bytes()});
   } else {
-    poison.push_back({im.dw.get(), im.w_bytes()});
-    poison.push_back({im.db.get(), im.w_bytes()});
-    if (!im.ws.empty()) poison.push_back({im.ws[0].get(), im.ws[0].size()});
+    poison.push_back({dw.get(), w_bytes()});
+    poison.push_back({db.get(), w_bytes()});
+    if (!ws.empty()) poison.push_back({ws[0].get(), ws[0].size()});
   }
   for (auto [ptr, bytes] : poison) {
-    if (absl::Status s = im.device->Fill(ptr, 0xFF, bytes); !s.ok()) return s;
+    if (absl::Status s = device->Fill(ptr, 0xFF, bytes); !s.ok()) return s;
   }
-  std::vector<std::vector<Impl::Args>> args(1, std::vector<Impl::Args>(recipe.kernels.size()));
+  std::vector<std::vector<Args>> args(1, std::vector<Args>(recipe.kernels.size()));
   for (size_t i = 0; i < recipe.kernels.size(); ++i) {
-    if (absl::Status s = im.BuildArgs(recipe.kernels[i], 0, /*with_stats=*/true, &args[0][i]);
-        !s.ok()) {
+    if (absl::Status s = BuildArgs(recipe.kernels[i], 0, /*with_stats=*/true, &args[0][i]); !s.ok()) {
       return s;
     }
   }
-  if (absl::Status s = im.LaunchAll(recipe, loaded, args, 0); !s.ok()) return s;
-  if (absl::Status s = im.device->Synchronize(); !s.ok()) return s;
-  std::vector<std::tuple<void*, DevicePtr, uint64_t>> back = {
-      {im.host_out.data(), im.out[0].get(), im.out_bytes()}};
-  if (fwd) {
-    back.push_back({im.host_rstd.data(), im.rstd[0].get(), im.stat_bytes()});
-    if (IsLayerNorm(im.problem)) back.push_back({im.host_mean.data(), im.mean[0].get(), im.stat_bytes()});
+  if (absl::Status s = LaunchAll(recipe, loaded, args, 0); !s.ok()) return s;
+  return device->Synchronize();
+}
+
+absl::StatusOr<VerifyResult> NormRunner::Impl::CheckSmallOutputs() {
+  std::vector<std::tuple<void*, DevicePtr, uint64_t>> back;
+  if (IsForward(problem)) {
+    back.push_back({host_rstd.data(), rstd[0].get(), stat_bytes()});
+    if (IsLayerNorm(problem)) back.push_back({host_mean.data(), mean[0].get(), stat_bytes()});
   } else {
-    back.push_back({im.host_dw.data(), im.dw.get(), im.w_bytes()});
-    back.push_back({im.host_db.data(), im.db.get(), im.w_bytes()});
+    back.push_back({host_dw.data(), dw.get(), w_bytes()});
+    back.push_back({host_db.data(), db.get(), w_bytes()});
   }
   for (auto [host, dev, bytes] : back) {
-    if (absl::Status s = im.device->CopyToHost(host, dev, bytes); !s.ok()) return s;
+    if (absl::Status s = device->CopyToHost(host, dev, bytes); !s.ok()) return s;
   }
-  return fwd ? im.CheckForward() : im.CheckBackward();
+  return IsForward(problem) ? CheckStatistics() : CheckWeightGradients();
+}
+
+namespace {
+
+// Both parts must pass; the detail is the first part's failure if it has one.
+VerifyResult Merge(const VerifyResult& first, const VerifyResult& second) {
+  VerifyResult r;
+  r.ok = first.ok && second.ok;
+  r.detail = !first.ok ? first.detail : second.detail;
+  r.max_error = std::max(first.max_error, second.max_error);
+  return r;
+}
+
+// The device and host checks of one output agree: the same verdict, the same
+// first failure, and (passing) the same largest error up to rounding of the
+// last digit.
+absl::Status SameVerdict(const NormProblem& problem, const VerifyResult& on_device,
+                         const VerifyResult& on_host) {
+  const bool same =
+      on_device.ok == on_host.ok &&
+      (on_device.ok ? std::fabs(on_device.max_error - on_host.max_error) <=
+                          1e-9 * std::max(1.0, on_host.max_error)
+                    : on_device.detail == on_host.detail);
+  if (same) return absl::OkStatus();
+  auto verdict = [](const VerifyResult& v) {
+    return v.ok ? absl::StrFormat("pass (largest error %.17g)", v.max_error) : v.detail;
+  };
+  return absl::InternalError(absl::StrCat("the device and host checks of ", CanonicalKey(problem),
+                                          " disagree: device ", verdict(on_device), "; host ",
+                                          verdict(on_host)));
+}
+
+}  // namespace
+
+absl::StatusOr<VerifyResult> NormRunner::Verify(const LaunchRecipe& recipe) {
+  Impl& im = *impl_;
+  if (absl::Status s = im.RunOnce(recipe); !s.ok()) return s;
+  absl::StatusOr<VerifyResult> elements = im.CheckElementsOnDevice();
+  if (!elements.ok()) return elements.status();
+  if (!im.cross_checked) {  // once per runner: the device check is itself checked
+    absl::StatusOr<VerifyResult> on_host = im.CheckElementsOnHost();
+    if (!on_host.ok()) return on_host.status();
+    if (absl::Status s = SameVerdict(im.problem, *elements, *on_host); !s.ok()) return s;
+    im.cross_checked = true;
+  }
+  absl::StatusOr<VerifyResult> small = im.CheckSmallOutputs();
+  if (!small.ok()) return small.status();
+  return Merge(*elements, *small);
+}
+
+absl::StatusOr<VerifyResult> NormRunner::VerifyOnHost(const LaunchRecipe& recipe) {
+  Impl& im = *impl_;
+  if (absl::Status s = im.RunOnce(recipe); !s.ok()) return s;
+  absl::StatusOr<VerifyResult> elements = im.CheckElementsOnHost();
+  if (!elements.ok()) return elements.status();
+  absl::StatusOr<VerifyResult> small = im.CheckSmallOutputs();
+  if (!small.ok()) return small.status();
+  return Merge(*elements, *small);
 }
 
 namespace {
@@ -649,43 +825,26 @@ bool Compare(const char* what, int64_t i, int64_t j, double got, double want, do
 
 }  // namespace
 
-absl::StatusOr<VerifyResult> NormRunner::Impl::CheckForward() const {
+absl::StatusOr<VerifyResult> NormRunner::Impl::CheckElementsOnHost() {
+  if (absl::Status s = device->CopyToHost(host_out.data(), out[0].get(), out_bytes()); !s.ok()) {
+    return s;
+  }
   const int64_t m = problem.m;
   const int64_t n = problem.n;
-  const bool ln = IsLayerNorm(problem);
-  const Tolerance tol = ToleranceFor(problem.output_dtype);
-  const Tolerance stat_tol = {0, 2e-5};  // fp32 statistics: relative to the row's scale
+  const char* what = IsForward(problem) ? "y" : "dx";
   Findings findings;
   ParallelFor(m, std::max<int64_t>(1, (int64_t{1} << 16) / n), [&](int64_t begin, int64_t end) {
     double local_max = 0;
     int64_t bad = -1;
     std::string detail;
     for (int64_t i = begin; i < end && bad < 0; ++i) {
-      const double mu = mean_ref[i];
-      const double r = rstd_ref[i];
       for (int64_t j = 0; j < n; ++j) {
-        const double w = w_at(j);
-        const double want = (x_at(i * n + j) - mu) * r * w + b_at(j);
+        const Expected e = ExpectedAt(i, j);
         const double got = Decode(problem.output_dtype, host_out.data(), i * n + j);
-        // LayerNorm: the f32 mean's rounding moves y by up to ~rtol * |w|.
-        const double allowed =
-            tol.atol + tol.rtol * (std::fabs(want) + (ln ? std::fabs(w) : 0.0));
-        if (!Compare("y", i, j, got, want, allowed, &local_max, &detail)) {
+        if (!Compare(what, i, j, got, e.want, e.allowed, &local_max, &detail)) {
           bad = i * n + j;
           break;
         }
-      }
-      if (bad >= 0) break;
-      if (!Compare("rstd", i, -1, host_rstd[i], r, stat_tol.rtol * r, &local_max, &detail)) {
-        bad = m * n + i;
-        break;
-      }
-      // The mean is compared on the scale of the row's spread (1 / rstd): a
-      // mean near zero has no meaningful relative precision of its own.
-      if (ln && !Compare("mean", i, -1, host_mean[i], mu, stat_tol.rtol * (std::fabs(mu) + 1 / r),
-                         &local_max, &detail)) {
-        bad = 2 * m * n + i;
-        break;
       }
     }
     findings.Report(bad < 0 ? std::numeric_limits<int64_t>::max() : bad, local_max, detail);
@@ -693,36 +852,78 @@ absl::StatusOr<VerifyResult> NormRunner::Impl::CheckForward() const {
   return findings.Result();
 }
 
-absl::StatusOr<VerifyResult> NormRunner::Impl::CheckBackward() const {
+absl::StatusOr<VerifyResult> NormRunner::Impl::CheckElementsOnDevice() {
+  constexpr uint64_t kNoFailure = ~uint64_t{0};
+  const uint64_t start[2] = {0, kNoFailure};
+  if (absl::Status s = device->CopyToDevice(verdict.get(), start, sizeof(start)); !s.ok()) return s;
+  DevicePtr px = x[0].get(), pdy = IsForward(problem) ? 0 : dy[0].get();
+  DevicePtr pw = problem.has_weight ? w.get() : 0;
+  DevicePtr pb = IsForward(problem) && HasBias(problem) ? b.get() : 0;
+  DevicePtr pout = out[0].get(), prows = check_rows.get(), pverdict = verdict.get();
+  int m = static_cast<int>(problem.m), n = static_cast<int>(problem.n);
+  const Tolerance tol = ToleranceFor(problem.output_dtype);
+  double atol = tol.atol, rtol = tol.rtol;
+  void* args[] = {&px, &pdy, &pw, &pb, &pout, &prows, &m, &n, &atol, &rtol, &pverdict};
+  static_assert(sizeof(args) / sizeof(args[0]) == 11, "norm_check's parameters");
+  if (absl::Status s = device->Launch(check_kernel, check_recipe.kernels[0], args); !s.ok()) return s;
+  if (absl::Status s = device->Synchronize(); !s.ok()) return s;
+  uint64_t result[2];
+  if (absl::Status s = device->CopyToHost(result, verdict.get(), sizeof(result)); !s.ok()) return s;
+  VerifyResult r;
+  std::memcpy(&r.max_error, &result[0], sizeof(double));
+  if (result[1] == kNoFailure) {
+    r.ok = true;
+    return r;
+  }
+  const uint64_t k = result[1];
+  if (k >= static_cast<uint64_t>(problem.m * problem.n)) {
+    return absl::InternalError(absl::StrCat("the norm check reported element ", k, " of ",
+                                            problem.m * problem.n));
+  }
+  // The failing element, read back and described as the host check would.
+  const int64_t i = static_cast<int64_t>(k) / problem.n, j = static_cast<int64_t>(k) % problem.n;
+  const int bytes = DTypeBytes(problem.output_dtype);
+  uint8_t got_bytes[sizeof(double)] = {};
+  if (absl::Status s = device->CopyToHost(got_bytes, pout + k * bytes, bytes); !s.ok()) return s;
+  const double got = Decode(problem.output_dtype, got_bytes, 0);
+  const Expected e = ExpectedAt(i, j);
+  double unused = 0;
+  if (Compare(IsForward(problem) ? "y" : "dx", i, j, got, e.want, e.allowed, &unused, &r.detail)) {
+    return absl::InternalError(absl::StrFormat(
+        "the norm check failed element [%d, %d] = %.9g, which is within %.3g of the reference %.9g",
+        i, j, got, e.allowed, e.want));
+  }
+  r.ok = false;
+  return r;
+}
+
+VerifyResult NormRunner::Impl::CheckStatistics() const {
+  const Tolerance stat_tol = {0, 2e-5};  // fp32 statistics: relative to the row's scale
+  double local_max = 0;
+  std::string detail;
+  for (int64_t i = 0; i < problem.m; ++i) {
+    const double r = rstd_ref[i];
+    if (!Compare("rstd", i, -1, host_rstd[i], r, stat_tol.rtol * r, &local_max, &detail)) break;
+    // The mean is compared on the scale of the row's spread (1 / rstd): a
+    // mean near zero has no meaningful relative precision of its own.
+    const double mu = mean_ref[i];
+    if (IsLayerNorm(problem) &&
+        !Compare("mean", i, -1, host_mean[i], mu, stat_tol.rtol * (std::fabs(mu) + 1 / r),
+                 &local_max, &detail)) {
+      break;
+    }
+  }
+  VerifyResult result;
+  result.ok = detail.empty();
+  result.detail = detail;
+  result.max_error = local_max;
+  return result;
+}
+
+VerifyResult NormRunner::Impl::CheckWeightGradients() const {
   const int64_t m = problem.m;
   const int64_t n = problem.n;
-  const bool ln = IsLayerNorm(problem);
-  const Tolerance tol = ToleranceFor(problem.output_dtype);
   const Tolerance wtol = ToleranceFor(problem.weight_dtype);
-  Findings findings;
-  ParallelFor(m, std::max<int64_t>(1, (int64_t{1} << 16) / n), [&](int64_t begin, int64_t end) {
-    double local_max = 0;
-    int64_t bad = -1;
-    std::string detail;
-    for (int64_t i = begin; i < end && bad < 0; ++i) {
-      const double mu = ln ? mean_f[i] : 0.0;
-      const double r = rstd_f[i];
-      for (int64_t j = 0; j < n; ++j) {
-        const double xh = (x_at(i * n + j) - mu) * r;
-        const double g = dy_at(i * n + j) * w_at(j);
-        const double want = r * (g - c2_ref[i] - xh * c1_ref[i]);
-        const double got = Decode(problem.output_dtype, host_out.data(), i * n + j);
-        // dx is a difference of terms of size r * |g|: fp32 rounding of those
-        // terms, not of the (possibly small) result, bounds the error.
-        const double allowed = tol.atol * r + tol.rtol * (std::fabs(want) + r * std::fabs(g));
-        if (!Compare("dx", i, j, got, want, allowed, &local_max, &detail)) {
-          bad = i * n + j;
-          break;
-        }
-      }
-    }
-    findings.Report(bad < 0 ? std::numeric_limits<int64_t>::max() : bad, local_max, detail);
-  });
   // dw and db: sums over all M rows. Allowed: the weight dtype's rounding of
   // the result plus fp32 summation error (kSumTolerancePerRow * M of the
   // terms' root sum of squares): a dropped or doubled row block fails.
@@ -743,8 +944,11 @@ absl::StatusOr<VerifyResult> NormRunner::Impl::CheckBackward() const {
       if (!Compare("db", j, -1, got, db_ref[j], allowed, &local_max, &detail)) break;
     }
   }
-  findings.Report(detail.empty() ? std::numeric_limits<int64_t>::max() : m * n, local_max, detail);
-  return findings.Result();
+  VerifyResult result;
+  result.ok = detail.empty();
+  result.detail = detail;
+  result.max_error = local_max;
+  return result;
 }
 
 absl::StatusOr<Timing> NormRunner::Time(const LaunchRecipe& recipe,

@@ -1,6 +1,10 @@
 // Runs norm kernels (all four ops) on a Device: allocates inputs (random,
 // never zeros) and poisoned outputs, verifies a candidate against the float64
 // host reference, and times it with the protocol of tuner/measure.h.
+// The (M, N) output is compared on the device (kernel_templates/norm/
+// norm_check.cuh, from the host's float64 per-row terms), the small outputs
+// (statistics, dw, db) on the host; the first Verify of each runner also
+// walks the whole output on the host and requires the same verdict.
 // Backward problems get x, dy, w and the statistics a forward would have saved
 // (the float64 mean/rstd rounded to f32); dx, dw and db are checked, dw/db with
 // a tolerance that grows with M (fp32 sums) yet fails a dropped row block.
@@ -40,8 +44,13 @@ class NormRunner {
   // Loads recipe's cubin, poisons outputs (and the backward workspace, sized
   // by recipe.workspace_bytes), launches every kernel once on input set 0 and
   // checks every output element against the float64 reference. A wrong answer
-  // is a value (ok == false); a launch failure or fault is an error status.
+  // is a value (ok == false); a launch failure or fault is an error status,
+  // and so (INTERNAL) is the device check disagreeing with the host's.
   absl::StatusOr<VerifyResult> Verify(const LaunchRecipe& recipe);
+
+  // Verify with every element compared on the host (the whole output copied
+  // back): the device check's own reference, slow at large M * N.
+  absl::StatusOr<VerifyResult> VerifyOnHost(const LaunchRecipe& recipe);
 
   // Times the recipe (inputs rotated past L2). REQUIRES: Verify passed.
   absl::StatusOr<Timing> Time(const LaunchRecipe& recipe, const MeasureOptions& options);
@@ -74,6 +83,11 @@ void NormBackwardReference(bool layernorm, const std::vector<double>& x,
                            const std::vector<double>& mean, const std::vector<double>& rstd,
                            int64_t m, int64_t n, std::vector<double>* dx, std::vector<double>* dw,
                            std::vector<double>* db);
+
+// The device check's recipe for `problem` (uncompiled): norm_check from
+// kernel_templates/norm/norm_check.cuh, instantiated for the problem's types
+// and op, a grid-stride grid of 256-thread blocks sized for `device`.
+absl::StatusOr<LaunchRecipe> NormCheckRecipe(const NormProblem& problem, const DeviceInfo& device);
 
 // Tolerances for comparing an output of `dtype` against a float64 reference.
 struct Tolerance {

@@ -55,20 +55,6 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 bool IsNormDType(DType d) { return d == DType::kBF16 || d == DType::kFP16 || d == DType::kFP32; }
 
-std::string TemplateTypeName(DType d) {
-  switch (d) {
-    case DType::kBF16:
-      return "ktune::bf16";
-    case DType::kFP16:
-      return "ktune::fp16";
-    case DType::kFP32:
-      return "float";
-    case DType::kFP8E4M3:
-      break;
-  }
-  return "<unsupported>";
-}
-
 // The widest vector (power of two, at most 16 bytes of input) dividing N.
 int MaxVec(const NormProblem& p) {
   int vec = 16 / DTypeBytes(p.input_dtype);
@@ -567,6 +553,20 @@ std::vector<int> ReduceRowsCandidates(const NormProblem& p, const NormConfig& c)
     if (rows >= 1 && rows <= 32) out.push_back(rows);
   }
   return out;
+}
+
+std::string TemplateTypeName(DType d) {
+  switch (d) {
+    case DType::kBF16:
+      return "ktune::bf16";
+    case DType::kFP16:
+      return "ktune::fp16";
+    case DType::kFP32:
+      return "float";
+    case DType::kFP8E4M3:
+      break;
+  }
+  return "<unsupported>";
 }
 
 std::string NormTemplateId(const NormProblem& p) {

@@ -52,6 +52,9 @@ std::vector<int> ReduceRowsCandidates(const NormProblem& problem, const NormConf
 // "norm/layernorm_fwd", "norm/layernorm_bwd".
 std::string NormTemplateId(const NormProblem& problem);
 
+// The kernel templates' C++ name of a norm element type ("ktune::bf16", "float").
+std::string TemplateTypeName(DType dtype);
+
 // The recipe for (problem, config): template id and hash, NVRTC options, name
 // expressions, grid/block/shared memory, parameter order. lowered_name and
 // cubin are left empty (the compiler fills them). Forward: one kernel.

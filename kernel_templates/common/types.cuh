@@ -78,6 +78,16 @@ __device__ __forceinline__ float bf16_hi_to_float_alt2(unsigned int word) {
   return r;
 }
 
+// One element of any of the three types as a float (exact), for code that
+// reads elements one at a time (epilogues, checks) rather than packed.
+__device__ __forceinline__ float to_float(bf16 v) { return bf16_bits_to_float(v.bits); }
+__device__ __forceinline__ float to_float(fp16 v) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.bits));
+  return f;
+}
+__device__ __forceinline__ float to_float(float v) { return v; }
+
 __device__ __forceinline__ unsigned short float_to_bf16_bits(float v) {
   unsigned short r;
   asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(v));

@@ -15,14 +15,6 @@
 namespace ktune {
 namespace gemm_epilogue {
 
-__device__ __forceinline__ float to_float(bf16 v) { return bf16_bits_to_float(v.bits); }
-__device__ __forceinline__ float to_float(fp16 v) {
-  float f;
-  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.bits));
-  return f;
-}
-__device__ __forceinline__ float to_float(float v) { return v; }
-
 template <typename T>
 __device__ __forceinline__ T from_float(float v);
 template <>

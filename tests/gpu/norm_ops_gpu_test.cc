@@ -232,6 +232,65 @@ TEST_CASE("Verify rejects backward recipes that drop work", "[gpu]") {
   }
 }
 
+TEST_CASE("Verify's device check agrees with the host check, passing and failing", "[gpu]") {
+  Device* device = testing::GpuDevice();
+  const DType bf16 = DType::kBF16, fp16 = DType::kFP16, fp32 = DType::kFP32;
+  const std::vector<NormProblem> problems = {
+      Op(kRms, kFwd, 1, 1, bf16, bf16, true, false),
+      Op(kRms, kFwd, 1000, 3000, fp16, fp32, true, false),
+      Op(kLn, kFwd, 257, 4096, bf16, bf16, true, true),
+      Op(kLn, kFwd, 64, 262144, fp32, fp32, false, false),
+      Op(kRms, kBwd, 1000, 4096, bf16, bf16, true, false),
+      Op(kLn, kBwd, 1, 3000, fp16, fp16, true, true),
+      Op(kLn, kBwd, 513, 5120, bf16, fp32, true, true),
+  };
+  // Both checks of one candidate: the same verdict, the same first failure.
+  auto same_verdicts = [](NormRunner* runner, const LaunchRecipe& recipe) {
+    absl::StatusOr<VerifyResult> on_device = runner->Verify(recipe);
+    absl::StatusOr<VerifyResult> on_host = runner->VerifyOnHost(recipe);
+    REQUIRE(on_device.ok());
+    REQUIRE(on_host.ok());
+    INFO("device: " << on_device->detail << "\nhost: " << on_host->detail);
+    CHECK(on_device->ok == on_host->ok);
+    CHECK(on_device->detail == on_host->detail);
+    if (on_host->ok) CHECK(on_device->max_error == Approx(on_host->max_error).epsilon(1e-9));
+    return on_device->ok;
+  };
+  for (const NormProblem& p : problems) {
+    INFO(CanonicalKey(p));
+    absl::StatusOr<LaunchRecipe> good =
+        NormLaunchRecipe(p, HeuristicNormConfig(p, device->info()), device->info());
+    REQUIRE(good.ok());
+    REQUIRE(Compile(&*good).ok);
+    absl::StatusOr<std::unique_ptr<NormRunner>> runner = NormRunner::Create(p, device);
+    INFO(runner.status().message());
+    REQUIRE(runner.ok());
+    {  // The first Verify compares the two checks itself (an error if they differ).
+      absl::StatusOr<VerifyResult> first = (*runner)->Verify(*good);
+      INFO(first.status().message());
+      REQUIRE(first.ok());
+      CHECK(first->ok);
+      CHECK(first->max_error > 0);  // a check that compared nothing would read 0
+    }
+    CHECK(same_verdicts(runner->get(), *good));
+    if (p.has_weight) {  // the fused kernel ignores the weight: wrong from [0, 0] on
+      LaunchRecipe bad = *good;
+      std::string& name = bad.kernels[0].name_expression;
+      const size_t at = name.find(", true,");
+      REQUIRE(at != std::string::npos);
+      name.replace(at, 7, ", false,");
+      bad.cubin.clear();
+      REQUIRE(Compile(&bad).ok);
+      CHECK_FALSE(same_verdicts(runner->get(), bad));
+    }
+    if (good->kernels[0].grid[0] > 1) {  // the last CTA never runs: wrong when it owned rows
+      LaunchRecipe bad = *good;
+      bad.kernels[0].grid[0] -= 1;
+      same_verdicts(runner->get(), bad);
+    }
+  }
+}
+
 struct PerfRow {
   std::string line;
 };

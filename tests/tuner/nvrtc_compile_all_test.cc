@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tuner/kernel_source.h"
+#include "tuner/norm_runner.h"
 #include "tuner/norm_space.h"
 #include "tuner/nvrtc_compiler.h"
 
@@ -175,6 +176,66 @@ TEST_CASE("NVRTC compiles every config of the space for sm_90", "[tuner][nvrtc][
   for (const NormProblem& p : SweepProblems()) problems.push_back(p);
   for (const NormProblem& p : OtherOpProblems()) problems.push_back(p);
   CompileEverything(problems);
+}
+
+TEST_CASE("The device check of norm outputs compiles for every op and type", "[tuner][nvrtc]") {
+  const DeviceInfo device = CompileOnlyTarget();
+  const std::vector<DType> types = {DType::kBF16, DType::kFP16, DType::kFP32};
+  std::map<std::string, LaunchRecipe> unique;  // by name expression
+  for (NormOp op : {NormOp::kRMSNorm, NormOp::kLayerNorm}) {
+    for (NormPass pass : {NormPass::kForward, NormPass::kBackward}) {
+      for (DType in : types) {
+        for (DType out : types) {
+          for (DType wt : {in, DType::kFP32}) {
+            for (auto [weight, bias] : {std::pair{true, true}, std::pair{true, false},
+                                        std::pair{false, false}}) {
+              NormProblem p = Op(op, pass, 3, 5, in, wt, weight, bias);
+              p.output_dtype = out;
+              if (!ValidateNormProblem(p).ok()) continue;
+              absl::StatusOr<LaunchRecipe> r = NormCheckRecipe(p, device);
+              REQUIRE(r.ok());
+              REQUIRE(r->kernels.size() == 1);
+              const std::string& name = r->kernels[0].name_expression;
+              // The bias enters only the forward's output (LayerNorm's).
+              const bool has_b = pass == NormPass::kForward && op == NormOp::kLayerNorm && bias;
+              INFO(CanonicalKey(p) << " -> " << name);
+              const std::string last = has_b ? ", true>" : ", false>";
+              CHECK(name.compare(name.size() - last.size(), last.size(), last) == 0);
+              unique.emplace(name, *std::move(r));
+            }
+          }
+        }
+      }
+    }
+  }
+  std::vector<LaunchRecipe> recipes;
+  for (auto& [name, r] : unique) recipes.push_back(r);
+  CHECK(recipes.size() >= 60);
+  const std::vector<CompileResult> results = CompileAll(&recipes);
+  for (size_t i = 0; i < recipes.size(); ++i) {
+    INFO(recipes[i].kernels[0].name_expression << "\n" << results[i].log);
+    CHECK(results[i].ok);
+    CHECK(recipes[i].kernels[0].lowered_name.rfind("_ZN5ktune10norm_check", 0) == 0);
+  }
+}
+
+TEST_CASE("The device check's grid covers any problem with at most 8 blocks an SM", "[tuner]") {
+  const DeviceInfo device = CompileOnlyTarget();
+  for (auto [m, n] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 1}, {1, 255}, {1, 257}, {3, 1000}, {65536, 2048}, {4096, 262144}}) {
+    const NormProblem p = Rms(m, n, DType::kBF16, DType::kBF16, true);
+    absl::StatusOr<LaunchRecipe> r = NormCheckRecipe(p, device);
+    REQUIRE(r.ok());
+    const KernelLaunch& k = r->kernels[0];
+    INFO(m << " x " << n);
+    CHECK(k.block[0] == 256);  // norm_check's contract
+    CHECK(k.grid[0] >= 1);
+    CHECK(int64_t{k.grid[0]} <= std::max<int64_t>((m * n + 255) / 256, 1));
+    CHECK(int64_t{k.grid[0]} <= 8 * device.sm_count);
+    CHECK(k.params.size() == 11);
+  }
+  NormProblem bad = Rms(0, 8, DType::kBF16, DType::kBF16, true);
+  CHECK(NormCheckRecipe(bad, device).status().code() == absl::StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("Compile reports errors as values with the NVRTC log", "[tuner][nvrtc]") {

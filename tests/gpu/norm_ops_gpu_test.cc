@@ -6,7 +6,11 @@
 // and prints a table; KTUNE_PERF_OUT names a file to write it to as well.
 // KTUNE_PERF_ONLY (";"-separated substrings of "<op> <M>x<N>", e.g.
 // "layernorm.bwd;rmsnorm.fwd 65536x2048") keeps only the matching rows and
-// skips the pruning comparison, to save device time.
+// skips the pruning comparison, to save device time. KTUNE_PERF_PRUNING
+// ("<op> <M>x<N>" entries, ";"-separated, e.g. "rmsnorm.bwd 16384x8192")
+// names the problems of the pruning comparison instead of its default three,
+// and runs it even with KTUNE_PERF_ONLY; it also lists the unpruned grid's
+// fastest configs.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -16,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
@@ -344,13 +349,29 @@ TEST_CASE("perf: tune the bench shapes for every op", "[gpu][perf][.]") {
   std::string pruning = absl::StrFormat("\n%-14s %-12s %9s %9s %6s %6s %8s %8s\n", "op", "shape",
                                         "pruned", "unpruned", "cand", "cand_u", "tune_s",
                                         "tune_u_s");
-  if (only_env != nullptr) {
+  const char* pruning_env = std::getenv("KTUNE_PERF_PRUNING");
+  if (only_env != nullptr && pruning_env == nullptr) {
     std::printf("\n%s", table.c_str());
     return;
   }
-  for (auto [op, pass, m, n] : {std::tuple{kRms, kBwd, int64_t{4096}, int64_t{4096}},
-                                std::tuple{kLn, kBwd, int64_t{32768}, int64_t{1024}},
-                                std::tuple{kLn, kFwd, int64_t{16384}, int64_t{8192}}}) {
+  std::vector<std::tuple<NormOp, NormPass, int64_t, int64_t>> compared = {
+      {kRms, kBwd, 4096, 4096}, {kLn, kBwd, 32768, 1024}, {kLn, kFwd, 16384, 8192}};
+  if (pruning_env != nullptr) {
+    compared.clear();
+    for (absl::string_view entry : absl::StrSplit(pruning_env, ';', absl::SkipEmpty())) {
+      const std::vector<std::string> parts = absl::StrSplit(entry, absl::ByAnyChar(" x"));
+      REQUIRE(parts.size() == 3);
+      const std::string& name = parts[0];
+      int64_t m = 0, n = 0;
+      REQUIRE(absl::SimpleAtoi(parts[1], &m));
+      REQUIRE(absl::SimpleAtoi(parts[2], &n));
+      REQUIRE((name == "rmsnorm.fwd" || name == "rmsnorm.bwd" || name == "layernorm.fwd" ||
+               name == "layernorm.bwd"));
+      compared.emplace_back(name.rfind("rmsnorm", 0) == 0 ? kRms : kLn,
+                            name.find(".fwd") != std::string::npos ? kFwd : kBwd, m, n);
+    }
+  }
+  for (auto [op, pass, m, n] : compared) {
     const NormProblem p = Op(op, pass, m, n, bf16, bf16, true, op == kLn);
     absl::StatusOr<TuneResult> pr = TuneNorm(p, device, TuneOptions());
     TuneOptions all;
@@ -363,6 +384,19 @@ TEST_CASE("perf: tune the bench shapes for every op", "[gpu][perf][.]") {
                                ur->timing.median_us, pr->candidates_generated,
                                ur->candidates_generated, pr->tune_seconds, ur->tune_seconds,
                                ToString(ur->config));
+    if (pruning_env != nullptr) {  // the unpruned grid's fastest, for choosing what to keep
+      std::vector<const CandidateOutcome*> fastest;
+      for (const CandidateOutcome& o : ur->outcomes) {
+        if (o.status == CandidateStatus::kOk) fastest.push_back(&o);
+      }
+      std::sort(fastest.begin(), fastest.end(), [](const CandidateOutcome* a, const CandidateOutcome* b) {
+        return a->timing.median_us < b->timing.median_us;
+      });
+      if (fastest.size() > 12) fastest.resize(12);
+      for (const CandidateOutcome* o : fastest) {
+        pruning += absl::StrFormat("    %-60s %9.2f us\n", ToString(o->config), o->timing.median_us);
+      }
+    }
     std::printf("%s", pruning.c_str());
     std::fflush(stdout);
     flush(pruning);

@@ -123,16 +123,26 @@ uint64_t SplitMix64(uint64_t z) {
   return z ^ (z >> 31);
 }
 
-// Uniform in [0, 1) from (seed, stream, index): the same values whatever the
-// number of threads that generate them.
-double Uniform(uint64_t seed, uint64_t stream, uint64_t index) {
-  const uint64_t r = SplitMix64(SplitMix64(seed * 0x100000001b3ull + stream) ^ index);
-  return static_cast<double>(r >> 11) * 0x1.0p-53;
-}
+// Uniform values in [0, 1), one per index of a (seed, stream) pair: the same
+// values whatever the number of threads that generate them. The pair is
+// hashed once, so a value costs one SplitMix64.
+class UniformStream {
+ public:
+  UniformStream(uint64_t seed, uint64_t stream) : key_(SplitMix64(seed * 0x100000001b3ull + stream)) {}
+  double operator()(uint64_t index) const {
+    return static_cast<double>(SplitMix64(key_ ^ index) >> 11) * 0x1.0p-53;
+  }
 
-// A magnitude in [lo, hi) with a random sign: never zero.
+ private:
+  uint64_t key_;
+};
+
+// A magnitude in [lo, hi) with a random sign: never zero. The fraction of
+// 2u, taken without fmod (a quarter of the inputs' generation time): 2u - 1
+// is exact for 2u in [1, 2), so the values are fmod's.
 float SignedMagnitude(double u, double lo, double hi) {
-  const double m = lo + (hi - lo) * std::fmod(2.0 * u, 1.0);
+  const double twice = 2.0 * u;
+  const double m = lo + (hi - lo) * (twice < 1.0 ? twice : twice - 1.0);
   return static_cast<float>(u < 0.5 ? -m : m);
 }
 
@@ -514,19 +524,21 @@ absl::StatusOr<std::unique_ptr<NormRunner>> NormRunner::Create(const NormProblem
   im.host_b.resize(im.w_bytes());
   im.mean_ref.assign(m, 0.0);
   im.rstd_ref.assign(m, 0.0);
+  const UniformStream row_scale(seed, kStreamRowScale), row_offset(seed + 1, kStreamRowScale);
+  const UniformStream x_values(seed, kStreamX), dy_values(seed, kStreamDy);
   ParallelFor(m, std::max<int64_t>(1, (int64_t{1} << 16) / n), [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      const double scale = std::exp2(4.0 * Uniform(seed, kStreamRowScale, i) - 2.0);
-      const double offset = ln ? scale * (8.0 * Uniform(seed + 1, kStreamRowScale, i) - 4.0) : 0.0;
+      const double scale = std::exp2(4.0 * row_scale(i) - 2.0);
+      const double offset = ln ? scale * (8.0 * row_offset(i) - 4.0) : 0.0;
       double s = 0.0;
       for (int64_t j = 0; j < n; ++j) {
         const float v = static_cast<float>(
-            offset + scale * SignedMagnitude(Uniform(seed, kStreamX, i * n + j), 0.05, 2.0));
+            offset + scale * SignedMagnitude(x_values(i * n + j), 0.05, 2.0));
         Encode(problem.input_dtype, v, im.host_x.data(), i * n + j);
         s += im.x_at(i * n + j);
         if (!fwd) {
           const float d = static_cast<float>(
-              scale * SignedMagnitude(Uniform(seed, kStreamDy, i * n + j), 0.05, 2.0));
+              scale * SignedMagnitude(dy_values(i * n + j), 0.05, 2.0));
           Encode(problem.input_dtype, d, im.host_dy.data(), i * n + j);
         }
       }
@@ -541,9 +553,9 @@ absl::StatusOr<std::unique_ptr<NormRunner>> NormRunner::Create(const NormProblem
     }
   });
   for (int64_t j = 0; j < n; ++j) {
-    Encode(problem.weight_dtype, SignedMagnitude(Uniform(seed, kStreamW, j), 0.5, 1.5),
+    Encode(problem.weight_dtype, SignedMagnitude(UniformStream(seed, kStreamW)(j), 0.5, 1.5),
            im.host_w.data(), j);
-    Encode(problem.weight_dtype, SignedMagnitude(Uniform(seed, kStreamB, j), 0.5, 1.5),
+    Encode(problem.weight_dtype, SignedMagnitude(UniformStream(seed, kStreamB)(j), 0.5, 1.5),
            im.host_b.data(), j);
   }
   im.mean_f.resize(m);

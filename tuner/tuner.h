@@ -95,8 +95,9 @@ struct TuneResult {
   double compile_seconds = 0;  // NVRTC time summed over candidates compiled
   double run_seconds = 0;      // wall time verifying and timing on the device
   // Where the time went, for a tune that takes longer than it should: the
-  // inputs and float64 reference (Prepare), every Verify call (run, copy
-  // back, host check) and every Time call, each summed wall time.
+  // inputs and float64 reference (Prepare), every Verify call (run, the
+  // device check, small outputs checked on the host; the first also walks
+  // the whole output on the host) and every Time call, each summed wall time.
   double prepare_seconds = 0;
   double verify_seconds = 0;
   double time_seconds = 0;

@@ -359,6 +359,8 @@ TEST_CASE("perf: tune the bench shapes for every op", "[gpu][perf][.]") {
   if (pruning_env != nullptr) {
     compared.clear();
     for (absl::string_view entry : absl::StrSplit(pruning_env, ';', absl::SkipEmpty())) {
+      INFO("KTUNE_PERF_PRUNING entry \"" << entry << "\": expected \"<op> <M>x<N>\", e.g. "
+           "\"rmsnorm.bwd 16384x8192\"");
       const std::vector<std::string> parts = absl::StrSplit(entry, absl::ByAnyChar(" x"));
       REQUIRE(parts.size() == 3);
       const std::string& name = parts[0];

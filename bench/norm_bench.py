@@ -40,8 +40,11 @@ import sys
 import time
 import warnings
 
+import ctypes
+
 import cupy as cp
 import torch
+from cuda.bindings import driver as cu
 import torch.nn.functional as F
 
 warnings.filterwarnings("ignore", category=DeprecationWarning)
@@ -126,13 +129,13 @@ class Recipe:
             if smem > 0:  # the recipe's launch contract (proto KernelLaunch)
                 function.max_dynamic_shared_size_bytes = smem
             self.kernels.append((function, tuple(int(g) for g in k["grid"]), tuple(int(b) for b in k["block"]),
-                                 smem, list(k["params"])))
+                                 smem, list(k["params"]), bool(k.get("programmatic_dependent", False))))
         self.workspace_bytes = int(recipe.get("workspace_bytes", 0))
 
     def __call__(self, values):
         stream = cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
         with stream:
-            for function, grid, block, smem, params in self.kernels:
+            for function, grid, block, smem, params, dependent in self.kernels:
                 args = []
                 for p in params:
                     v = values[p]  # a KeyError names a parameter this bench does not know
@@ -144,7 +147,34 @@ class Recipe:
                         args.append(cp.float32(v))
                     else:
                         args.append(cp.int32(v))
-                function(grid, block, tuple(args), shared_mem=smem)
+                if dependent:
+                    launch_programmatic_dependent(function, grid, block, smem, args, stream.ptr)
+                else:
+                    function(grid, block, tuple(args), shared_mem=smem)
+
+
+def launch_programmatic_dependent(function, grid, block, smem, args, stream):
+    """Launches as the recipe allows a programmatic_dependent kernel to be
+    launched (proto KernelLaunch), as ktune's own measurement launches it:
+    with programmatic stream serialization, so it may start during the
+    previous kernel's tail (it waits for that kernel's results itself)."""
+    attr = cu.CUlaunchAttribute()
+    attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    attr.value.programmaticStreamSerializationAllowed = 1
+    config = cu.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ = grid
+    config.blockDimX, config.blockDimY, config.blockDimZ = block
+    config.sharedMemBytes = smem
+    config.hStream = cu.CUstream(stream)
+    config.attrs = [attr]
+    config.numAttrs = 1
+    kinds = {cp.uint64: ctypes.c_void_p, cp.int32: ctypes.c_int, cp.float32: ctypes.c_float}
+    values = tuple(int(a) if type(a) is not cp.float32 else float(a) for a in args)
+    types = tuple(kinds[type(a)] for a in args)
+    handle = function.kernel.ptr  # RawModule.get_function's RawKernel holds the loaded CUfunction
+    (err,) = cu.cuLaunchKernelEx(config, cu.CUfunction(handle), (values, types), 0)
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuLaunchKernelEx (programmatic dependent): {err}")
 
 
 def rel_err(got, want):

@@ -190,6 +190,10 @@ absl::Status CheckRecipeIsTemplates(absl::string_view prefix, const v1::LaunchRe
     if (!std::equal(got.params().begin(), got.params().end(), want.params().begin(), want.params().end())) {
       return differs(field + "params", absl::StrJoin(got.params(), ", "), absl::StrJoin(want.params(), ", "));
     }
+    if (got.programmatic_dependent() != want.programmatic_dependent()) {
+      return differs(field + "programmatic_dependent", got.programmatic_dependent() ? "true" : "false",
+                     want.programmatic_dependent() ? "true" : "false");
+    }
   }
   if (stored.workspace_bytes() != expected.workspace_bytes()) {
     return differs("recipe.workspace_bytes", absl::StrCat(stored.workspace_bytes()),

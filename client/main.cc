@@ -169,8 +169,9 @@ void PrintAnswer(const GetConfigResponse& r) {
               recipe.template_hash().substr(0, 16).c_str());
   for (const auto& k : recipe.kernels()) {
     std::printf("kernel       %s\n", k.lowered_name().c_str());
-    std::printf("  grid       %u,%u,%u  block %u,%u,%u  smem %u B\n", k.grid(0), k.grid(1), k.grid(2),
-                k.block(0), k.block(1), k.block(2), k.dynamic_smem_bytes());
+    std::printf("  grid       %u,%u,%u  block %u,%u,%u  smem %u B%s\n", k.grid(0), k.grid(1), k.grid(2),
+                k.block(0), k.block(1), k.block(2), k.dynamic_smem_bytes(),
+                k.programmatic_dependent() ? "  programmatic dependent" : "");
   }
   if (!recipe.cubin().empty()) std::printf("cubin        %zu bytes\n", recipe.cubin().size());
 }

@@ -49,6 +49,7 @@ namespace {
   X(cuModuleGetFunction)        \
   X(cuFuncSetAttribute)         \
   X(cuLaunchKernel)             \
+  X(cuLaunchKernelEx)           \
   X(cuStreamCreate)             \
   X(cuStreamDestroy)            \
   X(cuStreamSynchronize)        \
@@ -231,6 +232,26 @@ class CudaDevice final : public Device {
                                                 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                 static_cast<int>(g.dynamic_smem_bytes)),
                       "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+    }
+    if (g.programmatic_dependent && info_.cc_major >= 9) {
+      // As the recipe allows: the launch may overlap the previous kernel's
+      // tail; the kernel waits for that kernel's results itself.
+      CUlaunchAttribute attribute{};
+      attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+      attribute.value.programmaticStreamSerializationAllowed = 1;
+      CUlaunchConfig config{};
+      config.gridDimX = g.grid[0];
+      config.gridDimY = g.grid[1];
+      config.gridDimZ = g.grid[2];
+      config.blockDimX = g.block[0];
+      config.blockDimY = g.block[1];
+      config.blockDimZ = g.block[2];
+      config.sharedMemBytes = g.dynamic_smem_bytes;
+      config.hStream = stream_;
+      config.attrs = &attribute;
+      config.numAttrs = 1;
+      return KTUNE_CU(api_->cuLaunchKernelEx_(&config, function, args, nullptr),
+                      "cuLaunchKernelEx(PROGRAMMATIC_STREAM_SERIALIZATION)");
     }
     return KTUNE_CU(api_->cuLaunchKernel_(function, g.grid[0], g.grid[1], g.grid[2], g.block[0],
                                           g.block[1], g.block[2], g.dynamic_smem_bytes, stream_,

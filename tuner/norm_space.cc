@@ -663,6 +663,9 @@ absl::StatusOr<LaunchRecipe> NormLaunchRecipe(const NormProblem& p, const NormCo
     r.block = {static_cast<uint32_t>(g.threads_x), static_cast<uint32_t>(g.threads_y), 1};
     r.dynamic_smem_bytes = 0;
     r.params = {"ws", "dw", "db", "P", "N"};
+    // It waits for the partials itself (griddepcontrol, sm_90+), so its
+    // launch may overlap the fused kernel's tail.
+    r.programmatic_dependent = d.cc_major >= 9;
     recipe.kernels.push_back(std::move(r));
   }
   return recipe;

@@ -201,6 +201,7 @@ v1::LaunchRecipe RecipeToProto(const LaunchRecipe& r, bool include_cubin) {
     for (uint32_t b : k.block) pk->add_block(b);
     pk->set_dynamic_smem_bytes(k.dynamic_smem_bytes);
     for (const auto& p : k.params) pk->add_params(p);
+    pk->set_programmatic_dependent(k.programmatic_dependent);
   }
   out.set_workspace_bytes(r.workspace_bytes);
   if (include_cubin) out.set_cubin(r.cubin);
@@ -223,6 +224,7 @@ LaunchRecipe RecipeFromProto(const v1::LaunchRecipe& in) {
     for (int i = 0; i < 3 && i < pk.block_size(); ++i) k.block[i] = pk.block(i);
     k.dynamic_smem_bytes = pk.dynamic_smem_bytes();
     k.params.assign(pk.params().begin(), pk.params().end());
+    k.programmatic_dependent = pk.programmatic_dependent();
     r.kernels.push_back(std::move(k));
   }
   r.workspace_bytes = in.workspace_bytes();

@@ -59,6 +59,7 @@
 #pragma once
 
 #include "common/cluster.cuh"
+#include "common/dependent_launch.cuh"
 #include "common/memory.cuh"
 #include "common/reduce.cuh"
 #include "common/types.cuh"
@@ -373,6 +374,10 @@ __device__ __forceinline__ void fused_bwd(const TIn* __restrict__ x, const TIn* 
       }
     }
 
+    // The rows are done; what is left is short. The reduce kernel may launch
+    // now (programmatic dependent launch; it waits for this grid's results).
+    allow_dependent_grid_launch();
+
     // The CTA's partials. In a cluster: staged in shared memory and summed
     // over the cluster. One row group: straight from registers. Several:
     // chunk by chunk through shared memory, each column summed over the groups.
@@ -502,13 +507,17 @@ __device__ __forceinline__ void fused_bwd(const TIn* __restrict__ x, const TIn* 
         }
       }
     }
+    allow_dependent_grid_launch();  // as in the persistent variant
   }
 }
 
 }  // namespace norm_bwd_detail
 
 // Sums the workspace partials into dw and db: column j of each part is the sum
-// over its P rows, in a fixed order (the result is deterministic).
+// over its P rows, in a fixed order (the result is deterministic). It may be
+// launched as a programmatic dependent of the fused kernel (common/
+// dependent_launch.cuh): the fused kernel lets it launch once its rows are
+// done, and it waits for the partials before reading them.
 // A CTA of (THREADS_X, THREADS_Y) threads covers THREADS_X consecutive columns
 // (coalesced 4-byte loads along a workspace row); its THREADS_Y thread rows
 // split the P rows between them, 8 loads in flight each, and add up through
@@ -527,6 +536,9 @@ __global__ void __launch_bounds__(THREADS_X * THREADS_Y)
   static_assert(HAS_WEIGHT || HAS_BIAS, "nothing to reduce");
   static_assert(THREADS_X % 32 == 0 && THREADS_X * THREADS_Y <= 1024, "whole warps, <= 1024");
   __shared__ float red[THREADS_Y * THREADS_X];  // (THREADS_Y, THREADS_X) f32
+  // The recipe marks this kernel programmatic_dependent: launched so, it may
+  // start while the fused kernel is finishing, and waits here for its partials.
+  wait_for_prerequisite_grids();
   const int part = blockIdx.y;                                       // [0, PARTS)
   const int col = blockIdx.x * THREADS_X + threadIdx.x;              // element column
   const float* src = ws + static_cast<long long>(part) * P * N;      // (P, N) f32

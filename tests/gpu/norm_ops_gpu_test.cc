@@ -124,6 +124,46 @@ TEST_CASE("TuneNorm: every op, every candidate correct on odd shapes, then winne
   }
 }
 
+// The backward's reduce kernel is launched as a programmatic dependent of the
+// fused kernel on sm_90 (Device::Launch honours the recipe's flag), so it may
+// start before the fused kernel has finished: it must wait for the partials
+// itself. Verify poisons the workspace first, and the fused kernel lets the
+// reduce launch before it stores its partials, so a reduce that did not wait
+// would sum NaNs. Repeated, and against the same recipe launched the ordinary
+// way.
+TEST_CASE("the programmatically dependent reduce kernel waits for the partials", "[gpu]") {
+  Device* device = testing::GpuDevice();
+  REQUIRE(device->info().cc_major >= 9);
+  const NormProblem problems[] = {
+      Op(kRms, kBwd, 8192, 4096, DType::kBF16, DType::kBF16, true, false),
+      Op(kLn, kBwd, 8192, 4096, DType::kBF16, DType::kBF16, true, true),
+      Op(kLn, kBwd, 1000, 3000, DType::kBF16, DType::kFP32, true, true),
+  };
+  for (const NormProblem& p : problems) {
+    DYNAMIC_SECTION(CanonicalKey(p)) {
+      absl::StatusOr<LaunchRecipe> dependent =
+          NormLaunchRecipe(p, HeuristicNormConfig(p, device->info()), device->info());
+      REQUIRE(dependent.ok());
+      REQUIRE(dependent->kernels.size() == 2);
+      REQUIRE(dependent->kernels[1].programmatic_dependent);
+      REQUIRE(Compile(&*dependent).ok);
+      LaunchRecipe ordinary = *dependent;
+      ordinary.kernels[1].programmatic_dependent = false;
+      absl::StatusOr<std::unique_ptr<NormRunner>> runner = NormRunner::Create(p, device, 11);
+      REQUIRE(runner.ok());
+      for (int round = 0; round < 3; ++round) {
+        for (const LaunchRecipe* r : {&*dependent, &ordinary}) {
+          INFO("round " << round << (r == &ordinary ? ", ordinary launch" : ", programmatic dependent"));
+          absl::StatusOr<VerifyResult> v = (*runner)->Verify(*r);
+          REQUIRE(v.ok());
+          INFO(v->detail);
+          CHECK(v->ok);
+        }
+      }
+    }
+  }
+}
+
 // Clustered backwards (the CTAs of a cluster add up their partials through
 // distributed shared memory): every cluster size, grids padded to whole
 // clusters (1000 and 257 rows are no multiple of any split), partials staged

@@ -210,12 +210,16 @@ TEST_CASE("fingerprints and recipes round-trip, and keys separate environments",
   k.dynamic_smem_bytes = 64;
   k.params = {"x", "w", "y"};
   r.kernels.push_back(k);
+  k.programmatic_dependent = true;
+  r.kernels.push_back(k);
   r.workspace_bytes = 12;
   r.cubin = std::string("\x7f" "ELF\0\1", 6);
   const LaunchRecipe with = RecipeFromProto(RecipeToProto(r, true));
   CHECK(with.cubin == r.cubin);
   CHECK(with.kernels[0].grid == k.grid);
   CHECK(with.kernels[0].params == k.params);
+  CHECK_FALSE(with.kernels[0].programmatic_dependent);
+  CHECK(with.kernels[1].programmatic_dependent);
   CHECK(with.nvrtc_options == r.nvrtc_options);
   CHECK(RecipeFromProto(RecipeToProto(r, false)).cubin.empty());
 }

@@ -295,6 +295,35 @@ TEST_CASE("Every norm op has a template, a space and a heuristic", "[tuner][spac
         absl::StatusCode::kFailedPrecondition);
 }
 
+TEST_CASE("the backward's reduce kernel may be launched as a programmatic dependent on sm_90 only",
+          "[tuner][space]") {
+  DeviceInfo hopper = CompileOnlyTarget();
+  REQUIRE(hopper.cc_major == 9);
+  DeviceInfo ampere = hopper;
+  ampere.cc_major = 8;
+  for (NormOp op : {NormOp::kRMSNorm, NormOp::kLayerNorm}) {
+    NormProblem bwd;
+    bwd.op = op;
+    bwd.m = 4096;
+    bwd.n = 4096;
+    bwd.pass = NormPass::kBackward;
+    bwd.has_bias = op == NormOp::kLayerNorm;
+    for (const DeviceInfo& d : {hopper, ampere}) {
+      INFO("cc " << d.cc_major << (op == NormOp::kRMSNorm ? " rmsnorm" : " layernorm"));
+      auto r = NormLaunchRecipe(bwd, HeuristicNormConfig(bwd, d), d);
+      REQUIRE(r.ok());
+      REQUIRE(r->kernels.size() == 2);
+      CHECK_FALSE(r->kernels[0].programmatic_dependent);  // the first waits on nothing of the recipe's
+      CHECK(r->kernels[1].programmatic_dependent == (d.cc_major >= 9));
+    }
+    NormProblem fwd = bwd;
+    fwd.pass = NormPass::kForward;
+    auto f = NormLaunchRecipe(fwd, HeuristicNormConfig(fwd, hopper), hopper);
+    REQUIRE(f.ok());
+    CHECK_FALSE(f->kernels[0].programmatic_dependent);
+  }
+}
+
 TEST_CASE("the backward's reduce kernel rows are a knob of their own", "[tuner][space]") {
   const DeviceInfo d = CompileOnlyTarget();
   NormProblem bwd;

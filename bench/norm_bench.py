@@ -40,6 +40,7 @@ import sys
 import time
 import warnings
 
+import copy
 import ctypes
 
 import cupy as cp
@@ -131,6 +132,12 @@ class Recipe:
             self.kernels.append((function, tuple(int(g) for g in k["grid"]), tuple(int(b) for b in k["block"]),
                                  smem, list(k["params"]), bool(k.get("programmatic_dependent", False))))
         self.workspace_bytes = int(recipe.get("workspace_bytes", 0))
+
+    def ordinary(self):
+        """The same kernels launched the ordinary way, none as a programmatic dependent."""
+        other = copy.copy(self)
+        other.kernels = [k[:5] + (False,) for k in self.kernels]
+        return other
 
     def __call__(self, values):
         stream = cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
@@ -281,6 +288,11 @@ def run_shape(args, op, m, n, ceiling):
 
         ours_us = graph_time_us(lambda i: recipe(allocated(values(i))), sets)
         extra = {}
+        if any(k[5] for k in recipe.kernels):
+            # The same kernels without programmatic dependent launches: what a
+            # caller that launches them the ordinary way gets.
+            plain = recipe.ordinary()
+            extra["ktune_ordinary_us"] = graph_time_us(lambda i: plain(allocated(values(i))), sets)
         if pas == "fwd":
             # Inference's forward: mean and rstd not written (null pointers),
             # as a peer's forward on tensors that need no grad. Verified too.
@@ -418,6 +430,8 @@ def main():
                   f"(min {min(v):.3f}x over {len(v)} rows)")
     for line in like_for_like_lines(rows, args.peers):
         print(line)
+    for line in ordinary_launch_lines(rows):
+        print(line)
     for line in cliff_lines(rows):
         print(line)
 
@@ -440,6 +454,23 @@ def like_for_like_lines(rows, peers):
         lines.append(f"{r['op'] + '.fwd':<13} {r['M']:>6} x {r['N']:<5} | {ours_t:14.2f} "
                      f"{100 * ours_t / COPY_REF_TBS:5.1f} {train_peer:5.2f} {ours_t / train_peer:6.3f}x | "
                      f"{ours_i:15.2f} {100 * ours_i / COPY_REF_TBS:5.1f} {infer_peer:5.2f} {ours_i / infer_peer:6.3f}x")
+    return lines
+
+
+def ordinary_launch_lines(rows):
+    """Ours as the recipe allows (programmatic dependent launches: each call's
+    launch overlaps the tail of the kernel before it, here the previous call's)
+    against the same kernels launched the ordinary way, as the peers are."""
+    both = [r for r in rows if "ktune_ordinary_us" in r]
+    if not both:
+        return []
+    lines = ["", "programmatic dependent launches (the main table) against ordinary launches of the same kernels",
+             f"{'op':<13} {'M x N':>13} | {'ordinary us':>11} {'TB/s':>5} {'%ceil':>5} | {'programmatic us':>15} | gain"]
+    for r in both:
+        tbs = r["bytes"] / (r["ktune_ordinary_us"] * 1e-6) / 1e12
+        lines.append(f"{r['op'] + '.' + r['pass']:<13} {r['M']:>6} x {r['N']:<5} | {r['ktune_ordinary_us']:11.1f} "
+                     f"{tbs:5.2f} {100 * tbs / COPY_REF_TBS:5.1f} | {r['ktune_us']:15.1f} | "
+                     f"{r['ktune_ordinary_us'] / r['ktune_us']:5.3f}x")
     return lines
 
 

@@ -19,8 +19,9 @@ struct KernelLaunch {
   std::array<uint32_t, 3> block{1, 1, 1};
   uint32_t dynamic_smem_bytes = 0;
   std::vector<std::string> params;  // argument order, e.g. {"x", "w", "y", "rstd", "M", "N", "eps"}
-  // The kernel waits for the recipe's previous kernel itself, so it may be
-  // launched as its programmatic dependent (sm_90+; Device::Launch does).
+  // The kernel waits for the kernel before it in the stream itself (the
+  // recipe's previous kernel, or the caller's), so it may be launched as its
+  // programmatic dependent (sm_90+; Device::Launch does).
   bool programmatic_dependent = false;
 };
 

@@ -596,10 +596,14 @@ absl::StatusOr<LaunchRecipe> NormLaunchRecipe(const NormProblem& p, const NormCo
   const char* full_tiles = FullTiles(p, c) ? "true" : "false";
   const char* prefetch = PrefetchNextRowsToL2(p, c, d) ? "true" : "false";
   const bool ln = IsLayerNorm(p);
+  // Every norm kernel waits for the kernel before it (griddepcontrol, sm_90+;
+  // common/dependent_launch.cuh), so its launch may overlap that one's tail.
+  const bool programmatic_dependent = d.cc_major >= 9;
   KernelLaunch k;
   k.grid = {static_cast<uint32_t>(GridSize(p, c, d)), 1, 1};
   k.block = {static_cast<uint32_t>(c.threads()), 1, 1};
   k.dynamic_smem_bytes = 0;
+  k.programmatic_dependent = programmatic_dependent;
   if (IsForward(p)) {
     if (ln) {
       k.name_expression = absl::StrFormat(
@@ -663,9 +667,7 @@ absl::StatusOr<LaunchRecipe> NormLaunchRecipe(const NormProblem& p, const NormCo
     r.block = {static_cast<uint32_t>(g.threads_x), static_cast<uint32_t>(g.threads_y), 1};
     r.dynamic_smem_bytes = 0;
     r.params = {"ws", "dw", "db", "P", "N"};
-    // It waits for the partials itself (griddepcontrol, sm_90+), so its
-    // launch may overlap the fused kernel's tail.
-    r.programmatic_dependent = d.cc_major >= 9;
+    r.programmatic_dependent = programmatic_dependent;  // it waits for the partials
     recipe.kernels.push_back(std::move(r));
   }
   return recipe;

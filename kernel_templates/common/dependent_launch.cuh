@@ -2,8 +2,11 @@
 // CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION may start before the
 // kernel ahead of it in the stream has finished, so its launch and its CTAs'
 // start overlap that kernel's tail instead of following it. Such a kernel
-// must wait for its prerequisite's results itself; a recipe marks the kernels
-// that do (KernelLaunch.programmatic_dependent in proto/ktune/v1/ktune.proto).
+// must wait for that kernel itself before touching memory it may still read
+// or write; a recipe marks the kernels that do (KernelLaunch.
+// programmatic_dependent in proto/ktune/v1/ktune.proto). Every norm kernel
+// does: the first of a recipe waits for whatever the caller ran before it,
+// the backward's reduce for the fused kernel's partials.
 //
 // Launched the ordinary way, both calls are no-ops: the kernel ahead has
 // finished and flushed before this one starts. Before sm_90 they compile to

@@ -256,6 +256,12 @@ __device__ __forceinline__ void fused_bwd(const TIn* __restrict__ x, const TIn* 
   using XVec = Packed<TIn, VEC>;
   using WVec = Packed<TW, VEC>;
 
+  // The recipe allows a programmatic dependent launch (sm_90): the kernel may
+  // start before the work ahead of it in the stream has finished (the
+  // previous call's reduce may still read the workspace), so nothing is read
+  // or written before the wait.
+  wait_for_prerequisite_grids();
+
   __shared__ float scratch[2 * NUM_WARPS];  // (2, NUM_WARPS) f32 cross-warp partial sums
   // SMEM_PARTIALS: (PARTS, CHUNKS, VEC, kThreads) f32, the launch's dynamic
   // shared memory (the host sizes it; see the layout at the top).

@@ -33,6 +33,7 @@
 // FULL_TILES, M % XBLOCK == 0 and N % R_BLOCK == 0.
 #pragma once
 
+#include "common/dependent_launch.cuh"
 #include "common/memory.cuh"
 #include "common/reduce.cuh"
 #include "common/types.cuh"
@@ -68,6 +69,12 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
                   TOut* __restrict__ y, float* __restrict__ mean, float* __restrict__ rstd, int M,
                   int N, float eps) {
   constexpr int kThreads = NUM_WARPS * 32;
+  // The recipe allows a programmatic dependent launch (sm_90): the kernel may
+  // start before the work ahead of it in the stream has finished, so nothing
+  // is read or written before the wait. Once every CTA has started, the next
+  // kernel may launch; it waits for this one in turn.
+  wait_for_prerequisite_grids();
+  allow_dependent_grid_launch();
   constexpr int kTpr = kThreads / XBLOCK;       // threads per row
   constexpr int kRBlock = kTpr * VEC * CHUNKS;  // row elements per pass
   static_assert(NUM_WARPS >= 1 && NUM_WARPS <= 32, "NUM_WARPS must be in [1, 32]");

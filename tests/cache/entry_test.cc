@@ -532,8 +532,8 @@ TEST_CASE("ValidateEntry: a recipe of this build's template must be the one it w
       {norm, [](v1::Entry& e) { e.mutable_recipe()->mutable_kernels(0)->set_block(0, 64); },
        "entry.recipe.kernels[0].block: is (64, 1, 1), but this template writes (" +
            std::to_string(norm.recipe().kernels(0).block(0)) + ", 1, 1) for the entry's problem and config"},
-      {norm, [](v1::Entry& e) { e.mutable_recipe()->mutable_kernels(0)->set_programmatic_dependent(true); },
-       "entry.recipe.kernels[0].programmatic_dependent: is true, but this template writes false for the entry's "
+      {norm, [](v1::Entry& e) { e.mutable_recipe()->mutable_kernels(0)->set_programmatic_dependent(false); },
+       "entry.recipe.kernels[0].programmatic_dependent: is false, but this template writes true for the entry's "
        "problem and config"},
       {norm, [](v1::Entry& e) { e.mutable_recipe()->add_kernels()->CopyFrom(e.recipe().kernels(0)); },
        "entry.recipe.kernels: is 2 kernels, but this template writes 1 for the entry's problem and config"},

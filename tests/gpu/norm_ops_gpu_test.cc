@@ -124,10 +124,10 @@ TEST_CASE("TuneNorm: every op, every candidate correct on odd shapes, then winne
   }
 }
 
-// The backward's reduce kernel is launched as a programmatic dependent of the
-// fused kernel on sm_90 (Device::Launch honours the recipe's flag), so it may
-// start before the fused kernel has finished: it must wait for the partials
-// itself. Verify poisons the workspace first, and the fused kernel lets the
+// On sm_90 every norm kernel is launched as a programmatic dependent of the
+// kernel before it (Device::Launch honours the recipe's flag), so the
+// backward's reduce may start before the fused kernel has finished: it must
+// wait for the partials itself. Verify poisons the workspace first, and the fused kernel lets the
 // reduce launch before it stores its partials, so a reduce that did not wait
 // would sum NaNs. Repeated, and against the same recipe launched the ordinary
 // way.
@@ -145,10 +145,11 @@ TEST_CASE("the programmatically dependent reduce kernel waits for the partials",
           NormLaunchRecipe(p, HeuristicNormConfig(p, device->info()), device->info());
       REQUIRE(dependent.ok());
       REQUIRE(dependent->kernels.size() == 2);
+      REQUIRE(dependent->kernels[0].programmatic_dependent);
       REQUIRE(dependent->kernels[1].programmatic_dependent);
       REQUIRE(Compile(&*dependent).ok);
       LaunchRecipe ordinary = *dependent;
-      ordinary.kernels[1].programmatic_dependent = false;
+      for (KernelLaunch& k : ordinary.kernels) k.programmatic_dependent = false;
       absl::StatusOr<std::unique_ptr<NormRunner>> runner = NormRunner::Create(p, device, 11);
       REQUIRE(runner.ok());
       for (int round = 0; round < 3; ++round) {

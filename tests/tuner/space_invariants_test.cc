@@ -295,7 +295,7 @@ TEST_CASE("Every norm op has a template, a space and a heuristic", "[tuner][spac
         absl::StatusCode::kFailedPrecondition);
 }
 
-TEST_CASE("the backward's reduce kernel may be launched as a programmatic dependent on sm_90 only",
+TEST_CASE("norm kernels may be launched as programmatic dependents on sm_90 only",
           "[tuner][space]") {
   DeviceInfo hopper = CompileOnlyTarget();
   REQUIRE(hopper.cc_major == 9);
@@ -313,14 +313,17 @@ TEST_CASE("the backward's reduce kernel may be launched as a programmatic depend
       auto r = NormLaunchRecipe(bwd, HeuristicNormConfig(bwd, d), d);
       REQUIRE(r.ok());
       REQUIRE(r->kernels.size() == 2);
-      CHECK_FALSE(r->kernels[0].programmatic_dependent);  // the first waits on nothing of the recipe's
-      CHECK(r->kernels[1].programmatic_dependent == (d.cc_major >= 9));
+      CHECK(r->kernels[0].programmatic_dependent == (d.cc_major >= 9));  // waits for the caller's kernel
+      CHECK(r->kernels[1].programmatic_dependent == (d.cc_major >= 9));  // waits for the partials
     }
     NormProblem fwd = bwd;
     fwd.pass = NormPass::kForward;
     auto f = NormLaunchRecipe(fwd, HeuristicNormConfig(fwd, hopper), hopper);
     REQUIRE(f.ok());
-    CHECK_FALSE(f->kernels[0].programmatic_dependent);
+    CHECK(f->kernels[0].programmatic_dependent);
+    auto old = NormLaunchRecipe(fwd, HeuristicNormConfig(fwd, ampere), ampere);
+    REQUIRE(old.ok());
+    CHECK_FALSE(old->kernels[0].programmatic_dependent);
   }
 }
 

@@ -14,6 +14,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -26,6 +27,7 @@
 #include "absl/strings/str_split.h"
 #include "tests/gpu/gpu_env.h"
 #include "tests/gpu/tune_helpers.h"
+#include "tuner/device.h"
 #include "tuner/norm_runner.h"
 #include "tuner/norm_space.h"
 #include "tuner/nvrtc_compiler.h"
@@ -163,6 +165,65 @@ TEST_CASE("the programmatically dependent reduce kernel waits for the partials",
       }
     }
   }
+}
+
+// A recipe's first kernel waits for whatever ran before it in the stream.
+// Two RMSNorm forwards chained, the second reading the first's output: the
+// first's output is poisoned (NaN) before each round, the first launched the
+// ordinary way, the second as its programmatic dependent (it may start as
+// soon as every CTA of the first has started). Few long rows: both grids fit
+// on the GPU at once, so the second's CTAs do start while the first is still
+// writing, and one that did not wait would read NaN or a half-written row.
+// Its output must equal, bit for bit, the same chain launched the ordinary
+// way with a sync in between.
+TEST_CASE("a programmatically dependent forward reads what the kernel before it wrote", "[gpu]") {
+  Device* device = testing::GpuDevice();
+  REQUIRE(device->info().cc_major >= 9);
+  NormProblem p;
+  p.m = 32;  // a CTA per row at most: both grids fit on the 132 SMs at once
+  p.n = 262144;
+  absl::StatusOr<LaunchRecipe> recipe = NormLaunchRecipe(p, HeuristicNormConfig(p, device->info()), device->info());
+  REQUIRE(recipe.ok());
+  REQUIRE(recipe->kernels.size() == 1);
+  REQUIRE(recipe->kernels[0].programmatic_dependent);
+  REQUIRE(Compile(&*recipe).ok);
+  absl::StatusOr<LoadedKernel> kernel = device->LoadKernel(recipe->cubin, recipe->kernels[0].lowered_name);
+  REQUIRE(kernel.ok());
+  const size_t bytes = static_cast<size_t>(p.m) * p.n * 2;
+  absl::StatusOr<DeviceBuffer> x = DeviceBuffer::Create(device, bytes);
+  absl::StatusOr<DeviceBuffer> mid = DeviceBuffer::Create(device, bytes);
+  absl::StatusOr<DeviceBuffer> out = DeviceBuffer::Create(device, bytes);
+  absl::StatusOr<DeviceBuffer> w = DeviceBuffer::Create(device, p.n * 2);
+  REQUIRE((x.ok() && mid.ok() && out.ok() && w.ok()));
+  REQUIRE(device->Fill(x->get(), 0x3f, bytes).ok());  // bf16 0x3f3f: 0.75
+  REQUIRE(device->Fill(w->get(), 0x40, p.n * 2).ok());  // bf16 0x4040: 3.0, so y differs from x
+  int m = static_cast<int>(p.m), n = static_cast<int>(p.n);
+  float eps = p.eps;
+  DevicePtr wp = w->get(), no_rstd = 0;
+  auto launch = [&](DevicePtr src, DevicePtr dst, bool dependent) {
+    KernelLaunch geometry = recipe->kernels[0];
+    geometry.programmatic_dependent = dependent;
+    void* args[] = {&src, &wp, &dst, &no_rstd, &m, &n, &eps};  // x, w, y, rstd, M, N, eps
+    return device->Launch(*kernel, geometry, args);
+  };
+  auto chain = [&](bool dependent) -> std::vector<uint16_t> {
+    REQUIRE(device->Fill(mid->get(), 0xFF, bytes).ok());  // NaN until the first kernel writes it
+    REQUIRE(device->Fill(out->get(), 0xFF, bytes).ok());
+    REQUIRE(launch(x->get(), mid->get(), false).ok());
+    if (!dependent) REQUIRE(device->Synchronize().ok());
+    REQUIRE(launch(mid->get(), out->get(), dependent).ok());
+    REQUIRE(device->Synchronize().ok());
+    std::vector<uint16_t> host(bytes / 2);
+    REQUIRE(device->CopyToHost(host.data(), out->get(), bytes).ok());
+    return host;
+  };
+  const std::vector<uint16_t> expected = chain(false);
+  REQUIRE(std::none_of(expected.begin(), expected.end(), [](uint16_t v) { return (v & 0x7fff) > 0x7f80; }));
+  for (int round = 0; round < 5; ++round) {
+    INFO("round " << round);
+    CHECK(chain(true) == expected);
+  }
+  device->UnloadKernel(*kernel);
 }
 
 // Clustered backwards (the CTAs of a cluster add up their partials through

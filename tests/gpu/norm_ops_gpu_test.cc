@@ -220,8 +220,14 @@ TEST_CASE("a programmatically dependent forward reads what the kernel before it 
   const std::vector<uint16_t> expected = chain(false);
   REQUIRE(std::none_of(expected.begin(), expected.end(), [](uint16_t v) { return (v & 0x7fff) > 0x7f80; }));
   for (int round = 0; round < 5; ++round) {
-    INFO("round " << round);
-    CHECK(chain(true) == expected);
+    const std::vector<uint16_t> got = chain(true);
+    const auto differ = std::mismatch(got.begin(), got.end(), expected.begin());
+    const size_t first = static_cast<size_t>(differ.first - got.begin());  // got.size() when equal
+    INFO("round " << round << ": first differing element " << first << " of " << got.size()
+                  << (first < got.size() ? absl::StrFormat(", bf16 bits 0x%04x, expected 0x%04x", got[first],
+                                                           expected[first])
+                                         : std::string()));
+    CHECK(first == got.size());
   }
   device->UnloadKernel(*kernel);
 }

@@ -16,7 +16,9 @@ constexpr int kChunkBytes = 64;    // of K per warp step (the template's)
 
 }  // namespace
 
-std::string ToString(const SkinnyConfig& c) { return absl::StrFormat("w%d u%d", c.warps, c.unroll); }
+std::string ToString(const SkinnyConfig& c) {
+  return absl::StrFormat("w%d u%d%s", c.warps, c.unroll, c.pipelined ? " pipelined" : "");
+}
 
 absl::Status CanImplementSkinny(const v1::GemmProblem& p, const SkinnyConfig& c, const DeviceInfo& d) {
   auto fail = [&](const std::string& why) {
@@ -45,16 +47,28 @@ absl::Status CanImplementSkinny(const v1::GemmProblem& p, const SkinnyConfig& c,
                                kMaxFp8KPerAccumulator, " fp8's reduced-precision adds keep within tolerance"));
     }
   }
+  if (c.pipelined && GemmIsFp8(p) && p.m() > 8) {
+    // Two rounds of 16 rows of e4m3 A and B spill past 128 registers with
+    // some epilogues, and were 4-8% slower than the plain loop at M = 16 in
+    // session 16's lab where they did not.
+    return fail("pipelined serves fp8 at M <= 8 only");
+  }
   return absl::OkStatus();
 }
 
 std::vector<SkinnyConfig> SkinnySearchSpace(const v1::GemmProblem& p, const DeviceInfo& d) {
   std::vector<SkinnyConfig> space;
+  std::vector<SkinnyConfig> grid;
   for (int warps : {4, 8, 16}) {
-    for (int unroll : {2, 4}) {
-      const SkinnyConfig c{warps, unroll};
-      if (CanImplementSkinny(p, c, d).ok()) space.push_back(c);
-    }
+    for (int unroll : {2, 4}) grid.push_back({warps, unroll, false});
+  }
+  // Pipelined, the configs that fit 128 registers with both rounds' loads
+  // and were fastest in session 16's lab (w4 u1 was 1.5-2x slower there).
+  for (const SkinnyConfig& c : {SkinnyConfig{8, 1, true}, SkinnyConfig{8, 2, true}, SkinnyConfig{4, 2, true}}) {
+    grid.push_back(c);
+  }
+  for (const SkinnyConfig& c : grid) {
+    if (CanImplementSkinny(p, c, d).ok()) space.push_back(c);
   }
   return space;
 }
@@ -65,10 +79,11 @@ absl::StatusOr<LaunchRecipe> SkinnyLaunchRecipe(const v1::GemmProblem& p, const 
   absl::StatusOr<LaunchRecipe> recipe = GemmTemplateRecipe(kTemplateId, Arch(d));
   if (!recipe.ok()) return recipe.status();
   KernelLaunch k;
-  k.name_expression = absl::StrFormat("ktune::gemm_skinny<%s, %s, %d, %s, %d, %d, %d>",
+  k.name_expression = absl::StrFormat("ktune::gemm_skinny<%s, %s, %d, %s, %d, %d, %d, %s>",
                                       GemmIsFp8(p) ? "ktune::e4m3" : "ktune::bf16",
                                       GemmDType(p) == v1::FP32 ? "float" : "ktune::bf16", GemmEpilogueCode(p),
-                                      GemmHasC(p) ? "true" : "false", p.m() <= 8 ? 8 : 16, c.warps, c.unroll);
+                                      GemmHasC(p) ? "true" : "false", p.m() <= 8 ? 8 : 16, c.warps, c.unroll,
+                                      c.pipelined ? "true" : "false");
   k.grid = {static_cast<uint32_t>((p.n() + kColumnsPerCta - 1) / kColumnsPerCta), 1,
             static_cast<uint32_t>(GemmBatch(p))};
   k.block = {static_cast<uint32_t>(c.warps * 32), 1, 1};

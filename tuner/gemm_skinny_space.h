@@ -1,8 +1,9 @@
 // The search space of the skinny GEMM template (kernel_templates/gemm/
 // gemm_skinny.cuh): problems with at most 16 rows of A, where a GEMM is a
 // stream of B through the tensor cores and the question is only how many
-// warps share an SM's 16 rows of B and how many loads each keeps in flight.
-// Six configs, all compiled; no model is needed to prune them.
+// warps share an SM's 16 rows of B, how many loads each keeps in flight and
+// whether it loads the next round while multiplying this one. Nine configs,
+// all compiled; no model is needed to prune them.
 // Thread-safe: pure functions.
 #pragma once
 
@@ -19,27 +20,32 @@ namespace ktune {
 
 // One instantiation: `warps` warps split K for one CTA's 16 columns of D,
 // each with `unroll` 64-byte chunks of K (32 bf16, 64 e4m3) loaded before
-// they are multiplied.
+// they are multiplied; `pipelined`: the next such round is loaded while this
+// one multiplies (two rounds in registers, at most 128 of them per thread).
 struct SkinnyConfig {
   int warps = 8;
   int unroll = 4;
+  bool pipelined = false;
 
-  bool operator==(const SkinnyConfig& o) const { return warps == o.warps && unroll == o.unroll; }
+  bool operator==(const SkinnyConfig& o) const {
+    return warps == o.warps && unroll == o.unroll && pipelined == o.pipelined;
+  }
 };
 
-// "w8 u4".
+// "w8 u4", "w8 u1 pipelined".
 std::string ToString(const SkinnyConfig& config);
 
 // OK, or FAILED_PRECONDITION saying why not: M > 16, B not given as [N, K],
 // K's rows not whole 16-byte loads (K % 8 bf16, K % 16 e4m3), batch > 65535,
 // sm_80 or newer needed (sm_89 for e4m3), an e4m3 warp's share of K over
-// 4096 (Hopper's fp8 accumulation, as the wgmma space), or the config outside
-// 1-32 warps and 1-8 chunks.
+// 4096 (Hopper's fp8 accumulation, as the wgmma space), the config outside
+// 1-32 warps and 1-8 chunks, or pipelined fp8 at M > 8.
 absl::Status CanImplementSkinny(const v1::GemmProblem& problem, const SkinnyConfig& config,
                                 const DeviceInfo& device);
 
-// Every config of the grid (warps 4, 8, 16; unroll 2, 4) that can run the
-// problem, in that order; empty when the template cannot serve it.
+// Every config of the grid (warps 4, 8, 16 x unroll 2, 4; then pipelined
+// w8 u1, w8 u2, w4 u2) that can run the problem, in that order; empty when
+// the template cannot serve it.
 std::vector<SkinnyConfig> SkinnySearchSpace(const v1::GemmProblem& problem, const DeviceInfo& device);
 
 // Template "gemm/gemm_skinny" for the device's arch, grid (ceil(N / 16), 1,

@@ -329,7 +329,7 @@ absl::StatusOr<LaunchRecipe> OwnGemmRecipe(const v1::GemmProblem& problem, const
 }
 
 absl::StatusOr<SkinnyConfig> SkinnyConfigFromProto(const v1::SkinnyTile& in) {
-  SkinnyConfig c{in.warps(), in.unroll()};
+  SkinnyConfig c{in.warps(), in.unroll(), in.pipelined()};
   const absl::Status positive = RequirePositive("config.gemm.skinny.", {{"warps", c.warps}, {"unroll", c.unroll}});
   if (!positive.ok()) return positive;
   return c;
@@ -339,6 +339,7 @@ v1::SkinnyTile SkinnyConfigToProto(const SkinnyConfig& c) {
   v1::SkinnyTile out;
   out.set_warps(c.warps);
   out.set_unroll(c.unroll);
+  out.set_pipelined(c.pipelined);
   return out;
 }
 

@@ -21,6 +21,15 @@
 // s, in both operands alike, so the sum over K is unchanged while every load
 // stays one aligned 16-byte access.
 //
+// PIPELINED keeps two rounds of loads in registers: the next round's loads are
+// in flight while this round multiplies, instead of every warp waiting a full
+// memory latency per round. The two rounds would take the kernel to ~250
+// registers and one CTA per SM, so it is also bounded to 128 registers (512
+// threads per SM). On the H200 (session 16's lab, bench/RESULTS.md) the best
+// pipelined config was 3-9% faster than the best plain one for bf16 at M = 1
+// and 16, 0-5% for fp8 at M = 1, and 4-8% slower for fp8 at M = 16, so the
+// tuner tries both.
+//
 // Kernel arguments, in order: a, b, c, d, bias, M, N, K, alpha, beta, as
 // kernel_templates/gemm/gemm_mma.cuh, then a_scale, b_scale (const float*,
 // e4m3: the per-tensor scales; null: 1). Grid (ceil(N / 16), 1, batch),
@@ -63,8 +72,12 @@ __device__ __forceinline__ void mma_step<e4m3>(float (&acc)[4], unsigned int a0,
 
 }  // namespace gemm_skinny_detail
 
-template <typename TAB, typename TD, int EPI, bool HAS_C, int MB, int WARPS, int UNROLL>
-__global__ void __launch_bounds__(WARPS * 32, 1)
+// At least 512 threads per SM for the pipelined loop (see the header).
+template <int WARPS, bool PIPELINED>
+constexpr int kSkinnyMinBlocks = PIPELINED && WARPS <= 8 ? 16 / WARPS : 1;
+
+template <typename TAB, typename TD, int EPI, bool HAS_C, int MB, int WARPS, int UNROLL, bool PIPELINED>
+__global__ void __launch_bounds__(WARPS * 32, (kSkinnyMinBlocks<WARPS, PIPELINED>))
     gemm_skinny(const TAB* __restrict__ a, const TAB* __restrict__ b, const TD* __restrict__ c,
                 TD* __restrict__ d, const bf16* __restrict__ bias, int M, int N, int K, float alpha, float beta,
                 const float* __restrict__ a_scale, const float* __restrict__ b_scale) {
@@ -95,40 +108,65 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
 
   float acc[kMmaN][4] = {};
   const int chunks = (K + kChunk - 1) / kChunk;
-  for (int first = warp * UNROLL; first < chunks; first += WARPS * UNROLL) {
-    unsigned int bw[UNROLL][2][4], aw[UNROLL][kMmaN][4];
-    // Every load of the step first, then the MMAs.
+  // A round: chunks first .. first + UNROLL - 1 of this warp's rows of B and
+  // A, all loaded before any is multiplied. Chunks past K load as zeros.
+  struct Round {
+    unsigned int b[UNROLL][2][4];
+    unsigned int a[UNROLL][kMmaN][4];
+  };
+  auto load = [&](Round& r, int first) {
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
       const int k = (first + u) * kChunk + kLoad * t;
       const bool k_ok = first + u < chunks && k < K;  // K % kLoad == 0: the whole load is in
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        if (k_ok && b_row_ok[r]) {
-          GlobalAccess<16, LoadHint::kOnce>::load(b_row[r] + k, bw[u][r]);
+      for (int row = 0; row < 2; ++row) {
+        if (k_ok && b_row_ok[row]) {
+          GlobalAccess<16, LoadHint::kOnce>::load(b_row[row] + k, r.b[u][row]);
         } else {
-          bw[u][r][0] = bw[u][r][1] = bw[u][r][2] = bw[u][r][3] = 0;
+          r.b[u][row][0] = r.b[u][row][1] = r.b[u][row][2] = r.b[u][row][3] = 0;
         }
       }
 #pragma unroll
-      for (int r = 0; r < kMmaN; ++r) {
-        if (k_ok && a_row_ok[r]) {
-          GlobalAccess<16, LoadHint::kReuse>::load(a_row[r] + k, aw[u][r]);
+      for (int row = 0; row < kMmaN; ++row) {
+        if (k_ok && a_row_ok[row]) {
+          GlobalAccess<16, LoadHint::kReuse>::load(a_row[row] + k, r.a[u][row]);
         } else {
-          aw[u][r][0] = aw[u][r][1] = aw[u][r][2] = aw[u][r][3] = 0;
+          r.a[u][row][0] = r.a[u][row][1] = r.a[u][row][2] = r.a[u][row][3] = 0;
         }
       }
     }
+  };
+  auto multiply = [&](const Round& r) {
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
 #pragma unroll
       for (int s = 0; s < 2; ++s) {
 #pragma unroll
-        for (int r = 0; r < kMmaN; ++r) {
-          mma_step<TAB>(acc[r], bw[u][0][2 * s], bw[u][1][2 * s], bw[u][0][2 * s + 1], bw[u][1][2 * s + 1],
-                   aw[u][r][2 * s], aw[u][r][2 * s + 1]);
+        for (int row = 0; row < kMmaN; ++row) {
+          mma_step<TAB>(acc[row], r.b[u][0][2 * s], r.b[u][1][2 * s], r.b[u][0][2 * s + 1], r.b[u][1][2 * s + 1],
+                        r.a[u][row][2 * s], r.a[u][row][2 * s + 1]);
         }
       }
+    }
+  };
+  // Warp w takes rounds at chunks w * UNROLL, then every WARPS * UNROLL.
+  constexpr int kStride = WARPS * UNROLL;
+  if constexpr (!PIPELINED) {
+    for (int first = warp * UNROLL; first < chunks; first += kStride) {
+      Round r;
+      load(r, first);
+      multiply(r);
+    }
+  } else {
+    Round even, odd;
+    int first = warp * UNROLL;
+    load(even, first);
+    for (; first < chunks; first += 2 * kStride) {
+      load(odd, first + kStride);  // in flight while `even` multiplies
+      multiply(even);
+      load(even, first + 2 * kStride);
+      multiply(odd);
     }
   }
 

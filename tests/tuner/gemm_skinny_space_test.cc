@@ -18,9 +18,14 @@ namespace {
 
 TEST_CASE("the skinny space takes M <= 16 bf16 [N, K] GEMMs and names what it refuses", "[tuner][gemm]") {
   const DeviceInfo h200 = CompileOnlyTarget();
-  CHECK(SkinnySearchSpace(LinearGemm(1, 4096, 4096), h200).size() == 6);
-  CHECK(SkinnySearchSpace(LinearGemm(16, 14336, 4096), h200).size() == 6);
+  CHECK(SkinnySearchSpace(LinearGemm(1, 4096, 4096), h200).size() == 9);
+  CHECK(SkinnySearchSpace(LinearGemm(16, 14336, 4096), h200).size() == 9);
   CHECK(SkinnySearchSpace(LinearGemm(17, 4096, 4096), h200).empty());
+  // The plain configs first, then the pipelined ones.
+  std::vector<std::string> names;
+  for (const SkinnyConfig& c : SkinnySearchSpace(LinearGemm(1, 4096, 4096), h200)) names.push_back(ToString(c));
+  CHECK(names == std::vector<std::string>{"w4 u2", "w4 u4", "w8 u2", "w8 u4", "w16 u2", "w16 u4", "w8 u1 pipelined",
+                                          "w8 u2 pipelined", "w4 u2 pipelined"});
   auto refused = [&](const v1::GemmProblem& p, const std::string& why) {
     const absl::Status s = CanImplementSkinny(p, SkinnyConfig{}, h200);
     INFO(s.ToString());
@@ -38,10 +43,15 @@ TEST_CASE("the skinny space takes M <= 16 bf16 [N, K] GEMMs and names what it re
 
 TEST_CASE("the skinny space takes fp8 where its accumulators stay within 4096 of K", "[tuner][gemm]") {
   const DeviceInfo h200 = CompileOnlyTarget();
-  CHECK(SkinnySearchSpace(Fp8Gemm(1, 4096, 4096), h200).size() == 6);
+  CHECK(SkinnySearchSpace(Fp8Gemm(1, 4096, 4096), h200).size() == 9);
   // K = 14336 is 224 chunks of 64: four warps of two take 28 rounds, 3584 of
-  // K each. At K = 65536 four warps would span 16384: only the wider splits.
+  // K each, and eight pipelined warps of one 28 rounds, 1792 each (at M <= 8:
+  // pipelined fp8 is not offered at M = 16). At K = 65536 four warps would
+  // span 16384: only the wider splits.
+  CHECK(SkinnySearchSpace(Fp8Gemm(8, 4096, 14336), h200).size() == 9);
   CHECK(SkinnySearchSpace(Fp8Gemm(16, 4096, 14336), h200).size() == 6);
+  CHECK(CanImplementSkinny(Fp8Gemm(9, 4096, 4096), SkinnyConfig{8, 2, true}, h200).message() ==
+        "skinny w8 u2 pipelined: pipelined serves fp8 at M <= 8 only");
   const std::vector<SkinnyConfig> long_k = SkinnySearchSpace(Fp8Gemm(16, 256, 65536), h200);
   REQUIRE(long_k.size() == 2);  // 16 warps of 2 or 4 chunks: 4096 of K each
   for (const SkinnyConfig& c : long_k) CHECK(c.warps == 16);
@@ -50,6 +60,9 @@ TEST_CASE("the skinny space takes fp8 where its accumulators stay within 4096 of
     CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
     return std::string(s.message());
   };
+  CHECK(message(Fp8Gemm(16, 256, 65536), SkinnyConfig{8, 1, true}) ==
+        "skinny w8 u1 pipelined: a warp's accumulator would span 8192 of K, over the 4096 fp8's reduced-precision adds "
+        "keep within tolerance");
   CHECK(message(Fp8Gemm(16, 256, 65536), SkinnyConfig{4, 2}) ==
         "skinny w4 u2: a warp's accumulator would span 16384 of K, over the 4096 fp8's reduced-precision adds keep "
         "within tolerance");
@@ -69,17 +82,21 @@ TEST_CASE("SkinnyLaunchRecipe: 16 columns of D per CTA, the row block from M", "
   absl::StatusOr<LaunchRecipe> r = SkinnyLaunchRecipe(LinearGemm(1, 4100, 4096), SkinnyConfig{8, 4}, h200);
   REQUIRE(r.ok());
   CHECK(r->template_id == "gemm/gemm_skinny");
-  CHECK(r->kernels[0].name_expression == "ktune::gemm_skinny<ktune::bf16, ktune::bf16, 0, false, 8, 8, 4>");
+  CHECK(r->kernels[0].name_expression == "ktune::gemm_skinny<ktune::bf16, ktune::bf16, 0, false, 8, 8, 4, false>");
   CHECK(r->kernels[0].params == std::vector<std::string>{"a", "b", "c", "d", "bias", "M", "N", "K", "alpha", "beta",
                                                          "a_scale", "b_scale"});
   CHECK(r->kernels[0].grid == std::array<uint32_t, 3>{257, 1, 1});
   CHECK(r->kernels[0].block == std::array<uint32_t, 3>{256, 1, 1});
   r = SkinnyLaunchRecipe(LinearGemm(9, 64, 64, v1::EPILOGUE_BIAS_SILU, v1::FP32, v1::FP32), SkinnyConfig{4, 2}, h200);
   REQUIRE(r.ok());
-  CHECK(r->kernels[0].name_expression == "ktune::gemm_skinny<ktune::bf16, float, 3, true, 16, 4, 2>");
+  CHECK(r->kernels[0].name_expression == "ktune::gemm_skinny<ktune::bf16, float, 3, true, 16, 4, 2, false>");
   r = SkinnyLaunchRecipe(Fp8Gemm(16, 64, 64, v1::EPILOGUE_BIAS), SkinnyConfig{4, 2}, h200);
   REQUIRE(r.ok());
-  CHECK(r->kernels[0].name_expression == "ktune::gemm_skinny<ktune::e4m3, ktune::bf16, 1, false, 16, 4, 2>");
+  CHECK(r->kernels[0].name_expression == "ktune::gemm_skinny<ktune::e4m3, ktune::bf16, 1, false, 16, 4, 2, false>");
+  r = SkinnyLaunchRecipe(Fp8Gemm(1, 64, 64), SkinnyConfig{8, 1, true}, h200);
+  REQUIRE(r.ok());
+  CHECK(r->kernels[0].name_expression == "ktune::gemm_skinny<ktune::e4m3, ktune::bf16, 0, false, 8, 8, 1, true>");
+  CHECK(r->kernels[0].block == std::array<uint32_t, 3>{256, 1, 1});
 }
 
 TEST_CASE("NVRTC compiles every skinny config for every epilogue without spills", "[tuner][gemm][nvrtc]") {
@@ -96,7 +113,7 @@ TEST_CASE("NVRTC compiles every skinny config for every epilogue without spills"
       recipes.push_back(*std::move(r));
     }
   }
-  REQUIRE(recipes.size() == 36);
+  REQUIRE(recipes.size() == 51);  // 9 configs each, 6 for fp8 at M = 16
   CheckCompilesWithoutSpills(&recipes, "skinny");
 }
 

@@ -115,8 +115,8 @@ std::string ConfigText(const ktune::v1::Config& config) {
                              config.gemm().cublaslt().workspace_bytes());
     }
     if (config.gemm().has_skinny()) {
-      return absl::StrFormat("skinny warps=%d unroll=%d", config.gemm().skinny().warps(),
-                             config.gemm().skinny().unroll());
+      return absl::StrFormat("skinny warps=%d unroll=%d%s", config.gemm().skinny().warps(),
+                             config.gemm().skinny().unroll(), config.gemm().skinny().pipelined() ? " pipelined" : "");
     }
     if (config.gemm().has_wgmma()) {
       const ktune::v1::WgmmaTile& t = config.gemm().wgmma();

@@ -271,14 +271,15 @@ absl::Status KtuneServiceImpl::AnswerUntunedGemm(const Resolved& r, bool include
   // so they are tuned but never an untuned answer: such a K has no answer.
   // The skinny template's fp8 form serves M <= 16 like its bf16 form since it
   // ran correctly on the H200 (session 8: the GPU tests, and the best own
-  // kernel at 7 of the 8 fp8 bench shapes with M <= 16).
+  // kernel at 7 of the 8 fp8 bench shapes with M <= 16); its config is the
+  // one most often fastest there (SkinnyUntunedConfig).
   // B as [K, N] alike since its wgmma kernels ran correctly on the H200
   // (session 13: the GPU tests, and every candidate at four bench shapes).
   v1::GemmConfig config;
   absl::StatusOr<LaunchRecipe> recipe = absl::NotFoundError("no template serves this GEMM");
-  if (const std::vector<SkinnyConfig> skinny = SkinnySearchSpace(*r.gemm, target_); !skinny.empty()) {
-    recipe = SkinnyLaunchRecipe(*r.gemm, skinny.front(), target_);
-    *config.mutable_skinny() = SkinnyConfigToProto(skinny.front());
+  if (const std::optional<SkinnyConfig> skinny = SkinnyUntunedConfig(*r.gemm, target_)) {
+    recipe = SkinnyLaunchRecipe(*r.gemm, *skinny, target_);
+    *config.mutable_skinny() = SkinnyConfigToProto(*skinny);
   } else if (const std::optional<WgmmaTileConfig> wgmma = BestUnsplit(WgmmaSearchSpace(*r.gemm, target_))) {
     recipe = WgmmaLaunchRecipe(*r.gemm, *wgmma, target_);
     *config.mutable_wgmma() = WgmmaTileConfigToProto(*wgmma);

@@ -73,6 +73,15 @@ std::vector<SkinnyConfig> SkinnySearchSpace(const v1::GemmProblem& p, const Devi
   return space;
 }
 
+std::optional<SkinnyConfig> SkinnyUntunedConfig(const v1::GemmProblem& p, const DeviceInfo& d) {
+  for (const SkinnyConfig& c : {SkinnyConfig{8, 1, true}, SkinnyConfig{8, 4, false}}) {
+    if (CanImplementSkinny(p, c, d).ok()) return c;
+  }
+  const std::vector<SkinnyConfig> space = SkinnySearchSpace(p, d);
+  if (space.empty()) return std::nullopt;
+  return space.front();
+}
+
 absl::StatusOr<LaunchRecipe> SkinnyLaunchRecipe(const v1::GemmProblem& p, const SkinnyConfig& c,
                                                 const DeviceInfo& d) {
   if (absl::Status s = CanImplementSkinny(p, c, d); !s.ok()) return s;

@@ -7,6 +7,7 @@
 // Thread-safe: pure functions.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,13 @@ absl::Status CanImplementSkinny(const v1::GemmProblem& problem, const SkinnyConf
 // w8 u1, w8 u2, w4 u2) that can run the problem, in that order; empty when
 // the template cannot serve it.
 std::vector<SkinnyConfig> SkinnySearchSpace(const v1::GemmProblem& problem, const DeviceInfo& device);
+
+// The config to answer with before a tune (the daemon's HEURISTIC source):
+// w8 u1 pipelined where the space offers it, the fastest skinny config at 7
+// of the 12 such bench shapes on the H200 (session 16; w4 u2 pipelined at 4);
+// else w8 u4, the fastest at 2 of the 4 fp8 M = 16 shapes; else the space's
+// first. nullopt when the template cannot serve the problem.
+std::optional<SkinnyConfig> SkinnyUntunedConfig(const v1::GemmProblem& problem, const DeviceInfo& device);
 
 // Template "gemm/gemm_skinny" for the device's arch, grid (ceil(N / 16), 1,
 // batch), warps * 32 threads, parameters a, b, c, d, bias, M, N, K, alpha,

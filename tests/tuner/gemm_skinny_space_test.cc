@@ -3,6 +3,7 @@
 // D type without spills.
 #include <catch2/catch.hpp>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,21 @@ TEST_CASE("the skinny space takes fp8 where its accumulators stay within 4096 of
   CHECK(CanImplementSkinny(Fp8Gemm(1, 256, 1024), SkinnyConfig{}, h200).ok());
   CHECK(CanImplementSkinny(Fp8Gemm(1, 256, 1024), SkinnyConfig{}, a100).message() ==
         "skinny w8 u4: fp8 needs sm_89 or newer, device is sm_80");
+}
+
+TEST_CASE("the untuned skinny config is the one most often fastest on the H200, where it can run", "[tuner][gemm]") {
+  const DeviceInfo h200 = CompileOnlyTarget();
+  auto untuned = [&](const v1::GemmProblem& p) {
+    const std::optional<SkinnyConfig> c = SkinnyUntunedConfig(p, h200);
+    return c.has_value() ? ToString(*c) : std::string("none");
+  };
+  CHECK(untuned(LinearGemm(1, 4096, 4096)) == "w8 u1 pipelined");
+  CHECK(untuned(LinearGemm(16, 4096, 14336)) == "w8 u1 pipelined");
+  CHECK(untuned(Fp8Gemm(8, 4096, 4096)) == "w8 u1 pipelined");
+  CHECK(untuned(Fp8Gemm(16, 4096, 4096)) == "w8 u4");  // pipelined fp8 is for M <= 8
+  // K = 65536 fp8: only 16 warps keep an accumulator within 4096 of K.
+  CHECK(untuned(Fp8Gemm(16, 256, 65536)) == "w16 u2");
+  CHECK(untuned(LinearGemm(17, 4096, 4096)) == "none");
 }
 
 TEST_CASE("SkinnyLaunchRecipe: 16 columns of D per CTA, the row block from M", "[tuner][gemm]") {

@@ -122,14 +122,16 @@ TEST_CASE("NVRTC compiles every skinny config for every epilogue without spills"
        {LinearGemm(1, 4096, 4096), LinearGemm(16, 4096, 4096, v1::EPILOGUE_BIAS_GELU),
         LinearGemm(8, 4096, 4096, v1::EPILOGUE_BIAS_SILU, v1::BF16), LinearGemm(16, 512, 512, v1::EPILOGUE_RESIDUAL_ADD,
                                                                         v1::FP32, v1::FP32),
-        Fp8Gemm(1, 4096, 4096), Fp8Gemm(16, 4096, 4096, v1::EPILOGUE_BIAS_SILU)}) {
+        Fp8Gemm(1, 4096, 4096), Fp8Gemm(16, 4096, 4096, v1::EPILOGUE_BIAS_SILU),
+        // The bench's M = 16 instantiations (no epilogue, bf16 D).
+        LinearGemm(16, 4096, 14336), Fp8Gemm(16, 4096, 14336)}) {
     for (const SkinnyConfig& c : SkinnySearchSpace(p, h200)) {
       absl::StatusOr<LaunchRecipe> r = SkinnyLaunchRecipe(p, c, h200);
       REQUIRE(r.ok());
       recipes.push_back(*std::move(r));
     }
   }
-  REQUIRE(recipes.size() == 51);  // 9 configs each, 6 for fp8 at M = 16
+  REQUIRE(recipes.size() == 66);  // 9 configs each, 6 for fp8 at M = 16
   CheckCompilesWithoutSpills(&recipes, "skinny");
 }
 

@@ -436,6 +436,18 @@ TEST_CASE("ValidateEntry: a GEMM config the template cannot run is refused, sayi
     e.mutable_recipe()->set_template_id("gemm/gemm_skinny");
     cases.push_back({e, "entry.config.gemm: cannot run this problem on sm_90: skinny w8 u4: serves M <= 16, M is 2048"});
   }
+  {
+    v1::Entry e = MakeTestGemmEntry(16);  // fp8 at M = 16: the pipelined loop is for M <= 8
+    e.mutable_problem()->mutable_gemm()->set_a_dtype(v1::FP8_E4M3);
+    e.mutable_problem()->mutable_gemm()->set_b_dtype(v1::FP8_E4M3);
+    v1::SkinnyTile* t = e.mutable_config()->mutable_gemm()->mutable_skinny();
+    t->set_warps(8);
+    t->set_unroll(1);
+    t->set_pipelined(true);
+    e.mutable_recipe()->set_template_id("gemm/gemm_skinny");
+    cases.push_back({e, "entry.config.gemm: cannot run this problem on sm_90: skinny w8 u1 pipelined: pipelined "
+                        "serves fp8 at M <= 8 only"});
+  }
   for (const Case& c : cases) {
     const absl::Status s = ValidateEntry(c.entry);
     CHECK(s.code() == absl::StatusCode::kInvalidArgument);

@@ -38,7 +38,7 @@ std::string OutcomeDigest(const std::vector<GemmCandidateOutcome>& outcomes) {
 
 }  // namespace
 
-size_t PickGemmWinner(const std::vector<Timing>& finals, const std::vector<int>& preference) {
+size_t PickGemmWinner(const std::vector<Timing>& finals, std::optional<size_t> preferred) {
   size_t best = 0;
   for (size_t i = 1; i < finals.size(); ++i) {
     if (finals[i].median_us < finals[best].median_us) best = i;
@@ -50,11 +50,8 @@ size_t PickGemmWinner(const std::vector<Timing>& finals, const std::vector<int>&
   // a template whose combined median was 2.9% faster).
   const double window =
       std::clamp(finals[best].pass_range, kMinTieWindow, kMaxTieWindow) * finals[best].median_us;
-  size_t winner = best;
-  for (size_t i = 0; i < finals.size(); ++i) {
-    if (finals[i].median_us <= finals[best].median_us + window && preference[i] < preference[winner]) winner = i;
-  }
-  return winner;
+  if (preferred && finals[*preferred].median_us <= finals[best].median_us + window) return *preferred;
+  return best;
 }
 
 absl::Status HeatUp(CandidateExecutor* executor, const LaunchRecipe& recipe, double heat_ms) {
@@ -270,16 +267,15 @@ absl::StatusOr<GemmTuneResult> TuneGemm(const v1::GemmProblem& problem, Candidat
     }
   }
   std::vector<Timing> finals;
-  std::vector<int> preference;
+  std::optional<size_t> default_final;  // cuBLASLt's default among the finalists
   for (size_t f = 0; f < finalists.size(); ++f) {
     const size_t i = finalists[f];
     finals.push_back(CombinePasses(passes[f]));
     result.outcomes[outcome_of[i]].timing = finals.back();
     result.outcomes[outcome_of[i]].finalist = true;
-    // cuBLASLt's default first, then cuBLASLt's order, then the space's order.
-    preference.push_back(candidates[i].is_cublaslt() ? candidates[i].cublaslt_rank : 1000 + static_cast<int>(i));
+    if (default_index && i == *default_index) default_final = f;
   }
-  const size_t w = PickGemmWinner(finals, preference);
+  const size_t w = PickGemmWinner(finals, default_final);
   result.winner = candidates[finalists[w]];
   result.winner_timing = finals[w];
   for (size_t f = 0; f < finalists.size(); ++f) {

@@ -7,11 +7,10 @@
 // tuner/measure.h; the fastest few, cuBLASLt's default choice and the best
 // own template are re-measured together (in interleaved passes, on a GPU
 // already busy: clocks fall under a large GEMM's power draw, see TuneGemm),
-// and the winner is the fastest, ties
-// (within how far the medians moved between passes, 1-3%) going to cuBLASLt's default, then to
-// cuBLASLt's order, then to the template's space order. So the answer is
-// never measurably slower than what cuBLASLt would have run: adding a source
-// can only make it faster.
+// and the winner is the fastest, unless cuBLASLt's default ties it (within
+// how far the medians moved between passes, 1-3%). So the answer is never
+// measurably slower than what cuBLASLt would have run: adding a source can
+// only make it faster.
 //
 // Candidates run on a CandidateExecutor: in ktuned the worker process
 // (tuner/worker.h), so a candidate that faults or hangs fails alone (its
@@ -82,11 +81,16 @@ struct GemmTuneResult {
   double tune_seconds = 0;
 };
 
-// The finalists' winner: the fastest median, unless candidates within the tie
-// window of it (the fastest's pass_range clamped to [1%, 3%]) come earlier in
-// `preference` (lower is preferred); returns the index into `finals`.
-// REQUIRES: finals non-empty, preference.size() == finals.size().
-size_t PickGemmWinner(const std::vector<Timing>& finals, const std::vector<int>& preference);
+// The finalists' winner: the fastest median, unless `preferred` (cuBLASLt's
+// default) is within the tie window of it (the fastest's pass_range clamped
+// to [1%, 3%]); returns the index into `finals`. Other candidates get no
+// preference: among them a tie goes to the faster, since nothing is safer
+// about one template config or cuBLASLt algorithm than another (in session
+// 16 a tie-break by space order answered four of five fp8 8192 x 4096 x 4096
+// tunes with a wgmma config 1.5-2.6% slower than the fastest finalist,
+// bench/RESULTS.md).
+// REQUIRES: finals non-empty; preferred, if any, < finals.size().
+size_t PickGemmWinner(const std::vector<Timing>& finals, std::optional<size_t> preferred);
 
 // Keeps the GPU busy running `recipe` for about heat_ms (20 to 5000 calls,
 // sized by a 20-call probe), so what is timed next runs at the clocks a

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -33,21 +34,23 @@ Timing Drifted(Timing t, double pass_range) {
   return t;
 }
 
-TEST_CASE("the GEMM winner is the fastest unless a preferred candidate ties it", "[tuner][gemm]") {
-  // preference: cuBLASLt's default is 0, its other algorithms 1.., templates 1000..
-  CHECK(PickGemmWinner({At(100), At(90), At(95)}, {0, 1000, 1001}) == 1);
+TEST_CASE("the GEMM winner is the fastest unless cuBLASLt's default ties it", "[tuner][gemm]") {
+  // Index 0 is cuBLASLt's default where one is preferred.
+  CHECK(PickGemmWinner({At(100), At(90), At(95)}, 0) == 1);
   // Within 1% (the minimum window) of the fastest: cuBLASLt's default keeps it.
-  CHECK(PickGemmWinner({At(100.5), At(100)}, {0, 1000}) == 0);
+  CHECK(PickGemmWinner({At(100.5), At(100)}, 0) == 0);
   // Just outside the window: the faster template wins.
-  CHECK(PickGemmWinner({At(101.5), At(100)}, {0, 1000}) == 1);
+  CHECK(PickGemmWinner({At(101.5), At(100)}, 0) == 1);
   // A fastest whose median moved between passes widens the window, up to 3%.
-  CHECK(PickGemmWinner({At(102.5), Drifted(At(100), 0.2)}, {0, 1000}) == 0);
-  CHECK(PickGemmWinner({At(103.5), Drifted(At(100), 0.2)}, {0, 1000}) == 1);
-  CHECK(PickGemmWinner({At(101.8), Drifted(At(100), 0.02)}, {0, 1000}) == 0);
+  CHECK(PickGemmWinner({At(102.5), Drifted(At(100), 0.2)}, 0) == 0);
+  CHECK(PickGemmWinner({At(103.5), Drifted(At(100), 0.2)}, 0) == 1);
+  CHECK(PickGemmWinner({At(101.8), Drifted(At(100), 0.02)}, 0) == 0);
   // Jittery single calls do not: the medians of many are what is compared.
-  CHECK(PickGemmWinner({At(102.9), At(100, 0.2)}, {0, 1000}) == 1);
-  // Among tied templates, the earlier in space order.
-  CHECK(PickGemmWinner({At(100.2), At(100), At(100.1)}, {1002, 1001, 1000}) == 2);
+  CHECK(PickGemmWinner({At(102.9), At(100, 0.2)}, 0) == 1);
+  // Other candidates tied with the fastest get no preference: the fastest
+  // wins, whatever the order (the default, index 0, being out of the window).
+  CHECK(PickGemmWinner({At(110), At(100.2), At(100), At(100.1)}, 0) == 2);
+  CHECK(PickGemmWinner({At(100.1), At(100), At(100.2)}, std::nullopt) == 1);
 }
 
 TEST_CASE("interleaved passes combine to the median pass, the spread covering their drift", "[tuner][gemm]") {

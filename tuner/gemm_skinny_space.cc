@@ -63,7 +63,7 @@ std::vector<SkinnyConfig> SkinnySearchSpace(const v1::GemmProblem& p, const Devi
     for (int unroll : {2, 4}) grid.push_back({warps, unroll, false});
   }
   // Pipelined, the configs that fit 128 registers with both rounds' loads
-  // and were fastest in session 16's lab (w4 u1 was 1.5-2x slower there).
+  // and were fastest in session 16's lab (w4 u1 was 1.07-2.5x slower there).
   for (const SkinnyConfig& c : {SkinnyConfig{8, 1, true}, SkinnyConfig{8, 2, true}, SkinnyConfig{4, 2, true}}) {
     grid.push_back(c);
   }

@@ -552,11 +552,10 @@ absl::StatusOr<std::unique_ptr<NormRunner>> NormRunner::Create(const NormProblem
       im.rstd_ref[i] = 1.0 / std::sqrt(ss / static_cast<double>(n) + problem.eps);
     }
   });
+  const UniformStream w_values(seed, kStreamW), b_values(seed, kStreamB);
   for (int64_t j = 0; j < n; ++j) {
-    Encode(problem.weight_dtype, SignedMagnitude(UniformStream(seed, kStreamW)(j), 0.5, 1.5),
-           im.host_w.data(), j);
-    Encode(problem.weight_dtype, SignedMagnitude(UniformStream(seed, kStreamB)(j), 0.5, 1.5),
-           im.host_b.data(), j);
+    Encode(problem.weight_dtype, SignedMagnitude(w_values(j), 0.5, 1.5), im.host_w.data(), j);
+    Encode(problem.weight_dtype, SignedMagnitude(b_values(j), 0.5, 1.5), im.host_b.data(), j);
   }
   im.mean_f.resize(m);
   im.rstd_f.resize(m);

@@ -61,7 +61,8 @@
 // TMA zero-fills outside A and B, so any M, N and K tail is exact.
 // With PROMOTE_STEPS > 0 (fp8), the wgmma accumulator spans at most that many
 // steps of K: every PROMOTE_STEPS steps the consumer waits for its wgmmas,
-// adds the accumulator into a second fp32 one and starts it again from zero
+// adds the accumulator into a second fp32 one and starts it again (the next
+// span's first wgmma overwrites it)
 // (CUTLASS's "promotion", as in DeepSeek-V3's fp8 GEMM). Hopper's fp8 wgmma
 // adds at reduced precision, so without this one accumulator (one split) may
 // span only so much of K; with it, any K at fp32 precision, for twice the
@@ -220,16 +221,18 @@ __device__ __forceinline__ void wgmma_wait() {
                "wgmma.mma_async.sync.aligned.m64n" #N TYPES " {" REGS "}, %" DESC_A ", %" DESC_B \
                ", p, 1, 1" TAIL ";\n}\n"                                                         \
                : OUTS                                                                            \
-               : "l"(desc_a), "l"(desc_b), "r"(1))
+               : "l"(desc_a), "l"(desc_b), "r"(scale_d))
 
 // d (64 x N, fp32, the m64nN accumulator fragment) += A (64 x KI) x B^T
 // (KI x N), both from shared memory, KI = 32 bytes of TAB (16 bf16, 32 e4m3);
-// B K-major, or N-major with B_N_MAJOR (bf16 only).
+// B K-major, or N-major with B_N_MAJOR (bf16 only). With scale_d == 0 the
+// wgmma's scale-d input is off: d = A x B^T, d's old values ignored.
 // Thread t of the warpgroup holds, for each n8 column block j, d[4j],
 // d[4j + 1] at row 16 * (t / 32) + (t % 32) / 4, columns 8j + 2 * (t % 4) +
 // {0, 1}, and d[4j + 2], d[4j + 3] eight rows below.
 template <typename TAB, int N, bool B_N_MAJOR = false>
-__device__ __forceinline__ void wgmma_m64(float (&d)[N / 2], unsigned long long desc_a, unsigned long long desc_b) {
+__device__ __forceinline__ void wgmma_m64(float (&d)[N / 2], unsigned long long desc_a, unsigned long long desc_b,
+                                          int scale_d = 1) {
   static_assert(N == 64 || N == 128 || N == 192 || N == 256, "wgmma N of 64, 128, 192 or 256 here");
   static_assert(!B_N_MAJOR || sizeof(TAB) == 2, "wgmma transposes 16-bit operands only");
 #define KTUNE_WGMMA_M64_N(TYPES, TAIL)                                                                 \
@@ -565,6 +568,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
       for (int kt = 0; kt < k_steps; ++kt, ++step) {
         const int s = step % STAGES;
         mbar_wait(&full[s], (step / STAGES) & 1);
+        // kPromote: a span's first wgmma overwrites the accumulator (scale-d
+        // off) instead of the promotion zeroing it; see the promotion below.
+        const bool span_start = kPromote && kt % (kPromote ? PROMOTE_STEPS : 1) == 0;
         wgmma_fence();
 #pragma unroll
         for (int r = 0; r < K_ROWS; ++r) {
@@ -578,22 +584,27 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
               // rows; of an N-major B, kStepK of its 128-byte rows.
               wgmma_m64<TAB, BN, B_KN>(acc[i], smem_desc(sa + i * 64 * kBK + kk * kStepK),
                                        B_KN ? smem_desc(sb + kk * kStepK * kNBlock, kNBlockBytes)
-                                            : smem_desc(sb + kk * kStepK));
+                                            : smem_desc(sb + kk * kStepK),
+                                       span_start && r == 0 && kk == 0 ? 0 : 1);
             }
           }
         }
         wgmma_commit();
         if constexpr (kPromote) {
           if ((kt + 1) % PROMOTE_STEPS == 0 && kt + 1 < k_steps) {
-            wgmma_wait<0>();  // the span's wgmmas have written acc
+            // The span's wgmmas have written acc. It is not zeroed for the
+            // next span, whose first wgmma ignores it (span_start). Zeroing
+            // it here compiled to about 290 instructions in the window where
+            // the tensor pipe stands drained, against 96 adds without
+            // (cuobjdump, 64 x 192 per consumer), and cost 7% at fp8 8192 x
+            // 4096 x 14336, up to 23% with spans of one step (session 17,
+            // bench/RESULTS.md).
+            wgmma_wait<0>();
             fence_accumulators(acc);
 #pragma unroll
             for (int i = 0; i < kMSub; ++i) {
 #pragma unroll
-              for (int j = 0; j < BN / 2; ++j) {
-                promoted[i][j] += acc[i][j];
-                acc[i][j] = 0.0f;
-              }
+              for (int j = 0; j < BN / 2; ++j) promoted[i][j] += acc[i][j];
             }
             fence_accumulators(acc);  // the next wgmma.fence and wgmmas come after
           }

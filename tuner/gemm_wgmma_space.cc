@@ -263,9 +263,12 @@ double WgmmaModelTimeUs(const v1::GemmProblem& p, const WgmmaTileConfig& c, cons
   // (no factor here), and measurement picks.
   const double pipelining = std::min(1.0, (c.stages - 1) * c.k_rows * kRowBytes / 384.0);  // 3 rows of 128 bytes
   // Each promotion drains the consumer's wgmmas: charged as about one step
-  // of K per span. Not measured alone, and not the main cost: with the two
-  // consumers draining half a span apart (session 11, bench/RESULTS.md) the
-  // promoted configs moved by -1% to +4%, still 0.74-0.88x cuBLASLt.
+  // of K per span. Since session 17 (the accumulator no longer zeroed, see
+  // the template) a promoted 64 x 192 tile runs within a few percent of the
+  // same tile unpromoted (bench/RESULTS.md), so this overcharges; it is
+  // kept because every unsplit fp8 config at such K promotes alike (the
+  // charge moves them together) and it ranks two slices of K per stage,
+  // half the steps per span, below one, as measured.
   const double promotion = c.promote ? PromoteSteps(p, c) / (PromoteSteps(p, c) + 1.0) : 1.0;
   const int64_t step = int64_t{BlockK(p)} * c.k_rows;
   const double k_padded = static_cast<double>(CeilDiv(p.k(), step) * step);

@@ -83,14 +83,18 @@ struct GemmTuneResult {
 
 // The finalists' winner: the fastest median, unless `preferred` (cuBLASLt's
 // default) is within the tie window of it (the fastest's pass_range clamped
-// to [1%, 3%]); returns the index into `finals`. Other candidates get no
-// preference: among them a tie goes to the faster, since nothing is safer
-// about one template config or cuBLASLt algorithm than another (in session
-// 16 a tie-break by space order answered four of five fp8 8192 x 4096 x 4096
-// tunes with a wgmma config 1.5-2.6% slower than the fastest finalist,
-// bench/RESULTS.md).
-// REQUIRES: finals non-empty; preferred, if any, < finals.size().
-size_t PickGemmWinner(const std::vector<Timing>& finals, std::optional<size_t> preferred);
+// to [1%, 3%]) and the fastest did not beat it by at least 1% in every one
+// of their interleaved passes (`passes[f]`: finalist f's passes, pass p of
+// every finalist timed in the same round); returns the index into
+// `finals`. Other candidates get no preference: among them a tie goes to
+// the faster, since nothing is safer about one template config or cuBLASLt
+// algorithm than another (in session 16 a tie-break by space order answered
+// four of five fp8 8192 x 4096 x 4096 tunes with a wgmma config 1.5-2.6%
+// slower than the fastest finalist, bench/RESULTS.md).
+// REQUIRES: finals non-empty; passes.size() == finals.size(); preferred, if
+// any, < finals.size().
+size_t PickGemmWinner(const std::vector<Timing>& finals, const std::vector<std::vector<Timing>>& passes,
+                      std::optional<size_t> preferred);
 
 // Keeps the GPU busy running `recipe` for about heat_ms (20 to 5000 calls,
 // sized by a 20-call probe), so what is timed next runs at the clocks a

@@ -29,28 +29,62 @@ Timing At(double us, double spread = 0.005) {
   return t;
 }
 
-Timing Drifted(Timing t, double pass_range) {
-  t.pass_range = pass_range;
-  return t;
+// Finalists' interleaved passes: each finalist's list of per-pass timings,
+// and what TuneGemm combines them to.
+using Passes = std::vector<std::vector<Timing>>;
+Passes Steady(const std::vector<double>& us) {
+  Passes passes;
+  for (double t : us) passes.push_back(std::vector<Timing>(5, At(t)));
+  return passes;
+}
+std::vector<Timing> Combined(const Passes& passes) {
+  std::vector<Timing> finals;
+  for (const std::vector<Timing>& p : passes) finals.push_back(CombinePasses(p));
+  return finals;
+}
+size_t Pick(const Passes& passes, std::optional<size_t> preferred) {
+  return PickGemmWinner(Combined(passes), passes, preferred);
+}
+Passes Of(const std::vector<std::vector<double>>& us) {
+  Passes passes;
+  for (const std::vector<double>& finalist : us) {
+    passes.emplace_back();
+    for (double t : finalist) passes.back().push_back(At(t));
+  }
+  return passes;
 }
 
 TEST_CASE("the GEMM winner is the fastest unless cuBLASLt's default ties it", "[tuner][gemm]") {
   // Index 0 is cuBLASLt's default where one is preferred.
-  CHECK(PickGemmWinner({At(100), At(90), At(95)}, 0) == 1);
+  CHECK(Pick(Steady({100, 90, 95}), 0) == 1);
   // Within 1% (the minimum window) of the fastest: cuBLASLt's default keeps it.
-  CHECK(PickGemmWinner({At(100.5), At(100)}, 0) == 0);
+  CHECK(Pick(Steady({100.5, 100}), 0) == 0);
   // Just outside the window: the faster template wins.
-  CHECK(PickGemmWinner({At(101.5), At(100)}, 0) == 1);
-  // A fastest whose median moved between passes widens the window, up to 3%.
-  CHECK(PickGemmWinner({At(102.5), Drifted(At(100), 0.2)}, 0) == 0);
-  CHECK(PickGemmWinner({At(103.5), Drifted(At(100), 0.2)}, 0) == 1);
-  CHECK(PickGemmWinner({At(101.8), Drifted(At(100), 0.02)}, 0) == 0);
-  // Jittery single calls do not: the medians of many are what is compared.
-  CHECK(PickGemmWinner({At(102.9), At(100, 0.2)}, 0) == 1);
+  CHECK(Pick(Steady({101.5, 100}), 0) == 1);
+  // A fastest whose median moved between passes (here by 3%) widens the
+  // window, up to 3%: 2.5% slower in the combined medians is a tie ...
+  const Passes drifting = Of({{97, 103, 102.5, 104, 101}, {100, 98, 100, 101, 100.5}});
+  REQUIRE(Combined(drifting)[1].pass_range == Approx(0.03));
+  CHECK(Pick(drifting, 0) == 0);
+  // ... unless the fastest beat the default by at least 1% in every pass:
+  // the drift moved both alike.
+  const Passes paired = Of({{103, 100, 104, 102.5, 101.5}, {100, 98, 101, 100, 100.4}});
+  REQUIRE(Combined(paired)[0].median_us <= Combined(paired)[1].median_us * 1.03);
+  CHECK(Pick(paired, 0) == 1);
+  // Faster in every pass, but by under 1% in one: still a tie.
+  CHECK(Pick(Of({{103, 100, 104, 102.5, 100.9}, {100, 98, 101, 100, 100.4}}), 0) == 0);
+  // Outside the widest window the passes are not consulted.
+  CHECK(Pick(Of({{97, 104, 103.5, 105, 104}, {100, 98, 100, 101, 100.5}}), 0) == 1);
+  // Jittery single calls do not widen it: the medians of many are what is
+  // compared (a spread of 20% in each pass, no drift between passes).
+  Passes jittery = Steady({101.2, 100});
+  for (Timing& t : jittery[1]) t.spread = 0.2;
+  REQUIRE(Combined(jittery)[1].pass_range == 0);
+  CHECK(Pick(jittery, 0) == 1);
   // Other candidates tied with the fastest get no preference: the fastest
   // wins, whatever the order (the default, index 0, being out of the window).
-  CHECK(PickGemmWinner({At(110), At(100.2), At(100), At(100.1)}, 0) == 2);
-  CHECK(PickGemmWinner({At(100.1), At(100), At(100.2)}, std::nullopt) == 1);
+  CHECK(Pick(Steady({110, 100.2, 100, 100.1}), 0) == 2);
+  CHECK(Pick(Steady({100.1, 100, 100.2}), std::nullopt) == 1);
 }
 
 TEST_CASE("interleaved passes combine to the median pass, the spread covering their drift", "[tuner][gemm]") {
@@ -149,6 +183,41 @@ TEST_CASE("a GPU whose clocks fall as it gets busy does not favour the candidate
     auto r = TuneGemm(p, &gpu, options);
     REQUIRE(r.ok());
     CHECK(r->winner.Name() != "cublaslt #7");
+  }
+}
+
+// The busy GPU, recording which candidate each final pass timed.
+class RecordingGpuExecutor : public BusyGpuExecutor {
+ public:
+  using BusyGpuExecutor::BusyGpuExecutor;
+  absl::StatusOr<Timing> Time(const LaunchRecipe& recipe, const MeasureOptions& options) override {
+    const MeasureOptions final_measure = GemmTuneOptions().final_measure;
+    if (options.warmup == final_measure.warmup && options.repetitions == final_measure.repetitions) {
+      final_order.push_back(static_cast<int>(recipe.cublaslt_algo.at(0)));
+    }
+    return BusyGpuExecutor::Time(recipe, options);
+  }
+  std::vector<int> final_order;  // candidate indices, in the order timed
+};
+
+TEST_CASE("the final passes alternate their order, so a drift within a pass favours no one", "[tuner][gemm]") {
+  // The winner is compared with cuBLASLt's default pass by pass
+  // (PickGemmWinner): a candidate timed after the default in every pass on a
+  // GPU that keeps slowing would look slower in every pass.
+  RecordingGpuExecutor gpu({100, 99, 98, 97, 96, 95, 94, 93}, 1);
+  GemmTuneOptions options;
+  REQUIRE(options.measure.repetitions != options.final_measure.repetitions);
+  auto r = TuneGemm(Fp8Gemm(8192, 8192, 8200), &gpu, options);
+  REQUIRE(r.ok());
+  const size_t finalists = gpu.final_order.size() / options.final_passes;
+  REQUIRE(finalists >= 2);
+  REQUIRE(gpu.final_order.size() == finalists * options.final_passes);
+  for (int pass = 1; pass < options.final_passes; ++pass) {
+    INFO("pass " << pass);
+    const auto first = gpu.final_order.begin();
+    std::vector<int> previous(first + (pass - 1) * finalists, first + pass * finalists);
+    std::reverse(previous.begin(), previous.end());
+    CHECK(std::vector<int>(first + pass * finalists, first + (pass + 1) * finalists) == previous);
   }
 }
 

@@ -267,8 +267,10 @@ absl::Status KtuneServiceImpl::AnswerUntunedGemm(const Resolved& r, bool include
   // kernels ran correctly on the H200 (session 6: every config of the GPU
   // tests and of the 21 bench shapes); where its K is too long for one fp8
   // accumulator the space has only split or promoted configs. Promoted
-  // configs verify on the H200 but reach 0.80-0.94x cuBLASLt (session 9),
-  // so they are tuned but never an untuned answer: such a K has no answer.
+  // configs verify on the H200 but stay below cuBLASLt (0.80-0.94x in
+  // session 9; 0.94-0.97x at the 8192-row bench shapes since session 17),
+  // which a caller without an answer falls back to, so they are tuned but
+  // never an untuned answer: such a K has no answer.
   // The skinny template's fp8 form serves M <= 16 like its bf16 form since it
   // ran correctly on the H200 (session 8: the GPU tests, and the best own
   // kernel at 7 of the 8 fp8 bench shapes with M <= 16); its config is the

@@ -268,7 +268,7 @@ absl::Status KtuneServiceImpl::AnswerUntunedGemm(const Resolved& r, bool include
   // tests and of the 21 bench shapes); where its K is too long for one fp8
   // accumulator the space has only split or promoted configs. Promoted
   // configs verify on the H200 but stay below cuBLASLt (0.80-0.94x in
-  // session 9; 0.94-0.97x at the 8192-row bench shapes since session 17),
+  // session 9; 0.94-0.98x at the 8192-row bench shapes since session 17),
   // which a caller without an answer falls back to, so they are tuned but
   // never an untuned answer: such a K has no answer.
   // The skinny template's fp8 form serves M <= 16 like its bf16 form since it

@@ -57,7 +57,6 @@ absl::Status CanImplementSkinny(const v1::GemmProblem& p, const SkinnyConfig& c,
 }
 
 std::vector<SkinnyConfig> SkinnySearchSpace(const v1::GemmProblem& p, const DeviceInfo& d) {
-  std::vector<SkinnyConfig> space;
   std::vector<SkinnyConfig> grid;
   for (int warps : {4, 8, 16}) {
     for (int unroll : {2, 4}) grid.push_back({warps, unroll, false});
@@ -67,6 +66,7 @@ std::vector<SkinnyConfig> SkinnySearchSpace(const v1::GemmProblem& p, const Devi
   for (const SkinnyConfig& c : {SkinnyConfig{8, 1, true}, SkinnyConfig{8, 2, true}, SkinnyConfig{4, 2, true}}) {
     grid.push_back(c);
   }
+  std::vector<SkinnyConfig> space;
   for (const SkinnyConfig& c : grid) {
     if (CanImplementSkinny(p, c, d).ok()) space.push_back(c);
   }

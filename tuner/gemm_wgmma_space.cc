@@ -31,6 +31,13 @@ constexpr double kMemoryTBps = 4.0;
 // assumption, about 8 TB/s over 132 SMs; not yet measured).
 constexpr double kL2GBpsPerSm = 60.0;
 constexpr int kMaxSplitK = 16;
+constexpr int kMaxStages = 16;
+// A load's latency under a streaming kernel's load, the time one ring of
+// stages takes to refill: on the H200 a 64 x 64 fp8 tile at M = 128 moved
+// its operands at 1.0-1.3 rings per microsecond with 4 and 6 stages
+// (session 18's lab, bench/RESULTS.md).
+constexpr double kLoadLatencyUs = 1.2;
+constexpr int kFixedStages[] = {4, 5, 3, 6};  // the grid's rings besides the deepest that fits
 // Raster groups besides the default 8 (WgmmaTileConfig::group_m): tile rows
 // walked together, so a wave of CTAs shares A rows and B columns in L2. Which
 // is fastest depends on the grid's shape against the wave; the model does not
@@ -40,6 +47,19 @@ constexpr int kRasterGroups[] = {4, 16};
 constexpr int kUnrankedKnobsTried = 2;  // the model's best unsplit configs tried with each
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Dynamic shared memory a CTA may opt in to (48 KiB where the device does not say).
+int64_t SmemOptin(const DeviceInfo& d) { return d.max_smem_per_block_optin > 0 ? d.max_smem_per_block_optin : 48 << 10; }
+
+// The most stages (at most kMaxStages) of `config`'s tile and k_rows whose
+// shared memory fits `smem_optin` bytes; 0 if not even two do.
+int DeepestRing(WgmmaTileConfig config, int64_t smem_optin) {
+  int deepest = 0;
+  for (config.stages = 2; config.stages <= kMaxStages; ++config.stages) {
+    if (WgmmaSharedMemoryBytes(config) <= smem_optin) deepest = config.stages;
+  }
+  return deepest;
+}
 
 int OperandBytes(const v1::GemmProblem& p) { return GemmIsFp8(p) ? 1 : 2; }
 // The template's K step in elements: one 128-byte row (64 bf16, 128 e4m3).
@@ -108,19 +128,28 @@ int GridX(const v1::GemmProblem& p, const WgmmaTileConfig& c, const DeviceInfo& 
 
 // The grid, in its fixed order: tiles of 64 to 256 rows and 64 to 256
 // columns (wgmma's N), one or two cooperative consumers or a ping-pong pair,
-// alone or in 2x1 clusters, 3 to 6 stages; alone, split-K by 2 or 4 too;
-// unsplit, with promotion too. The
+// alone or in 2x1 clusters, 3 to 6 stages and the deepest ring the device's
+// shared memory holds (up to 16; small tiles at small M stream their
+// operands, and a deeper ring keeps more of them in flight: 5-13% at M = 128
+// in session 18's lab); alone, split-K by 2 or 4 too; unsplit, with
+// promotion too. The
 // accumulator limit leaves ping-pong 128 x 128 and 64 x 256 tiles
 // (CanImplementWgmma). 192 columns are for promoted tiles only: promotion
 // limits a consumer to 96 accumulators, and 64 x 192 is the widest tile
 // within that (cuBLASLt's fp8 pick at K = 14336 is 128 x 160).
-std::vector<WgmmaTileConfig> Grid() {
+std::vector<WgmmaTileConfig> Grid(int64_t smem_optin) {
   std::vector<WgmmaTileConfig> grid;
   for (int bm : {128, 256, 64}) {
     for (int bn : {256, 128, 64, 192}) {
       for (auto [consumers, pingpong] : {std::pair{2, false}, std::pair{2, true}, std::pair{1, false}}) {
         for (int cluster_m : {1, 2}) {
-          for (int stages : {4, 5, 3, 6}) {
+          WgmmaTileConfig ring;
+          ring.block_m = bm;
+          ring.block_n = bn;
+          ring.consumers = consumers;
+          std::vector<int> rings(std::begin(kFixedStages), std::end(kFixedStages));
+          if (const int deepest = DeepestRing(ring, smem_optin); deepest > rings.back()) rings.push_back(deepest);
+          for (int stages : rings) {
             for (int split_k : {1, 2, 4}) {
               if (cluster_m == 2 && split_k > 1) continue;
               WgmmaTileConfig c;
@@ -200,7 +229,9 @@ absl::Status CanImplementWgmma(const v1::GemmProblem& p, const WgmmaTileConfig& 
   if (Accumulators(c) > kMaxAccumulators) {
     return fail(absl::StrCat(Accumulators(c), " accumulators per thread, more than ", kMaxAccumulators));
   }
-  if (c.stages < 2 || c.stages > 8 || c.group_m < 1) return fail("stages must be 2 to 8, group_m >= 1");
+  if (c.stages < 2 || c.stages > kMaxStages || c.group_m < 1) {
+    return fail(absl::StrCat("stages must be 2 to ", kMaxStages, ", group_m >= 1"));
+  }
   if (c.cluster_m != 1 && c.cluster_m != 2) return fail("cluster_m must be 1 or 2");
   if (c.k_rows != 1 && c.k_rows != 2) return fail("k_rows (128-byte slices of K per stage) must be 1 or 2");
   if (c.split_k < 1 || c.split_k > kMaxSplitK || (c.split_k & (c.split_k - 1)) != 0) {
@@ -228,8 +259,7 @@ absl::Status CanImplementWgmma(const v1::GemmProblem& p, const WgmmaTileConfig& 
     return fail(absl::StrCat("fp8 accumulates ", span, " of K in one accumulator, over the ", kMaxFp8KPerAccumulator,
                              " its reduced-precision adds keep within tolerance (split K, or promote)"));
   }
-  const int64_t optin = d.max_smem_per_block_optin > 0 ? d.max_smem_per_block_optin : 48 << 10;
-  if (WgmmaSharedMemoryBytes(c) > optin) {
+  if (const int64_t optin = SmemOptin(d); WgmmaSharedMemoryBytes(c) > optin) {
     return fail(absl::StrCat(WgmmaSharedMemoryBytes(c), " bytes of shared memory, the device allows ", optin));
   }
   if (Tiles(p, c) * c.split_k > INT_MAX) return fail("more work units than a grid holds");
@@ -282,13 +312,20 @@ double WgmmaModelTimeUs(const v1::GemmProblem& p, const WgmmaTileConfig& c, cons
     const double tile_bytes = 4.0 * c.block_m * c.block_n;
     compute_us += (static_cast<double>(waves) + (c.split_k - 1)) * tile_bytes / (kL2GBpsPerSm * 1e3);
   }
+  // A CTA streams its operands through the ring, each stage refilled about
+  // kLoadLatencyUs after it was freed: at most (stages - 1) stages of bytes
+  // per latency. This bounds small tiles at small M, where the tensor
+  // cores wait on memory; a large tile's compute hides it.
+  const double stage_bytes = static_cast<double>(c.k_rows) * (c.block_m + c.block_n) * kRowBytes;
+  const double unit_bytes = (c.block_m + c.block_n) * k_padded / c.split_k * OperandBytes(p);
+  const double stream_us = static_cast<double>(waves) * unit_bytes / ((c.stages - 1) * stage_bytes / kLoadLatencyUs);
   const double d_bytes = GemmDType(p) == v1::FP32 ? 4 : 2;
   const double bytes = static_cast<double>(GemmBatch(p)) *
                        (OperandBytes(p) * double(p.m() * p.k() + p.n() * p.k()) + d_bytes * p.m() * p.n() * (GemmHasC(p) ? 2 : 1));
   // SMs pulling operands: one per work unit (tile, or slice of one).
   const double busy = std::min(1.0, static_cast<double>(tiles * c.split_k) / sms);
   const double memory_us = bytes / (kMemoryTBps * 1e6 * busy);
-  return std::max(compute_us, memory_us);
+  return std::max({compute_us, memory_us, stream_us});
 }
 
 std::vector<WgmmaTileConfig> WgmmaSearchSpace(const v1::GemmProblem& p, const DeviceInfo& d,
@@ -319,7 +356,7 @@ std::vector<WgmmaTileConfig> WgmmaSearchSpace(const v1::GemmProblem& p, const De
     return configs;
   };
   std::vector<std::pair<double, WgmmaTileConfig>> whole, split;
-  for (const WgmmaTileConfig& c : Grid()) {
+  for (const WgmmaTileConfig& c : Grid(SmemOptin(d))) {
     if (!CanImplementWgmma(p, c, d).ok()) continue;
     // Promotion only where one accumulator would otherwise span too much of K.
     if (c.promote && FitsOneFp8Accumulator(p, c)) continue;

@@ -89,7 +89,9 @@ absl::Status CanImplementWgmma(const v1::GemmProblem& problem, const WgmmaTileCo
 // CTAs, one per SM, each taking ceil(tiles * split_k / SMs) units (wave
 // quantisation; split-K adds the partials' round trip through L2),
 // at a rate that grows with the tile (operand bytes per MAC) and the ring's
-// depth; padding counted as work; bounded below by A, B and D at HBM speed.
+// depth; padding counted as work; bounded below by A, B and D at HBM speed,
+// and by each CTA's operands streamed through its ring, (stages - 1) stages
+// per load latency (what decides small tiles at small M).
 double WgmmaModelTimeUs(const v1::GemmProblem& problem, const WgmmaTileConfig& config,
                         const DeviceInfo& device);
 

@@ -97,6 +97,50 @@ TEST_CASE("the wgmma model prefers big tiles for big GEMMs and fewer idle SMs fo
   for (const WgmmaTileConfig& c : big) CHECK(std::find(all.begin(), all.end(), c) != all.end());
 }
 
+TEST_CASE("small tiles at small M get the deepest ring shared memory holds, and the model ranks it ahead",
+          "[tuner][gemm]") {
+  const DeviceInfo h200 = CompileOnlyTarget();
+  const v1::GemmProblem thin = Fp8Gemm(128, 4096, 4096);
+  WgmmaTileConfig small;  // 64 x 64, one consumer: 16 KiB a stage
+  small.block_m = 64;
+  small.block_n = 64;
+  small.consumers = 1;
+  WgmmaTileConfig deepest = small;
+  deepest.stages = 13;  // 13 x 16 KiB and the rest within the H200's 227 KiB
+  CHECK(CanImplementWgmma(thin, deepest, h200).ok());
+  WgmmaTileConfig past = small;
+  past.stages = 14;
+  CheckRefused(thin, past, h200, "bytes of shared memory");
+  WgmmaTileConfig too_many = small;
+  too_many.stages = 17;
+  CheckRefused(thin, too_many, h200, "stages must be 2 to 16");
+
+  // The unpruned space holds the deepest ring of each tile, and none past it.
+  const std::vector<WgmmaTileConfig> all = WgmmaSearchSpace(thin, h200, {false, 0, 0});
+  CHECK(std::find(all.begin(), all.end(), deepest) != all.end());
+  for (const WgmmaTileConfig& c : all) CHECK(WgmmaSharedMemoryBytes(c) <= h200.max_smem_per_block_optin);
+
+  // At M = 128 the 64 x 64 tile streams its operands: more stages in flight,
+  // less time (13 > 6 > 4), and the pruned space keeps the deepest first.
+  WgmmaTileConfig six = small;
+  six.stages = 6;
+  WgmmaTileConfig four = small;
+  four.stages = 4;
+  CHECK(WgmmaModelTimeUs(thin, deepest, h200) < WgmmaModelTimeUs(thin, six, h200));
+  CHECK(WgmmaModelTimeUs(thin, six, h200) < WgmmaModelTimeUs(thin, four, h200));
+  const std::vector<WgmmaTileConfig> pruned = WgmmaSearchSpace(thin, h200);
+  REQUIRE(!pruned.empty());
+  CHECK(pruned[0].stages > 6);
+  // At 8192^3 a tile's compute hides its loads: five and six stages rank alike.
+  const v1::GemmProblem big = LinearGemm(8192, 8192, 8192);
+  WgmmaTileConfig five = WgmmaTileConfig{};
+  five.block_n = 128;
+  five.stages = 5;
+  WgmmaTileConfig six_big = five;
+  six_big.stages = 6;
+  CHECK(WgmmaModelTimeUs(big, five, h200) == WgmmaModelTimeUs(big, six_big, h200));
+}
+
 TEST_CASE("raster groups 4 and 16 are tried on the model's best two configs where tile rows can be grouped",
           "[tuner][gemm]") {
   const DeviceInfo h200 = CompileOnlyTarget();

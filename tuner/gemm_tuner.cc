@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "tuner/gemm_problem.h"
 #include "tuner/gemm_wgmma_space.h"
+#include "tuner/measure.h"
 #include "tuner/nvrtc_compiler.h"
 #include "tuner/tuner.h"  // CandidateId
 
@@ -14,8 +15,6 @@ namespace ktune {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr double kMinTieWindow = 0.01;  // as the norm tuner (tuner/tuner.cc)
-constexpr double kMaxTieWindow = 0.03;
 constexpr size_t kMaxDetail = 500;
 
 double Seconds(Clock::time_point since) {
@@ -50,8 +49,7 @@ size_t PickGemmWinner(const std::vector<Timing>& finals, const std::vector<std::
   // single calls (the spread), which a power-limited fp8 GEMM keeps above 3%
   // (session 10, fp8 8192 x 6144 x 4096: it kept cuBLASLt's default against
   // a template whose combined median was 2.9% faster).
-  const double window =
-      std::clamp(finals[best].pass_range, kMinTieWindow, kMaxTieWindow) * finals[best].median_us;
+  const double window = TieWindowUs(finals[best].pass_range, finals[best].median_us);
   if (finals[*preferred].median_us > finals[best].median_us + window) return best;
   // Within the window, pass by pass: the clocks' drift between passes moves
   // both alike, so a fastest that beat the default by at least the smallest

@@ -69,4 +69,8 @@ absl::StatusOr<Timing> Measure(Device* device, const std::function<absl::Status(
   return Summarize(*std::move(samples));
 }
 
+double TieWindowUs(double variability, double median_us) {
+  return std::clamp(variability, kMinTieWindow, kMaxTieWindow) * median_us;
+}
+
 }  // namespace ktune

@@ -40,4 +40,18 @@ absl::StatusOr<Timing> Measure(Device* device, const std::function<absl::Status(
 // Median and percentiles of samples in milliseconds, reported in microseconds.
 Timing Summarize(std::vector<float> samples_ms);
 
+// Candidates whose medians are within the tie window of the best are a tie,
+// which both tuners break by a fixed order so one machine keeps giving the
+// same winner. The window is the best's measured variability (its spread,
+// or its pass range over combined passes) bounded below by 1% and above by
+// 3%: per-launch event timings of a 20 us kernel can spread 10%, and a
+// window that wide would pick a kernel measurably slower than the best by
+// its median, which is far more precise.
+inline constexpr double kMinTieWindow = 0.01;
+inline constexpr double kMaxTieWindow = 0.03;
+
+// The tie window in microseconds around a best of `median_us` whose
+// variability (a fraction of the median) is `variability`.
+double TieWindowUs(double variability, double median_us);
+
 }  // namespace ktune

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "tuner/measure.h"
 #include "tuner/nvrtc_compiler.h"
 
 namespace ktune {
@@ -16,14 +17,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Candidates whose medians are within this fraction of the best are a tie,
-// broken by search-space order so one machine keeps giving the same winner.
-// The window is the best's measured spread (p90 - p10 over the median),
-// bounded below by 1% and above by 3%: per-launch event timings of a 20 us
-// kernel can spread 10%, and a tie window that wide would pick a kernel
-// measurably slower than the best by its median, which is far more precise.
-constexpr double kMinTieWindow = 0.01;
-constexpr double kMaxTieWindow = 0.03;
 constexpr size_t kMaxDetail = 2000;  // characters of a compile log kept per candidate
 
 std::string Excerpt(const std::string& text) {
@@ -276,8 +269,7 @@ absl::StatusOr<TuneResult> TuneNorm(const NormProblem& problem, CandidateExecuto
     if (result.outcomes[i].timing.median_us < result.outcomes[best].timing.median_us) best = i;
   }
   const Timing& best_timing = result.outcomes[best].timing;
-  const double window =
-      std::clamp(best_timing.spread, kMinTieWindow, kMaxTieWindow) * best_timing.median_us;
+  const double window = TieWindowUs(best_timing.spread, best_timing.median_us);
   int winner = best;
   for (int i : ranked) {  // the earliest in space order among the tied
     if (result.outcomes[i].timing.median_us <= best_timing.median_us + window && i < winner) {
@@ -350,7 +342,7 @@ absl::StatusOr<TuneResult> TuneNorm(const NormProblem& problem, CandidateExecuto
       ++result.reduce_variants_measured;
       emit({"measured", measured, proposed, best_us,
             absl::StrFormat("%s: %.2f us (reduce kernel)", ToString(variants[v]), t->median_us), nullptr});
-      const double window = std::clamp(base->spread, kMinTieWindow, kMaxTieWindow) * base->median_us;
+      const double window = TieWindowUs(base->spread, base->median_us);
       if (t->median_us < base->median_us - window && t->median_us < best.median_us) {
         best = *t;
         result.config = variants[v];

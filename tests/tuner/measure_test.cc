@@ -129,5 +129,12 @@ TEST_CASE("Measure refuses too few repetitions and passes launch errors on", "[t
   CHECK_FALSE(Measure(&device, [](int) { return absl::OkStatus(); }, 1, options).ok());
 }
 
+TEST_CASE("the tie window is the best's variability, held between 1% and 3% of its median", "[tuner][measure]") {
+  CHECK(TieWindowUs(0.02, 100) == Approx(2.0));   // inside the bounds: as measured
+  CHECK(TieWindowUs(0.001, 100) == Approx(1.0));  // a steady best still ties within 1%
+  CHECK(TieWindowUs(0.10, 100) == Approx(3.0));   // a noisy one no wider than 3%
+  CHECK(TieWindowUs(0.10, 40) == Approx(1.2));    // in microseconds of the median given
+}
+
 }  // namespace
 }  // namespace ktune

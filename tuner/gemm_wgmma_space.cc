@@ -32,10 +32,10 @@ constexpr double kMemoryTBps = 4.0;
 constexpr double kL2GBpsPerSm = 60.0;
 constexpr int kMaxSplitK = 16;
 constexpr int kMaxStages = 16;
-// A load's latency under a streaming kernel's load, the time one ring of
-// stages takes to refill: on the H200 a 64 x 64 fp8 tile at M = 128 moved
-// its operands at 1.0-1.3 rings per microsecond with 4 and 6 stages
-// (session 18's lab, bench/RESULTS.md).
+// How long a freed stage takes to come back full while every SM streams
+// (the model's streaming bound): fitted to a 64 x 64 fp8 tile at M = 128 on
+// the H200, whose 4- and 6-stage times gave 1.0-1.3 us (session 18's lab,
+// bench/RESULTS.md).
 constexpr double kLoadLatencyUs = 1.2;
 constexpr int kFixedStages[] = {4, 5, 3, 6};  // the grid's rings besides the deepest that fits
 // Raster groups besides the default 8 (WgmmaTileConfig::group_m): tile rows

@@ -142,13 +142,16 @@ std::vector<WgmmaTileConfig> Grid(int64_t smem_optin) {
   for (int bm : {128, 256, 64}) {
     for (int bn : {256, 128, 64, 192}) {
       for (auto [consumers, pingpong] : {std::pair{2, false}, std::pair{2, true}, std::pair{1, false}}) {
+        // The ring's shared memory depends on the tile and the consumers only.
+        WgmmaTileConfig tile;
+        tile.block_m = bm;
+        tile.block_n = bn;
+        tile.consumers = consumers;
+        std::vector<int> rings(std::begin(kFixedStages), std::end(kFixedStages));
+        if (const int deepest = DeepestRing(tile, smem_optin); deepest > *std::max_element(rings.begin(), rings.end())) {
+          rings.push_back(deepest);
+        }
         for (int cluster_m : {1, 2}) {
-          WgmmaTileConfig ring;
-          ring.block_m = bm;
-          ring.block_n = bn;
-          ring.consumers = consumers;
-          std::vector<int> rings(std::begin(kFixedStages), std::end(kFixedStages));
-          if (const int deepest = DeepestRing(ring, smem_optin); deepest > rings.back()) rings.push_back(deepest);
           for (int stages : rings) {
             for (int split_k : {1, 2, 4}) {
               if (cluster_m == 2 && split_k > 1) continue;

@@ -40,13 +40,14 @@ absl::StatusOr<Timing> Measure(Device* device, const std::function<absl::Status(
 // Median and percentiles of samples in milliseconds, reported in microseconds.
 Timing Summarize(std::vector<float> samples_ms);
 
-// Candidates whose medians are within the tie window of the best are a tie,
-// which both tuners break by a fixed order so one machine keeps giving the
-// same winner. The window is the best's measured variability (its spread,
-// or its pass range over combined passes) bounded below by 1% and above by
-// 3%: per-launch event timings of a 20 us kernel can spread 10%, and a
-// window that wide would pick a kernel measurably slower than the best by
-// its median, which is far more precise.
+// Candidates whose medians are within the tie window of the best are a tie:
+// the norm tuner gives it to the earliest in its space's order (so one
+// machine keeps giving the same winner), the GEMM tuner to cuBLASLt's
+// default (PickGemmWinner). The window is the best's measured variability
+// (its spread, or its pass range over combined passes) bounded below by 1%
+// and above by 3%: per-launch event timings of a 20 us kernel can spread
+// 10%, and a window that wide would pick a kernel measurably slower than
+// the best by its median, which is far more precise.
 inline constexpr double kMinTieWindow = 0.01;
 inline constexpr double kMaxTieWindow = 0.03;
 

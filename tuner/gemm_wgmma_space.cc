@@ -45,6 +45,7 @@ constexpr int kFixedStages[] = {4, 5, 3, 6};  // the grid's rings besides the de
 // does two slices of K per stage (WgmmaTileConfig::k_rows).
 constexpr int kRasterGroups[] = {4, 16};
 constexpr int kUnrankedKnobsTried = 2;  // the model's best unsplit configs tried with each
+constexpr int64_t kMaxSwapRows = 32;     // problems the swapped tiles are offered for (wgmma N <= 32)
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -89,18 +90,23 @@ int PromoteSteps(const v1::GemmProblem& p, const WgmmaTileConfig& c) {
   return static_cast<int>(std::max<int64_t>(1, span / step));
 }
 
+// The kernel's M and N: the problem's, or with swap_ab its N and M (the
+// kernel computes D^T).
+int64_t KernelM(const v1::GemmProblem& p, const WgmmaTileConfig& c) { return c.swap_ab ? p.n() : p.m(); }
+int64_t KernelN(const v1::GemmProblem& p, const WgmmaTileConfig& c) { return c.swap_ab ? p.m() : p.n(); }
+
 int64_t Tiles(const v1::GemmProblem& p, const WgmmaTileConfig& c) {
-  return CeilDiv(p.m(), c.block_m) * CeilDiv(p.n(), c.block_n);
+  return CeilDiv(KernelM(p, c), c.block_m) * CeilDiv(KernelN(p, c), c.block_n);
 }
 
 // Tile rows in the template's cluster units (cluster_m tiles stacked along M).
 int64_t TileRowUnits(const v1::GemmProblem& p, const WgmmaTileConfig& c) {
-  return CeilDiv(p.m(), int64_t{c.block_m} * c.cluster_m);
+  return CeilDiv(KernelM(p, c), int64_t{c.block_m} * c.cluster_m);
 }
 
 // Tiles in the template's cluster units.
 int64_t TileUnits(const v1::GemmProblem& p, const WgmmaTileConfig& c) {
-  return TileRowUnits(p, c) * CeilDiv(p.n(), c.block_n);
+  return TileRowUnits(p, c) * CeilDiv(KernelN(p, c), c.block_n);
 }
 
 // Whether fp8's unsplit K, in the config's steps, stays within one
@@ -124,6 +130,16 @@ int GridX(const v1::GemmProblem& p, const WgmmaTileConfig& c, const DeviceInfo& 
   const int64_t units = TileUnits(p, c) * c.split_k;
   const int64_t clusters = std::max<int64_t>(1, std::max(d.sm_count, 1) / (c.cluster_m * GemmBatch(p)));
   return static_cast<int>(c.cluster_m * std::min(units, clusters));
+}
+
+// Adds `c` (unless promoted_only) to the grid and, unsplit, its promoted
+// twin (fp8 only; CanImplementWgmma has the limits).
+void AddWithPromotedTwin(WgmmaTileConfig c, bool promoted_only, std::vector<WgmmaTileConfig>* grid) {
+  if (!promoted_only) grid->push_back(c);
+  if (c.split_k == 1) {
+    c.promote = true;
+    grid->push_back(c);
+  }
 }
 
 // The grid, in its fixed order: tiles of 64 to 256 rows and 64 to 256
@@ -163,11 +179,7 @@ std::vector<WgmmaTileConfig> Grid(int64_t smem_optin) {
               c.cluster_m = cluster_m;
               c.stages = stages;
               c.split_k = split_k;
-              if (bn != 192) grid.push_back(c);
-              if (split_k == 1) {
-                c.promote = true;  // fp8 only; CanImplementWgmma has the limits
-                grid.push_back(c);
-              }
+              AddWithPromotedTwin(c, /*promoted_only=*/bn == 192, &grid);
             }
           }
         }
@@ -177,13 +189,50 @@ std::vector<WgmmaTileConfig> Grid(int64_t smem_optin) {
   return grid;
 }
 
+// The swapped skinny tiles (swap_ab), for problems of at most kMaxSwapRows
+// rows: the weight's rows are the kernel's (64 or 128 per tile, one consumer
+// per 64 or 128), the problem's few rows wgmma's N (the narrowest of 8, 16
+// and 32 that holds them), so a stage carries little zero fill and the ring
+// streams B (cuBLASLt's picks at M = 16 on the H200 are such tiles, 64 x 8
+// and 64 x 16, session 19). Alone, split 2 or 4 ways, or (unsplit) paired
+// in a cluster sharing A. Deepest rings first: at memory-bound shapes the
+// model ties many of these, and the grid's order then picks which are
+// measured.
+std::vector<WgmmaTileConfig> SwapGrid(const v1::GemmProblem& p, int64_t smem_optin) {
+  std::vector<WgmmaTileConfig> grid;
+  if (p.m() > kMaxSwapRows) return grid;
+  const int bn = p.m() <= 8 ? 8 : p.m() <= 16 ? 16 : 32;
+  constexpr std::pair<int, int> kTiles[] = {{64, 1}, {128, 2}, {128, 1}};  // rows, consumers
+  // The deepest ring of the smallest tile (larger tiles take what fits).
+  WgmmaTileConfig smallest;
+  smallest.block_m = 64;
+  smallest.block_n = bn;
+  smallest.consumers = 1;
+  for (int stages : {DeepestRing(smallest, smem_optin), 6}) {
+    for (auto [bm, consumers] : kTiles) {
+      for (auto [split_k, cluster_m] : {std::pair{1, 1}, {2, 1}, {4, 1}, {1, 2}}) {
+        WgmmaTileConfig c;
+        c.block_m = bm;
+        c.block_n = bn;
+        c.consumers = consumers;
+        c.swap_ab = true;
+        c.cluster_m = cluster_m;
+        c.stages = std::min(stages, DeepestRing(c, smem_optin));
+        c.split_k = split_k;
+        AddWithPromotedTwin(c, /*promoted_only=*/false, &grid);
+      }
+    }
+  }
+  return grid;
+}
+
 }  // namespace
 
 std::string ToString(const WgmmaTileConfig& c) {
-  return absl::StrFormat("bm%d bn%d %s%s s%d g%d%s%s%s", c.block_m, c.block_n,
+  return absl::StrFormat("bm%d bn%d %s%s s%d g%d%s%s%s%s", c.block_m, c.block_n,
                          c.pingpong ? "pp" : absl::StrCat("c", c.consumers), c.cluster_m == 2 ? " x2" : "", c.stages,
                          c.group_m, c.k_rows > 1 ? absl::StrCat(" kr", c.k_rows) : "", c.promote ? " pr" : "",
-                         c.split_k > 1 ? absl::StrCat(" k", c.split_k) : "");
+                         c.split_k > 1 ? absl::StrCat(" k", c.split_k) : "", c.swap_ab ? " swap" : "");
 }
 
 int64_t WgmmaSharedMemoryBytes(const WgmmaTileConfig& c) {
@@ -200,6 +249,19 @@ absl::Status CanImplementWgmma(const v1::GemmProblem& p, const WgmmaTileConfig& 
   };
   if (d.cc_major != 9 || d.cc_minor != 0) {
     return fail(absl::StrCat("needs sm_90 (compiled for sm_90a), device is ", Arch(d)));
+  }
+  const bool narrow = c.block_n == 8 || c.block_n == 16 || c.block_n == 32;
+  if (c.swap_ab) {
+    if (!GemmBIsNK(p)) return fail("swapped tiles need B as [N, K] (it is the kernel's K-major A)");
+    if (!narrow) return fail("swapped tiles are 8, 16 or 32 columns (the problem's rows) wide");
+    if (c.pingpong) return fail("swapped tiles take cooperative consumers, not ping-pong");
+    if (c.cluster_m == 2 && c.block_n < 16) {
+      // Each CTA of a pair loads half the tile's rows of A: at 8 wide, half
+      // of one 8-row swizzle atom.
+      return fail("swapped tiles pair in clusters 16 or 32 wide, not 8");
+    }
+  } else if (narrow) {
+    return fail(absl::StrCat("block_n ", c.block_n, " is for swapped tiles only"));
   }
   if (!GemmBIsNK(p)) {
     // B as [K, N] is read N-major, which wgmma allows for 16-bit operands
@@ -219,8 +281,8 @@ absl::Status CanImplementWgmma(const v1::GemmProblem& p, const WgmmaTileConfig& 
   }
   if (GemmBatch(p) > kMaxBatch) return fail(absl::StrCat("batch over ", kMaxBatch));
   if ((c.block_m != 64 && c.block_m != 128 && c.block_m != 256) ||
-      (c.block_n != 64 && c.block_n != 128 && c.block_n != 192 && c.block_n != 256)) {
-    return fail("block_m must be 64, 128 or 256, block_n 64, 128, 192 or 256");
+      (!narrow && c.block_n != 64 && c.block_n != 128 && c.block_n != 192 && c.block_n != 256)) {
+    return fail("block_m must be 64, 128 or 256, block_n 64, 128, 192 or 256 (8, 16 or 32 swapped)");
   }
   if (c.block_n == 192 && !c.promote) {
     return fail("block_n 192 is for promoted fp8 tiles only (64 x 192 per consumer; not measured elsewhere)");
@@ -358,30 +420,40 @@ std::vector<WgmmaTileConfig> WgmmaSearchSpace(const v1::GemmProblem& p, const De
     }
     return configs;
   };
-  std::vector<std::pair<double, WgmmaTileConfig>> whole, split;
-  for (const WgmmaTileConfig& c : Grid(SmemOptin(d))) {
+  std::vector<std::pair<double, WgmmaTileConfig>> whole, split, swapped;
+  std::vector<WgmmaTileConfig> grid = Grid(SmemOptin(d));
+  for (const WgmmaTileConfig& c : SwapGrid(p, SmemOptin(d))) grid.push_back(c);
+  for (const WgmmaTileConfig& c : grid) {
     if (!CanImplementWgmma(p, c, d).ok()) continue;
     // Promotion only where one accumulator would otherwise span too much of K.
     if (c.promote && FitsOneFp8Accumulator(p, c)) continue;
     // Split-K only pays where the tiles alone leave SMs idle.
     if (options.pruned && c.split_k > 1 && TileUnits(p, c) * GemmBatch(p) >= std::max(d.sm_count, 1)) continue;
-    (c.split_k > 1 ? split : whole).emplace_back(options.pruned ? WgmmaModelTimeUs(p, c, d) : 0.0, c);
+    (c.swap_ab ? swapped : c.split_k > 1 ? split : whole).emplace_back(options.pruned ? WgmmaModelTimeUs(p, c, d) : 0.0, c);
   }
   if (!options.pruned) {
     whole.insert(whole.end(), split.begin(), split.end());
+    whole.insert(whole.end(), swapped.begin(), swapped.end());
     std::vector<WgmmaTileConfig> all = PruneByModel(std::move(whole), options);
     const size_t every = all.size();
     return with_knobs_to_measure(std::move(all), every);
   }
-  if (split.empty()) return with_knobs_to_measure(PruneByModel(std::move(whole), options), kUnrankedKnobsTried);
+  std::vector<WgmmaTileConfig> space = with_knobs_to_measure(PruneByModel(std::move(whole), options), kUnrankedKnobsTried);
   // The model's split-K term (the partials' trip through L2) is an
   // assumption not yet checked on a GPU, so split-K may not crowd out the
   // unsplit configs: those are pruned as before, and the best split-K
-  // configs (half as many) come after them.
-  std::vector<WgmmaTileConfig> space = with_knobs_to_measure(PruneByModel(std::move(whole), options), kUnrankedKnobsTried);
+  // configs (half as many) come after them. The swapped tiles come last,
+  // pruned among themselves (as many as the unsplit): at the few rows they
+  // serve every config is bound by memory, where the model ranks little
+  // beyond idle SMs, and they are quick to time.
   GemmSpaceOptions half = options;
   half.max_candidates = std::max(1, options.max_candidates / 2);
-  for (const WgmmaTileConfig& c : PruneByModel(std::move(split), half)) space.push_back(c);
+  if (!split.empty()) {
+    for (const WgmmaTileConfig& c : PruneByModel(std::move(split), half)) space.push_back(c);
+  }
+  if (!swapped.empty()) {
+    for (const WgmmaTileConfig& c : PruneByModel(std::move(swapped), options)) space.push_back(c);
+  }
   return space;
 }
 
@@ -392,19 +464,29 @@ absl::StatusOr<LaunchRecipe> WgmmaLaunchRecipe(const v1::GemmProblem& p, const W
   absl::StatusOr<LaunchRecipe> recipe = GemmTemplateRecipe(kTemplateId, "sm_90a");
   if (!recipe.ok()) return recipe.status();
   KernelLaunch k;
-  k.name_expression = absl::StrFormat("ktune::gemm_wgmma<%s, %s, %d, %s, %d, %d, %d, %s, %d, %d, %d, %d, %d, %d, %s>",
+  k.name_expression = absl::StrFormat("ktune::gemm_wgmma<%s, %s, %d, %s, %d, %d, %d, %s, %d, %d, %d, %d, %d, %d, %s, %s>",
                                       GemmIsFp8(p) ? "ktune::e4m3" : "ktune::bf16",
                                       GemmDType(p) == v1::FP32 ? "float" : "ktune::bf16", GemmEpilogueCode(p),
                                       GemmHasC(p) ? "true" : "false", c.block_m, c.block_n, c.consumers,
                                       c.pingpong ? "true" : "false", c.cluster_m, c.stages, c.group_m, c.split_k,
-                                      c.k_rows, PromoteSteps(p, c), GemmBIsNK(p) ? "false" : "true");
+                                      c.k_rows, PromoteSteps(p, c), GemmBIsNK(p) ? "false" : "true",
+                                      c.swap_ab ? "true" : "false");
   k.grid = {static_cast<uint32_t>(GridX(p, c, d)), 1, static_cast<uint32_t>(GemmBatch(p))};
   k.block = {static_cast<uint32_t>(c.threads()), 1, 1};
   k.dynamic_smem_bytes = static_cast<uint32_t>(WgmmaSharedMemoryBytes(c));
-  k.params = {absl::StrCat("tma_a:", BlockK(p), "x", c.block_m),
-              GemmBIsNK(p) ? absl::StrCat("tma_b:", BlockK(p), "x", c.block_n / c.cluster_m)
-                           : absl::StrCat("tma_b:", kNBlock, "x", BlockK(p)),
-              "c", "d", "bias", "M", "N", "K", "alpha", "beta", "ws", "a_scale", "b_scale"};
+  if (c.swap_ab) {
+    // The kernel's A is the problem's B and its B the problem's A (in a
+    // cluster each CTA fetches half of A's rows); its M and N are the
+    // problem's N and M.
+    k.params = {absl::StrCat("tma_b:", BlockK(p), "x", c.block_m),
+                absl::StrCat("tma_a:", BlockK(p), "x", c.block_n / c.cluster_m),
+                "c", "d", "bias", "N", "M", "K", "alpha", "beta", "ws", "a_scale", "b_scale"};
+  } else {
+    k.params = {absl::StrCat("tma_a:", BlockK(p), "x", c.block_m),
+                GemmBIsNK(p) ? absl::StrCat("tma_b:", BlockK(p), "x", c.block_n / c.cluster_m)
+                             : absl::StrCat("tma_b:", kNBlock, "x", BlockK(p)),
+                "c", "d", "bias", "M", "N", "K", "alpha", "beta", "ws", "a_scale", "b_scale"};
+  }
   recipe->kernels.push_back(std::move(k));
   recipe->workspace_bytes = SplitKWorkspaceBytes(p, c);
   recipe->workspace_zeroed = c.split_k > 1;  // the arrival counters

@@ -36,7 +36,9 @@ namespace ktune {
 // in split_k slices taken by different CTAs, summed in split order by the
 // last to finish (so D does not depend on which that is);
 // with `promote` (fp8), the accumulator added into a second fp32 one every
-// kMaxFp8KPerAccumulator of K, so one split may span any K.
+// kMaxFp8KPerAccumulator of K, so one split may span any K; with `swap_ab`
+// (problems of a few rows), tiles of D^T: the weight's rows are the tile's
+// rows, the problem's rows its columns.
 struct WgmmaTileConfig {
   int block_m = 128;
   int block_n = 256;
@@ -48,19 +50,23 @@ struct WgmmaTileConfig {
   int split_k = 1;  // slices of K per tile (K's steps must divide by it)
   int k_rows = 1;   // 128-byte slices of K per stage: the tile's K (1 or 2)
   bool promote = false;  // fp8: a second accumulator (see the template's PROMOTE_STEPS)
+  // The kernel computes D^T = B x A^T (the template's SWAP_AB): block_m rows
+  // of the weight B by block_n (8, 16 or 32) of the problem's few rows of A.
+  bool swap_ab = false;
 
   int rows_per_consumer() const { return pingpong ? block_m : block_m / consumers; }
   int threads() const { return 128 * (consumers + 1); }
   bool operator==(const WgmmaTileConfig& o) const {
     return block_m == o.block_m && block_n == o.block_n && consumers == o.consumers && pingpong == o.pingpong &&
            cluster_m == o.cluster_m && stages == o.stages && group_m == o.group_m && split_k == o.split_k &&
-           k_rows == o.k_rows && promote == o.promote;
+           k_rows == o.k_rows && promote == o.promote && swap_ab == o.swap_ab;
   }
 };
 
 // "bm128 bn256 c2 s4 g8"; ping-pong: "bm128 bn128 pp s4 g8"; a 2x1 cluster
 // adds " x2" after the consumers, two slices of K per stage " kr2" after the
-// stages' group, promotion " pr" after that, split-K " k4" at the end.
+// stages' group, promotion " pr" after that, split-K " k4" after that,
+// " swap" last ("bm64 bn16 c1 s16 g8 k2 swap").
 std::string ToString(const WgmmaTileConfig& config);
 
 // Dynamic shared memory of one CTA: the stage ring, the alignment slack for
@@ -80,7 +86,8 @@ int64_t WgmmaSharedMemoryBytes(const WgmmaTileConfig& config);
 // split-K, or with more than 96 accumulators per thread; a 192-column tile
 // without `promote`; split-K with one consumer and more than 64 accumulators
 // per thread; with B as [K, N], a CTA's share of the tile's columns not a
-// multiple of 64).
+// multiple of 64; block_n 8, 16 or 32 without `swap_ab`, or `swap_ab` with
+// another block_n, B as [K, N], ping-pong, or a cluster 8 wide).
 // REQUIRES: ValidateGemmProblem(problem) is OK.
 absl::Status CanImplementWgmma(const v1::GemmProblem& problem, const WgmmaTileConfig& config,
                                const DeviceInfo& device);
@@ -103,7 +110,9 @@ double WgmmaModelTimeUs(const v1::GemmProblem& problem, const WgmmaTileConfig& c
 // configs (every config, unpruned): the raster group (4 and 16 beside 8,
 // where the problem has more tile rows than 4), and the tile's K (two
 // slices of K per stage with half the stages: the same shared memory and K
-// in flight). Empty when the template cannot serve the problem or device.
+// in flight). For problems of at most 32 rows the swapped tiles (swap_ab)
+// follow, pruned among themselves (at most options.max_candidates).
+// Empty when the template cannot serve the problem or device.
 std::vector<WgmmaTileConfig> WgmmaSearchSpace(const v1::GemmProblem& problem, const DeviceInfo& device,
                                               const GemmSpaceOptions& options = GemmSpaceOptions());
 
@@ -113,7 +122,8 @@ std::vector<WgmmaTileConfig> WgmmaSearchSpace(const v1::GemmProblem& problem, co
 // tma_a:64x<block_m>, tma_b:64x<block_n / cluster_m> (B as [K, N]:
 // tma_b:64x64, 64 columns by 64 rows of K) (TMA descriptors the caller
 // encodes, see the template's header; 128 for 64 with fp8), c, d, bias, M,
-// N, K, alpha, beta, ws. With split_k > 1 the recipe asks for a workspace
+// N, K, alpha, beta, ws; with swap_ab the operands trade places:
+// tma_b:64x<block_m>, tma_a:64x<block_n>, c, d, bias, N, M, K, ... With split_k > 1 the recipe asks for a workspace
 // (partials and counters, see the template) that must start zeroed
 // (workspace_zeroed); otherwise ws is null.
 // REQUIRES: CanImplementWgmma(problem, config, device) is OK.

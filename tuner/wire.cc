@@ -281,6 +281,7 @@ absl::StatusOr<WgmmaTileConfig> WgmmaTileConfigFromProto(const v1::WgmmaTile& in
   c.split_k = in.split_k() == 0 ? 1 : in.split_k();  // 0: written before split-K existed
   c.k_rows = in.k_rows() == 0 ? 1 : in.k_rows();      // 0: written before the knob existed
   c.promote = in.promote();
+  c.swap_ab = in.swap_ab();
   const absl::Status positive = RequirePositive("config.gemm.wgmma.", {{"block_m", c.block_m}, {"block_n", c.block_n},
                                                                        {"consumers", c.consumers},
                                                                        {"cluster_m", c.cluster_m},
@@ -302,6 +303,7 @@ v1::WgmmaTile WgmmaTileConfigToProto(const WgmmaTileConfig& c) {
   out.set_split_k(c.split_k);
   out.set_k_rows(c.k_rows);
   out.set_promote(c.promote);
+  out.set_swap_ab(c.swap_ab);
   return out;
 }
 

@@ -6,7 +6,8 @@
 // Both tensor-core fragment layouts in use (mma.sync m16n8 and wgmma m64nN)
 // give a thread pairs of adjacent columns of one row, so the pair is the unit:
 // one 4-byte (bf16) or 8-byte (fp32) store when N is even, scalars at an odd
-// right edge. Epilogues (EPI): 0 none, 1 + bias, 2 gelu(. + bias) (erf form,
+// right edge (store_one: a single value, for fragments transposed against
+// D). Epilogues (EPI): 0 none, 1 + bias, 2 gelu(. + bias) (erf form,
 // torch's default), 3 silu(. + bias); C is read when HAS_C.
 #pragma once
 
@@ -88,6 +89,20 @@ __device__ __forceinline__ void store_pair(TD* d, const TD* c, const TB* bias, i
     d[base + col] = from_float<TD>(v[0]);
     if (second) d[base + col + 1] = from_float<TD>(v[1]);
   }
+}
+
+// D[row, col] alone, from accumulator acc; nothing outside the matrix is
+// read or written. For fragments whose pairs run down D's columns (the
+// swapped wgmma tiles: the kernel computes D^T).
+template <typename TD, typename TB, int EPI, bool HAS_C>
+__device__ __forceinline__ void store_one(TD* d, const TD* c, const TB* bias, int row, int col, int M, int N,
+                                          float alpha, float beta, float acc) {
+  if (row >= M || col >= N) return;
+  const long long at = static_cast<long long>(row) * N + col;
+  float v = alpha * acc;
+  if constexpr (HAS_C) v += beta * to_float(c[at]);
+  if constexpr (EPI >= 1) v = activate<EPI>(v + to_float(bias[col]));
+  d[at] = from_float<TD>(v);
 }
 
 }  // namespace gemm_epilogue

@@ -59,6 +59,13 @@
 // into both CTAs' stage, so B crosses from L2 once per pair; a stage is then
 // released to both producers (remote mbarrier arrivals).
 // TMA zero-fills outside A and B, so any M, N and K tail is exact.
+// With SWAP_AB the kernel computes D^T = B x A^T for problems of a few rows
+// (M <= 32, decode steps): tma_a describes the problem's B ([N, K]) and
+// tma_b its A, the kernel's M and N are the problem's N and M, and the
+// epilogue writes each value to D^T (bias along the kernel's rows, C read
+// transposed alike). The weight then fills wgmma's 64 rows and the few rows
+// of activations its N of 8, 16 or 32, instead of 64 rows of A mostly zero
+// fill: a stage is (64 + 16) rows, not (64 + 64), and the ring streams B.
 // With PROMOTE_STEPS > 0 (fp8), the wgmma accumulator spans at most that many
 // steps of K: every PROMOTE_STEPS steps the consumer waits for its wgmmas,
 // adds the accumulator into a second fp32 one and starts it again (the next
@@ -204,6 +211,16 @@ __device__ __forceinline__ void wgmma_wait() {
   "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
   "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
   "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+// N = 8, 16 and 32 (the swapped skinny tiles, SWAP_AB) take the first 4, 8
+// and 16 of them.
+#define KTUNE_WGMMA_REGS_N8 "%0, %1, %2, %3"
+#define KTUNE_WGMMA_REGS_N16 KTUNE_WGMMA_REGS_N8 ", %4, %5, %6, %7"
+#define KTUNE_WGMMA_REGS_N32 KTUNE_WGMMA_REGS_N16 ", %8, %9, %10, %11, %12, %13, %14, %15"
+#define KTUNE_WGMMA_OUTS_N8 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+#define KTUNE_WGMMA_OUTS_N16 KTUNE_WGMMA_OUTS_N8, "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+#define KTUNE_WGMMA_OUTS_N32 \
+  KTUNE_WGMMA_OUTS_N16, "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), \
+      "+f"(d[15])
 #define KTUNE_WGMMA_REGS_N64 KTUNE_WGMMA_REGS_0
 #define KTUNE_WGMMA_REGS_N128 KTUNE_WGMMA_REGS_0 ", " KTUNE_WGMMA_REGS_32
 #define KTUNE_WGMMA_REGS_N192 KTUNE_WGMMA_REGS_N128 ", " KTUNE_WGMMA_REGS_64
@@ -233,10 +250,17 @@ __device__ __forceinline__ void wgmma_wait() {
 template <typename TAB, int N, bool B_N_MAJOR = false>
 __device__ __forceinline__ void wgmma_m64(float (&d)[N / 2], unsigned long long desc_a, unsigned long long desc_b,
                                           int scale_d = 1) {
-  static_assert(N == 64 || N == 128 || N == 192 || N == 256, "wgmma N of 64, 128, 192 or 256 here");
+  static_assert(N == 8 || N == 16 || N == 32 || N == 64 || N == 128 || N == 192 || N == 256,
+                "wgmma N of 8, 16, 32, 64, 128, 192 or 256 here");
   static_assert(!B_N_MAJOR || sizeof(TAB) == 2, "wgmma transposes 16-bit operands only");
 #define KTUNE_WGMMA_M64_N(TYPES, TAIL)                                                                 \
-  if constexpr (N == 64) {                                                                           \
+  if constexpr (N == 8) {                                                                            \
+    KTUNE_WGMMA_M64(8, KTUNE_WGMMA_REGS_N8, KTUNE_WGMMA_OUTS_N8, "4", "5", "6", TYPES, TAIL);          \
+  } else if constexpr (N == 16) {                                                                    \
+    KTUNE_WGMMA_M64(16, KTUNE_WGMMA_REGS_N16, KTUNE_WGMMA_OUTS_N16, "8", "9", "10", TYPES, TAIL);      \
+  } else if constexpr (N == 32) {                                                                    \
+    KTUNE_WGMMA_M64(32, KTUNE_WGMMA_REGS_N32, KTUNE_WGMMA_OUTS_N32, "16", "17", "18", TYPES, TAIL);    \
+  } else if constexpr (N == 64) {                                                                    \
     KTUNE_WGMMA_M64(64, KTUNE_WGMMA_REGS_N64, KTUNE_WGMMA_OUTS_N64, "32", "33", "34", TYPES, TAIL);    \
   } else if constexpr (N == 128) {                                                                   \
     KTUNE_WGMMA_M64(128, KTUNE_WGMMA_REGS_N128, KTUNE_WGMMA_OUTS_N128, "64", "65", "66", TYPES, TAIL); \
@@ -263,6 +287,12 @@ __device__ __forceinline__ void wgmma_m64(float (&d)[N / 2], unsigned long long 
 #undef KTUNE_WGMMA_OUTS_32
 #undef KTUNE_WGMMA_OUTS_64
 #undef KTUNE_WGMMA_OUTS_96
+#undef KTUNE_WGMMA_REGS_N8
+#undef KTUNE_WGMMA_REGS_N16
+#undef KTUNE_WGMMA_REGS_N32
+#undef KTUNE_WGMMA_OUTS_N8
+#undef KTUNE_WGMMA_OUTS_N16
+#undef KTUNE_WGMMA_OUTS_N32
 #undef KTUNE_WGMMA_REGS_N64
 #undef KTUNE_WGMMA_REGS_N128
 #undef KTUNE_WGMMA_REGS_N192
@@ -355,16 +385,33 @@ __device__ __forceinline__ bool reduce_split_k(float (&acc)[MSUB][BN / 2], unsig
 #pragma unroll
     for (int j = 0; j < BN / 2; ++j) acc[i][j] = 0.0f;
   }
-#pragma unroll 1
-  for (int s = 0; s < SPLIT_K; ++s) {
+  auto add = [&](int q, const float4& v) {
+    const int e = 4 * q;
+    acc[e / (BN / 2)][e % (BN / 2)] += v.x;
+    acc[e / (BN / 2)][e % (BN / 2) + 1] += v.y;
+    acc[e / (BN / 2)][e % (BN / 2) + 2] += v.z;
+    acc[e / (BN / 2)][e % (BN / 2) + 3] += v.w;
+  };
+  if constexpr (kFragment * SPLIT_K <= 64) {
+    // A small fragment (the swapped skinny tiles): every split's loads in
+    // flight at once, then the same sum in split order, instead of one L2
+    // round trip per split on the kernel's critical tail.
+    float4 parts[SPLIT_K][kFragment / 4];
 #pragma unroll
-    for (int q = 0; q < kFragment / 4; ++q) {
-      const int e = 4 * q;
-      const float4 v = __ldcg(at(s, q));  // L2: written by other SMs (and this one)
-      acc[e / (BN / 2)][e % (BN / 2)] += v.x;
-      acc[e / (BN / 2)][e % (BN / 2) + 1] += v.y;
-      acc[e / (BN / 2)][e % (BN / 2) + 2] += v.z;
-      acc[e / (BN / 2)][e % (BN / 2) + 3] += v.w;
+    for (int s = 0; s < SPLIT_K; ++s) {
+#pragma unroll
+      for (int q = 0; q < kFragment / 4; ++q) parts[s][q] = __ldcg(at(s, q));
+    }
+#pragma unroll
+    for (int s = 0; s < SPLIT_K; ++s) {
+#pragma unroll
+      for (int q = 0; q < kFragment / 4; ++q) add(q, parts[s][q]);
+    }
+  } else {
+#pragma unroll 1
+    for (int s = 0; s < SPLIT_K; ++s) {
+#pragma unroll
+      for (int q = 0; q < kFragment / 4; ++q) add(q, __ldcg(at(s, q)));  // L2: written by other SMs (and this one)
     }
   }
   if (thread_in_group == 0) counters[slot] = 0u;  // ready for the next launch
@@ -374,7 +421,7 @@ __device__ __forceinline__ bool reduce_split_k(float (&acc)[MSUB][BN / 2], unsig
 }  // namespace gemm_wgmma_detail
 
 template <typename TAB, typename TD, int EPI, bool HAS_C, int BM, int BN, int CONSUMERS, bool PINGPONG, int CLUSTER_M,
-          int STAGES, int GROUP_M, int SPLIT_K, int K_ROWS, int PROMOTE_STEPS, bool B_KN>
+          int STAGES, int GROUP_M, int SPLIT_K, int K_ROWS, int PROMOTE_STEPS, bool B_KN, bool SWAP_AB>
 __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLUSTER_M, 1, 1)
     gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ TmaDescriptor tma_b,
                const TD* __restrict__ c, TD* __restrict__ d, const bf16* __restrict__ bias, int M, int N, int K,
@@ -394,7 +441,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
   static_assert(!PINGPONG || CONSUMERS == 2, "ping-pong takes two consumers");
   static_assert(CLUSTER_M == 1 || CLUSTER_M == 2, "clusters of one or two CTAs along M");
   static_assert(kRowsPerConsumer % 64 == 0 && kMSub >= 1 && kMSub <= 2, "64 or 128 rows per consumer");
-  static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256, "wgmma N of 64, 128, 192 or 256");
+  static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256 || (SWAP_AB && (BN == 8 || BN == 16 || BN == 32)),
+                "wgmma N of 64, 128, 192 or 256; 8, 16 or 32 for the swapped skinny tiles");
+  static_assert(!SWAP_AB || (!B_KN && !PINGPONG), "swapped: both operands K-major, cooperative consumers");
   static_assert(BM <= 256 && BN <= 256, "a TMA box is at most 256 rows");
   static_assert(kMSub * BN / 2 <= 128, "at most 128 accumulator registers per thread");
   static_assert(STAGES >= 2, "at least double buffering");
@@ -433,6 +482,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
   // stage may be refilled only when the consumers of both CTAs are done with it.
   const unsigned int rank = CLUSTER_M == 2 ? cluster_rank() : 0;
   if (threadIdx.x == 0) {
+    // The descriptors' first use is the producer's first copy: fetch them now.
+    asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<unsigned long long>(&tma_a)) : "memory");
+    asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<unsigned long long>(&tma_b)) : "memory");
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(&full[s], 1);
       mbar_init(&empty[s], (PINGPONG ? 1 : CONSUMERS) * CLUSTER_M);
@@ -634,6 +686,29 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
       }
 
       const int warp_row0 = tile_m * BM + row_offset + warp * 16;  // this warp's first row, per m64
+      if constexpr (SWAP_AB) {
+        // The kernel's rows are D's columns and its columns D's rows: each
+        // value goes alone to D^T. Lanes g = 0..7 of a store write 8
+        // consecutive columns of one row of D, 16 bytes; D is M <= 32 rows
+        // here, so its bytes are few.
+#pragma unroll
+        for (int i = 0; i < kMSub; ++i) {
+#pragma unroll
+          for (int j = 0; j < BN / 8; ++j) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const int row = warp_row0 + i * 64 + lane / 4 + 8 * h;  // D's column
+                const int col = tile_n * BN + j * 8 + (lane % 4) * 2 + e;  // D's row
+                gemm_epilogue::store_one<TD, bf16, EPI, HAS_C>(d + d_off, c + d_off, bias, col, row, N, M, alpha,
+                                                               beta, acc[i][4 * j + 2 * h + e]);
+              }
+            }
+          }
+        }
+        continue;
+      }
       bool staged = false;  // bf16 D whose rows are whole 16-byte chunks
       if constexpr (sizeof(TD) == 2) {
         staged = N % 8 == 0;

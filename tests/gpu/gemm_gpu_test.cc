@@ -225,11 +225,16 @@ TEST_CASE("every skinny GEMM candidate matches a float64 reference", "[gpu][gemm
 }
 
 // Verifies every config of g's wgmma space (pruned: the model's pick; else
-// all of it) against the float64 reference; returns how many ran.
-int VerifyWgmmaSpace(Device* device, GemmCase& g, bool pruned) {
+// all of it; swapped_only: its swapped tiles alone) against the float64
+// reference; returns how many ran.
+int VerifyWgmmaSpace(Device* device, GemmCase& g, bool pruned, bool swapped_only = false) {
   GemmSpaceOptions options;
   options.pruned = pruned;
-  const std::vector<WgmmaTileConfig> space = WgmmaSearchSpace(g.p, device->info(), options);
+  std::vector<WgmmaTileConfig> space = WgmmaSearchSpace(g.p, device->info(), options);
+  if (swapped_only) {
+    space.erase(std::remove_if(space.begin(), space.end(), [](const WgmmaTileConfig& c) { return !c.swap_ab; }),
+                space.end());
+  }
   std::vector<LaunchRecipe> recipes;
   for (const WgmmaTileConfig& c : space) {
     absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(g.p, c, device->info());
@@ -256,6 +261,9 @@ int VerifyWgmmaSpace(Device* device, GemmCase& g, bool pruned) {
     uint64_t cc = g.p.c_dtype() ? g.dc.get() : 0, d = g.dd.get();
     uint64_t bias = g.bias.empty() ? 0 : g.dbias.get();
     int m = static_cast<int>(g.p.m()), n = static_cast<int>(g.p.n()), kk = static_cast<int>(g.p.k());
+    // Swapped tiles compute D^T: the recipe names their sizes (N, M), not (M, N).
+    CHECK(r->kernels[0].params[5] == (c.swap_ab ? "N" : "M"));
+    if (c.swap_ab) std::swap(m, n);
     // A split-K recipe's workspace, zeroed once as its contract says; it runs
     // twice, so what the first launch leaves in it (the counters) is tested too.
     CHECK(r->workspace_zeroed == (c.split_k > 1));
@@ -295,6 +303,26 @@ TEST_CASE("every wgmma GEMM config with B as [N, K] matches a float64 reference"
   int tested = 0;
   for (GemmCase& g : cases) tested += VerifyWgmmaSpace(device, g, /*pruned=*/false);
   CHECK(tested >= 20);
+}
+
+// The swapped tiles (D^T = B x A^T, problems of at most 32 rows), every
+// config: one row with an N tail and a bias (wgmma N = 8), seven rows in a
+// batch of two with GELU, 16 rows with C and an N tail (N = 16), 20 rows
+// with C, SiLU, a K tail and a batch (N = 32).
+TEST_CASE("every swapped wgmma config matches a float64 reference", "[gpu][gemm][wgmma][swap]") {
+  Device* device = testing::GpuDevice();
+  std::vector<GemmCase> cases;
+  cases.push_back(GemmCase::Make(device, 1, 520, 264, v1::COL_MAJOR, v1::EPILOGUE_BIAS, false, 1));
+  cases.push_back(GemmCase::Make(device, 7, 257, 136, v1::COL_MAJOR, v1::EPILOGUE_BIAS_GELU, false, 2));
+  cases.push_back(GemmCase::Make(device, 16, 1000, 1040, v1::COL_MAJOR, v1::EPILOGUE_RESIDUAL_ADD, true, 1));
+  cases.push_back(GemmCase::Make(device, 20, 264, 4104, v1::COL_MAJOR, v1::EPILOGUE_BIAS_SILU, true, 2));
+  int tested = 0;
+  for (GemmCase& g : cases) {
+    const int here = VerifyWgmmaSpace(device, g, /*pruned=*/false, /*swapped_only=*/true);
+    CHECK(here >= 12);  // split-K only where K's steps divide (not at K = 4104)
+    tested += here;
+  }
+  std::printf("swapped wgmma configs verified: %d\n", tested);
 }
 
 // B as [K, N], read N-major (session 12). Every config once, at a problem

@@ -141,6 +141,96 @@ TEST_CASE("small tiles at small M get the deepest ring shared memory holds, and 
   CHECK(WgmmaModelTimeUs(big, five, h200) == WgmmaModelTimeUs(big, six_big, h200));
 }
 
+TEST_CASE("problems of a few rows get swapped tiles: the weight's rows by the narrowest wgmma N that holds M",
+          "[tuner][gemm]") {
+  const DeviceInfo h200 = CompileOnlyTarget();
+  auto swapped_of = [&](const v1::GemmProblem& p, const GemmSpaceOptions& options) {
+    std::vector<WgmmaTileConfig> swapped;
+    for (const WgmmaTileConfig& c : WgmmaSearchSpace(p, h200, options)) {
+      if (c.swap_ab) swapped.push_back(c);
+    }
+    return swapped;
+  };
+  const GemmSpaceOptions pruned;
+  for (auto [m, width] : {std::pair<int64_t, int>{1, 8}, {7, 8}, {9, 16}, {16, 16}, {17, 32}, {32, 32}}) {
+    INFO("M = " << m);
+    for (const v1::GemmProblem& p : {LinearGemm(m, 4096, 4096), Fp8Gemm(m, 4096, 14336)}) {
+      const std::vector<WgmmaTileConfig> all = swapped_of(p, {false, 0, 0});
+      const std::vector<WgmmaTileConfig> kept = swapped_of(p, pruned);
+      REQUIRE(!kept.empty());
+      // Pruned among themselves, to as many as the unsplit configs.
+      CHECK(static_cast<int>(kept.size()) <= pruned.max_candidates);
+      CHECK(all.size() > kept.size());
+      for (const WgmmaTileConfig& c : all) {
+        INFO(ToString(c));
+        CHECK(c.block_n == width);
+        CHECK(CanImplementWgmma(p, c, h200).ok());
+      }
+    }
+  }
+  for (int64_t m : {33, 128, 8192}) CHECK(swapped_of(LinearGemm(m, 4096, 4096), {false, 0, 0}).empty());
+
+  // The recipe trades the operands: B's rows are the kernel's M.
+  WgmmaTileConfig c;
+  c.block_m = 64;
+  c.block_n = 16;
+  c.consumers = 1;
+  c.stages = 16;
+  c.split_k = 2;
+  c.swap_ab = true;
+  const v1::GemmProblem decode = Fp8Gemm(16, 4096, 4096);
+  absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(decode, c, h200);
+  REQUIRE(r.ok());
+  const KernelLaunch& k = r->kernels[0];
+  CHECK(k.name_expression ==
+        "ktune::gemm_wgmma<ktune::e4m3, ktune::bf16, 0, false, 64, 16, 1, false, 1, 16, 8, 2, 1, 0, false, true>");
+  CHECK(k.params == std::vector<std::string>{"tma_b:128x64", "tma_a:128x16", "c", "d", "bias", "N", "M", "K",
+                                             "alpha", "beta", "ws", "a_scale", "b_scale"});
+  CHECK(k.grid[0] == 128);  // 4096 / 64 tiles of B's rows, two splits each
+  CHECK(k.block[0] == 256);
+  // The split-K workspace counts the swapped tiles: 64 of 64 x 16, two splits.
+  CHECK(r->workspace_bytes == 64 * 2 * 64 * 16 * 4 + 64 * 4);
+  CHECK(ToString(c) == "bm64 bn16 c1 s16 g8 k2 swap");
+  // The tensors the first two parameters name: B in boxes of 64 rows, A of 16.
+  absl::StatusOr<TmaTensor> ta = GemmTmaTensor(decode, k.params[0], 0x1000, 0x2000);
+  absl::StatusOr<TmaTensor> tb = GemmTmaTensor(decode, k.params[1], 0x1000, 0x2000);
+  REQUIRE((ta.ok() && tb.ok()));
+  CHECK((ta->base == 0x2000 && ta->rows == 4096 && ta->box_rows == 64));
+  CHECK((tb->base == 0x1000 && tb->rows == 16 && tb->box_rows == 16));
+
+  // What swapping refuses, and the narrow tiles without it.
+  WgmmaTileConfig wide = c;
+  wide.block_n = 64;
+  CheckRefused(decode, wide, h200, "swapped tiles are 8, 16 or 32 columns");
+  WgmmaTileConfig unswapped = c;
+  unswapped.swap_ab = false;
+  CheckRefused(decode, unswapped, h200, "block_n 16 is for swapped tiles only");
+  WgmmaTileConfig pair = c;  // each CTA of the pair loads 8 of the 16 rows of A
+  pair.split_k = 1;
+  pair.cluster_m = 2;
+  CHECK(CanImplementWgmma(decode, pair, h200).ok());
+  // Each CTA's box is its half of A's rows (a whole box would deliver twice
+  // the bytes the stage's barrier expects: a hang).
+  absl::StatusOr<LaunchRecipe> paired = WgmmaLaunchRecipe(decode, pair, h200);
+  REQUIRE(paired.ok());
+  CHECK(paired->kernels[0].params[1] == "tma_a:128x8");
+  CHECK(paired->kernels[0].grid[0] == 64);  // 32 pairs of 64-row tiles
+  WgmmaTileConfig narrow_pair = pair;
+  narrow_pair.block_n = 8;
+  CheckRefused(Fp8Gemm(8, 4096, 4096), narrow_pair, h200, "clusters 16 or 32 wide, not 8");
+  WgmmaTileConfig turns = c;
+  turns.block_m = 128;
+  turns.consumers = 2;
+  turns.pingpong = true;
+  CheckRefused(decode, turns, h200, "not ping-pong");
+  CheckRefused(TestGemm(16, 4096, 4096, v1::ROW_MAJOR), c, h200, "swapped tiles need B as [N, K]");
+
+  // A stored swapped config comes back from the wire as it was.
+  absl::StatusOr<WgmmaTileConfig> back = WgmmaTileConfigFromProto(WgmmaTileConfigToProto(c));
+  REQUIRE(back.ok());
+  CHECK(*back == c);
+}
+
 TEST_CASE("raster groups 4 and 16 are tried on the model's best two configs where tile rows can be grouped",
           "[tuner][gemm]") {
   const DeviceInfo h200 = CompileOnlyTarget();
@@ -167,7 +257,7 @@ TEST_CASE("raster groups 4 and 16 are tried on the model's best two configs wher
   c.group_m = 16;
   absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(LinearGemm(8192, 8192, 8192), c, h200);
   REQUIRE(r.ok());
-  CHECK_THAT(r->kernels[0].name_expression, Catch::EndsWith(", 16, 1, 1, 0, false>"));
+  CHECK_THAT(r->kernels[0].name_expression, Catch::EndsWith(", 16, 1, 1, 0, false, false>"));
   CHECK_THAT(ToString(c), Catch::Contains(" g16"));
 }
 
@@ -207,7 +297,7 @@ TEST_CASE("two slices of K per stage are tried on the model's best two configs, 
   CHECK(ToString(c) == "bm128 bn256 c2 s2 g8 kr2");
   absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(LinearGemm(4096, 4096, 4096), c, h200);
   REQUIRE(r.ok());
-  CHECK_THAT(r->kernels[0].name_expression, Catch::EndsWith(", 2, 8, 1, 2, 0, false>"));
+  CHECK_THAT(r->kernels[0].name_expression, Catch::EndsWith(", 2, 8, 1, 2, 0, false, false>"));
   CHECK(r->kernels[0].dynamic_smem_bytes == WgmmaSharedMemoryBytes(c));
   // TMA boxes stay one 128-byte slice: two copies per operand and stage.
   CHECK(r->kernels[0].params[0] == "tma_a:64x128");
@@ -279,7 +369,7 @@ TEST_CASE("WgmmaLaunchRecipe: sm_90a, a persistent grid and TMA parameters", "[t
   CHECK(r->arch == "sm_90a");
   REQUIRE(r->kernels.size() == 1);
   const KernelLaunch& k = r->kernels[0];
-  CHECK(k.name_expression == "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 256, 2, false, 1, 4, 8, 1, 1, 0, false>");
+  CHECK(k.name_expression == "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 256, 2, false, 1, 4, 8, 1, 1, 0, false, false>");
   CHECK(k.grid == std::array<uint32_t, 3>{132, 1, 1});  // 2048 tiles, one CTA per SM
   CHECK(k.block == std::array<uint32_t, 3>{384, 1, 1});
   CHECK(k.dynamic_smem_bytes == 4 * (128 + 256) * 128 + 1024 + 96 + 2 * 4 * 16 * 144);
@@ -291,13 +381,13 @@ TEST_CASE("WgmmaLaunchRecipe: sm_90a, a persistent grid and TMA parameters", "[t
   r = WgmmaLaunchRecipe(LinearGemm(128, 512, 4096, v1::EPILOGUE_BIAS, v1::FP32, v1::FP32, 4), c, h200);
   REQUIRE(r.ok());
   CHECK(r->kernels[0].grid == std::array<uint32_t, 3>{2, 1, 4});
-  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<ktune::bf16, float, 1, true, 128, 256, 2, false, 1, 4, 8, 1, 1, 0, false>");
+  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<ktune::bf16, float, 1, true, 128, 256, 2, false, 1, 4, 8, 1, 1, 0, false, false>");
   CHECK_FALSE(WgmmaLaunchRecipe(LinearGemm(64, 64, 100), c, h200).ok());
   // B as [K, N]: the template's B_KN, and B's box is 64 columns by 64 rows of K.
   r = WgmmaLaunchRecipe(TestGemm(8192, 8192, 8192, v1::ROW_MAJOR), c, h200);
   REQUIRE(r.ok());
   CHECK(r->kernels[0].name_expression ==
-        "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 256, 2, false, 1, 4, 8, 1, 1, 0, true>");
+        "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 256, 2, false, 1, 4, 8, 1, 1, 0, true, false>");
   CHECK(r->kernels[0].params[0] == "tma_a:64x128");
   CHECK(r->kernels[0].params[1] == "tma_b:64x64");
   // The same ring, its B stages laid out in column blocks.
@@ -307,7 +397,7 @@ TEST_CASE("WgmmaLaunchRecipe: sm_90a, a persistent grid and TMA parameters", "[t
   pair.cluster_m = 2;
   r = WgmmaLaunchRecipe(LinearGemm(8192, 8192, 8192), pair, h200);
   REQUIRE(r.ok());
-  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 256, 2, false, 2, 4, 8, 1, 1, 0, false>");
+  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 256, 2, false, 2, 4, 8, 1, 1, 0, false, false>");
   CHECK(r->kernels[0].grid == std::array<uint32_t, 3>{132, 1, 1});
   CHECK(r->kernels[0].params[1] == "tma_b:64x128");
   r = WgmmaLaunchRecipe(LinearGemm(100, 512, 4096), pair, h200);  // one unit of two tile rows, 2 columns
@@ -322,7 +412,7 @@ TEST_CASE("WgmmaLaunchRecipe for fp8: e4m3 operands, 128-wide K steps in the sam
   absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(Fp8Gemm(8192, 8192, 4096, v1::EPILOGUE_BIAS), c, h200);
   REQUIRE(r.ok());
   const KernelLaunch& k = r->kernels[0];
-  CHECK(k.name_expression == "ktune::gemm_wgmma<ktune::e4m3, ktune::bf16, 1, false, 128, 256, 2, false, 1, 4, 8, 1, 1, 0, false>");
+  CHECK(k.name_expression == "ktune::gemm_wgmma<ktune::e4m3, ktune::bf16, 1, false, 128, 256, 2, false, 1, 4, 8, 1, 1, 0, false, false>");
   // The ring holds as many bytes as bf16's: twice the K per stage.
   CHECK(k.dynamic_smem_bytes == 4 * (128 + 256) * 128 + 1024 + 96 + 2 * 4 * 16 * 144);
   CHECK(k.params == std::vector<std::string>{"tma_a:128x128", "tma_b:128x256", "c", "d", "bias", "M", "N", "K",
@@ -360,7 +450,7 @@ TEST_CASE("fp8 promotion: a second accumulator every few steps of K, where one s
   absl::StatusOr<LaunchRecipe> wide_recipe = WgmmaLaunchRecipe(cube, wide, h200);
   REQUIRE(wide_recipe.ok());
   CHECK(wide_recipe->kernels[0].name_expression ==
-        "ktune::gemm_wgmma<ktune::e4m3, ktune::bf16, 0, false, 128, 192, 2, false, 1, 4, 8, 1, 1, 8, false>");
+        "ktune::gemm_wgmma<ktune::e4m3, ktune::bf16, 0, false, 128, 192, 2, false, 1, 4, 8, 1, 1, 8, false, false>");
   // 192 columns only promoted: unmeasured elsewhere, and bf16 has 256.
   WgmmaTileConfig wide_plain = wide;
   wide_plain.promote = false;
@@ -376,21 +466,22 @@ TEST_CASE("fp8 promotion: a second accumulator every few steps of K, where one s
   REQUIRE(r.ok());
   // PROMOTE_STEPS: 8 steps of 128 fp8 elements (1024 of K, K * span = 2^23) per span.
   CHECK(r->kernels[0].name_expression ==
-        "ktune::gemm_wgmma<ktune::e4m3, ktune::bf16, 0, false, 128, 128, 2, false, 1, 4, 8, 1, 1, 8, false>");
+        "ktune::gemm_wgmma<ktune::e4m3, ktune::bf16, 0, false, 128, 128, 2, false, 1, 4, 8, 1, 1, 8, false, false>");
   CHECK(r->workspace_bytes == 0);
   WgmmaTileConfig deep = c;
   deep.k_rows = 2;
   deep.stages = 2;
   r = WgmmaLaunchRecipe(cube, deep, h200);
   REQUIRE(r.ok());
-  CHECK(r->kernels[0].name_expression.find(", 2, 4, false>") != std::string::npos);  // 4 steps of 256
+  CHECK(r->kernels[0].name_expression.find(", 2, 4, false, false>") != std::string::npos);  // 4 steps of 256
   // The span shrinks as K grows (the truncation error grows as K * sqrt(span)),
   // down to one step; never past it.
   auto steps_at = [&](int64_t k, const WgmmaTileConfig& config) {
     absl::StatusOr<LaunchRecipe> at = WgmmaLaunchRecipe(Fp8Gemm(8192, 8192, k), config, h200);
     REQUIRE(at.ok());
     const std::string& e = at->kernels[0].name_expression;
-    const std::string head = e.substr(0, e.rfind(", "));  // PROMOTE_STEPS comes before B_KN
+    std::string head = e.substr(0, e.rfind(", "));  // PROMOTE_STEPS comes before B_KN and SWAP_AB
+    head = head.substr(0, head.rfind(", "));
     return head.substr(head.rfind(", ") + 2);
   };
   CHECK(steps_at(4224, c) == "8");    // 1024 of K
@@ -453,7 +544,7 @@ TEST_CASE("split-K: K's steps divide into the slices, the workspace starts zeroe
   const v1::GemmProblem thin = LinearGemm(128, 4096, 14336);
   absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(thin, c, h200);
   REQUIRE(r.ok());
-  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 128, 2, false, 1, 4, 8, 4, 1, 0, false>");
+  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 128, 2, false, 1, 4, 8, 4, 1, 0, false, false>");
   CHECK(r->kernels[0].grid == std::array<uint32_t, 3>{128, 1, 1});  // 32 tiles x 4 slices
   CHECK(r->workspace_bytes == uint64_t{32} * 4 * 128 * 128 * 4 + 32 * 4);  // partials, then counters
   CHECK(r->workspace_zeroed);
@@ -594,6 +685,14 @@ TEST_CASE("NVRTC compiles every pruned wgmma candidate for sm_90a without spills
     }
   }
   problems.push_back(Fp8Gemm(127, 264, 1040, v1::EPILOGUE_BIAS_SILU));
+  // The swapped tiles of a few rows (wgmma N = 8, 16, 32): fp8 decode shapes
+  // (split, and promoted at K = 14336), tails under the heavier epilogues,
+  // an fp32 D.
+  problems.push_back(Fp8Gemm(16, 4096, 4096));
+  problems.push_back(Fp8Gemm(16, 4096, 14336));
+  problems.push_back(Fp8Gemm(7, 264, 1040, v1::EPILOGUE_BIAS_SILU));
+  problems.push_back(LinearGemm(20, 264, 1000, v1::EPILOGUE_BIAS_GELU, v1::BF16, v1::BF16, 2));
+  problems.push_back(LinearGemm(9, 300, 1000, v1::EPILOGUE_RESIDUAL_ADD, v1::FP32, v1::FP32));
   // Promoted tiles (up to 64 x 192 per consumer, 192 accumulator registers)
   // under the heaviest epilogue.
   problems.push_back(Fp8Gemm(2304, 1032, 8320, v1::EPILOGUE_BIAS_SILU));

@@ -190,36 +190,33 @@ std::vector<WgmmaTileConfig> Grid(int64_t smem_optin) {
 }
 
 // The swapped skinny tiles (swap_ab), for problems of at most kMaxSwapRows
-// rows: the weight's rows are the kernel's (64 or 128 per tile, one consumer
-// per 64 or 128), the problem's few rows wgmma's N (the narrowest of 8, 16
-// and 32 that holds them), so a stage carries little zero fill and the ring
-// streams B (cuBLASLt's picks at M = 16 on the H200 are such tiles, 64 x 8
-// and 64 x 16, session 19). Alone, split 2 or 4 ways, or (unsplit) paired
-// in a cluster sharing A. Deepest rings first: at memory-bound shapes the
-// model ties many of these, and the grid's order then picks which are
-// measured.
+// rows: the weight's rows are the kernel's (64 or 128 per tile, one
+// consumer), the problem's few rows wgmma's N (the narrowest of 8, 16 and 32
+// that holds them), so a stage carries little zero fill and the ring streams
+// B (cuBLASLt's picks at M = 16 on the H200 are such tiles, 64 x 8 and
+// 64 x 16). Each tile with the deepest ring its shared memory holds and with
+// 6 stages, 128 or 256 bytes of K per stage (half the stages), alone or
+// split 2 or 4 ways: 24 configs, each the fastest at one or more of the
+// bench's M = 1 and 16 shapes or within 1% of it in session 19's tunes, where
+// two consumers and 2x1 clusters sharing A were 1-5% slower.
 std::vector<WgmmaTileConfig> SwapGrid(const v1::GemmProblem& p, int64_t smem_optin) {
   std::vector<WgmmaTileConfig> grid;
   if (p.m() > kMaxSwapRows) return grid;
-  const int bn = p.m() <= 8 ? 8 : p.m() <= 16 ? 16 : 32;
-  constexpr std::pair<int, int> kTiles[] = {{64, 1}, {128, 2}, {128, 1}};  // rows, consumers
-  // The deepest ring of the smallest tile (larger tiles take what fits).
-  WgmmaTileConfig smallest;
-  smallest.block_m = 64;
-  smallest.block_n = bn;
-  smallest.consumers = 1;
-  for (int stages : {DeepestRing(smallest, smem_optin), 6}) {
-    for (auto [bm, consumers] : kTiles) {
-      for (auto [split_k, cluster_m] : {std::pair{1, 1}, {2, 1}, {4, 1}, {1, 2}}) {
-        WgmmaTileConfig c;
-        c.block_m = bm;
-        c.block_n = bn;
-        c.consumers = consumers;
-        c.swap_ab = true;
-        c.cluster_m = cluster_m;
-        c.stages = std::min(stages, DeepestRing(c, smem_optin));
-        c.split_k = split_k;
-        AddWithPromotedTwin(c, /*promoted_only=*/false, &grid);
+  for (int bm : {64, 128}) {
+    WgmmaTileConfig c;
+    c.block_m = bm;
+    c.block_n = p.m() <= 8 ? 8 : p.m() <= 16 ? 16 : 32;
+    c.consumers = 1;
+    c.swap_ab = true;
+    for (int stages : {DeepestRing(c, smem_optin), 6}) {
+      for (int k_rows : {1, 2}) {
+        for (int split_k : {1, 2, 4}) {
+          c.k_rows = k_rows;
+          c.stages = stages / k_rows;  // the same bytes of K in flight
+          c.split_k = split_k;
+          c.promote = false;
+          AddWithPromotedTwin(c, /*promoted_only=*/false, &grid);
+        }
       }
     }
   }
@@ -254,11 +251,8 @@ absl::Status CanImplementWgmma(const v1::GemmProblem& p, const WgmmaTileConfig& 
   if (c.swap_ab) {
     if (!GemmBIsNK(p)) return fail("swapped tiles need B as [N, K] (it is the kernel's K-major A)");
     if (!narrow) return fail("swapped tiles are 8, 16 or 32 columns (the problem's rows) wide");
-    if (c.pingpong) return fail("swapped tiles take cooperative consumers, not ping-pong");
-    if (c.cluster_m == 2 && c.block_n < 16) {
-      // Each CTA of a pair loads half the tile's rows of A: at 8 wide, half
-      // of one 8-row swizzle atom.
-      return fail("swapped tiles pair in clusters 16 or 32 wide, not 8");
+    if (c.cluster_m != 1 || c.pingpong) {
+      return fail("swapped tiles run alone, with cooperative consumers (no cluster, no ping-pong)");
     }
   } else if (narrow) {
     return fail(absl::StrCat("block_n ", c.block_n, " is for swapped tiles only"));
@@ -443,16 +437,19 @@ std::vector<WgmmaTileConfig> WgmmaSearchSpace(const v1::GemmProblem& p, const De
   // assumption not yet checked on a GPU, so split-K may not crowd out the
   // unsplit configs: those are pruned as before, and the best split-K
   // configs (half as many) come after them. The swapped tiles come last,
-  // pruned among themselves (as many as the unsplit): at the few rows they
-  // serve every config is bound by memory, where the model ranks little
-  // beyond idle SMs, and they are quick to time.
+  // pruned among themselves to half as many again as the unsplit (all 24 by
+  // default): at the few rows they serve every config is bound by memory,
+  // where the model ranks little beyond idle SMs, and they are quick to
+  // time.
   GemmSpaceOptions half = options;
   half.max_candidates = std::max(1, options.max_candidates / 2);
   if (!split.empty()) {
     for (const WgmmaTileConfig& c : PruneByModel(std::move(split), half)) space.push_back(c);
   }
   if (!swapped.empty()) {
-    for (const WgmmaTileConfig& c : PruneByModel(std::move(swapped), options)) space.push_back(c);
+    GemmSpaceOptions wide = options;
+    wide.max_candidates = options.max_candidates * 3 / 2;
+    for (const WgmmaTileConfig& c : PruneByModel(std::move(swapped), wide)) space.push_back(c);
   }
   return space;
 }
@@ -475,11 +472,9 @@ absl::StatusOr<LaunchRecipe> WgmmaLaunchRecipe(const v1::GemmProblem& p, const W
   k.block = {static_cast<uint32_t>(c.threads()), 1, 1};
   k.dynamic_smem_bytes = static_cast<uint32_t>(WgmmaSharedMemoryBytes(c));
   if (c.swap_ab) {
-    // The kernel's A is the problem's B and its B the problem's A (in a
-    // cluster each CTA fetches half of A's rows); its M and N are the
-    // problem's N and M.
-    k.params = {absl::StrCat("tma_b:", BlockK(p), "x", c.block_m),
-                absl::StrCat("tma_a:", BlockK(p), "x", c.block_n / c.cluster_m),
+    // The kernel's A is the problem's B and its B the problem's A; its M and
+    // N are the problem's N and M.
+    k.params = {absl::StrCat("tma_b:", BlockK(p), "x", c.block_m), absl::StrCat("tma_a:", BlockK(p), "x", c.block_n),
                 "c", "d", "bias", "N", "M", "K", "alpha", "beta", "ws", "a_scale", "b_scale"};
   } else {
     k.params = {absl::StrCat("tma_a:", BlockK(p), "x", c.block_m),

@@ -87,7 +87,7 @@ int64_t WgmmaSharedMemoryBytes(const WgmmaTileConfig& config);
 // without `promote`; split-K with one consumer and more than 64 accumulators
 // per thread; with B as [K, N], a CTA's share of the tile's columns not a
 // multiple of 64; block_n 8, 16 or 32 without `swap_ab`, or `swap_ab` with
-// another block_n, B as [K, N], ping-pong, or a cluster 8 wide).
+// another block_n, B as [K, N], a cluster or ping-pong).
 // REQUIRES: ValidateGemmProblem(problem) is OK.
 absl::Status CanImplementWgmma(const v1::GemmProblem& problem, const WgmmaTileConfig& config,
                                const DeviceInfo& device);
@@ -111,7 +111,7 @@ double WgmmaModelTimeUs(const v1::GemmProblem& problem, const WgmmaTileConfig& c
 // where the problem has more tile rows than 4), and the tile's K (two
 // slices of K per stage with half the stages: the same shared memory and K
 // in flight). For problems of at most 32 rows the swapped tiles (swap_ab)
-// follow, pruned among themselves (at most options.max_candidates).
+// follow, pruned among themselves (at most 1.5 x options.max_candidates).
 // Empty when the template cannot serve the problem or device.
 std::vector<WgmmaTileConfig> WgmmaSearchSpace(const v1::GemmProblem& problem, const DeviceInfo& device,
                                               const GemmSpaceOptions& options = GemmSpaceOptions());

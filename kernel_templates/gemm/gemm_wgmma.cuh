@@ -443,7 +443,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
   static_assert(kRowsPerConsumer % 64 == 0 && kMSub >= 1 && kMSub <= 2, "64 or 128 rows per consumer");
   static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256 || (SWAP_AB && (BN == 8 || BN == 16 || BN == 32)),
                 "wgmma N of 64, 128, 192 or 256; 8, 16 or 32 for the swapped skinny tiles");
-  static_assert(!SWAP_AB || (!B_KN && !PINGPONG), "swapped: both operands K-major, cooperative consumers");
+  static_assert(!SWAP_AB || (!B_KN && CLUSTER_M == 1 && !PINGPONG), "swapped: K-major operands, alone, cooperative");
   static_assert(BM <= 256 && BN <= 256, "a TMA box is at most 256 rows");
   static_assert(kMSub * BN / 2 <= 128, "at most 128 accumulator registers per thread");
   static_assert(STAGES >= 2, "at least double buffering");

@@ -158,9 +158,23 @@ TEST_CASE("problems of a few rows get swapped tiles: the weight's rows by the na
       const std::vector<WgmmaTileConfig> all = swapped_of(p, {false, 0, 0});
       const std::vector<WgmmaTileConfig> kept = swapped_of(p, pruned);
       REQUIRE(!kept.empty());
-      // Pruned among themselves, to as many as the unsplit configs.
-      CHECK(static_cast<int>(kept.size()) <= pruned.max_candidates);
-      CHECK(all.size() > kept.size());
+      // Pruned among themselves (by idle SMs: the model ties the rest).
+      CHECK(static_cast<int>(kept.size()) <= pruned.max_candidates * 3 / 2);
+      CHECK(all.size() >= kept.size());
+      // Both tiles, 128 or 256 bytes of K per stage, alone (promoted at fp8
+      // K = 14336) or split 2 or 4 (fp8 K = 14336: 4 only, each split's
+      // span within one fp8 accumulator).
+      for (int bm : {64, 128}) {
+        for (int k_rows : {1, 2}) {
+          for (int split_k : {1, 2, 4}) {
+            if (GemmIsFp8(p) && split_k == 2) continue;
+            INFO("bm" << bm << " kr" << k_rows << " k" << split_k);
+            CHECK(std::any_of(all.begin(), all.end(), [&](const WgmmaTileConfig& c) {
+              return c.block_m == bm && c.consumers == 1 && c.k_rows == k_rows && c.split_k == split_k;
+            }));
+          }
+        }
+      }
       for (const WgmmaTileConfig& c : all) {
         INFO(ToString(c));
         CHECK(c.block_n == width);
@@ -169,6 +183,20 @@ TEST_CASE("problems of a few rows get swapped tiles: the weight's rows by the na
     }
   }
   for (int64_t m : {33, 128, 8192}) CHECK(swapped_of(LinearGemm(m, 4096, 4096), {false, 0, 0}).empty());
+  // The pruned spaces keep the fastest swapped configs of session 19's tunes
+  // on the H200 (fp8 and bf16 alike).
+  auto kept_names = [&](const v1::GemmProblem& p) {
+    std::vector<std::string> names;
+    for (const WgmmaTileConfig& c : swapped_of(p, pruned)) names.push_back(ToString(c));
+    return names;
+  };
+  CHECK_THAT(kept_names(Fp8Gemm(16, 6144, 4096)), Catch::VectorContains(std::string("bm64 bn16 c1 s8 g8 kr2 swap")));
+  CHECK_THAT(kept_names(Fp8Gemm(16, 14336, 4096)), Catch::VectorContains(std::string("bm128 bn16 c1 s6 g8 swap")));
+  CHECK_THAT(kept_names(Fp8Gemm(16, 4096, 14336)),
+             Catch::VectorContains(std::string("bm128 bn16 c1 s6 g8 kr2 k4 swap")));
+  CHECK_THAT(kept_names(LinearGemm(16, 4096, 14336)),
+             Catch::VectorContains(std::string("bm64 bn16 c1 s8 g8 kr2 k2 swap")));
+  CHECK_THAT(kept_names(LinearGemm(1, 14336, 4096)), Catch::VectorContains(std::string("bm128 bn8 c1 s6 g8 swap")));
 
   // The recipe trades the operands: B's rows are the kernel's M.
   WgmmaTileConfig c;
@@ -205,24 +233,15 @@ TEST_CASE("problems of a few rows get swapped tiles: the weight's rows by the na
   WgmmaTileConfig unswapped = c;
   unswapped.swap_ab = false;
   CheckRefused(decode, unswapped, h200, "block_n 16 is for swapped tiles only");
-  WgmmaTileConfig pair = c;  // each CTA of the pair loads 8 of the 16 rows of A
+  WgmmaTileConfig pair = c;
   pair.split_k = 1;
   pair.cluster_m = 2;
-  CHECK(CanImplementWgmma(decode, pair, h200).ok());
-  // Each CTA's box is its half of A's rows (a whole box would deliver twice
-  // the bytes the stage's barrier expects: a hang).
-  absl::StatusOr<LaunchRecipe> paired = WgmmaLaunchRecipe(decode, pair, h200);
-  REQUIRE(paired.ok());
-  CHECK(paired->kernels[0].params[1] == "tma_a:128x8");
-  CHECK(paired->kernels[0].grid[0] == 64);  // 32 pairs of 64-row tiles
-  WgmmaTileConfig narrow_pair = pair;
-  narrow_pair.block_n = 8;
-  CheckRefused(Fp8Gemm(8, 4096, 4096), narrow_pair, h200, "clusters 16 or 32 wide, not 8");
+  CheckRefused(decode, pair, h200, "no cluster, no ping-pong");
   WgmmaTileConfig turns = c;
   turns.block_m = 128;
   turns.consumers = 2;
   turns.pingpong = true;
-  CheckRefused(decode, turns, h200, "not ping-pong");
+  CheckRefused(decode, turns, h200, "no cluster, no ping-pong");
   CheckRefused(TestGemm(16, 4096, 4096, v1::ROW_MAJOR), c, h200, "swapped tiles need B as [N, K]");
 
   // A stored swapped config comes back from the wire as it was.

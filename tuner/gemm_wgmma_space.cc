@@ -196,9 +196,10 @@ std::vector<WgmmaTileConfig> Grid(int64_t smem_optin) {
 // B (cuBLASLt's picks at M = 16 on the H200 are such tiles, 64 x 8 and
 // 64 x 16). Each tile with the deepest ring its shared memory holds and with
 // 6 stages, 128 or 256 bytes of K per stage (half the stages), alone or
-// split 2 or 4 ways: 24 configs, each the fastest at one or more of the
-// bench's M = 1 and 16 shapes or within 1% of it in session 19's tunes, where
-// two consumers and 2x1 clusters sharing A were 1-5% slower.
+// split 2 or 4 ways: 24 configs. Each of those knobs decided the fastest
+// config at some of the bench's M = 1 and 16 shapes in session 19's tunes;
+// two consumers and 2x1 clusters sharing A were 1-5% slower everywhere
+// (bench/RESULTS.md).
 std::vector<WgmmaTileConfig> SwapGrid(const v1::GemmProblem& p, int64_t smem_optin) {
   std::vector<WgmmaTileConfig> grid;
   if (p.m() > kMaxSwapRows) return grid;
@@ -423,7 +424,8 @@ std::vector<WgmmaTileConfig> WgmmaSearchSpace(const v1::GemmProblem& p, const De
     if (c.promote && FitsOneFp8Accumulator(p, c)) continue;
     // Split-K only pays where the tiles alone leave SMs idle.
     if (options.pruned && c.split_k > 1 && TileUnits(p, c) * GemmBatch(p) >= std::max(d.sm_count, 1)) continue;
-    (c.swap_ab ? swapped : c.split_k > 1 ? split : whole).emplace_back(options.pruned ? WgmmaModelTimeUs(p, c, d) : 0.0, c);
+    auto& list = c.swap_ab ? swapped : c.split_k > 1 ? split : whole;
+    list.emplace_back(options.pruned ? WgmmaModelTimeUs(p, c, d) : 0.0, c);
   }
   if (!options.pruned) {
     whole.insert(whole.end(), split.begin(), split.end());

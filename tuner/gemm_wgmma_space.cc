@@ -215,7 +215,6 @@ std::vector<WgmmaTileConfig> SwapGrid(const v1::GemmProblem& p, int64_t smem_opt
           c.k_rows = k_rows;
           c.stages = stages / k_rows;  // the same bytes of K in flight
           c.split_k = split_k;
-          c.promote = false;
           AddWithPromotedTwin(c, /*promoted_only=*/false, &grid);
         }
       }
@@ -416,8 +415,9 @@ std::vector<WgmmaTileConfig> WgmmaSearchSpace(const v1::GemmProblem& p, const De
     return configs;
   };
   std::vector<std::pair<double, WgmmaTileConfig>> whole, split, swapped;
-  std::vector<WgmmaTileConfig> grid = Grid(SmemOptin(d));
-  for (const WgmmaTileConfig& c : SwapGrid(p, SmemOptin(d))) grid.push_back(c);
+  const int64_t smem_optin = SmemOptin(d);
+  std::vector<WgmmaTileConfig> grid = Grid(smem_optin);
+  for (const WgmmaTileConfig& c : SwapGrid(p, smem_optin)) grid.push_back(c);
   for (const WgmmaTileConfig& c : grid) {
     if (!CanImplementWgmma(p, c, d).ok()) continue;
     // Promotion only where one accumulator would otherwise span too much of K.
@@ -445,14 +445,10 @@ std::vector<WgmmaTileConfig> WgmmaSearchSpace(const v1::GemmProblem& p, const De
   // time.
   GemmSpaceOptions half = options;
   half.max_candidates = std::max(1, options.max_candidates / 2);
-  if (!split.empty()) {
-    for (const WgmmaTileConfig& c : PruneByModel(std::move(split), half)) space.push_back(c);
-  }
-  if (!swapped.empty()) {
-    GemmSpaceOptions wide = options;
-    wide.max_candidates = options.max_candidates * 3 / 2;
-    for (const WgmmaTileConfig& c : PruneByModel(std::move(swapped), wide)) space.push_back(c);
-  }
+  for (const WgmmaTileConfig& c : PruneByModel(std::move(split), half)) space.push_back(c);
+  GemmSpaceOptions wide = options;
+  wide.max_candidates = options.max_candidates * 3 / 2;
+  for (const WgmmaTileConfig& c : PruneByModel(std::move(swapped), wide)) space.push_back(c);
   return space;
 }
 

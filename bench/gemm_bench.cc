@@ -5,7 +5,8 @@
 // outside ktune (torch.matmul) are for a Python driver to add.
 //
 //   ktune_gemm_bench [--shapes 8192x8192x8192,1x4096x4096] [--dtype bf16|fp8] [--b-layout nk|kn]
-//                    [--paired] [--unpruned | --max-candidates N --max-model-ratio R] [--json out.json]
+//                    [--paired] [--unpruned | --max-candidates N --max-model-ratio R]
+//                    [--sustained-finalists N] [--json out.json]
 // --paired lets a driver time ktune's answer beside a peer in another process
 // (bench/gemm_bench.py does, against torch): after each problem's tune it
 // prints "paired: ready MxNxK" and reads commands on stdin, one per line:
@@ -27,6 +28,10 @@
 // algorithm torch._scaled_mm runs (cuBLASLt's trace showed the two alike at
 // fp8 8192 x 4096 x 14336, session 11; torch.matmul calls cuBLAS instead), and
 // whether the two are one kernel.
+// Where the tune's sustained finals ran (problems of 100 us and more,
+// tuner/gemm_tuner.h), its three figures are theirs, each candidate timed
+// after its own heat; the table prints every sustained finalist under the row,
+// and --sustained-finalists 0 turns them off.
 // Default shapes: issue 5's (M in {1, 16, 128, 2048, 8192} x (N, K) in
 // {(4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096)}, plus 8192^3), bf16
 // (fp8: e4m3 A and B with per-tensor scales, bf16 D; cuBLASLt's algorithms and
@@ -102,6 +107,11 @@ int main(int argc, char** argv) {
                  "keep configs whose model time is within this factor of the best")
       ->check(CLI::Range(1.0, 100.0))
       ->excludes(all);
+  app.add_option("--sustained-finalists", options.sustained_finalists,
+                 "time this many of the fastest finalists (and the best template and cuBLASLt's default) "
+                 "again, each after its own heat, and let those timings decide (0: off)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 16));
   CLI11_PARSE(app, argc, argv);
   options.space.pruned = !unpruned;
 
@@ -178,6 +188,12 @@ int main(int argc, char** argv) {
       row["outcomes"].push_back({{"name", o.name}, {"status", o.status}, {"median_us", o.timing.median_us},
                                  {"finalist", o.finalist},
                                  {"spread", o.timing.spread}});
+      if (!o.sustained) continue;
+      row["outcomes"].back()["sustained_us"] = o.sustained->median_us;
+      row["outcomes"].back()["sustained_pass_range"] = o.sustained->pass_range;
+      std::printf("    sustained %-44s %9.1f us %7.1f TFLOP/s (interleaved %7.1f, rounds apart %.1f%%)\n",
+                  o.name.c_str(), o.sustained->median_us, Tflops(p, o.sustained->median_us),
+                  Tflops(p, o.timing.median_us), 100 * o.sustained->pass_range);
     }
     if (lt.ok() && ktune::CublasLtCanServe(p).ok()) {
       auto text = [](const absl::StatusOr<ktune::CublasLtAlgoSettings>& s) {

@@ -46,6 +46,16 @@ struct GemmTuneOptions {
   // `final_measure` each; a finalist's timing is the median pass.
   MeasureOptions final_measure{2, 20};
   int final_passes = 5;
+  // Sustained finals, for problems whose fastest finalist takes at least
+  // `sustained_min_us`: the fastest `sustained_finalists` of the interleaved
+  // finals, the best template among them and cuBLASLt's default are each
+  // timed after heat_ms of itself, for about `sustained_ms` of calls, in
+  // `sustained_rounds` rounds; these timings pick the winner (see TuneGemm
+  // for why). 0 finalists: none.
+  int sustained_finalists = 3;
+  int sustained_rounds = 3;
+  double sustained_ms = 100;
+  double sustained_min_us = 100;
   KernelCache* kernel_cache = nullptr;           // not owned; may be null
   const std::atomic<bool>* cancelled = nullptr;  // checked between candidates
   // Candidates (CandidateId, tuner/tuner.h) that faulted or hung before: not run.
@@ -64,14 +74,19 @@ struct GemmCandidateOutcome {
   // comparable: the finals run back to back on a GPU the first round has
   // heated, and read a few percent slower than first-round figures.
   bool finalist = false;
+  // Sustained finalists only: their rounds combined (CombinePasses).
+  std::optional<Timing> sustained = std::nullopt;
 };
 
+// The three timings compared are of one protocol: the sustained finals' where
+// they ran (`sustained`), else the interleaved finals'.
 struct GemmTuneResult {
   GemmCandidate winner;
   Timing winner_timing;
   std::optional<Timing> cublaslt_default;  // cuBLASLt's own choice, measured with the finalists
   std::optional<Timing> best_template;     // the fastest own template among the finalists
   std::string best_template_name;
+  bool sustained = false;  // whether the sustained finals ran and picked the winner
   std::vector<GemmCandidateOutcome> outcomes;
   int template_candidates = 0;
   int cublaslt_candidates = 0;

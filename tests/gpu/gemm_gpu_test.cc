@@ -461,6 +461,42 @@ TEST_CASE("TuneGemm answers correctly and never measurably slower than cuBLASLt'
   }
 }
 
+TEST_CASE("a large GEMM's finalists are timed again after their own heat, and those timings pick the answer",
+          "[gpu][gemm][sustained]") {
+  Device* device = testing::GpuDevice();
+  std::unique_ptr<CandidateExecutor> executor = NewInProcessExecutor(device);
+  // Long enough (about 0.9 ms on an H200) that the power limit sets its clocks.
+  const v1::GemmProblem p = Fp8Gemm(8192, 8192, 8192);
+  GemmTuneOptions options;
+  absl::StatusOr<GemmTuneResult> r = TuneGemm(p, executor.get(), options);
+  INFO(r.status().ToString());
+  REQUIRE(r.ok());
+  REQUIRE(r->sustained);
+  REQUIRE(r->cublaslt_default.has_value());
+  REQUIRE(r->best_template.has_value());  // the best template is always among them
+  int sustained = 0;
+  const GemmCandidateOutcome* answer = nullptr;
+  for (const GemmCandidateOutcome& o : r->outcomes) {
+    if (o.name == r->winner.Name()) answer = &o;
+    if (!o.sustained) continue;
+    INFO(o.name);
+    ++sustained;
+    CHECK(o.finalist);
+    CHECK(o.status == "ok");
+    CHECK(o.sustained->repetitions >= options.sustained_rounds * 20);
+  }
+  CHECK(sustained >= options.sustained_finalists);
+  CHECK(sustained <= options.sustained_finalists + 2);  // and the best template and the default
+  REQUIRE(answer != nullptr);
+  REQUIRE(answer->sustained.has_value());
+  CHECK(r->winner_timing.median_us == answer->sustained->median_us);
+  // Faster than the default under the same protocol, or within the widest tie window.
+  CHECK(r->winner_timing.median_us <= r->cublaslt_default->median_us * (1 + kMaxTieWindow));
+  std::printf("%s: %s at %.1f us sustained (cuBLASLt default %.1f, best template %s %.1f)\n",
+              GemmCanonicalKey(p).c_str(), r->winner.Name().c_str(), r->winner_timing.median_us,
+              r->cublaslt_default->median_us, r->best_template_name.c_str(), r->best_template->median_us);
+}
+
 TEST_CASE("fp8 GEMMs are tuned over cuBLASLt and the wgmma template and checked against the scaled reference",
           "[gpu][gemm]") {
   Device* device = testing::GpuDevice();

@@ -221,6 +221,89 @@ TEST_CASE("the final passes alternate their order, so a drift within a pass favo
   }
 }
 
+// cuBLASLt-only candidates on a power-limited GPU: candidate i takes
+// cycles_us[i] at full clocks and draws power[i] (1 = the limit). The board's
+// draw follows what runs, averaged over `memory_us` of busy time, and clocks
+// fall in proportion when it exceeds the limit. Interleaved, every candidate
+// runs at the clocks of the mix; after its own heat, at its own.
+class PowerLimitedExecutor : public BusyGpuExecutor {
+ public:
+  PowerLimitedExecutor(std::vector<double> cycles_us, std::vector<double> power, double memory_us)
+      : BusyGpuExecutor(cycles_us, 1), cycles_us_(std::move(cycles_us)), power_(std::move(power)),
+        memory_us_(memory_us) {}
+  absl::StatusOr<Timing> Time(const LaunchRecipe& recipe, const MeasureOptions& options) override {
+    const size_t i = static_cast<size_t>(recipe.cublaslt_algo.at(0));
+    std::vector<float> samples_ms;
+    for (int r = 0; r < options.warmup + options.repetitions; ++r) {
+      const double us = cycles_us_.at(i) * std::max(1.0, draw_);
+      draw_ += (power_.at(i) - draw_) * std::min(1.0, us / memory_us_);
+      if (r >= options.warmup) samples_ms.push_back(static_cast<float>(us / 1e3));
+    }
+    ++timings;
+    return Summarize(samples_ms);
+  }
+  int timings = 0;
+
+ private:
+  std::vector<double> cycles_us_, power_;
+  double memory_us_;
+  double draw_ = 0.5;  // idle
+};
+
+TEST_CASE("a large GEMM's winner is the fastest when each finalist runs after its own heat", "[tuner][gemm]") {
+  // #1 takes 2% more cycles than the default (#0) but draws 15% less power.
+  // Interleaved, both run at the clocks of the mix and the default wins; run
+  // back to back, #1 holds full clocks and is 13% faster: the sustained
+  // finals find it. The others are slower either way.
+  const std::vector<double> cycles = {500, 510, 530, 540, 550, 560};
+  const std::vector<double> power = {1.15, 1.0, 1.15, 1.15, 1.15, 1.15};
+  const double memory_us = 100000;  // the board's draw follows ~100 ms of work
+  const v1::GemmProblem p = Fp8Gemm(8192, 8192, 8200);
+  GemmTuneOptions options;
+  options.sustained_finalists = 0;
+  {
+    PowerLimitedExecutor gpu(cycles, power, memory_us);
+    auto r = TuneGemm(p, &gpu, options);
+    REQUIRE(r.ok());
+    CHECK(r->winner.Name() == "cublaslt #0");
+    CHECK_FALSE(r->sustained);
+    for (const GemmCandidateOutcome& o : r->outcomes) CHECK_FALSE(o.sustained.has_value());
+  }
+  options.sustained_finalists = GemmTuneOptions().sustained_finalists;
+  REQUIRE(options.sustained_finalists >= 1);
+  {
+    PowerLimitedExecutor gpu(cycles, power, memory_us);
+    auto r = TuneGemm(p, &gpu, options);
+    REQUIRE(r.ok());
+    CHECK(r->sustained);
+    CHECK(r->winner.Name() == "cublaslt #1");
+    // The reported timings are the sustained ones: #1 near full clocks (its
+    // interleaved timing ran at the mix's), the default slowed by its own draw.
+    CHECK(r->winner_timing.median_us == Approx(510).epsilon(0.02));
+    REQUIRE(r->cublaslt_default.has_value());
+    CHECK(r->cublaslt_default->median_us > 1.1 * r->winner_timing.median_us);
+    int sustained = 0;
+    for (const GemmCandidateOutcome& o : r->outcomes) {
+      if (!o.sustained) continue;
+      ++sustained;
+      CHECK(o.finalist);
+      CHECK(o.sustained->repetitions >= options.sustained_rounds * 20);
+      if (o.name == "cublaslt #1") CHECK(o.sustained->median_us < 0.95 * o.timing.median_us);
+    }
+    // The fastest few (the default among them: no templates here).
+    CHECK(sustained == options.sustained_finalists);
+  }
+  {
+    // A problem too short for the power limit to matter: no sustained finals.
+    options.sustained_min_us = 1000;
+    PowerLimitedExecutor gpu(cycles, power, memory_us);
+    auto r = TuneGemm(p, &gpu, options);
+    REQUIRE(r.ok());
+    CHECK_FALSE(r->sustained);
+    CHECK(r->winner.Name() == "cublaslt #0");
+  }
+}
+
 // The busy GPU on which every candidate computes a wrong answer.
 class WrongGpuExecutor : public BusyGpuExecutor {
  public:

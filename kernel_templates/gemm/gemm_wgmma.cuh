@@ -587,6 +587,15 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
         mbar_arrive(&empty[s]);
       }
     };
+    // kPromote, cooperative: the two consumers' spans are half a span apart,
+    // so while one waits for its wgmmas to promote, the other's keep the
+    // tensor pipe busy (spans in step drain it for both at once). The first
+    // span is shorter; no span is longer than PROMOTE_STEPS. (Session 20,
+    // fp8, two runs each: the finalists' interleaved times 1-6% lower at
+    // 8192 x 4096 x 14336 and 2048 x 4096 x 14336, about 1% sustained;
+    // configs of 2-3 stages or 128 rows per consumer 3-15% slower.)
+    const int span_offset = kPromote && !PINGPONG ? consumer * (PROMOTE_STEPS / 2) : 0;
+    constexpr int kSpan = kPromote ? PROMOTE_STEPS : 1;
     // Ping-pong: this consumer's turns are every other tile of the CTA's.
     const int first_turn = PINGPONG ? consumer : 0;
     constexpr int kTurnStride = PINGPONG ? 2 : 1;
@@ -622,7 +631,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
         mbar_wait(&full[s], (step / STAGES) & 1);
         // kPromote: a span's first wgmma overwrites the accumulator (scale-d
         // off) instead of the promotion zeroing it; see the promotion below.
-        const bool span_start = kPromote && kt % (kPromote ? PROMOTE_STEPS : 1) == 0;
+        // (The first span's starts on the zeroed accumulator either way.)
+        const bool span_start = kPromote && (kt + span_offset) % kSpan == 0;
         wgmma_fence();
 #pragma unroll
         for (int r = 0; r < K_ROWS; ++r) {
@@ -643,7 +653,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
         }
         wgmma_commit();
         if constexpr (kPromote) {
-          if ((kt + 1) % PROMOTE_STEPS == 0 && kt + 1 < k_steps) {
+          if ((kt + 1 + span_offset) % kSpan == 0 && kt + 1 < k_steps) {
             // The span's wgmmas have written acc. It is not zeroed for the
             // next span, whose first wgmma ignores it (span_start). Zeroing
             // it here compiled to about 290 instructions in the window where

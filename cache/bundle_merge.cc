@@ -58,6 +58,15 @@ std::pair<std::string, std::string> Resolve(const v1::Entry& stored, const v1::E
     case v1::PREFER_EXISTING:
       return {"kept", absl::StrFormat("prefer-existing (stored %.2f us, bundled %.2f us)", old_us, new_us)};
     default:
+      // A large GEMM timed after its own heat reads slower than interleaved
+      // with others (tuner/gemm_tuner.h): the two times say nothing of which
+      // kernel is faster, so the store stands.
+      if (stored.measurement().sustained() != incoming.measurement().sustained()) {
+        auto protocol = [](const v1::Entry& e) { return e.measurement().sustained() ? "sustained" : "interleaved"; };
+        return {"kept", absl::StrFormat("keep-faster: stored %.2f us (%s) and bundled %.2f us (%s) are of two "
+                                        "protocols, not compared",
+                                        old_us, protocol(stored), new_us, protocol(incoming))};
+      }
       // A tie keeps the stored entry: importing the same measurement twice,
       // or in another order, must not flip the store.
       if (new_us < old_us) {

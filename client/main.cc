@@ -160,9 +160,10 @@ void PrintAnswer(const GetConfigResponse& r) {
   std::printf("source       %s\n", ktune::v1::Source_Name(r.source()).c_str());
   std::printf("config       %s\n", ConfigText(r.config()).c_str());
   if (r.source() == ktune::v1::TUNED) {
-    std::printf("time         %.2f us (spread %.1f%%, %d reps), %.3f %s\n", r.measurement().time_us(),
+    std::printf("time         %.2f us (spread %.1f%%, %d reps%s), %.3f %s\n", r.measurement().time_us(),
                 100 * r.measurement().spread(), r.measurement().repetitions(),
-                r.measurement().throughput(), r.measurement().throughput_unit().c_str());
+                r.measurement().sustained() ? ", sustained" : "", r.measurement().throughput(),
+                r.measurement().throughput_unit().c_str());
   }
   std::printf("device       %s\n", r.device().name().c_str());
   const ktune::v1::LaunchRecipe& recipe = r.recipe();

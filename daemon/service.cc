@@ -363,7 +363,8 @@ TuneQueue::Result KtuneServiceImpl::TuneGemmAndStore(const Resolved& r, int repe
     measured += o.status == "ok";
     say("measured", i + 1, outcomes,
         absl::StrCat(o.name, ": ", o.status.substr(0, 300),
-                     o.status == "ok" ? absl::StrFormat(" %.2f us", o.timing.median_us) : ""));
+                     o.status == "ok" ? absl::StrFormat(" %.2f us", o.timing.median_us) : "",
+                     o.sustained ? absl::StrFormat(", %.2f us sustained", o.sustained->median_us) : ""));
   }
   v1::Entry entry;
   *entry.mutable_problem()->mutable_gemm() = *r.gemm;
@@ -389,6 +390,7 @@ TuneQueue::Result KtuneServiceImpl::TuneGemmAndStore(const Resolved& r, int repe
   m->set_repetitions(result->winner_timing.repetitions);
   m->set_throughput(GemmFlops(*r.gemm) / (result->winner_timing.median_us * 1e6));
   m->set_throughput_unit("TFLOP/s");
+  m->set_sustained(result->sustained);
   entry.set_tuned_at_unix(absl::ToUnixSeconds(absl::Now()));
   entry.set_candidates_measured(std::max(measured, 1));
   entry.set_ktune_version(KTUNE_VERSION);
@@ -397,9 +399,9 @@ TuneQueue::Result KtuneServiceImpl::TuneGemmAndStore(const Resolved& r, int repe
     absl::MutexLock lock(&compiled_mu_);
     compiled_.insert_or_assign(CompileKey(w.recipe), w.recipe);
   }
-  spdlog::info("event=tune_done key=\"{}\" answer=\"{}\" time_us={:.2f} tflops={:.1f} candidates={}+{} "
-               "seconds={:.2f}",
-               r.key.problem_key, w.Name(), result->winner_timing.median_us, m->throughput(),
+  spdlog::info("event=tune_done key=\"{}\" answer=\"{}\" time_us={:.2f} sustained={} tflops={:.1f} "
+               "candidates={}+{} seconds={:.2f}",
+               r.key.problem_key, w.Name(), result->winner_timing.median_us, result->sustained, m->throughput(),
                result->template_candidates, result->cublaslt_candidates, result->tune_seconds);
   v1::GetConfigResponse response;
   AnswerFromEntry(entry, /*include_cubin=*/false, &response);

@@ -88,6 +88,26 @@ TEST_CASE("each merge policy decides a taken key and says why", "[cache][merge]"
     CHECK(Only(*plan).action() == "kept");
   }
 
+  SECTION("keep-faster does not compare a sustained time with an interleaved one") {
+    v1::Entry sustained = Timed(4096, 15.0);
+    sustained.mutable_measurement()->set_sustained(true);
+    auto plan = PlanMerge({sustained}, v1::KEEP_FASTER, target, store.Lookup());
+    REQUIRE(plan.ok());
+    CHECK(Only(*plan).action() == "kept");
+    CHECK(Only(*plan).reason() ==
+          "keep-faster: stored 20.00 us (interleaved) and bundled 15.00 us (sustained) are of two protocols, "
+          "not compared");
+    CHECK(plan->writes.empty());
+    // Of one protocol, they are compared again.
+    FakeStore sustained_store;
+    v1::Entry stored = Timed(4096, 20.0);
+    stored.mutable_measurement()->set_sustained(true);
+    sustained_store.Put(stored);
+    plan = PlanMerge({sustained}, v1::KEEP_FASTER, target, sustained_store.Lookup());
+    REQUIRE(plan.ok());
+    CHECK(Only(*plan).action() == "replaced");
+  }
+
   SECTION("an identical entry is unchanged under every policy") {
     for (v1::MergePolicy p : {v1::KEEP_FASTER, v1::PREFER_INCOMING, v1::PREFER_EXISTING}) {
       auto plan = PlanMerge({Timed(4096, 20.0)}, p, target, store.Lookup());

@@ -22,6 +22,12 @@ tune, session 8 after 2 s of idle on both sides ("settled"), and in session
 +2% against the tune's own, more than any gap it was meant to measure.
 --rounds 0 compares the tune's own figure with one torch timing instead.
 
+The tune's own three figures (cuBLASLt, template, ktune) are, since session
+20, those of its sustained finals where they ran (problems of 100 us and
+more, tuner/gemm_tuner.h): each candidate timed after 200 ms of its own heat,
+as the block column times ktune's answer. The JSON keeps every finalist's
+interleaved figure too ("median_us"; "sustained_us" beside it).
+
 Blocks (since session 10): after the alternated rounds, each side is timed
 R + 1 times in a row, the first discarded, and the medians compared ("block"
 column, "block_*_us" in the JSON); the side that goes first alternates from

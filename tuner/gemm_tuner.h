@@ -8,7 +8,10 @@
 // own template are re-measured together (in interleaved passes, on a GPU
 // already busy: clocks fall under a large GEMM's power draw, see TuneGemm),
 // and the winner is the fastest, unless cuBLASLt's default ties it (within
-// how far the medians moved between passes, 1-3%). So the answer is never
+// how far the medians moved between passes, 1-3%). Problems of 100 us and
+// more are decided by sustained finals instead: the fastest few, the best
+// template and the default each timed after heat of its own, at the clocks
+// its own power draw holds (GemmTuneOptions). So the answer is never
 // measurably slower than what cuBLASLt would have run: adding a source can
 // only make it faster.
 //

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -33,6 +34,28 @@ std::string OutcomeDigest(const std::vector<GemmCandidateOutcome>& outcomes) {
   }
   if (outcomes.size() > kShown) absl::StrAppend(&digest, "; and ", outcomes.size() - kShown, " more");
   return digest;
+}
+
+// Times each of `count` candidates once per round, `rounds` times, forward
+// in even rounds and backward in odd ones: a drift within a round favours
+// neither end of the order every time (PickGemmWinner compares round by
+// round). Returns each candidate's timings, in round order. CANCELLED when
+// `cancelled` says so between timings; any failure of `time` is returned as
+// is (the candidates ran moments ago: a failure now is not theirs).
+absl::StatusOr<std::vector<std::vector<Timing>>> TimeInAlternatingRounds(
+    size_t count, int rounds, const std::function<bool()>& cancelled,
+    const std::function<absl::StatusOr<Timing>(size_t)>& time) {
+  std::vector<std::vector<Timing>> timings(count);
+  for (int round = 0; round < std::max(rounds, 1); ++round) {
+    for (size_t k = 0; k < count; ++k) {
+      const size_t c = round % 2 == 0 ? k : count - 1 - k;
+      if (cancelled()) return absl::CancelledError("the tune was cancelled");
+      absl::StatusOr<Timing> t = time(c);
+      if (!t.ok()) return t.status();
+      timings[c].push_back(*t);
+    }
+  }
+  return timings;
 }
 
 }  // namespace
@@ -269,18 +292,12 @@ absl::StatusOr<GemmTuneResult> TuneGemm(const v1::GemmProblem& problem, Candidat
     }
   }
   if (default_index) add(*default_index);
-  std::vector<std::vector<Timing>> passes(finalists.size());
-  for (int pass = 0; pass < std::max(options.final_passes, 1); ++pass) {
-    for (size_t k = 0; k < finalists.size(); ++k) {
-      // Forward, then backward: a drift within a pass favours neither end
-      // of the order in every pass (PickGemmWinner compares pass by pass).
-      const size_t f = pass % 2 == 0 ? k : finalists.size() - 1 - k;
-      if (cancelled()) return absl::CancelledError("the tune was cancelled");
-      absl::StatusOr<Timing> t = executor->Time(candidates[finalists[f]].recipe, options.final_measure);
-      if (!t.ok()) return t.status();  // it ran moments ago: a failure now is not the candidate's
-      passes[f].push_back(*t);
-    }
-  }
+  absl::StatusOr<std::vector<std::vector<Timing>>> timed_passes =
+      TimeInAlternatingRounds(finalists.size(), options.final_passes, cancelled, [&](size_t f) {
+        return executor->Time(candidates[finalists[f]].recipe, options.final_measure);
+      });
+  if (!timed_passes.ok()) return timed_passes.status();
+  const std::vector<std::vector<Timing>>& passes = *timed_passes;
   std::vector<Timing> finals;
   std::optional<size_t> default_final;  // cuBLASLt's default among the finalists
   for (size_t f = 0; f < finalists.size(); ++f) {
@@ -341,22 +358,19 @@ absl::StatusOr<GemmTuneResult> TuneGemm(const v1::GemmProblem& problem, Candidat
     }
   }
   if (default_final) choose(*default_final);
-  std::vector<std::vector<Timing>> rounds(chosen.size());
-  for (int round = 0; round < std::max(options.sustained_rounds, 1); ++round) {
-    for (size_t k = 0; k < chosen.size(); ++k) {
-      const size_t c = round % 2 == 0 ? k : chosen.size() - 1 - k;
-      if (cancelled()) return absl::CancelledError("the tune was cancelled");
-      const size_t f = chosen[c];
-      const LaunchRecipe& recipe = candidates[finalists[f]].recipe;
-      const double calls = options.sustained_ms * 1e3 / std::max(finals[f].median_us, 1.0);
-      absl::Status heat = HeatUp(executor, recipe, options.heat_ms);
-      absl::StatusOr<Timing> t =
-          heat.ok() ? executor->Time(recipe, {0, static_cast<int>(std::clamp(calls, 20.0, 2000.0))})
-                    : absl::StatusOr<Timing>(heat);
-      if (!t.ok()) return t.status();  // it ran moments ago: a failure now is not the candidate's
-      rounds[c].push_back(*t);
-    }
-  }
+  absl::StatusOr<std::vector<std::vector<Timing>>> timed_rounds =
+      TimeInAlternatingRounds(chosen.size(), options.sustained_rounds, cancelled,
+                              [&](size_t c) -> absl::StatusOr<Timing> {
+                                const size_t f = chosen[c];
+                                const LaunchRecipe& recipe = candidates[finalists[f]].recipe;
+                                const double calls = options.sustained_ms * 1e3 / std::max(finals[f].median_us, 1.0);
+                                if (absl::Status heat = HeatUp(executor, recipe, options.heat_ms); !heat.ok()) {
+                                  return heat;
+                                }
+                                return executor->Time(recipe, {0, static_cast<int>(std::clamp(calls, 20.0, 2000.0))});
+                              });
+  if (!timed_rounds.ok()) return timed_rounds.status();
+  const std::vector<std::vector<Timing>>& rounds = *timed_rounds;
   std::vector<Timing> sustained;
   std::optional<size_t> default_sustained;
   for (size_t c = 0; c < chosen.size(); ++c) {

@@ -112,6 +112,16 @@ int main(int argc, char** argv) {
                  "again, each after its own heat, and let those timings decide (0: off)")
       ->capture_default_str()
       ->check(CLI::Range(0, 16));
+  app.add_option("--sustained-rounds", options.sustained_rounds, "rounds of the sustained finals")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 20));
+  app.add_option("--sustained-heat-ms", options.sustained_heat_ms,
+                 "each sustained finalist runs this long before it is timed")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 10000.0));
+  app.add_option("--sustained-ms", options.sustained_ms, "each sustained finalist is timed for about this long")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 10000.0));
   CLI11_PARSE(app, argc, argv);
   options.space.pruned = !unpruned;
 

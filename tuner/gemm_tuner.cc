@@ -342,7 +342,7 @@ absl::StatusOr<GemmTuneResult> TuneGemm(const v1::GemmProblem& problem, Candidat
   // fp8 8192 x 14336 x 4096 a wgmma config 0.6% faster than cuBLASLt's
   // default interleaved was 9% faster timed after its own heat (session 20,
   // bench/RESULTS.md). So the fastest few, the best template and the
-  // default are each timed after heat_ms of itself, and those timings
+  // default are each timed after sustained_heat_ms of itself, and those timings
   // decide, with the same preference for the default.
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t x, size_t y) { return finals[x].median_us < finals[y].median_us; });
@@ -364,9 +364,8 @@ absl::StatusOr<GemmTuneResult> TuneGemm(const v1::GemmProblem& problem, Candidat
                                 const size_t f = chosen[c];
                                 const LaunchRecipe& recipe = candidates[finalists[f]].recipe;
                                 const double calls = options.sustained_ms * 1e3 / std::max(finals[f].median_us, 1.0);
-                                if (absl::Status heat = HeatUp(executor, recipe, options.heat_ms); !heat.ok()) {
-                                  return heat;
-                                }
+                                absl::Status heat = HeatUp(executor, recipe, options.sustained_heat_ms);
+                                if (!heat.ok()) return heat;
                                 return executor->Time(recipe, {0, static_cast<int>(std::clamp(calls, 20.0, 2000.0))});
                               });
   if (!timed_rounds.ok()) return timed_rounds.status();

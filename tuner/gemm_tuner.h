@@ -52,11 +52,12 @@ struct GemmTuneOptions {
   // Sustained finals, for problems whose fastest finalist takes at least
   // `sustained_min_us`: the fastest `sustained_finalists` of the interleaved
   // finals, the best template among them and cuBLASLt's default are each
-  // timed after heat_ms of itself, for about `sustained_ms` of calls, in
-  // `sustained_rounds` rounds; these timings pick the winner (see TuneGemm
-  // for why). 0 finalists: none.
+  // timed after `sustained_heat_ms` of itself, for about `sustained_ms` of
+  // calls, in `sustained_rounds` rounds; these timings pick the winner (see
+  // TuneGemm for why). 0 finalists: none.
   int sustained_finalists = 3;
   int sustained_rounds = 3;
+  double sustained_heat_ms = 200;
   double sustained_ms = 100;
   double sustained_min_us = 100;
   KernelCache* kernel_cache = nullptr;           // not owned; may be null

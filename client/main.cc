@@ -120,11 +120,12 @@ std::string ConfigText(const ktune::v1::Config& config) {
     }
     if (config.gemm().has_wgmma()) {
       const ktune::v1::WgmmaTile& t = config.gemm().wgmma();
-      return absl::StrFormat("wgmma %dx%d consumers=%d%s cluster=%dx1 stages=%d group=%d%s%s%s%s", t.block_m(),
+      return absl::StrFormat("wgmma %dx%d consumers=%d%s cluster=%dx1 stages=%d group=%d%s%s%s%s%s", t.block_m(),
                              t.block_n(), t.consumers(), t.pingpong() ? " pingpong" : "", t.cluster_m(), t.stages(),
                              t.group_m(), t.k_rows() > 1 ? absl::StrCat(" k_rows=", t.k_rows()) : "",
                              t.promote() ? " promote" : "",
                              t.split_k() > 1 ? absl::StrCat(" split_k=", t.split_k()) : "",
+                             t.tail_split() > 1 ? absl::StrCat(" tail_split=", t.tail_split()) : "",
                              t.swap_ab() ? " swap_ab" : "");
     }
     const ktune::v1::MmaSyncTile& t = config.gemm().mma_sync();

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdint>
+#include <optional>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -45,6 +47,12 @@ constexpr int kFixedStages[] = {4, 5, 3, 6};  // the grid's rings besides the de
 // does two slices of K per stage (WgmmaTileConfig::k_rows).
 constexpr int kRasterGroups[] = {4, 16};
 constexpr int kUnrankedKnobsTried = 2;  // the model's best unsplit configs tried with each
+// The model's best unsplit configs offered with a tail split too, where it
+// models at least kMinTailSplitGain faster (the split whose model time is
+// least, of 2 to kMaxTailSplit ways).
+constexpr int kTailSplitTried = 4;
+constexpr int kMaxTailSplit = 8;
+constexpr double kMinTailSplitGain = 0.005;
 constexpr int64_t kMaxSwapRows = 32;     // problems the swapped tiles are offered for (wgmma N <= 32)
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -116,20 +124,47 @@ bool FitsOneFp8Accumulator(const v1::GemmProblem& p, const WgmmaTileConfig& c) {
   return CeilDiv(p.k(), step) * step <= kMaxFp8KPerAccumulator;
 }
 
+// The most clusters a batch's persistent grid has: one CTA per SM at most,
+// the SMs shared by the batches.
+int64_t MaxClusters(const v1::GemmProblem& p, const WgmmaTileConfig& c, const DeviceInfo& d) {
+  return std::max<int64_t>(1, std::max(d.sm_count, 1) / (c.cluster_m * GemmBatch(p)));
+}
+
+// With a tail split, the tile units past the grid's whole waves: the
+// template's `tail`. None for fewer tiles than the grid has clusters (one
+// partial wave, where the grid is as many clusters as tiles; that is
+// split-K's case).
+int64_t TailTiles(const v1::GemmProblem& p, const WgmmaTileConfig& c, const DeviceInfo& d) {
+  if (c.tail_split <= 1) return 0;
+  const int64_t tiles = TileUnits(p, c);
+  return tiles >= MaxClusters(p, c, d) ? tiles % MaxClusters(p, c, d) : 0;
+}
+
+// Work units per batch: (tile, split) for split-K, whole tiles then the tail
+// tiles' splits for a tail split.
+int64_t WorkUnits(const v1::GemmProblem& p, const WgmmaTileConfig& c, const DeviceInfo& d) {
+  const int64_t tail = TailTiles(p, c, d);
+  return TileUnits(p, c) * c.split_k + tail * (c.tail_split - 1);
+}
+
 // The split-K workspace: (batch, tile units, cluster_m, split_k, BM * BN) f32
-// partials, then (batch, tile units, cluster_m) u32 counters.
-uint64_t SplitKWorkspaceBytes(const v1::GemmProblem& p, const WgmmaTileConfig& c) {
-  if (c.split_k <= 1) return 0;
-  const uint64_t slots = static_cast<uint64_t>(GemmBatch(p) * TileUnits(p, c) * c.cluster_m);
-  return slots * c.split_k * c.block_m * c.block_n * sizeof(float) + slots * sizeof(uint32_t);
+// partials, then (batch, tile units, cluster_m) u32 counters; for a tail
+// split, likewise for the tail's tile units and tail_split.
+uint64_t SplitKWorkspaceBytes(const v1::GemmProblem& p, const WgmmaTileConfig& c, const DeviceInfo& d) {
+  if (c.split_k <= 1 && c.tail_split <= 1) return 0;
+  const int64_t tiles = c.tail_split > 1 ? TailTiles(p, c, d) : TileUnits(p, c);
+  const int splits = c.tail_split > 1 ? c.tail_split : c.split_k;
+  const uint64_t slots = static_cast<uint64_t>(GemmBatch(p) * tiles * c.cluster_m);
+  return slots * splits * c.block_m * c.block_n * sizeof(float) + slots * sizeof(uint32_t);
 }
 
 // Persistent CTAs: one per SM at most (shared by the batches), in clusters
-// of cluster_m, each cluster taking cluster_m tiles stacked along M at a time.
+// of cluster_m, each cluster taking cluster_m tiles stacked along M at a
+// time. (With a tail split the grid's cluster count C and the template's
+// tail agree: T >= C tiles make a grid of C clusters and leave T % C;
+// fewer make a grid of T and leave none.)
 int GridX(const v1::GemmProblem& p, const WgmmaTileConfig& c, const DeviceInfo& d) {
-  const int64_t units = TileUnits(p, c) * c.split_k;
-  const int64_t clusters = std::max<int64_t>(1, std::max(d.sm_count, 1) / (c.cluster_m * GemmBatch(p)));
-  return static_cast<int>(c.cluster_m * std::min(units, clusters));
+  return static_cast<int>(c.cluster_m * std::min(WorkUnits(p, c, d), MaxClusters(p, c, d)));
 }
 
 // Adds `c` (unless promoted_only) to the grid and, unsplit, its promoted
@@ -226,10 +261,11 @@ std::vector<WgmmaTileConfig> SwapGrid(const v1::GemmProblem& p, int64_t smem_opt
 }  // namespace
 
 std::string ToString(const WgmmaTileConfig& c) {
-  return absl::StrFormat("bm%d bn%d %s%s s%d g%d%s%s%s%s", c.block_m, c.block_n,
+  return absl::StrFormat("bm%d bn%d %s%s s%d g%d%s%s%s%s%s", c.block_m, c.block_n,
                          c.pingpong ? "pp" : absl::StrCat("c", c.consumers), c.cluster_m == 2 ? " x2" : "", c.stages,
                          c.group_m, c.k_rows > 1 ? absl::StrCat(" kr", c.k_rows) : "", c.promote ? " pr" : "",
-                         c.split_k > 1 ? absl::StrCat(" k", c.split_k) : "", c.swap_ab ? " swap" : "");
+                         c.split_k > 1 ? absl::StrCat(" k", c.split_k) : "",
+                         c.tail_split > 1 ? absl::StrCat(" t", c.tail_split) : "", c.swap_ab ? " swap" : "");
 }
 
 int64_t WgmmaSharedMemoryBytes(const WgmmaTileConfig& c) {
@@ -304,6 +340,18 @@ absl::Status CanImplementWgmma(const v1::GemmProblem& p, const WgmmaTileConfig& 
   }
   const int64_t step = int64_t{BlockK(p)} * c.k_rows;  // K per stage
   const int64_t k_steps = CeilDiv(p.k(), step);
+  if (c.tail_split < 1 || c.tail_split > kMaxSplitK) {
+    return fail(absl::StrCat("tail_split must be 1 to ", kMaxSplitK));
+  }
+  if (c.tail_split > 1) {
+    if (c.split_k > 1 || c.pingpong || c.swap_ab) {
+      return fail("a tail split is for unsplit cooperative tiles (no split-K, ping-pong or swapped tiles)");
+    }
+    if (k_steps < c.tail_split) {
+      return fail(absl::StrCat("tail_split = ", c.tail_split, " leaves a split without K: K has ", k_steps,
+                               " steps of ", step));
+    }
+  }
   if (k_steps % c.split_k != 0) {
     return fail(absl::StrCat("split_k = ", c.split_k, " does not divide K's ", k_steps, " steps of ", step));
   }
@@ -331,7 +379,14 @@ double WgmmaModelTimeUs(const v1::GemmProblem& p, const WgmmaTileConfig& c, cons
   // Turns of each CTA: units of cluster_m tiles along M over the clusters (a
   // cluster's second tile row past M is idle time).
   const int64_t units = TileUnits(p, c) * c.split_k * GemmBatch(p);
-  const int64_t waves = CeilDiv(units, std::max(1, sms / c.cluster_m));
+  // In waves of whole units; a tail split's (shorter) units as fractions.
+  double waves = static_cast<double>(CeilDiv(units, std::max(1, sms / c.cluster_m)));
+  const int64_t tail = TailTiles(p, c, d) * GemmBatch(p);
+  if (tail > 0) {
+    const int64_t clusters = MaxClusters(p, c, d) * GemmBatch(p);
+    waves = static_cast<double>((units - tail) / clusters) +
+            static_cast<double>(CeilDiv(tail * c.tail_split, clusters)) / c.tail_split;
+  }
   // Operand bytes per MAC fall as the tile grows: 128 x 256 feeds the tensor
   // cores at full rate, a 128 x 64 tile reads 2.5x as many bytes per MAC.
   const double tile_efficiency = std::min(1.0, (c.block_m * c.block_n / double(c.block_m + c.block_n)) / 85.0);
@@ -370,6 +425,14 @@ double WgmmaModelTimeUs(const v1::GemmProblem& p, const WgmmaTileConfig& c, cons
     // the other split_k - 1 back before its epilogue.
     const double tile_bytes = 4.0 * c.block_m * c.block_n;
     compute_us += (static_cast<double>(waves) + (c.split_k - 1)) * tile_bytes / (kL2GBpsPerSm * 1e3);
+  }
+  if (tail > 0) {
+    // Likewise for the tail's units: a CTA writes its share of them, the last
+    // split of a tile reads the other tail_split - 1 back.
+    const double tile_bytes = 4.0 * c.block_m * c.block_n;
+    const int64_t clusters = MaxClusters(p, c, d) * GemmBatch(p);
+    compute_us += static_cast<double>(CeilDiv(tail * c.tail_split, clusters) + (c.tail_split - 1)) * tile_bytes /
+                  (kL2GBpsPerSm * 1e3);
   }
   // A CTA streams its operands through the ring, each stage refilled about
   // kLoadLatencyUs after it was freed: at most (stages - 1) stages of bytes
@@ -414,6 +477,34 @@ std::vector<WgmmaTileConfig> WgmmaSearchSpace(const v1::GemmProblem& p, const De
     }
     return configs;
   };
+  // The tail split, where the last wave of tiles leaves SMs idle: offered on
+  // the first `tried` unsplit cooperative configs (in the order given) with
+  // the split the model likes best, if it likes it enough. Its partials'
+  // trip through L2 is the model's split-K assumption again, so the twins are
+  // added beside their configs, not ranked against them.
+  auto with_tail_splits = [&](std::vector<WgmmaTileConfig> configs, size_t tried) {
+    const size_t n = configs.size();
+    size_t offered = 0;
+    for (size_t i = 0; i < n && offered < tried; ++i) {
+      const WgmmaTileConfig base = configs[i];
+      if (base.split_k > 1 || base.pingpong || base.swap_ab) continue;
+      ++offered;
+      const double base_us = WgmmaModelTimeUs(p, base, d);
+      std::optional<std::pair<double, WgmmaTileConfig>> best;
+      for (int split = 2; split <= kMaxTailSplit; ++split) {
+        WgmmaTileConfig c = base;
+        c.tail_split = split;
+        if (!CanImplementWgmma(p, c, d).ok() || TailTiles(p, c, d) == 0) continue;
+        const double us = WgmmaModelTimeUs(p, c, d);
+        if (!best || us < best->first) best.emplace(us, c);
+      }
+      if (best && best->first <= (1 - kMinTailSplitGain) * base_us &&
+          std::find(configs.begin(), configs.end(), best->second) == configs.end()) {
+        configs.push_back(best->second);
+      }
+    }
+    return configs;
+  };
   std::vector<std::pair<double, WgmmaTileConfig>> whole, split, swapped;
   const int64_t smem_optin = SmemOptin(d);
   std::vector<WgmmaTileConfig> grid = Grid(smem_optin);
@@ -432,9 +523,11 @@ std::vector<WgmmaTileConfig> WgmmaSearchSpace(const v1::GemmProblem& p, const De
     whole.insert(whole.end(), swapped.begin(), swapped.end());
     std::vector<WgmmaTileConfig> all = PruneByModel(std::move(whole), options);
     const size_t every = all.size();
-    return with_knobs_to_measure(std::move(all), every);
+    return with_tail_splits(with_knobs_to_measure(std::move(all), every), SIZE_MAX);
   }
-  std::vector<WgmmaTileConfig> space = with_knobs_to_measure(PruneByModel(std::move(whole), options), kUnrankedKnobsTried);
+  std::vector<WgmmaTileConfig> space =
+      with_tail_splits(with_knobs_to_measure(PruneByModel(std::move(whole), options), kUnrankedKnobsTried),
+                       kTailSplitTried);
   // The model's split-K term (the partials' trip through L2) is an
   // assumption not yet checked on a GPU, so split-K may not crowd out the
   // unsplit configs: those are pruned as before, and the best split-K
@@ -459,13 +552,13 @@ absl::StatusOr<LaunchRecipe> WgmmaLaunchRecipe(const v1::GemmProblem& p, const W
   absl::StatusOr<LaunchRecipe> recipe = GemmTemplateRecipe(kTemplateId, "sm_90a");
   if (!recipe.ok()) return recipe.status();
   KernelLaunch k;
-  k.name_expression = absl::StrFormat("ktune::gemm_wgmma<%s, %s, %d, %s, %d, %d, %d, %s, %d, %d, %d, %d, %d, %d, %s, %s>",
+  k.name_expression = absl::StrFormat("ktune::gemm_wgmma<%s, %s, %d, %s, %d, %d, %d, %s, %d, %d, %d, %d, %d, %d, %s, %s, %d>",
                                       GemmIsFp8(p) ? "ktune::e4m3" : "ktune::bf16",
                                       GemmDType(p) == v1::FP32 ? "float" : "ktune::bf16", GemmEpilogueCode(p),
                                       GemmHasC(p) ? "true" : "false", c.block_m, c.block_n, c.consumers,
                                       c.pingpong ? "true" : "false", c.cluster_m, c.stages, c.group_m, c.split_k,
                                       c.k_rows, PromoteSteps(p, c), GemmBIsNK(p) ? "false" : "true",
-                                      c.swap_ab ? "true" : "false");
+                                      c.swap_ab ? "true" : "false", c.tail_split);
   k.grid = {static_cast<uint32_t>(GridX(p, c, d)), 1, static_cast<uint32_t>(GemmBatch(p))};
   k.block = {static_cast<uint32_t>(c.threads()), 1, 1};
   k.dynamic_smem_bytes = static_cast<uint32_t>(WgmmaSharedMemoryBytes(c));
@@ -481,8 +574,8 @@ absl::StatusOr<LaunchRecipe> WgmmaLaunchRecipe(const v1::GemmProblem& p, const W
                 "c", "d", "bias", "M", "N", "K", "alpha", "beta", "ws", "a_scale", "b_scale"};
   }
   recipe->kernels.push_back(std::move(k));
-  recipe->workspace_bytes = SplitKWorkspaceBytes(p, c);
-  recipe->workspace_zeroed = c.split_k > 1;  // the arrival counters
+  recipe->workspace_bytes = SplitKWorkspaceBytes(p, c, d);
+  recipe->workspace_zeroed = recipe->workspace_bytes > 0;  // the arrival counters
   return recipe;
 }
 

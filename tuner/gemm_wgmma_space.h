@@ -53,20 +53,25 @@ struct WgmmaTileConfig {
   // The kernel computes D^T = B x A^T (the template's SWAP_AB): block_m rows
   // of the weight B by block_n (8, 16 or 32) of the problem's few rows of A.
   bool swap_ab = false;
+  // > 1: the tiles left over past the persistent grid's whole waves (fewer
+  // than it has clusters) are split this many ways along K, their fp32
+  // partials summed as split-K's, so the last wave keeps every SM busy
+  // (the template's TAIL_SPLIT; unsplit cooperative tiles only).
+  int tail_split = 1;
 
   int rows_per_consumer() const { return pingpong ? block_m : block_m / consumers; }
   int threads() const { return 128 * (consumers + 1); }
   bool operator==(const WgmmaTileConfig& o) const {
     return block_m == o.block_m && block_n == o.block_n && consumers == o.consumers && pingpong == o.pingpong &&
            cluster_m == o.cluster_m && stages == o.stages && group_m == o.group_m && split_k == o.split_k &&
-           k_rows == o.k_rows && promote == o.promote && swap_ab == o.swap_ab;
+           k_rows == o.k_rows && promote == o.promote && swap_ab == o.swap_ab && tail_split == o.tail_split;
   }
 };
 
 // "bm128 bn256 c2 s4 g8"; ping-pong: "bm128 bn128 pp s4 g8"; a 2x1 cluster
 // adds " x2" after the consumers, two slices of K per stage " kr2" after the
-// stages' group, promotion " pr" after that, split-K " k4" after that,
-// " swap" last ("bm64 bn16 c1 s16 g8 k2 swap").
+// stages' group, promotion " pr" after that, split-K " k4" after that, a
+// tail split " t3" after that, " swap" last ("bm64 bn16 c1 s16 g8 k2 swap").
 std::string ToString(const WgmmaTileConfig& config);
 
 // Dynamic shared memory of one CTA: the stage ring, the alignment slack for
@@ -87,14 +92,17 @@ int64_t WgmmaSharedMemoryBytes(const WgmmaTileConfig& config);
 // without `promote`; split-K with one consumer and more than 64 accumulators
 // per thread; with B as [K, N], a CTA's share of the tile's columns not a
 // multiple of 64; block_n 8, 16 or 32 without `swap_ab`, or `swap_ab` with
-// another block_n, B as [K, N], a cluster or ping-pong).
+// another block_n, B as [K, N], a cluster or ping-pong; tail_split outside
+// 1 to 16, with split-K, ping-pong or swapped tiles, or more than K's steps).
 // REQUIRES: ValidateGemmProblem(problem) is OK.
 absl::Status CanImplementWgmma(const v1::GemmProblem& problem, const WgmmaTileConfig& config,
                                const DeviceInfo& device);
 
 // The model's estimate in microseconds (only its ranking matters): persistent
 // CTAs, one per SM, each taking ceil(tiles * split_k / SMs) units (wave
-// quantisation; split-K adds the partials' round trip through L2),
+// quantisation; split-K adds the partials' round trip through L2; a tail
+// split's last wave counts as ceil(tail * tail_split / clusters) /
+// tail_split of one, plus its partials' trip),
 // at a rate that grows with the tile (operand bytes per MAC) and the ring's
 // depth; padding counted as work; bounded below by A, B and D at HBM speed,
 // and by each CTA's operands streamed through its ring, (stages - 1) stages
@@ -110,22 +118,28 @@ double WgmmaModelTimeUs(const v1::GemmProblem& problem, const WgmmaTileConfig& c
 // configs (every config, unpruned): the raster group (4 and 16 beside 8,
 // where the problem has more tile rows than 4), and the tile's K (two
 // slices of K per stage with half the stages: the same shared memory and K
-// in flight). For problems of at most 32 rows the swapped tiles (swap_ab)
-// follow, pruned among themselves (at most 1.5 x options.max_candidates).
+// in flight). The model's best four unsplit cooperative configs (every one,
+// unpruned) are offered with a tail split too, where tiles are left over past
+// the grid's whole waves and the split (2 to 8 ways, the model's pick) models
+// at least 0.5% faster. For problems of at most 32 rows the swapped tiles
+// (swap_ab) follow, pruned among themselves (at most 1.5 x
+// options.max_candidates).
 // Empty when the template cannot serve the problem or device.
 std::vector<WgmmaTileConfig> WgmmaSearchSpace(const v1::GemmProblem& problem, const DeviceInfo& device,
                                               const GemmSpaceOptions& options = GemmSpaceOptions());
 
 // The recipe: template "gemm/gemm_wgmma" for sm_90a, a persistent grid of
-// (cluster_m * min(tile units, max(1, SMs / (cluster_m * batch))), 1, batch),
+// (cluster_m * min(work units, max(1, SMs / (cluster_m * batch))), 1, batch)
+// (work units: tile units, times split_k; a tail split's adds its splits),
 // 128 * (consumers + 1) threads, and the parameters in order:
 // tma_a:64x<block_m>, tma_b:64x<block_n / cluster_m> (B as [K, N]:
 // tma_b:64x64, 64 columns by 64 rows of K) (TMA descriptors the caller
 // encodes, see the template's header; 128 for 64 with fp8), c, d, bias, M,
 // N, K, alpha, beta, ws; with swap_ab the operands trade places:
-// tma_b:64x<block_m>, tma_a:64x<block_n>, c, d, bias, N, M, K, ... With split_k > 1 the recipe asks for a workspace
-// (partials and counters, see the template) that must start zeroed
-// (workspace_zeroed); otherwise ws is null.
+// tma_b:64x<block_m>, tma_a:64x<block_n>, c, d, bias, N, M, K, ... With
+// split_k > 1, or a tail split where tiles are left over, the recipe asks for
+// a workspace (partials and counters, see the template) that must start
+// zeroed (workspace_zeroed); otherwise ws is null.
 // REQUIRES: CanImplementWgmma(problem, config, device) is OK.
 absl::StatusOr<LaunchRecipe> WgmmaLaunchRecipe(const v1::GemmProblem& problem, const WgmmaTileConfig& config,
                                                const DeviceInfo& device);

@@ -282,11 +282,13 @@ absl::StatusOr<WgmmaTileConfig> WgmmaTileConfigFromProto(const v1::WgmmaTile& in
   c.k_rows = in.k_rows() == 0 ? 1 : in.k_rows();      // 0: written before the knob existed
   c.promote = in.promote();
   c.swap_ab = in.swap_ab();
+  c.tail_split = in.tail_split() == 0 ? 1 : in.tail_split();  // 0: written before the knob existed
   const absl::Status positive = RequirePositive("config.gemm.wgmma.", {{"block_m", c.block_m}, {"block_n", c.block_n},
                                                                        {"consumers", c.consumers},
                                                                        {"cluster_m", c.cluster_m},
                                                                        {"stages", c.stages}, {"group_m", c.group_m},
-                                                                       {"split_k", c.split_k}, {"k_rows", c.k_rows}});
+                                                                       {"split_k", c.split_k}, {"k_rows", c.k_rows},
+                                                                       {"tail_split", c.tail_split}});
   if (!positive.ok()) return positive;
   return c;
 }
@@ -304,6 +306,7 @@ v1::WgmmaTile WgmmaTileConfigToProto(const WgmmaTileConfig& c) {
   out.set_k_rows(c.k_rows);
   out.set_promote(c.promote);
   out.set_swap_ab(c.swap_ab);
+  out.set_tail_split(c.tail_split);
   return out;
 }
 

@@ -54,6 +54,14 @@
 // others', so D is the same whichever split arrives last), resets the counter
 // to zero and runs the epilogue. No CTA waits on another, so any grid size is
 // safe.
+// With TAIL_SPLIT > 1 (SPLIT_K 1, cooperative, unswapped), only the tiles past
+// the grid's whole waves are split: with T tile units and C clusters, the
+// first T - T % C units are whole tiles, then each of the T % C tiles left
+// over is TAIL_SPLIT units (split-major, splits of floor(k * (s + 1) / S) -
+// floor(k * s / S) steps), summed as split-K's. The last wave then keeps every
+// SM busy for (T % C) * S / C of a tile's steps per SM instead of leaving
+// C - T % C of them idle for a whole tile (wave quantisation: 2048 x 4096 x
+// 14336 in 128 x 192 tiles is 2.67 waves, run as 3 unsplit).
 // With CLUSTER_M = 2, CTAs pair up in a cluster on tiles of the same column
 // stacked along M: each fetches half of the shared B tile and multicasts it
 // into both CTAs' stage, so B crosses from L2 once per pair; a stage is then
@@ -90,11 +98,14 @@
 //                 (batch, tiles, CLUSTER_M, SPLIT_K, BM * BN) f32 partials,
 //                 then (batch, tiles, CLUSTER_M) u32 counters, tiles counted
 //                 in cluster units; zeroed before the first launch (every
-//                 launch leaves the counters zero again)
+//                 launch leaves the counters zero again). TAIL_SPLIT > 1:
+//                 likewise with the T % C tail tiles and TAIL_SPLIT (null
+//                 where there is no tail)
 //   a_scale, b_scale  const float*  e4m3: the per-tensor scales (null: 1)
 // REQUIRES: K * sizeof(TAB) % 16 == 0 (TMA strides are multiples of 16
 // bytes); with B_KN, N * sizeof(TAB) % 16 == 0 too and (BN / CLUSTER_M) % 64
-// == 0; ceil(K / (K_ROWS * kBK)) a multiple of SPLIT_K; c 8-byte and
+// == 0; ceil(K / (K_ROWS * kBK)) a multiple of SPLIT_K, and at least
+// TAIL_SPLIT; c 8-byte and
 // d 16-byte aligned; dynamic shared memory of STAGES * K_ROWS * (BM + BN) * 128 + 1024
 // + 16 * (STAGES + 2) + CONSUMERS * 4 * 16 * 144 bytes (the ring, its
 // alignment, the barriers and split flags, the epilogue's staging rows); a
@@ -421,7 +432,7 @@ __device__ __forceinline__ bool reduce_split_k(float (&acc)[MSUB][BN / 2], unsig
 }  // namespace gemm_wgmma_detail
 
 template <typename TAB, typename TD, int EPI, bool HAS_C, int BM, int BN, int CONSUMERS, bool PINGPONG, int CLUSTER_M,
-          int STAGES, int GROUP_M, int SPLIT_K, int K_ROWS, int PROMOTE_STEPS, bool B_KN, bool SWAP_AB>
+          int STAGES, int GROUP_M, int SPLIT_K, int K_ROWS, int PROMOTE_STEPS, bool B_KN, bool SWAP_AB, int TAIL_SPLIT>
 __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLUSTER_M, 1, 1)
     gemm_wgmma(const __grid_constant__ TmaDescriptor tma_a, const __grid_constant__ TmaDescriptor tma_b,
                const TD* __restrict__ c, TD* __restrict__ d, const bf16* __restrict__ bias, int M, int N, int K,
@@ -448,6 +459,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
   static_assert(kMSub * BN / 2 <= 128, "at most 128 accumulator registers per thread");
   static_assert(STAGES >= 2, "at least double buffering");
   static_assert(SPLIT_K >= 1 && SPLIT_K <= 16, "SPLIT_K in [1, 16]");
+  static_assert(TAIL_SPLIT >= 1 && TAIL_SPLIT <= 16, "TAIL_SPLIT in [1, 16]");
+  static_assert(TAIL_SPLIT == 1 || (SPLIT_K == 1 && !PINGPONG && !SWAP_AB),
+                "the tail split: unsplit, cooperative, unswapped tiles");
   static_assert(sizeof(TAB) == 2 || sizeof(TAB) == 1, "bf16 or e4m3 operands");
   static_assert(K_ROWS == 1 || K_ROWS == 2, "one or two 128-byte slices of K per stage");
   static_assert(PROMOTE_STEPS >= 0, "PROMOTE_STEPS: 0 (none) or steps of K per accumulator span");
@@ -504,11 +518,42 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
   const int tiles_m = (M + BM * CLUSTER_M - 1) / (BM * CLUSTER_M);
   const int tiles_n = (N + BN - 1) / BN;
   const int tiles = tiles_m * tiles_n;
-  const int units = tiles * SPLIT_K;                  // (split, tile), split-major
+  const int units_uniform = tiles * SPLIT_K;          // (split, tile), split-major
   const int k_steps = (K + K_ROWS * kBK - 1) / (K_ROWS * kBK) / SPLIT_K;  // steps of K_ROWS * kBK per unit
   const int batch = blockIdx.z;
   const int cluster = blockIdx.x / CLUSTER_M;
   const int clusters = gridDim.x / CLUSTER_M;
+  // TAIL_SPLIT > 1: the tiles of the whole waves (`tiles_whole` of them, every
+  // cluster busy) are units of all of K; the `tail` tiles left over are
+  // TAIL_SPLIT units each, split-major, of about k_steps / TAIL_SPLIT steps,
+  // so the last wave's work is shared by every cluster instead of leaving
+  // clusters - tail of them idle. Their partials are summed like split-K's.
+  const int tail = TAIL_SPLIT > 1 ? tiles % clusters : 0;
+  const int tiles_whole = tiles - tail;
+  const int units = TAIL_SPLIT > 1 ? tiles_whole + tail * TAIL_SPLIT : units_uniform;
+  // A unit's tile, its first step of K and its count of steps, and for a
+  // split unit its split (else -1).
+  struct Work {
+    int tile, k_first, k_count, split;
+  };
+  auto work_of = [&](int unit) {
+    Work w;
+    if (TAIL_SPLIT > 1) {
+      if (unit < tiles_whole) {
+        w = {unit, 0, k_steps, -1};
+      } else {
+        const int v = unit - tiles_whole;
+        const int split = v / tail;
+        // Splits of floor(k_steps * (s + 1) / TAIL_SPLIT) - floor(k_steps * s /
+        // TAIL_SPLIT) steps: none empty while k_steps >= TAIL_SPLIT (the host checks).
+        const int first = k_steps * split / TAIL_SPLIT;
+        w = {tiles_whole + v % tail, first, k_steps * (split + 1) / TAIL_SPLIT - first, split};
+      }
+    } else {
+      w = {unit % tiles, (unit / tiles) * k_steps, k_steps, SPLIT_K > 1 ? unit / tiles : -1};
+    }
+    return w;
+  };
   // Grouped raster order: tile -> (tile_m, tile_n), tile_m this CTA's row of tiles.
   auto locate = [&](int tile, int& tile_m, int& tile_n) {
     const int per_group = GROUP_M * tiles_n;
@@ -524,10 +569,10 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
     if (thread == 0) {
       int step = 0;  // k-steps issued, over all tiles: stage = step % STAGES
       for (int unit = cluster; unit < units; unit += clusters) {
+        const Work w = work_of(unit);
         int tile_m, tile_n;
-        locate(unit % tiles, tile_m, tile_n);
-        const int k_first = (unit / tiles) * k_steps;  // the split's first step
-        for (int kt = k_first; kt < k_first + k_steps; ++kt, ++step) {
+        locate(w.tile, tile_m, tile_n);
+        for (int kt = w.k_first; kt < w.k_first + w.k_count; ++kt, ++step) {
           const int s = step % STAGES;
           // The first pass finds every stage empty (waiting on the phase
           // "before" phase 0 returns at once).
@@ -599,10 +644,16 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
     // Ping-pong: this consumer's turns are every other tile of the CTA's.
     const int first_turn = PINGPONG ? consumer : 0;
     constexpr int kTurnStride = PINGPONG ? 2 : 1;
+    int consumed = 0;  // cooperative: steps of the CTA's earlier units (the producer's count)
     for (int turn = first_turn; cluster + turn * clusters < units; turn += kTurnStride) {
       const int unit = cluster + turn * clusters;
-      const int tile = unit % tiles;
-      int step = turn * k_steps;  // the producer's count at this unit's first stage
+      const Work w = work_of(unit);
+      const int tile = w.tile;
+      // The producer's count at this unit's first stage. Ping-pong's units
+      // (never tail-split) are all k_steps long; a cooperative consumer takes
+      // every unit of the CTA, each as long as it is.
+      int step = PINGPONG ? turn * k_steps : consumed;
+      consumed += w.k_count;
       int tile_m, tile_n;
       locate(tile, tile_m, tile_n);
       if (PINGPONG && turn > 0) {
@@ -626,7 +677,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
         }
       }
       int previous = -1;  // the stage whose wgmmas may still be in flight
-      for (int kt = 0; kt < k_steps; ++kt, ++step) {
+      for (int kt = 0; kt < w.k_count; ++kt, ++step) {
         const int s = step % STAGES;
         mbar_wait(&full[s], (step / STAGES) & 1);
         // kPromote: a span's first wgmma overwrites the accumulator (scale-d
@@ -653,7 +704,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
         }
         wgmma_commit();
         if constexpr (kPromote) {
-          if ((kt + 1 + span_offset) % kSpan == 0 && kt + 1 < k_steps) {
+          if ((kt + 1 + span_offset) % kSpan == 0 && kt + 1 < w.k_count) {
             // The span's wgmmas have written acc. It is not zeroed for the
             // next span, whose first wgmma ignores it (span_start). Zeroing
             // it here compiled to about 290 instructions in the window where
@@ -690,8 +741,18 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
         if (!reduce_split_k<kMSub, BN, SPLIT_K, PINGPONG ? 1 : CONSUMERS>(
                 acc, ws, split_arrivals, PINGPONG ? consumer : 0, PINGPONG ? thread : consumer * 128 + thread,
                 (static_cast<long long>(batch) * tiles + tile) * CLUSTER_M + rank,
-                static_cast<long long>(gridDim.z) * tiles * CLUSTER_M, unit / tiles)) {
+                static_cast<long long>(gridDim.z) * tiles * CLUSTER_M, w.split)) {
           continue;  // another split of this tile finishes it
+        }
+      } else if constexpr (TAIL_SPLIT > 1) {
+        // The workspace holds the tail tiles' partials only: slot (batch,
+        // tail tile, rank).
+        if (w.split >= 0 &&
+            !reduce_split_k<kMSub, BN, TAIL_SPLIT, CONSUMERS>(
+                acc, ws, split_arrivals, 0, consumer * 128 + thread,
+                (static_cast<long long>(batch) * tail + (tile - tiles_whole)) * CLUSTER_M + rank,
+                static_cast<long long>(gridDim.z) * tail * CLUSTER_M, w.split)) {
+          continue;
         }
       }
 

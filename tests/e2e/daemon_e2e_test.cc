@@ -412,11 +412,11 @@ TEST_CASE("the ktune CLI drives a daemon and fails with one-line reasons", "[e2e
   INFO(gemm_kn.err);
   REQUIRE(gemm_kn.exit_code == 0);
   CHECK(gemm_kn.out.find("gemm/gemm_wgmma") != std::string::npos);
-  // The kernel's last two template arguments, B_KN and SWAP_AB: B_KN true
-  // ("Lb1E"), SWAP_AB false, then the ends of the template arguments and of
-  // the name, then void.
-  CHECK(gemm_kn.out.find("Lb1ELb0EEEv") != std::string::npos);
-  CHECK(gemm.out.find("Lb0ELb0EEEv") != std::string::npos);
+  // The kernel's last three template arguments, B_KN, SWAP_AB and
+  // TAIL_SPLIT: B_KN true ("Lb1E"), SWAP_AB false, no tail split ("Li1E"),
+  // then the ends of the template arguments and of the name, then void.
+  CHECK(gemm_kn.out.find("Lb1ELb0ELi1EEEv") != std::string::npos);
+  CHECK(gemm.out.find("Lb0ELb0ELi1EEEv") != std::string::npos);
   // fp8: D is bf16 unless asked otherwise; B must be [N, K], and the refusal says so.
   auto fp8 = RunCommand(cli + "get gemm --m 128 --n 4096 --k 4096 --dtype fp8e4m3 --b-layout nk", dir.path());
   INFO(fp8.err);

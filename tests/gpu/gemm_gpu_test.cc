@@ -224,17 +224,9 @@ TEST_CASE("every skinny GEMM candidate matches a float64 reference", "[gpu][gemm
   CHECK(tested == 45);  // nine configs (six plain, three pipelined) per case
 }
 
-// Verifies every config of g's wgmma space (pruned: the model's pick; else
-// all of it; swapped_only: its swapped tiles alone) against the float64
-// reference; returns how many ran.
-int VerifyWgmmaSpace(Device* device, GemmCase& g, bool pruned, bool swapped_only = false) {
-  GemmSpaceOptions options;
-  options.pruned = pruned;
-  std::vector<WgmmaTileConfig> space = WgmmaSearchSpace(g.p, device->info(), options);
-  if (swapped_only) {
-    space.erase(std::remove_if(space.begin(), space.end(), [](const WgmmaTileConfig& c) { return !c.swap_ab; }),
-                space.end());
-  }
+// Verifies each of `space`'s configs of the wgmma template on g against the
+// float64 reference.
+void VerifyWgmmaConfigs(Device* device, GemmCase& g, const std::vector<WgmmaTileConfig>& space) {
   std::vector<LaunchRecipe> recipes;
   for (const WgmmaTileConfig& c : space) {
     absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(g.p, c, device->info());
@@ -264,9 +256,12 @@ int VerifyWgmmaSpace(Device* device, GemmCase& g, bool pruned, bool swapped_only
     // Swapped tiles compute D^T: the recipe names their sizes (N, M), not (M, N).
     CHECK(r->kernels[0].params[5] == (c.swap_ab ? "N" : "M"));
     if (c.swap_ab) std::swap(m, n);
-    // A split-K recipe's workspace, zeroed once as its contract says; it runs
-    // twice, so what the first launch leaves in it (the counters) is tested too.
-    CHECK(r->workspace_zeroed == (c.split_k > 1));
+    // A split-K (or tail split) recipe's workspace, zeroed once as its
+    // contract says; it runs twice, so what the first launch leaves in it
+    // (the counters) is tested too.
+    const bool split = r->workspace_bytes > 0;
+    CHECK(split == (c.split_k > 1 || c.tail_split > 1));
+    CHECK(r->workspace_zeroed == split);
     absl::StatusOr<DeviceBuffer> ws = DeviceBuffer::Create(device, std::max<uint64_t>(r->workspace_bytes, 16));
     REQUIRE(ws.ok());
     REQUIRE(device->Fill(ws->get(), 0, ws->size()).ok());
@@ -274,7 +269,7 @@ int VerifyWgmmaSpace(Device* device, GemmCase& g, bool pruned, bool swapped_only
     uint64_t no_scale = 0;  // bf16: no per-tensor scales
     void* args[] = {&*tma_a, &*tma_b, &cc, &d, &bias, &m, &n, &kk, &g.alpha, &g.beta, &pws, &no_scale, &no_scale};
     std::vector<uint16_t> first;  // split-K: D of the first launch
-    for (int launch = 0; launch < (c.split_k > 1 ? 2 : 1); ++launch) {
+    for (int launch = 0; launch < (split ? 2 : 1); ++launch) {
       INFO("launch " << launch);
       g.Poison(device);
       REQUIRE(device->Launch(*k, r->kernels[0], args).ok());
@@ -286,6 +281,20 @@ int VerifyWgmmaSpace(Device* device, GemmCase& g, bool pruned, bool swapped_only
     }
     device->UnloadKernel(*k);
   }
+}
+
+// Verifies every config of g's wgmma space (pruned: the model's pick; else
+// all of it; swapped_only: its swapped tiles alone) against the float64
+// reference; returns how many ran.
+int VerifyWgmmaSpace(Device* device, GemmCase& g, bool pruned, bool swapped_only = false) {
+  GemmSpaceOptions options;
+  options.pruned = pruned;
+  std::vector<WgmmaTileConfig> space = WgmmaSearchSpace(g.p, device->info(), options);
+  if (swapped_only) {
+    space.erase(std::remove_if(space.begin(), space.end(), [](const WgmmaTileConfig& c) { return !c.swap_ab; }),
+                space.end());
+  }
+  VerifyWgmmaConfigs(device, g, space);
   return static_cast<int>(space.size());
 }
 
@@ -323,6 +332,46 @@ TEST_CASE("every swapped wgmma config matches a float64 reference", "[gpu][gemm]
     tested += here;
   }
   std::printf("swapped wgmma configs verified: %d\n", tested);
+}
+
+// The tail split: whole waves of tiles, then the tiles left over split
+// along K across every SM, their partials summed by the last split. Shapes
+// with more tile units than the grid has clusters (so a tail exists): 1100 x
+// 2200 x 1000 (K tail: 15.6 steps of 64; 162 tiles of 128 x 128, 30 left
+// over on 132 SMs; in 2x1 clusters 90 units on 66, 24 over), with C and
+// SiLU; B as [K, N]; and a batch of two (66 clusters each) with a bias.
+// Splits of 2, 3, 5 and 8 ways (uneven: 16 steps in 3 and 5), with one
+// consumer and two, alone and in clusters.
+TEST_CASE("every tail split of the wgmma template matches a float64 reference", "[gpu][gemm][wgmma][tail]") {
+  Device* device = testing::GpuDevice();
+  std::vector<GemmCase> cases;
+  cases.push_back(GemmCase::Make(device, 1100, 2200, 1000, v1::COL_MAJOR, v1::EPILOGUE_BIAS_SILU, true, 1));
+  cases.push_back(GemmCase::Make(device, 1100, 2200, 1000, v1::ROW_MAJOR, v1::EPILOGUE_NONE, false, 1));
+  cases.push_back(GemmCase::Make(device, 1100, 1100, 520, v1::COL_MAJOR, v1::EPILOGUE_BIAS, false, 2));
+  int tested = 0;
+  for (GemmCase& g : cases) {
+    std::vector<WgmmaTileConfig> configs;
+    for (auto [bm, bn, consumers] : {std::tuple{128, 128, 2}, {128, 64, 1}, {64, 128, 1}}) {
+      for (int cluster_m : {1, 2}) {
+        for (int split : {2, 3, 5, 8}) {
+          WgmmaTileConfig c;
+          c.block_m = bm;
+          c.block_n = bn;
+          c.consumers = consumers;
+          c.cluster_m = cluster_m;
+          c.tail_split = split;
+          // Only configs that leave a tail here (their recipe has a workspace).
+          absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(g.p, c, device->info());
+          if (r.ok() && r->workspace_bytes > 0) configs.push_back(c);
+        }
+      }
+    }
+    INFO(GemmCanonicalKey(g.p));
+    CHECK(configs.size() >= 8);
+    VerifyWgmmaConfigs(device, g, configs);
+    tested += static_cast<int>(configs.size());
+  }
+  std::printf("tail-split wgmma configs verified: %d\n", tested);
 }
 
 // B as [K, N], read N-major (session 12). Every config once, at a problem
@@ -519,7 +568,10 @@ TEST_CASE("fp8 GEMMs are tuned over cuBLASLt and the wgmma template and checked 
                            // 16 spans of 4 steps and one of 1 (PromoteSteps);
                            // 2304 x 1024 is more tiles than SMs.
                            {Fp8Gemm(256, 264, 8320, v1::EPILOGUE_NONE), false},
-                           {Fp8Gemm(2304, 1024, 8192, v1::EPILOGUE_BIAS), true}};
+                           {Fp8Gemm(2304, 1024, 8192, v1::EPILOGUE_BIAS), true},
+                           // 216 tiles of 128 x 192 on 132 SMs: the model's best
+                           // promoted configs come with a tail split too.
+                           {Fp8Gemm(2200, 2200, 8320, v1::EPILOGUE_BIAS_GELU), true}};
   for (const Fp8Case& c : cases) {
     INFO(GemmCanonicalKey(c.p) << (c.pruned ? "" : ", unpruned"));
     GemmTuneOptions options;
@@ -541,6 +593,11 @@ TEST_CASE("fp8 GEMMs are tuned over cuBLASLt and the wgmma template and checked 
     for (const GemmCandidateOutcome& o : r->outcomes) {
       INFO(o.name << ": " << o.status);
       CHECK(o.status == "ok");
+    }
+    if (c.p.m() == 2200) {
+      int tail_split = 0;
+      for (const GemmCandidateOutcome& o : r->outcomes) tail_split += o.name.find(" pr t") != std::string::npos;
+      CHECK(tail_split >= 1);
     }
     std::printf("%s: %s at %.2f us (best template %s %.2f us, %d template candidates)\n",
                 GemmCanonicalKey(c.p).c_str(), r->winner.Name().c_str(), r->winner_timing.median_us,

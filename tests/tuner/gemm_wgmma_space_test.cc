@@ -84,7 +84,9 @@ TEST_CASE("the wgmma model prefers big tiles for big GEMMs and fewer idle SMs fo
   const DeviceInfo h200 = CompileOnlyTarget();
   const std::vector<WgmmaTileConfig> big = WgmmaSearchSpace(LinearGemm(8192, 8192, 8192), h200);
   REQUIRE(!big.empty());
-  CHECK(big.size() <= 16 + 2 * 3);  // the pruned 16; raster groups 4 and 16 and a kr2 variant of the best two
+  // The pruned 16; raster groups 4 and 16 and a kr2 variant of the best two;
+  // a tail split of the best four.
+  CHECK(big.size() <= 16 + 2 * 3 + 4);
   CHECK(big[0].block_m * big[0].block_n >= 128 * 256);
   CHECK(big[0].consumers == 2);
   // 128 x 4096: 16 tiles of 128 x 256 leave 116 SMs idle; 64 of 128 x 64 do not.
@@ -211,7 +213,7 @@ TEST_CASE("problems of a few rows get swapped tiles: the weight's rows by the na
   REQUIRE(r.ok());
   const KernelLaunch& k = r->kernels[0];
   CHECK(k.name_expression ==
-        "ktune::gemm_wgmma<ktune::e4m3, ktune::bf16, 0, false, 64, 16, 1, false, 1, 16, 8, 2, 1, 0, false, true>");
+        "ktune::gemm_wgmma<ktune::e4m3, ktune::bf16, 0, false, 64, 16, 1, false, 1, 16, 8, 2, 1, 0, false, true, 1>");
   CHECK(k.params == std::vector<std::string>{"tma_b:128x64", "tma_a:128x16", "c", "d", "bias", "N", "M", "K",
                                              "alpha", "beta", "ws", "a_scale", "b_scale"});
   CHECK(k.grid[0] == 128);  // 4096 / 64 tiles of B's rows, two splits each
@@ -276,7 +278,7 @@ TEST_CASE("raster groups 4 and 16 are tried on the model's best two configs wher
   c.group_m = 16;
   absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(LinearGemm(8192, 8192, 8192), c, h200);
   REQUIRE(r.ok());
-  CHECK_THAT(r->kernels[0].name_expression, Catch::EndsWith(", 16, 1, 1, 0, false, false>"));
+  CHECK_THAT(r->kernels[0].name_expression, Catch::EndsWith(", 16, 1, 1, 0, false, false, 1>"));
   CHECK_THAT(ToString(c), Catch::Contains(" g16"));
 }
 
@@ -316,7 +318,7 @@ TEST_CASE("two slices of K per stage are tried on the model's best two configs, 
   CHECK(ToString(c) == "bm128 bn256 c2 s2 g8 kr2");
   absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(LinearGemm(4096, 4096, 4096), c, h200);
   REQUIRE(r.ok());
-  CHECK_THAT(r->kernels[0].name_expression, Catch::EndsWith(", 2, 8, 1, 2, 0, false, false>"));
+  CHECK_THAT(r->kernels[0].name_expression, Catch::EndsWith(", 2, 8, 1, 2, 0, false, false, 1>"));
   CHECK(r->kernels[0].dynamic_smem_bytes == WgmmaSharedMemoryBytes(c));
   // TMA boxes stay one 128-byte slice: two copies per operand and stage.
   CHECK(r->kernels[0].params[0] == "tma_a:64x128");
@@ -388,7 +390,7 @@ TEST_CASE("WgmmaLaunchRecipe: sm_90a, a persistent grid and TMA parameters", "[t
   CHECK(r->arch == "sm_90a");
   REQUIRE(r->kernels.size() == 1);
   const KernelLaunch& k = r->kernels[0];
-  CHECK(k.name_expression == "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 256, 2, false, 1, 4, 8, 1, 1, 0, false, false>");
+  CHECK(k.name_expression == "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 256, 2, false, 1, 4, 8, 1, 1, 0, false, false, 1>");
   CHECK(k.grid == std::array<uint32_t, 3>{132, 1, 1});  // 2048 tiles, one CTA per SM
   CHECK(k.block == std::array<uint32_t, 3>{384, 1, 1});
   CHECK(k.dynamic_smem_bytes == 4 * (128 + 256) * 128 + 1024 + 96 + 2 * 4 * 16 * 144);
@@ -400,13 +402,13 @@ TEST_CASE("WgmmaLaunchRecipe: sm_90a, a persistent grid and TMA parameters", "[t
   r = WgmmaLaunchRecipe(LinearGemm(128, 512, 4096, v1::EPILOGUE_BIAS, v1::FP32, v1::FP32, 4), c, h200);
   REQUIRE(r.ok());
   CHECK(r->kernels[0].grid == std::array<uint32_t, 3>{2, 1, 4});
-  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<ktune::bf16, float, 1, true, 128, 256, 2, false, 1, 4, 8, 1, 1, 0, false, false>");
+  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<ktune::bf16, float, 1, true, 128, 256, 2, false, 1, 4, 8, 1, 1, 0, false, false, 1>");
   CHECK_FALSE(WgmmaLaunchRecipe(LinearGemm(64, 64, 100), c, h200).ok());
   // B as [K, N]: the template's B_KN, and B's box is 64 columns by 64 rows of K.
   r = WgmmaLaunchRecipe(TestGemm(8192, 8192, 8192, v1::ROW_MAJOR), c, h200);
   REQUIRE(r.ok());
   CHECK(r->kernels[0].name_expression ==
-        "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 256, 2, false, 1, 4, 8, 1, 1, 0, true, false>");
+        "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 256, 2, false, 1, 4, 8, 1, 1, 0, true, false, 1>");
   CHECK(r->kernels[0].params[0] == "tma_a:64x128");
   CHECK(r->kernels[0].params[1] == "tma_b:64x64");
   // The same ring, its B stages laid out in column blocks.
@@ -416,7 +418,7 @@ TEST_CASE("WgmmaLaunchRecipe: sm_90a, a persistent grid and TMA parameters", "[t
   pair.cluster_m = 2;
   r = WgmmaLaunchRecipe(LinearGemm(8192, 8192, 8192), pair, h200);
   REQUIRE(r.ok());
-  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 256, 2, false, 2, 4, 8, 1, 1, 0, false, false>");
+  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 256, 2, false, 2, 4, 8, 1, 1, 0, false, false, 1>");
   CHECK(r->kernels[0].grid == std::array<uint32_t, 3>{132, 1, 1});
   CHECK(r->kernels[0].params[1] == "tma_b:64x128");
   r = WgmmaLaunchRecipe(LinearGemm(100, 512, 4096), pair, h200);  // one unit of two tile rows, 2 columns
@@ -431,7 +433,7 @@ TEST_CASE("WgmmaLaunchRecipe for fp8: e4m3 operands, 128-wide K steps in the sam
   absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(Fp8Gemm(8192, 8192, 4096, v1::EPILOGUE_BIAS), c, h200);
   REQUIRE(r.ok());
   const KernelLaunch& k = r->kernels[0];
-  CHECK(k.name_expression == "ktune::gemm_wgmma<ktune::e4m3, ktune::bf16, 1, false, 128, 256, 2, false, 1, 4, 8, 1, 1, 0, false, false>");
+  CHECK(k.name_expression == "ktune::gemm_wgmma<ktune::e4m3, ktune::bf16, 1, false, 128, 256, 2, false, 1, 4, 8, 1, 1, 0, false, false, 1>");
   // The ring holds as many bytes as bf16's: twice the K per stage.
   CHECK(k.dynamic_smem_bytes == 4 * (128 + 256) * 128 + 1024 + 96 + 2 * 4 * 16 * 144);
   CHECK(k.params == std::vector<std::string>{"tma_a:128x128", "tma_b:128x256", "c", "d", "bias", "M", "N", "K",
@@ -469,7 +471,7 @@ TEST_CASE("fp8 promotion: a second accumulator every few steps of K, where one s
   absl::StatusOr<LaunchRecipe> wide_recipe = WgmmaLaunchRecipe(cube, wide, h200);
   REQUIRE(wide_recipe.ok());
   CHECK(wide_recipe->kernels[0].name_expression ==
-        "ktune::gemm_wgmma<ktune::e4m3, ktune::bf16, 0, false, 128, 192, 2, false, 1, 4, 8, 1, 1, 8, false, false>");
+        "ktune::gemm_wgmma<ktune::e4m3, ktune::bf16, 0, false, 128, 192, 2, false, 1, 4, 8, 1, 1, 8, false, false, 1>");
   // 192 columns only promoted: unmeasured elsewhere, and bf16 has 256.
   WgmmaTileConfig wide_plain = wide;
   wide_plain.promote = false;
@@ -485,21 +487,22 @@ TEST_CASE("fp8 promotion: a second accumulator every few steps of K, where one s
   REQUIRE(r.ok());
   // PROMOTE_STEPS: 8 steps of 128 fp8 elements (1024 of K, K * span = 2^23) per span.
   CHECK(r->kernels[0].name_expression ==
-        "ktune::gemm_wgmma<ktune::e4m3, ktune::bf16, 0, false, 128, 128, 2, false, 1, 4, 8, 1, 1, 8, false, false>");
+        "ktune::gemm_wgmma<ktune::e4m3, ktune::bf16, 0, false, 128, 128, 2, false, 1, 4, 8, 1, 1, 8, false, false, 1>");
   CHECK(r->workspace_bytes == 0);
   WgmmaTileConfig deep = c;
   deep.k_rows = 2;
   deep.stages = 2;
   r = WgmmaLaunchRecipe(cube, deep, h200);
   REQUIRE(r.ok());
-  CHECK(r->kernels[0].name_expression.find(", 2, 4, false, false>") != std::string::npos);  // 4 steps of 256
+  CHECK(r->kernels[0].name_expression.find(", 2, 4, false, false, 1>") != std::string::npos);  // 4 steps of 256
   // The span shrinks as K grows (the truncation error grows as K * sqrt(span)),
   // down to one step; never past it.
   auto steps_at = [&](int64_t k, const WgmmaTileConfig& config) {
     absl::StatusOr<LaunchRecipe> at = WgmmaLaunchRecipe(Fp8Gemm(8192, 8192, k), config, h200);
     REQUIRE(at.ok());
     const std::string& e = at->kernels[0].name_expression;
-    std::string head = e.substr(0, e.rfind(", "));  // PROMOTE_STEPS comes before B_KN and SWAP_AB
+    std::string head = e.substr(0, e.rfind(", "));  // PROMOTE_STEPS comes before B_KN, SWAP_AB and TAIL_SPLIT
+    head = head.substr(0, head.rfind(", "));
     head = head.substr(0, head.rfind(", "));
     return head.substr(head.rfind(", ") + 2);
   };
@@ -553,6 +556,101 @@ TEST_CASE("fp8 promotion: a second accumulator every few steps of K, where one s
   CHECK_FALSE(WgmmaTileConfigFromProto(before)->promote);
 }
 
+TEST_CASE("the tail split: whole waves, then the left-over tiles split along K across every SM", "[tuner][gemm]") {
+  const DeviceInfo h200 = CompileOnlyTarget();  // 132 SMs
+  WgmmaTileConfig c;
+  c.block_n = 192;
+  c.promote = true;
+  c.tail_split = 3;
+  CHECK(ToString(c) == "bm128 bn192 c2 s4 g8 pr t3");
+  // fp8 2048 x 4096 x 14336: 16 x 22 = 352 tiles of 128 x 192, two whole
+  // waves of 132 and 88 left over, in 3 splits of 112 steps of 128 (37, 37
+  // and 38): 264 units after the 264 whole tiles.
+  const v1::GemmProblem p = Fp8Gemm(2048, 4096, 14336);
+  absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(p, c, h200);
+  REQUIRE(r.ok());
+  CHECK_THAT(r->kernels[0].name_expression, Catch::EndsWith(", 4, false, false, 3>"));  // PROMOTE_STEPS 4
+  CHECK(r->kernels[0].grid == std::array<uint32_t, 3>{132, 1, 1});
+  CHECK(r->workspace_bytes == uint64_t{88} * 3 * 128 * 192 * 4 + 88 * 4);  // the tail's partials, then counters
+  CHECK(r->workspace_zeroed);
+  // The model: 2 waves and 2 / 3 of one, against 3 waves whole.
+  WgmmaTileConfig whole = c;
+  whole.tail_split = 1;
+  CHECK(WgmmaModelTimeUs(p, c, h200) < 0.95 * WgmmaModelTimeUs(p, whole, h200));
+  // In 2x1 clusters: 8 x 22 = 176 units on 66 clusters, 44 left over; a
+  // batch of two halves the clusters per batch (66 each: 352 % 66 = 22).
+  WgmmaTileConfig pair = c;
+  pair.cluster_m = 2;
+  r = WgmmaLaunchRecipe(p, pair, h200);
+  REQUIRE(r.ok());
+  CHECK(r->kernels[0].grid == std::array<uint32_t, 3>{132, 1, 1});
+  CHECK(r->workspace_bytes == uint64_t{44} * 2 * 3 * 128 * 192 * 4 + 44 * 2 * 4);  // (tail, rank) slots
+  v1::GemmProblem two = Fp8Gemm(2048, 4096, 14336);
+  two.set_batch(2);
+  r = WgmmaLaunchRecipe(two, c, h200);
+  REQUIRE(r.ok());
+  CHECK(r->kernels[0].grid == std::array<uint32_t, 3>{66, 1, 2});
+  CHECK(r->workspace_bytes == uint64_t{2} * 22 * 3 * 128 * 192 * 4 + 2 * 22 * 4);
+  // Fewer tiles than clusters: one partial wave, no tail (split-K's case):
+  // no workspace, the grid as many CTAs as tiles.
+  r = WgmmaLaunchRecipe(Fp8Gemm(1024, 4096, 14336), c, h200);  // 8 x 22 = 176 > 132: a tail of 44
+  REQUIRE(r.ok());
+  CHECK(r->workspace_bytes > 0);
+  r = WgmmaLaunchRecipe(Fp8Gemm(512, 4096, 14336), c, h200);  // 4 x 22 = 88 tiles
+  REQUIRE(r.ok());
+  CHECK(r->workspace_bytes == 0);
+  CHECK_FALSE(r->workspace_zeroed);
+  CHECK(r->kernels[0].grid == std::array<uint32_t, 3>{88, 1, 1});
+  // Refused: with split-K, ping-pong or swapped tiles, and splits without K.
+  WgmmaTileConfig split = c;
+  split.promote = false;
+  split.block_n = 128;
+  split.split_k = 2;
+  CheckRefused(LinearGemm(8192, 4096, 4096), split, h200, "a tail split is for unsplit cooperative tiles");
+  WgmmaTileConfig turns = c;
+  turns.promote = false;
+  turns.block_n = 128;
+  turns.pingpong = true;
+  CheckRefused(LinearGemm(8192, 4096, 4096), turns, h200, "a tail split is for unsplit cooperative tiles");
+  WgmmaTileConfig eight = whole;
+  eight.promote = false;
+  eight.block_n = 128;
+  eight.tail_split = 8;
+  CheckRefused(LinearGemm(8192, 4096, 448), eight, h200, "leaves a split without K: K has 7 steps");
+  eight.tail_split = 17;
+  CheckRefused(LinearGemm(8192, 4096, 4096), eight, h200, "tail_split must be 1 to 16");
+  // The pruned space offers it beside the model's best unsplit configs, each
+  // twin's base config there too, and only where a tail is left over.
+  for (const v1::GemmProblem& q : {Fp8Gemm(2048, 4096, 14336), LinearGemm(8192, 14336, 4096), LinearGemm(8192, 8192, 8192)}) {
+    const std::vector<WgmmaTileConfig> space = WgmmaSearchSpace(q, h200);
+    int twins = 0;
+    for (const WgmmaTileConfig& t : space) {
+      if (t.tail_split == 1) continue;
+      ++twins;
+      WgmmaTileConfig base = t;
+      base.tail_split = 1;
+      CHECK(std::find(space.begin(), space.end(), base) != space.end());
+      absl::StatusOr<LaunchRecipe> tr = WgmmaLaunchRecipe(q, t, h200);
+      REQUIRE(tr.ok());
+      CHECK(tr->workspace_bytes > 0);
+    }
+    CHECK(twins >= 1);
+    CHECK(twins <= 4);
+  }
+  // 128 x 4096: 32 tiles, less than a wave; no twin.
+  for (const WgmmaTileConfig& t : WgmmaSearchSpace(LinearGemm(128, 4096, 4096), h200)) CHECK(t.tail_split == 1);
+  // On the wire; an entry from before the knob reads as no tail split.
+  absl::StatusOr<WgmmaTileConfig> back = WgmmaTileConfigFromProto(WgmmaTileConfigToProto(c));
+  REQUIRE(back.ok());
+  CHECK(*back == c);
+  v1::WgmmaTile before = WgmmaTileConfigToProto(c);
+  before.clear_tail_split();
+  CHECK(WgmmaTileConfigFromProto(before)->tail_split == 1);
+  before.set_tail_split(-1);
+  CHECK_THAT(std::string(WgmmaTileConfigFromProto(before).status().message()),
+             Catch::Contains("config.gemm.wgmma.tail_split: must be >= 1, got -1"));
+}
+
 TEST_CASE("split-K: K's steps divide into the slices, the workspace starts zeroed, and only few tiles split",
           "[tuner][gemm]") {
   const DeviceInfo h200 = CompileOnlyTarget();
@@ -563,7 +661,7 @@ TEST_CASE("split-K: K's steps divide into the slices, the workspace starts zeroe
   const v1::GemmProblem thin = LinearGemm(128, 4096, 14336);
   absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(thin, c, h200);
   REQUIRE(r.ok());
-  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 128, 2, false, 1, 4, 8, 4, 1, 0, false, false>");
+  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 128, 2, false, 1, 4, 8, 4, 1, 0, false, false, 1>");
   CHECK(r->kernels[0].grid == std::array<uint32_t, 3>{128, 1, 1});  // 32 tiles x 4 slices
   CHECK(r->workspace_bytes == uint64_t{32} * 4 * 128 * 128 * 4 + 32 * 4);  // partials, then counters
   CHECK(r->workspace_zeroed);
@@ -715,6 +813,9 @@ TEST_CASE("NVRTC compiles every pruned wgmma candidate for sm_90a without spills
   // Promoted tiles (up to 64 x 192 per consumer, 192 accumulator registers)
   // under the heaviest epilogue.
   problems.push_back(Fp8Gemm(2304, 1032, 8320, v1::EPILOGUE_BIAS_SILU));
+  // And with a tail split (216 tiles of 128 x 192 on 132 SMs): the split
+  // sum beside both accumulators and the epilogue.
+  problems.push_back(Fp8Gemm(2200, 2200, 8320, v1::EPILOGUE_BIAS_SILU));
   std::vector<LaunchRecipe> recipes = DistinctRecipes(problems, h200, WgmmaSearchSpace, WgmmaLaunchRecipe);
   REQUIRE(recipes.size() >= 10);
   CheckCompilesWithoutSpills(&recipes, "wgmma");

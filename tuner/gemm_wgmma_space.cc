@@ -379,13 +379,14 @@ double WgmmaModelTimeUs(const v1::GemmProblem& p, const WgmmaTileConfig& c, cons
   // Turns of each CTA: units of cluster_m tiles along M over the clusters (a
   // cluster's second tile row past M is idle time).
   const int64_t units = TileUnits(p, c) * c.split_k * GemmBatch(p);
-  // In waves of whole units; a tail split's (shorter) units as fractions.
+  // In waves of whole units; a tail split's (shorter) units as fractions:
+  // its tail tiles' splits take `tail_rounds` rounds of 1 / tail_split each.
   double waves = static_cast<double>(CeilDiv(units, std::max(1, sms / c.cluster_m)));
   const int64_t tail = TailTiles(p, c, d) * GemmBatch(p);
+  const int64_t clusters = MaxClusters(p, c, d) * GemmBatch(p);
+  const int64_t tail_rounds = CeilDiv(tail * c.tail_split, clusters);
   if (tail > 0) {
-    const int64_t clusters = MaxClusters(p, c, d) * GemmBatch(p);
-    waves = static_cast<double>((units - tail) / clusters) +
-            static_cast<double>(CeilDiv(tail * c.tail_split, clusters)) / c.tail_split;
+    waves = static_cast<double>((units - tail) / clusters) + static_cast<double>(tail_rounds) / c.tail_split;
   }
   // Operand bytes per MAC fall as the tile grows: 128 x 256 feeds the tensor
   // cores at full rate, a 128 x 64 tile reads 2.5x as many bytes per MAC.
@@ -419,20 +420,18 @@ double WgmmaModelTimeUs(const v1::GemmProblem& p, const WgmmaTileConfig& c, cons
   const double unit_flops = 2.0 * c.block_m * c.block_n * k_padded / c.split_k;
   const double rate = (GemmIsFp8(p) ? 2 : 1) * kWgmmaTflopsPerSm * tile_efficiency * consumer_efficiency * pipelining *
                       promotion;
-  double compute_us = static_cast<double>(waves) * unit_flops / (rate * 1e6);
+  double compute_us = waves * unit_flops / (rate * 1e6);
+  // One fp32 partial tile's trip through L2.
+  const double partial_us = 4.0 * c.block_m * c.block_n / (kL2GBpsPerSm * 1e3);
   if (c.split_k > 1) {
     // Every unit writes its fp32 partial tile; the last split of a tile reads
     // the other split_k - 1 back before its epilogue.
-    const double tile_bytes = 4.0 * c.block_m * c.block_n;
-    compute_us += (static_cast<double>(waves) + (c.split_k - 1)) * tile_bytes / (kL2GBpsPerSm * 1e3);
+    compute_us += (waves + (c.split_k - 1)) * partial_us;
   }
   if (tail > 0) {
     // Likewise for the tail's units: a CTA writes its share of them, the last
     // split of a tile reads the other tail_split - 1 back.
-    const double tile_bytes = 4.0 * c.block_m * c.block_n;
-    const int64_t clusters = MaxClusters(p, c, d) * GemmBatch(p);
-    compute_us += static_cast<double>(CeilDiv(tail * c.tail_split, clusters) + (c.tail_split - 1)) * tile_bytes /
-                  (kL2GBpsPerSm * 1e3);
+    compute_us += static_cast<double>(tail_rounds + (c.tail_split - 1)) * partial_us;
   }
   // A CTA streams its operands through the ring, each stage refilled about
   // kLoadLatencyUs after it was freed: at most (stages - 1) stages of bytes
@@ -440,7 +439,7 @@ double WgmmaModelTimeUs(const v1::GemmProblem& p, const WgmmaTileConfig& c, cons
   // cores wait on memory; a large tile's compute hides it.
   const double stage_bytes = static_cast<double>(c.k_rows) * (c.block_m + c.block_n) * kRowBytes;
   const double unit_bytes = (c.block_m + c.block_n) * k_padded / c.split_k * OperandBytes(p);
-  const double stream_us = static_cast<double>(waves) * unit_bytes / ((c.stages - 1) * stage_bytes / kLoadLatencyUs);
+  const double stream_us = waves * unit_bytes / ((c.stages - 1) * stage_bytes / kLoadLatencyUs);
   const double d_bytes = GemmDType(p) == v1::FP32 ? 4 : 2;
   const double bytes = static_cast<double>(GemmBatch(p)) *
                        (OperandBytes(p) * double(p.m() * p.k() + p.n() * p.k()) + d_bytes * p.m() * p.n() * (GemmHasC(p) ? 2 : 1));

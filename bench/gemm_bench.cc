@@ -6,7 +6,7 @@
 //
 //   ktune_gemm_bench [--shapes 8192x8192x8192,1x4096x4096] [--dtype bf16|fp8] [--b-layout nk|kn]
 //                    [--paired] [--unpruned | --max-candidates N --max-model-ratio R]
-//                    [--sustained-finalists N] [--json out.json]
+//                    [--sustained-finalists N] [--head-to-head-rounds R] [--json out.json]
 // --paired lets a driver time ktune's answer beside a peer in another process
 // (bench/gemm_bench.py does, against torch): after each problem's tune it
 // prints "paired: ready MxNxK" and reads commands on stdin, one per line:
@@ -32,10 +32,22 @@
 // tuner/gemm_tuner.h), its three figures are theirs, each candidate timed
 // after its own heat; the table prints every sustained finalist under the row,
 // and --sustained-finalists 0 turns them off.
+// --head-to-head-rounds R (default 8): where the sustained finals ran, the
+// best template and cuBLASLt's default are then timed against each other in
+// R rounds (tuner/gemm_tuner.h, TimeHeadToHead: each window as a sustained
+// finalist's, the two of a round back to back, the order swapped every
+// round), and the median of the rounds' ratios is printed beside the tune's
+// figures ("head_to_head" in the JSON). The tune's own template/default
+// ratio compares medians over windows seconds apart, which the power
+// controller's wandering clocks move by several percent (session 21: the same
+// bf16 shape's ratio read 0.934-0.986x over six tunes, 0.98-0.99x
+// interleaved); this is the steadier figure for how far the template trails
+// or leads cuBLASLt. 0 turns it off.
 // Default shapes: issue 5's (M in {1, 16, 128, 2048, 8192} x (N, K) in
 // {(4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096)}, plus 8192^3), bf16
 // (fp8: e4m3 A and B with per-tensor scales, bf16 D; cuBLASLt's algorithms and
 // the wgmma template).
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -53,6 +65,9 @@
 #include "tuner/gemm_tuner.h"
 
 namespace {
+
+// Calls a head-to-head window times, as TimeLikeAPeer's.
+constexpr int kHeadToHeadCalls = 100;
 
 double Tflops(const ktune::v1::GemmProblem& p, double us) { return us > 0 ? ktune::GemmFlops(p) / (us * 1e6) : 0; }
 
@@ -122,6 +137,12 @@ int main(int argc, char** argv) {
   app.add_option("--sustained-ms", options.sustained_ms, "each sustained finalist is timed for about this long")
       ->capture_default_str()
       ->check(CLI::Range(1.0, 10000.0));
+  int head_to_head_rounds = 8;
+  app.add_option("--head-to-head-rounds", head_to_head_rounds,
+                 "where the sustained finals ran, time the best template against cuBLASLt's default in this "
+                 "many rounds (0: off)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 50));
   CLI11_PARSE(app, argc, argv);
   options.space.pruned = !unpruned;
 
@@ -204,6 +225,22 @@ int main(int argc, char** argv) {
       std::printf("    sustained %-44s %9.1f us %7.1f TFLOP/s (interleaved %7.1f, rounds apart %.1f%%)\n",
                   o.name.c_str(), o.sustained->median_us, Tflops(p, o.sustained->median_us),
                   Tflops(p, o.timing.median_us), 100 * o.sustained->pass_range);
+    }
+    if (head_to_head_rounds > 0 && r->sustained && r->best_template_candidate && r->cublaslt_default_candidate) {
+      absl::StatusOr<ktune::HeadToHead> h =
+          ktune::TimeHeadToHead(executor.get(), r->best_template_candidate->recipe,
+                                r->cublaslt_default_candidate->recipe, head_to_head_rounds,
+                                options.sustained_heat_ms, kHeadToHeadCalls);
+      if (!h.ok()) {
+        std::printf("    head-to-head failed: %s\n", std::string(h.status().message()).c_str());
+      } else {
+        const auto [low, high] = std::minmax_element(h->ratios.begin(), h->ratios.end());
+        std::printf("    head-to-head %-41s %6.3fx cuBLASLt's default (median of %d rounds; %.3f-%.3f)\n",
+                    r->best_template_name.c_str(), h->median_ratio, head_to_head_rounds, *low, *high);
+        row["head_to_head"] = {{"template", r->best_template_name}, {"template_us", h->a_us},
+                               {"default_us", h->b_us}, {"ratios", h->ratios}, {"median_ratio", h->median_ratio}};
+      }
+      std::fflush(stdout);
     }
     if (lt.ok() && ktune::CublasLtCanServe(p).ok()) {
       auto text = [](const absl::StatusOr<ktune::CublasLtAlgoSettings>& s) {

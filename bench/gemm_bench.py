@@ -186,9 +186,11 @@ def main():
           (f"; 'block': ktune's answer and torch each timed {args.rounds} times in a row (after one discarded), "
            f"medians; 'alt': the same, alternated" if args.rounds else "") +
           ("; '=torch': the answer has the settings of cuBLASLt's pick under PyTorch's 1 MiB workspace, "
-           "the kernel torch._scaled_mm runs" if args.dtype == "fp8" else ""))
+           "the kernel torch._scaled_mm runs" if args.dtype == "fp8" else "") +
+          "; 'h2h': the best template against cuBLASLt's default, median of their round-by-round ratios "
+          "after their sustained finals (ktune_gemm_bench --head-to-head-rounds)")
     print(f"{'M x N x K':<22} | {'torch':>7} | {'cuBLASLt':>8} | {'template':>8} | {'ktune':>7} | "
-          f"{'block':>7} | {'vs cuBLASLt':>11} | {'vs torch':>8} | {'alt':>6} | answer")
+          f"{'block':>7} | {'vs cuBLASLt':>11} | {'vs torch':>8} | {'alt':>6} | {'h2h':>6} | answer")
     torch.zeros(1, device="cuda")  # this process's CUDA context first (see "Blocks" in the header)
     bench = PairedBench(args.ktune_gemm_bench, shapes, args.dtype, ours_json, args.rounds > 0)
     key = lambda r: f"{r['m']}x{r['n']}x{r['k']}"  # noqa: E731
@@ -232,10 +234,12 @@ def main():
         ours, dflt = row["ktune_tflops"], row["cublaslt_default_tflops"]
         versus = block if args.rounds > 0 else ours  # like with like
         alt = row["alt_ratio"] if args.rounds > 0 else 0.0
+        # The best template against cuBLASLt's default, round by round (ktune_gemm_bench's header).
+        h2h = f"{row['head_to_head']['median_ratio']:5.3f}x" if "head_to_head" in row else f"{'-':>6}"
         print(f"{row['m']} x {row['n']} x {row['k']:<10} | {row['torch_tflops']:7.1f} | {dflt:8.1f} | "
               f"{row['best_template_tflops']:8.1f} | {ours:7.1f} | {block:7.1f} | "
               f"{ours / dflt if dflt else 0:10.3f}x | {versus / row['torch_tflops']:7.3f}x | {alt:5.3f}x | "
-              f"{row['ktune_answer']}{same_kernel_as_torch(row, args.dtype)}",
+              f"{h2h} | {row['ktune_answer']}{same_kernel_as_torch(row, args.dtype)}",
               flush=True)
         with open(args.out, "w") as f:
             json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)

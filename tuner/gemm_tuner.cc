@@ -118,6 +118,30 @@ Timing CombinePasses(const std::vector<Timing>& passes) {
   return t;
 }
 
+absl::StatusOr<HeadToHead> TimeHeadToHead(CandidateExecutor* executor, const LaunchRecipe& a, const LaunchRecipe& b,
+                                          int rounds, double heat_ms, int calls) {
+  if (rounds < 1) return absl::InvalidArgumentError(absl::StrCat("head-to-head rounds: ", rounds, " (at least 1)"));
+  if (calls < 1) return absl::InvalidArgumentError(absl::StrCat("head-to-head calls: ", calls, " (at least 1)"));
+  const LaunchRecipe* recipes[2] = {&a, &b};
+  absl::StatusOr<std::vector<std::vector<Timing>>> timed = TimeInAlternatingRounds(
+      2, rounds, [] { return false; }, [&](size_t c) -> absl::StatusOr<Timing> {
+        if (absl::Status heat = HeatUp(executor, *recipes[c], heat_ms); !heat.ok()) return heat;
+        return executor->Time(*recipes[c], {0, calls});
+      });
+  if (!timed.ok()) return timed.status();
+  HeadToHead h;
+  for (int r = 0; r < rounds; ++r) {
+    h.a_us.push_back((*timed)[0][r].median_us);
+    h.b_us.push_back((*timed)[1][r].median_us);
+    h.ratios.push_back(h.a_us.back() > 0 ? h.b_us.back() / h.a_us.back() : 0.0);
+  }
+  std::vector<double> sorted = h.ratios;
+  std::sort(sorted.begin(), sorted.end());
+  // An even count: the mean of the middle two, so neither side's luck in one round decides.
+  h.median_ratio = rounds % 2 == 1 ? sorted[rounds / 2] : (sorted[rounds / 2 - 1] + sorted[rounds / 2]) / 2;
+  return h;
+}
+
 absl::StatusOr<GemmTuneResult> TuneGemm(const v1::GemmProblem& problem, CandidateExecutor* executor,
                                         const GemmTuneOptions& options) {
   const DeviceInfo& info = executor->device();
@@ -311,12 +335,17 @@ absl::StatusOr<GemmTuneResult> TuneGemm(const v1::GemmProblem& problem, Candidat
   // `timings[t]` is finalist `timed[t]`'s.
   auto report_peers = [&](const std::vector<size_t>& timed, const std::vector<Timing>& timings) {
     result.best_template.reset();
+    result.best_template_candidate.reset();
     for (size_t t = 0; t < timed.size(); ++t) {
       const GemmCandidate& c = candidates[finalists[timed[t]]];
-      if (c.cublaslt_rank == 0) result.cublaslt_default = timings[t];
+      if (c.cublaslt_rank == 0) {
+        result.cublaslt_default = timings[t];
+        result.cublaslt_default_candidate = c;
+      }
       if (c.is_template() && (!result.best_template || timings[t].median_us < result.best_template->median_us)) {
         result.best_template = timings[t];
         result.best_template_name = c.Name();
+        result.best_template_candidate = c;
       }
     }
   };

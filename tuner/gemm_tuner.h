@@ -90,6 +90,10 @@ struct GemmTuneResult {
   std::optional<Timing> cublaslt_default;  // cuBLASLt's own choice, measured with the finalists
   std::optional<Timing> best_template;     // the fastest own template among the finalists
   std::string best_template_name;
+  // The candidates behind those two timings, so a caller can time them again
+  // side by side (bench/gemm_bench.cc's head-to-head rounds).
+  std::optional<GemmCandidate> cublaslt_default_candidate;
+  std::optional<GemmCandidate> best_template_candidate;
   bool sustained = false;  // whether the sustained finals ran and picked the winner
   std::vector<GemmCandidateOutcome> outcomes;
   int template_candidates = 0;
@@ -119,6 +123,23 @@ size_t PickGemmWinner(const std::vector<Timing>& finals, const std::vector<std::
 // sized by a 20-call probe), so what is timed next runs at the clocks a
 // power-limited GPU holds under load, not those it starts from idle.
 absl::Status HeatUp(CandidateExecutor* executor, const LaunchRecipe& recipe, double heat_ms);
+
+// Two candidates timed against each other as the sustained finals time each
+// finalist: after `heat_ms` of itself, `calls` calls, in `rounds` rounds, `a`
+// first in even rounds and `b` first in odd ones. On a power-limited GPU a
+// timing of one window mostly reads where the power controller has left the
+// clocks (they wander +-4% from window to window, session 21), and the two
+// timings of one round see nearly the same state; so each round gives a
+// ratio, and their median compares the two with much less of that noise
+// than one median per candidate over rounds seconds apart.
+struct HeadToHead {
+  std::vector<double> a_us, b_us;  // per round, each a window's median
+  std::vector<double> ratios;      // per round, b_us / a_us: above 1 where a ran faster
+  double median_ratio = 0;
+};
+// INVALID_ARGUMENT for rounds < 1 or calls < 1; any failure of the executor as is.
+absl::StatusOr<HeadToHead> TimeHeadToHead(CandidateExecutor* executor, const LaunchRecipe& a, const LaunchRecipe& b,
+                                          int rounds, double heat_ms, int calls);
 
 // One timing from interleaved passes over the same candidate: the median of
 // the pass medians and percentiles, the repetitions summed, pass_range set,

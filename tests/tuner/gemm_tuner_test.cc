@@ -292,6 +292,10 @@ TEST_CASE("a large GEMM's winner is the fastest when each finalist runs after it
     }
     // The fastest few (the default among them: no templates here).
     CHECK(sustained == options.sustained_finalists);
+    // The default's candidate comes with its timing, for a caller to time again.
+    REQUIRE(r->cublaslt_default_candidate.has_value());
+    CHECK(r->cublaslt_default_candidate->Name() == "cublaslt #0");
+    CHECK_FALSE(r->best_template_candidate.has_value());
   }
   {
     // A problem too short for the power limit to matter: no sustained finals.
@@ -301,6 +305,66 @@ TEST_CASE("a large GEMM's winner is the fastest when each finalist runs after it
     REQUIRE(r.ok());
     CHECK_FALSE(r->sustained);
     CHECK(r->winner.Name() == "cublaslt #0");
+  }
+}
+
+// The power-limited GPU, recording which candidate each timed window (not a
+// heat-up: those start with a probe of one warm-up call) ran.
+class RecordingPowerLimitedExecutor : public PowerLimitedExecutor {
+ public:
+  using PowerLimitedExecutor::PowerLimitedExecutor;
+  absl::StatusOr<Timing> Time(const LaunchRecipe& recipe, const MeasureOptions& options) override {
+    if (options.warmup == 0 && options.repetitions == kCalls) order.push_back(recipe.cublaslt_algo.at(0));
+    return PowerLimitedExecutor::Time(recipe, options);
+  }
+  static constexpr int kCalls = 37;  // no heat-up is this long
+  std::vector<int> order;
+};
+
+LaunchRecipe CublasLtNumber(int i) {
+  LaunchRecipe r;
+  r.template_id = kCublasLtTemplateId;
+  r.cublaslt_algo = std::string(1, static_cast<char>(i));
+  return r;
+}
+
+TEST_CASE("a head-to-head times two candidates round by round, each after its own heat", "[tuner][gemm]") {
+  // As above: #1 takes 2% more cycles than #0 but draws 15% less power, so
+  // after its own heat it runs about 11% faster.
+  const int calls = RecordingPowerLimitedExecutor::kCalls;
+  RecordingPowerLimitedExecutor gpu({500, 510}, {1.15, 1.0}, 100000);
+  auto h = TimeHeadToHead(&gpu, CublasLtNumber(1), CublasLtNumber(0), 6, 200, calls);
+  REQUIRE(h.ok());
+  REQUIRE(h->ratios.size() == 6);
+  CHECK(h->a_us.size() == 6);
+  CHECK(h->b_us.size() == 6);
+  for (size_t r = 0; r < h->ratios.size(); ++r) {
+    INFO("round " << r);
+    CHECK(h->ratios[r] == Approx(h->b_us[r] / h->a_us[r]));
+    CHECK(h->ratios[r] > 1.05);
+  }
+  CHECK(h->median_ratio == Approx(500 * 1.15 / 510).epsilon(0.03));
+  // a first in even rounds, b first in odd ones.
+  CHECK(gpu.order == std::vector<int>{1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1});
+
+  SECTION("a drift between a round's two windows cancels over the alternating order") {
+    // Clocks that keep falling: whoever runs second in a round reads slower.
+    // 98 against 100 at equal clocks; each window moves the clocks by ~1.5%.
+    BusyGpuExecutor drifting({100, 98}, 5e6);
+    auto d = TimeHeadToHead(&drifting, CublasLtNumber(1), CublasLtNumber(0), 4, 200, 100);
+    REQUIRE(d.ok());
+    const double truth = 100.0 / 98;
+    CHECK(d->ratios[0] > truth * 1.005);  // b second: it looks slower
+    CHECK(d->ratios[1] < truth / 1.005);  // a second
+    CHECK(d->median_ratio == Approx(truth).epsilon(0.003));
+  }
+  SECTION("no rounds or no calls is an error that names the argument") {
+    auto none = TimeHeadToHead(&gpu, CublasLtNumber(1), CublasLtNumber(0), 0, 200, calls);
+    CHECK(absl::IsInvalidArgument(none.status()));
+    CHECK_THAT(std::string(none.status().message()), Catch::Contains("rounds"));
+    auto empty = TimeHeadToHead(&gpu, CublasLtNumber(1), CublasLtNumber(0), 3, 200, 0);
+    CHECK(absl::IsInvalidArgument(empty.status()));
+    CHECK_THAT(std::string(empty.status().message()), Catch::Contains("calls"));
   }
 }
 

@@ -366,6 +366,11 @@ TuneQueue::Result KtuneServiceImpl::TuneGemmAndStore(const Resolved& r, int repe
                      o.status == "ok" ? absl::StrFormat(" %.2f us", o.timing.median_us) : "",
                      o.sustained ? absl::StrFormat(", %.2f us sustained", o.sustained->median_us) : ""));
   }
+  if (result->tie_break) {
+    spdlog::info("event=tie_break key=\"{}\" challenger=\"{}\" ratio={:.3f} rounds={} won={}", r.key.problem_key,
+                 result->tie_break_challenger, result->tie_break->median_ratio, result->tie_break->ratios.size(),
+                 HeadToHeadFavoursFirst(*result->tie_break));
+  }
   v1::Entry entry;
   *entry.mutable_problem()->mutable_gemm() = *r.gemm;
   *entry.mutable_device() = DeviceToProto(target_);

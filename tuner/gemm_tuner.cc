@@ -119,12 +119,14 @@ Timing CombinePasses(const std::vector<Timing>& passes) {
 }
 
 absl::StatusOr<HeadToHead> TimeHeadToHead(CandidateExecutor* executor, const LaunchRecipe& a, const LaunchRecipe& b,
-                                          int rounds, double heat_ms, int calls) {
+                                          int rounds, double heat_ms, int calls,
+                                          const std::atomic<bool>* cancelled) {
   if (rounds < 1) return absl::InvalidArgumentError(absl::StrCat("head-to-head rounds: ", rounds, " (at least 1)"));
   if (calls < 1) return absl::InvalidArgumentError(absl::StrCat("head-to-head calls: ", calls, " (at least 1)"));
   const LaunchRecipe* recipes[2] = {&a, &b};
   absl::StatusOr<std::vector<std::vector<Timing>>> timed = TimeInAlternatingRounds(
-      2, rounds, [] { return false; }, [&](size_t c) -> absl::StatusOr<Timing> {
+      2, rounds, [&] { return cancelled != nullptr && cancelled->load(); },
+      [&](size_t c) -> absl::StatusOr<Timing> {
         if (absl::Status heat = HeatUp(executor, *recipes[c], heat_ms); !heat.ok()) return heat;
         return executor->Time(*recipes[c], {0, calls});
       });
@@ -140,6 +142,11 @@ absl::StatusOr<HeadToHead> TimeHeadToHead(CandidateExecutor* executor, const Lau
   // An even count: the mean of the middle two, so neither side's luck in one round decides.
   h.median_ratio = rounds % 2 == 1 ? sorted[rounds / 2] : (sorted[rounds / 2 - 1] + sorted[rounds / 2]) / 2;
   return h;
+}
+
+bool HeadToHeadFavoursFirst(const HeadToHead& h) {
+  const auto lost = std::count_if(h.ratios.begin(), h.ratios.end(), [](double r) { return r <= 1.0; });
+  return !h.ratios.empty() && lost <= 1 && h.median_ratio >= 1 + kMinTieWindow;
 }
 
 absl::StatusOr<GemmTuneResult> TuneGemm(const v1::GemmProblem& problem, CandidateExecutor* executor,
@@ -407,7 +414,27 @@ absl::StatusOr<GemmTuneResult> TuneGemm(const v1::GemmProblem& problem, Candidat
     if (default_final && chosen[c] == *default_final) default_sustained = c;
   }
   report_peers(chosen, sustained);
-  const size_t s = PickGemmWinner(sustained, rounds, default_sustained);
+  size_t s = PickGemmWinner(sustained, rounds, default_sustained);
+  // The window kept the default against a faster median: their windows were
+  // seconds apart, and the clocks wander by more than the gap between them.
+  // A head-to-head, whose two windows of a round see nearly the same clocks,
+  // tells them apart (session 22, bench/RESULTS.md).
+  const size_t fastest = static_cast<size_t>(std::min_element(sustained.begin(), sustained.end(),
+                                                              [](const Timing& x, const Timing& y) {
+                                                                return x.median_us < y.median_us;
+                                                              }) -
+                                             sustained.begin());
+  if (options.tie_break_rounds > 0 && default_sustained && s == *default_sustained && fastest != s) {
+    const GemmCandidate& challenger = candidates[finalists[chosen[fastest]]];
+    const double calls = options.sustained_ms * 1e3 / std::max(sustained[fastest].median_us, 1.0);
+    absl::StatusOr<HeadToHead> h = TimeHeadToHead(
+        executor, challenger.recipe, candidates[finalists[chosen[s]]].recipe, options.tie_break_rounds,
+        options.sustained_heat_ms, static_cast<int>(std::clamp(calls, 20.0, 2000.0)), options.cancelled);
+    if (!h.ok()) return h.status();
+    result.tie_break = *h;
+    result.tie_break_challenger = challenger.Name();
+    if (HeadToHeadFavoursFirst(*h)) s = fastest;
+  }
   result.winner = candidates[finalists[chosen[s]]];
   result.winner_timing = sustained[s];
   result.sustained = true;

@@ -11,7 +11,9 @@
 // how far the medians moved between passes, 1-3%). Problems of 100 us and
 // more are decided by sustained finals instead: the fastest few, the best
 // template and the default each timed after heat of its own, at the clocks
-// its own power draw holds (GemmTuneOptions). So the answer is never
+// its own power draw holds (GemmTuneOptions); where their tie window keeps
+// the default against a faster finalist, the two are timed head to head,
+// round by round, and that decides. So the answer is never
 // measurably slower than what cuBLASLt would have run: adding a source can
 // only make it faster.
 //
@@ -60,6 +62,13 @@ struct GemmTuneOptions {
   double sustained_heat_ms = 200;
   double sustained_ms = 100;
   double sustained_min_us = 100;
+  // Where the sustained finals' tie window keeps cuBLASLt's default against a
+  // faster median, the fastest and the default are timed head to head in
+  // this many rounds (TimeHeadToHead) and the fastest answers if it wins
+  // them (HeadToHeadFavoursFirst). 0: the window decides alone. (Session 22,
+  // fp8 8192 x 6144 x 4096: the window kept the default against a template
+  // 2.3% faster sustained, which then beat it by 2.8-4.0% in all 8 rounds.)
+  int tie_break_rounds = 8;
   KernelCache* kernel_cache = nullptr;           // not owned; may be null
   const std::atomic<bool>* cancelled = nullptr;  // checked between candidates
   // Candidates (CandidateId, tuner/tuner.h) that faulted or hung before: not run.
@@ -68,6 +77,30 @@ struct GemmTuneOptions {
   std::function<void(const std::string& candidate, const std::string& reason, const std::string& detail)>
       on_quarantine;
 };
+
+// Two candidates timed against each other as the sustained finals time each
+// finalist: after `heat_ms` of itself, `calls` calls, in `rounds` rounds, `a`
+// first in even rounds and `b` first in odd ones. On a power-limited GPU a
+// timing of one window mostly reads where the power controller has left the
+// clocks (they wander +-4% from window to window, session 21), and the two
+// timings of one round see nearly the same state; so each round gives a
+// ratio, and their median compares the two with much less of that noise
+// than one median per candidate over rounds seconds apart.
+struct HeadToHead {
+  std::vector<double> a_us, b_us;  // per round, each a window's median
+  std::vector<double> ratios;      // per round, b_us / a_us: above 1 where a ran faster
+  double median_ratio = 0;
+};
+// INVALID_ARGUMENT for rounds < 1 or calls < 1; CANCELLED when `cancelled`
+// (may be null) says so between timings; any failure of the executor as is.
+absl::StatusOr<HeadToHead> TimeHeadToHead(CandidateExecutor* executor, const LaunchRecipe& a, const LaunchRecipe& b,
+                                          int rounds, double heat_ms, int calls,
+                                          const std::atomic<bool>* cancelled = nullptr);
+// Whether `a` won the head-to-head: faster in every round but at most one,
+// and by at least the smallest tie window (1%) at the median round. One
+// round may go the other way: one window in eight met a sudden clock step
+// in session 22's runs; a drift that lasts touches both sides of a round.
+bool HeadToHeadFavoursFirst(const HeadToHead& h);
 
 struct GemmCandidateOutcome {
   std::string name;    // GemmCandidate::Name()
@@ -95,6 +128,10 @@ struct GemmTuneResult {
   std::optional<GemmCandidate> cublaslt_default_candidate;
   std::optional<GemmCandidate> best_template_candidate;
   bool sustained = false;  // whether the sustained finals ran and picked the winner
+  // Where the tie-break ran (GemmTuneOptions::tie_break_rounds): the fastest
+  // sustained finalist (`tie_break_challenger`) against the default.
+  std::optional<HeadToHead> tie_break;
+  std::string tie_break_challenger;
   std::vector<GemmCandidateOutcome> outcomes;
   int template_candidates = 0;
   int cublaslt_candidates = 0;
@@ -123,23 +160,6 @@ size_t PickGemmWinner(const std::vector<Timing>& finals, const std::vector<std::
 // sized by a 20-call probe), so what is timed next runs at the clocks a
 // power-limited GPU holds under load, not those it starts from idle.
 absl::Status HeatUp(CandidateExecutor* executor, const LaunchRecipe& recipe, double heat_ms);
-
-// Two candidates timed against each other as the sustained finals time each
-// finalist: after `heat_ms` of itself, `calls` calls, in `rounds` rounds, `a`
-// first in even rounds and `b` first in odd ones. On a power-limited GPU a
-// timing of one window mostly reads where the power controller has left the
-// clocks (they wander +-4% from window to window, session 21), and the two
-// timings of one round see nearly the same state; so each round gives a
-// ratio, and their median compares the two with much less of that noise
-// than one median per candidate over rounds seconds apart.
-struct HeadToHead {
-  std::vector<double> a_us, b_us;  // per round, each a window's median
-  std::vector<double> ratios;      // per round, b_us / a_us: above 1 where a ran faster
-  double median_ratio = 0;
-};
-// INVALID_ARGUMENT for rounds < 1 or calls < 1; any failure of the executor as is.
-absl::StatusOr<HeadToHead> TimeHeadToHead(CandidateExecutor* executor, const LaunchRecipe& a, const LaunchRecipe& b,
-                                          int rounds, double heat_ms, int calls);
 
 // One timing from interleaved passes over the same candidate: the median of
 // the pass medians and percentiles, the repetitions summed, pass_range set,

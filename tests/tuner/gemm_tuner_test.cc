@@ -368,6 +368,96 @@ TEST_CASE("a head-to-head times two candidates round by round, each after its ow
   }
 }
 
+TEST_CASE("a head-to-head is won in every round but at most one, by 1% at the median", "[tuner][gemm]") {
+  auto of = [](std::vector<double> ratios, double median) {
+    HeadToHead h;
+    h.ratios = std::move(ratios);
+    h.median_ratio = median;
+    return h;
+  };
+  CHECK(HeadToHeadFavoursFirst(of({1.03, 1.028, 1.04, 1.035}, 1.032)));
+  CHECK(HeadToHeadFavoursFirst(of({1.03, 0.99, 1.04, 1.035}, 1.032)));  // one round lost
+  CHECK_FALSE(HeadToHeadFavoursFirst(of({1.03, 0.99, 1.04, 0.995}, 1.01)));  // two
+  CHECK_FALSE(HeadToHeadFavoursFirst(of({1.03, 1.0, 1.04, 1.0}, 1.015)));  // a level round is not won
+  CHECK_FALSE(HeadToHeadFavoursFirst(of({1.006, 1.004, 1.008, 1.009}, 1.007)));  // under 1% at the median
+  CHECK_FALSE(HeadToHeadFavoursFirst(of({}, 0)));
+}
+
+// cuBLASLt-only candidates on a GPU whose clocks wander slowly, as the power
+// controller moves them (a sine of the busy time, +-amplitude): timings
+// seconds apart differ by more than the candidates do, timings moments apart
+// hardly at all.
+class WanderingClockExecutor : public BusyGpuExecutor {
+ public:
+  WanderingClockExecutor(std::vector<double> base_us, double amplitude, double period_us)
+      : BusyGpuExecutor(base_us, 1), base_us_(std::move(base_us)), amplitude_(amplitude), period_us_(period_us) {}
+  absl::StatusOr<Timing> Time(const LaunchRecipe& recipe, const MeasureOptions& options) override {
+    const double base = base_us_.at(static_cast<size_t>(recipe.cublaslt_algo.at(0)));
+    std::vector<float> samples_ms;
+    for (int i = 0; i < options.warmup + options.repetitions; ++i) {
+      const double us = base * (1 + amplitude_ * std::sin(2 * M_PI * busy_us_ / period_us_));
+      busy_us_ += us;
+      if (i >= options.warmup) samples_ms.push_back(static_cast<float>(us / 1e3));
+    }
+    return Summarize(samples_ms);
+  }
+
+ private:
+  std::vector<double> base_us_;
+  double amplitude_, period_us_;
+  double busy_us_ = 0;
+};
+
+TEST_CASE("a sustained tie the window gives the default is broken head to head", "[tuner][gemm]") {
+  // #1 is 2.5% faster than the default at any clock; the clocks wander by
+  // +-4% over 3.1 s, more than that between the sustained windows of a round.
+  // Here the sustained finals read #1 1% faster, with rounds 3.5% and 6.6%
+  // apart: inside the window, which keeps the default.
+  const std::vector<double> base = {1000, 975, 1080, 1090, 1100, 1110};
+  const double amplitude = 0.04, period_us = 3.1e6;
+  const v1::GemmProblem p = Fp8Gemm(8192, 8192, 8200);
+  GemmTuneOptions options;
+  REQUIRE(options.tie_break_rounds > 0);
+  options.tie_break_rounds = 0;
+  {
+    // The control: the window alone keeps the default.
+    WanderingClockExecutor gpu(base, amplitude, period_us);
+    auto r = TuneGemm(p, &gpu, options);
+    REQUIRE(r.ok());
+    REQUIRE(r->sustained);
+    CHECK(r->winner.Name() == "cublaslt #0");
+    CHECK_FALSE(r->tie_break.has_value());
+  }
+  options.tie_break_rounds = GemmTuneOptions().tie_break_rounds;
+  {
+    WanderingClockExecutor gpu(base, amplitude, period_us);
+    auto r = TuneGemm(p, &gpu, options);
+    REQUIRE(r.ok());
+    CHECK(r->winner.Name() == "cublaslt #1");
+    REQUIRE(r->tie_break.has_value());
+    CHECK(r->tie_break_challenger == "cublaslt #1");
+    CHECK(r->tie_break->ratios.size() == static_cast<size_t>(options.tie_break_rounds));
+    CHECK(r->tie_break->median_ratio == Approx(1000.0 / 975).epsilon(0.005));
+    // The answer's timing is still its sustained one.
+    bool found = false;
+    for (const GemmCandidateOutcome& o : r->outcomes) {
+      if (o.name != "cublaslt #1") continue;
+      found = true;
+      REQUIRE(o.sustained.has_value());
+      CHECK(r->winner_timing.median_us == o.sustained->median_us);
+    }
+    CHECK(found);
+  }
+  {
+    // Where the default is the fastest, no tie-break runs.
+    WanderingClockExecutor gpu({950, 975, 1080, 1090, 1100, 1110}, amplitude, period_us);
+    auto r = TuneGemm(p, &gpu, options);
+    REQUIRE(r.ok());
+    CHECK(r->winner.Name() == "cublaslt #0");
+    CHECK_FALSE(r->tie_break.has_value());
+  }
+}
+
 // The busy GPU on which every candidate computes a wrong answer.
 class WrongGpuExecutor : public BusyGpuExecutor {
  public:

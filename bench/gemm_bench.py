@@ -42,6 +42,13 @@ block figure times each side after its own kind, as each would run in a
 real program, and is the one "vs torch" reports; "alt" is the alternated
 ratio (torch's median time over ours).
 
+Head to head (since session 22, the "h2h" column): where the sustained
+finals ran, ktune_gemm_bench times the best template against cuBLASLt's
+default in 8 rounds, the two windows of a round back to back, and reports
+the median of the rounds' ratios (above 1: the template is faster); see its
+header. The tune's own template/default ratio compares windows seconds
+apart, which the wandering clocks move by several percent.
+
   python3 bench/gemm_bench.py --ktune-gemm-bench .gpu/bin/ktune_gemm_bench --out OUT.json [--dtype bf16|fp8] [--rounds 5]
 """
 import argparse

@@ -227,12 +227,12 @@ int main(int argc, char** argv) {
                   Tflops(p, o.timing.median_us), 100 * o.sustained->pass_range);
     }
     if (r->tie_break) {
+      const bool won = ktune::HeadToHeadFavoursFirst(*r->tie_break);
       std::printf("    tie-break    %-41s %6.3fx cuBLASLt's default (median of %zu rounds): %s\n",
                   r->tie_break_challenger.c_str(), r->tie_break->median_ratio, r->tie_break->ratios.size(),
-                  ktune::HeadToHeadFavoursFirst(*r->tie_break) ? "won" : "lost");
+                  won ? "won" : "lost");
       row["tie_break"] = {{"challenger", r->tie_break_challenger}, {"ratios", r->tie_break->ratios},
-                          {"median_ratio", r->tie_break->median_ratio},
-                          {"won", ktune::HeadToHeadFavoursFirst(*r->tie_break)}};
+                          {"median_ratio", r->tie_break->median_ratio}, {"won", won}};
     }
     if (head_to_head_rounds > 0 && r->sustained && r->best_template_candidate && r->cublaslt_default_candidate) {
       absl::StatusOr<ktune::HeadToHead> h =

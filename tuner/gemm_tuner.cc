@@ -58,6 +58,21 @@ absl::StatusOr<std::vector<std::vector<Timing>>> TimeInAlternatingRounds(
   return timings;
 }
 
+// The first of the fastest timings.
+size_t IndexOfFastest(const std::vector<Timing>& timings) {
+  return static_cast<size_t>(
+      std::min_element(timings.begin(), timings.end(),
+                       [](const Timing& x, const Timing& y) { return x.median_us < y.median_us; }) -
+      timings.begin());
+}
+
+// Calls in one sustained window of a candidate that takes about `median_us`:
+// sustained_ms worth, at least 20 and at most 2000.
+int SustainedWindowCalls(const GemmTuneOptions& options, double median_us) {
+  const double calls = options.sustained_ms * 1e3 / std::max(median_us, 1.0);
+  return static_cast<int>(std::clamp(calls, 20.0, 2000.0));
+}
+
 }  // namespace
 
 size_t PickGemmWinner(const std::vector<Timing>& finals, const std::vector<std::vector<Timing>>& passes,
@@ -362,10 +377,7 @@ absl::StatusOr<GemmTuneResult> TuneGemm(const v1::GemmProblem& problem, Candidat
   result.winner = candidates[finalists[w]];
   result.winner_timing = finals[w];
   report_peers(order, finals);
-  const double fastest_us =
-      std::min_element(finals.begin(), finals.end(), [](const Timing& x, const Timing& y) {
-        return x.median_us < y.median_us;
-      })->median_us;
+  const double fastest_us = finals[IndexOfFastest(finals)].median_us;
   if (options.sustained_finalists <= 0 || fastest_us < options.sustained_min_us) {
     result.tune_seconds = Seconds(start);
     return result;
@@ -399,10 +411,9 @@ absl::StatusOr<GemmTuneResult> TuneGemm(const v1::GemmProblem& problem, Candidat
                               [&](size_t c) -> absl::StatusOr<Timing> {
                                 const size_t f = chosen[c];
                                 const LaunchRecipe& recipe = candidates[finalists[f]].recipe;
-                                const double calls = options.sustained_ms * 1e3 / std::max(finals[f].median_us, 1.0);
                                 absl::Status heat = HeatUp(executor, recipe, options.sustained_heat_ms);
                                 if (!heat.ok()) return heat;
-                                return executor->Time(recipe, {0, static_cast<int>(std::clamp(calls, 20.0, 2000.0))});
+                                return executor->Time(recipe, {0, SustainedWindowCalls(options, finals[f].median_us)});
                               });
   if (!timed_rounds.ok()) return timed_rounds.status();
   const std::vector<std::vector<Timing>>& rounds = *timed_rounds;
@@ -419,17 +430,12 @@ absl::StatusOr<GemmTuneResult> TuneGemm(const v1::GemmProblem& problem, Candidat
   // seconds apart, and the clocks wander by more than the gap between them.
   // A head-to-head, whose two windows of a round see nearly the same clocks,
   // tells them apart (session 22, bench/RESULTS.md).
-  const size_t fastest = static_cast<size_t>(std::min_element(sustained.begin(), sustained.end(),
-                                                              [](const Timing& x, const Timing& y) {
-                                                                return x.median_us < y.median_us;
-                                                              }) -
-                                             sustained.begin());
+  const size_t fastest = IndexOfFastest(sustained);
   if (options.tie_break_rounds > 0 && default_sustained && s == *default_sustained && fastest != s) {
     const GemmCandidate& challenger = candidates[finalists[chosen[fastest]]];
-    const double calls = options.sustained_ms * 1e3 / std::max(sustained[fastest].median_us, 1.0);
     absl::StatusOr<HeadToHead> h = TimeHeadToHead(
         executor, challenger.recipe, candidates[finalists[chosen[s]]].recipe, options.tie_break_rounds,
-        options.sustained_heat_ms, static_cast<int>(std::clamp(calls, 20.0, 2000.0)), options.cancelled);
+        options.sustained_heat_ms, SustainedWindowCalls(options, sustained[fastest].median_us), options.cancelled);
     if (!h.ok()) return h.status();
     result.tie_break = *h;
     result.tie_break_challenger = challenger.Name();

@@ -70,10 +70,14 @@ std::string EncodeBundle(const std::vector<v1::Entry>& entries, const std::strin
   bundle.set_created_by(created_by);
   bundle.set_created_at_unix(created_at_unix);
   for (const v1::Entry& entry : entries) {
-    // A cubin is a build product of the recipe: the importer recompiles it for
-    // itself rather than trusting machine code from another host.
-    bundle.add_entries()->CopyFrom(entry);
-    bundle.mutable_entries()->rbegin()->mutable_recipe()->clear_cubin();
+    // A cubin and lowered names are build products of the recipe: the
+    // importer compiles it for itself rather than trusting machine code or
+    // entry points from another host (entries stored by older versions still
+    // carry lowered names).
+    v1::Entry* out = bundle.add_entries();
+    out->CopyFrom(entry);
+    out->mutable_recipe()->clear_cubin();
+    for (v1::KernelLaunch& k : *out->mutable_recipe()->mutable_kernels()) k.clear_lowered_name();
   }
   const std::string payload = bundle.SerializeAsString();
 

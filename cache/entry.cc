@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "cache/recipe_check.h"
 #include "tuner/fingerprint.h"
 #include "tuner/gemm_problem.h"
 #include "tuner/kernel_source.h"
@@ -142,75 +143,10 @@ std::optional<DeviceInfo> TunedOn(const v1::DeviceFingerprint& fingerprint) {
   return device;
 }
 
-std::string Dims(const google::protobuf::RepeatedField<uint32_t>& v) {
-  return absl::StrCat("(", absl::StrJoin(v, ", "), ")");
-}
-
-// A recipe of one of our templates, written from this build's template text,
-// must be the recipe this build writes for the entry's (problem, config) on
-// its device: a bundle edited by hand could otherwise hand callers a kernel,
-// launch geometry, parameter list or workspace the template does not have
-// (the daemon serves a stored recipe as it is). A recipe of another template
-// text (another ktune version's) is not compared: its entry's software
-// fingerprint is not this build's, so it is never served here.
-absl::Status CheckRecipeIsTemplates(absl::string_view prefix, const v1::LaunchRecipe& stored,
-                                    const absl::StatusOr<LaunchRecipe>& expected_recipe) {
-  const absl::StatusOr<const KernelSource*> source = FindKernelSource(stored.template_id());
-  if (!source.ok() || (*source)->hash != stored.template_hash()) return absl::OkStatus();
-  if (!expected_recipe.ok()) {
-    return Bad(prefix, "recipe", absl::StrCat("this template writes none for the config: ", expected_recipe.status().message()));
-  }
-  const v1::LaunchRecipe expected = RecipeToProto(*expected_recipe, /*include_cubin=*/false);
-  auto differs = [&](const std::string& field, const std::string& got, const std::string& want) {
-    return Bad(prefix, field,
-               absl::StrCat("is ", got.substr(0, 160), ", but this template writes ", want.substr(0, 160),
-                            " for the entry's problem and config"));
-  };
-  if (stored.kernels_size() != expected.kernels_size()) {
-    return differs("recipe.kernels", absl::StrCat(stored.kernels_size(), " kernels"),
-                   absl::StrCat(expected.kernels_size()));
-  }
-  for (int i = 0; i < stored.kernels_size(); ++i) {
-    const v1::KernelLaunch& got = stored.kernels(i);
-    const v1::KernelLaunch& want = expected.kernels(i);
-    const std::string field = absl::StrCat("recipe.kernels[", i, "].");
-    if (got.name_expression() != want.name_expression()) {
-      return differs(field + "name_expression", got.name_expression(), want.name_expression());
-    }
-    if (!std::equal(got.grid().begin(), got.grid().end(), want.grid().begin(), want.grid().end())) {
-      return differs(field + "grid", Dims(got.grid()), Dims(want.grid()));
-    }
-    if (!std::equal(got.block().begin(), got.block().end(), want.block().begin(), want.block().end())) {
-      return differs(field + "block", Dims(got.block()), Dims(want.block()));
-    }
-    if (got.dynamic_smem_bytes() != want.dynamic_smem_bytes()) {
-      return differs(field + "dynamic_smem_bytes", absl::StrCat(got.dynamic_smem_bytes()),
-                     absl::StrCat(want.dynamic_smem_bytes()));
-    }
-    if (!std::equal(got.params().begin(), got.params().end(), want.params().begin(), want.params().end())) {
-      return differs(field + "params", absl::StrJoin(got.params(), ", "), absl::StrJoin(want.params(), ", "));
-    }
-    if (got.programmatic_dependent() != want.programmatic_dependent()) {
-      return differs(field + "programmatic_dependent", got.programmatic_dependent() ? "true" : "false",
-                     want.programmatic_dependent() ? "true" : "false");
-    }
-  }
-  if (stored.workspace_bytes() != expected.workspace_bytes()) {
-    return differs("recipe.workspace_bytes", absl::StrCat(stored.workspace_bytes()),
-                   absl::StrCat(expected.workspace_bytes()));
-  }
-  if (stored.workspace_zeroed() != expected.workspace_zeroed()) {
-    return differs("recipe.workspace_zeroed", stored.workspace_zeroed() ? "true" : "false",
-                   expected.workspace_zeroed() ? "true" : "false");
-  }
-  return absl::OkStatus();
-}
-
 // A norm entry's config is one the norm templates can run for its problem
-// on the device it was tuned on (CanImplement, as the tuner judged it), and
-// its recipe the one they write for it (CheckRecipeIsTemplates).
-absl::Status CheckNormConfig(absl::string_view prefix, const v1::Config& config, const v1::LaunchRecipe& recipe,
-                             const NormProblem& problem, const v1::DeviceFingerprint& fingerprint) {
+// on the device it was tuned on (CanImplement, as the tuner judged it).
+absl::Status CheckNormConfig(absl::string_view prefix, const v1::Config& config, const NormProblem& problem,
+                             const v1::DeviceFingerprint& fingerprint) {
   if (!config.has_norm()) {
     return Bad(prefix, "config.norm", "a norm problem needs a norm config");
   }
@@ -255,17 +191,15 @@ absl::Status CheckNormConfig(absl::string_view prefix, const v1::Config& config,
     if (absl::Status s = CanImplement(problem, c, *device); !s.ok()) {
       return Bad(prefix, "config.norm", absl::StrCat("cannot run this problem on ", Arch(*device), ": ", s.message()));
     }
-    return CheckRecipeIsTemplates(prefix, recipe, NormLaunchRecipe(problem, c, *device));
   }
   return absl::OkStatus();
 }
 
 // A GEMM entry's config names its source, its recipe is that source's, and
 // one of our templates' configs can run the problem on the device it was
-// tuned on (judged as the tuner judged it, CanImplement*) with the recipe the
-// template writes for it: a bundle made by hand or by another version cannot
-// bring in a kernel the template refuses (split_k = 3, a skinny config at
-// M = 2048, ...) or a recipe that does not match its config.
+// tuned on (judged as the tuner judged it, CanImplement*): a bundle made by
+// hand or by another version cannot bring in a kernel the template refuses
+// (split_k = 3, a skinny config at M = 2048, ...).
 absl::Status CheckGemmConfig(absl::string_view prefix, const v1::Entry& entry) {
   const v1::Config& config = entry.config();
   const v1::LaunchRecipe& recipe = entry.recipe();
@@ -274,8 +208,8 @@ absl::Status CheckGemmConfig(absl::string_view prefix, const v1::Entry& entry) {
   const v1::GemmConfig& g = config.gemm();
   const std::optional<DeviceInfo> device = TunedOn(entry.device());
   // One of our templates: its config's fields, a recipe of that template, and
-  // the template's verdict on (problem, config, device): the recipe it writes
-  // (its LaunchRecipe refuses, with CanImplement's reason, what it cannot run).
+  // the template's verdict on (problem, config, device) (its LaunchRecipe
+  // refuses, with CanImplement's reason, what it cannot run).
   auto OwnTemplate = [&](const absl::Status& fields, const char* source, const char* template_id) -> absl::Status {
     if (!fields.ok()) return FromTuner(prefix, "config.gemm", fields);
     if (recipe.template_id() != template_id) {
@@ -289,7 +223,7 @@ absl::Status CheckGemmConfig(absl::string_view prefix, const v1::Entry& entry) {
       return Bad(prefix, "config.gemm",
                  absl::StrCat("cannot run this problem on ", Arch(*device), ": ", expected.status().message()));
     }
-    return CheckRecipeIsTemplates(prefix, recipe, expected);
+    return absl::OkStatus();
   };
   switch (g.source_case()) {
     case v1::GemmConfig::kMmaSync:
@@ -305,8 +239,11 @@ absl::Status CheckGemmConfig(absl::string_view prefix, const v1::Entry& entry) {
                    absl::StrCat("must be ", kCublasLtAlgoBytes, " bytes, got ", a.algo().size()));
       }
       if (a.version() == 0) return Bad(prefix, "config.gemm.cublaslt.version", "must be > 0");
-      if (recipe.template_id() != kCublasLtTemplateId || recipe.cublaslt_algo() != a.algo()) {
-        return Bad(prefix, "recipe", "a cuBLASLt config needs the cuBLASLt recipe of the same algorithm");
+      if (recipe.template_id() != kCublasLtTemplateId) {
+        return Bad(prefix, "recipe.template_id", "a cuBLASLt config needs the cuBLASLt recipe");
+      }
+      if (recipe.cublaslt_algo() != a.algo()) {
+        return Bad(prefix, "recipe.cublaslt_algo", "a cuBLASLt config needs the recipe of the same algorithm");
       }
       return absl::OkStatus();
     }
@@ -423,6 +360,27 @@ absl::Status CheckRecipe(absl::string_view prefix, const v1::LaunchRecipe& recip
   return absl::OkStatus();
 }
 
+// An entry keyed under this build's software fingerprint is served by this
+// build, so its recipe must be exactly the one this build's template writes
+// for its problem and config on its device (VerifyRecipe): every field, the
+// template id and hash, the NVRTC options and the kernels' names included.
+// An entry of another software fingerprint (another template text, NVRTC or
+// schema) is stale here: kept and listed, never served (its key cannot match
+// a lookup of this build), and its recipe, another build's, cannot be
+// re-derived, so only its form is checked.
+absl::Status CheckRecipeIsBuilds(absl::string_view prefix, const v1::Entry& entry) {
+  const absl::StatusOr<SoftwareFingerprint> build = BuildSoftware(entry.problem());
+  if (!build.ok()) return absl::OkStatus();  // an op this build does not serve: never served
+  if (SoftwareKey(SoftwareFromProto(entry.software())) != SoftwareKey(*build)) return absl::OkStatus();
+  const std::optional<DeviceInfo> device = TunedOn(entry.device());
+  if (!device.has_value()) {
+    return Bad(prefix, "device",
+               absl::StrCat("sm_", entry.device().cc_major(), entry.device().cc_minor(),
+                            " is an architecture this build does not know, so it cannot check the recipe"));
+  }
+  return VerifyRecipe(entry.problem(), entry.config(), entry.recipe(), *device, std::string(prefix));
+}
+
 absl::Status CheckMeasurement(absl::string_view prefix, const v1::Measurement& m) {
   if (!std::isfinite(m.time_us()) || m.time_us() <= 0) {
     return Bad(prefix, "measurement.time_us",
@@ -476,12 +434,13 @@ absl::Status ValidateEntry(const v1::Entry& entry, std::string_view prefix_text)
   if (!entry.has_software()) return Bad(prefix, "software", "missing");
   if (absl::Status s = CheckSoftware(prefix, entry.software()); !s.ok()) return s;
   if (absl::Status s = gemm ? CheckGemmConfig(prefix, entry)
-                            : CheckNormConfig(prefix, entry.config(), entry.recipe(), *problem, entry.device());
+                            : CheckNormConfig(prefix, entry.config(), *problem, entry.device());
       !s.ok()) {
     return s;
   }
   if (!entry.has_recipe()) return Bad(prefix, "recipe", "missing");
   if (absl::Status s = CheckRecipe(prefix, entry.recipe(), entry.device()); !s.ok()) return s;
+  if (absl::Status s = CheckRecipeIsBuilds(prefix, entry); !s.ok()) return s;
   if (!entry.has_measurement()) return Bad(prefix, "measurement", "missing");
   if (absl::Status s = CheckMeasurement(prefix, entry.measurement()); !s.ok()) return s;
   if (entry.tuned_at_unix() <= 0) {

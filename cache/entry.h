@@ -27,9 +27,12 @@ bool operator==(const EntryKey& a, const EntryKey& b);
 // fingerprint (64-hex template hash, versions), the config (positive knobs),
 // the recipe (template id, arch matching the device, at least one kernel with
 // grid and block), the measurement (finite, positive time; spread >= 0) and
-// the provenance (tuned_at_unix > 0, candidates_measured >= 1). The message
-// starts with the field's path: "entry.measurement.time_us: must be finite
-// and > 0, got -1". Only norm problems are stored by this version.
+// the provenance (tuned_at_unix > 0, candidates_measured >= 1). An entry of
+// this build's software fingerprint (one it would serve) must also carry
+// exactly the recipe this build writes for its problem and config
+// (VerifyRecipe, cache/recipe_check.h: every field, no lowered names, no
+// cubin). The message starts with the field's path:
+// "entry.measurement.time_us: must be finite and > 0, got -1".
 absl::Status ValidateEntry(const v1::Entry& entry);
 
 // As above with `prefix` in place of "entry.", so a caller holding many

@@ -55,7 +55,9 @@ void AddProblemFlags(CLI::App* cmd, ProblemFlags* f) {
   cmd->add_flag("--no-weight", f->no_weight, "the norm has no weight (gamma)");
   cmd->add_flag("--bias", f->bias, "LayerNorm has a bias (beta)");
   cmd->add_option("--eps", f->eps, "epsilon (default 1e-6)");
-  cmd->add_option("--b-layout", f->b_layout, "gemm: nk (B is [N, K], the nn.Linear weight) or kn (default)")
+  cmd->add_option("--b-layout", f->b_layout,
+                  "gemm: nk (B is [N, K], the nn.Linear weight; the default, as in shapes files and --from-model) "
+                  "or kn")
       ->check(CLI::IsMember({"nk", "kn"}));
 }
 
@@ -89,7 +91,9 @@ absl::StatusOr<ktune::v1::Problem> BuildProblem(const ProblemFlags& f) {
     g->set_b_dtype(ktune::DTypeToProto(*dtype));
     g->set_d_dtype(ktune::DTypeToProto(*out));
     g->set_a_layout(ktune::v1::ROW_MAJOR);
-    g->set_b_layout(f.b_layout == "nk" ? ktune::v1::COL_MAJOR : ktune::v1::ROW_MAJOR);
+    // [N, K] unless asked otherwise: what shapes files and --from-model
+    // prewarm, so that looking a prewarmed shape up finds it.
+    g->set_b_layout(f.b_layout == "kn" ? ktune::v1::ROW_MAJOR : ktune::v1::COL_MAJOR);
     return problem;
   }
   if (!f.b_layout.empty()) return absl::InvalidArgumentError("--b-layout: only gemm has a B operand");

@@ -2,42 +2,22 @@
 
 #include <algorithm>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
+#include "tuner/gemm_problem.h"
 #include "tuner/problem.h"
 #include "tuner/wire.h"
 
 namespace ktune {
-namespace {
-
-std::string DTypeText(v1::DType dtype) {
-  absl::StatusOr<DType> d = DTypeFromProto(dtype);
-  return d.ok() ? DTypeName(*d) : "unspecified";
-}
-
-std::string LayoutText(v1::Layout layout) {
-  return layout == v1::COL_MAJOR ? "col" : layout == v1::ROW_MAJOR ? "row" : "unspecified";
-}
-
-std::string GemmKey(const v1::GemmProblem& g) {
-  const std::string epilogue_name = absl::AsciiStrToLower(v1::Epilogue_Name(g.epilogue()));
-  absl::string_view epilogue = epilogue_name;
-  absl::ConsumePrefix(&epilogue, "epilogue_");
-  std::string key = absl::StrCat("gemm m=", g.m(), " n=", g.n(), " k=", g.k(), " batch=", g.batch(),
-                                 " a=", DTypeText(g.a_dtype()), " b=", DTypeText(g.b_dtype()));
-  if (g.c_dtype() != v1::DTYPE_UNSPECIFIED) absl::StrAppend(&key, " c=", DTypeText(g.c_dtype()));
-  absl::StrAppend(&key, " d=", DTypeText(g.d_dtype()), " la=", LayoutText(g.a_layout()),
-                  " lb=", LayoutText(g.b_layout()), " ep=", epilogue);
-  return key;
-}
-
-}  // namespace
 
 std::string ProblemKey(const v1::Problem& problem) {
-  if (problem.has_gemm()) return GemmKey(problem.gemm());
+  // The cache's own keys, so that two spellings of one entry (batch 0 and 1,
+  // an unset and a bf16 output) are one problem here too.
+  if (problem.has_gemm()) {
+    return ValidateGemmProblem(problem.gemm()).ok() ? GemmCanonicalKey(problem.gemm())
+                                                    : absl::StrCat("invalid ", problem.ShortDebugString());
+  }
   absl::StatusOr<NormProblem> norm = NormProblemFromProto(problem.norm());
   return norm.ok() ? CanonicalKey(*norm) : absl::StrCat("invalid ", problem.ShortDebugString());
 }

@@ -2,10 +2,9 @@
 // text key each, deduplicated in first-seen order, and the deterministic
 // sharding a batch job uses to take its share of the list.
 //
-// Keys are what dedup, sharding and reports go by. A norm's key is the
-// tuner's CanonicalKey (the cache key's problem part), so "the same problem"
-// here means the same cache entry on a daemon. GEMM has no tuner key yet; its
-// key is defined here and only needs to be stable, not to match a cache.
+// Keys are what dedup, sharding and reports go by: the cache key's problem
+// part (CanonicalKey for norms, GemmCanonicalKey for GEMM), so "the same
+// problem" here means the same cache entry on a daemon.
 // Thread-safe: values and pure functions only.
 #pragma once
 
@@ -25,8 +24,9 @@ struct PrewarmProblem {
 };
 
 // "rmsnorm.fwd m=4096 n=4096 in=bf16 ..." for norms (tuner/problem.h
-// CanonicalKey), "gemm m=.. n=.. k=.. batch=.. a=.. b=.. d=.. la=.. lb=.. ep=.."
-// for GEMM. REQUIRES: a norm problem decodes (NormProblemFromProto succeeds).
+// CanonicalKey), "gemm m=.. n=.. k=.. batch=.. ..." for GEMM
+// (tuner/gemm_problem.h GemmCanonicalKey). REQUIRES: a norm problem decodes
+// (NormProblemFromProto succeeds).
 std::string ProblemKey(const v1::Problem& problem);
 
 bool IsGemm(const PrewarmProblem& p);

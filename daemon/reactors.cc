@@ -7,12 +7,14 @@ namespace ktune {
 // ---------------------------------------------------------------- PendingAnswer
 
 PendingAnswer::PendingAnswer(v1::GetConfigResponse* response,
-                             std::function<absl::Status(v1::GetConfigResponse*)> decorate)
+                             std::function<absl::Status(v1::GetConfigResponse*)> decorate,
+                             std::function<void(const absl::Status&)> finished)
     : state_(std::make_shared<State>()) {
   absl::MutexLock lock(&state_->mu);
   state_->reactor = this;
   state_->response = response;
   state_->decorate = std::move(decorate);
+  state_->finished_fn = std::move(finished);
 }
 
 void PendingAnswer::State::FinishWith(const TuneQueue::Result& result) {
@@ -26,6 +28,8 @@ void PendingAnswer::State::FinishWith(const TuneQueue::Result& result) {
   if (finished || reactor == nullptr) return;
   finished = true;
   if (status.ok()) *response = std::move(answer);
+  // Before Finish: a caller that has its answer finds it counted.
+  if (finished_fn) finished_fn(status);
   reactor->Finish(ToGrpcStatus(status));
 }
 

@@ -23,9 +23,12 @@ namespace ktune {
 class PendingAnswer final : public grpc::ServerUnaryReactor {
  public:
   // `decorate` (may be null) runs on a successful answer before it is sent,
-  // outside any lock (e.g. to attach the cubin).
+  // outside any lock (e.g. to attach the cubin). `finished` (may be null) is
+  // called once with the status the call ends with, when it ends (e.g. to
+  // count what was answered).
   PendingAnswer(v1::GetConfigResponse* response,
-                std::function<absl::Status(v1::GetConfigResponse*)> decorate);
+                std::function<absl::Status(v1::GetConfigResponse*)> decorate,
+                std::function<void(const absl::Status&)> finished = nullptr);
 
   // The callback to give TuneQueue::Join as `done`.
   TuneQueue::DoneFn Done();
@@ -44,6 +47,7 @@ class PendingAnswer final : public grpc::ServerUnaryReactor {
     v1::GetConfigResponse* response ABSL_GUARDED_BY(mu);
     bool finished ABSL_GUARDED_BY(mu) = false;
     std::function<absl::Status(v1::GetConfigResponse*)> decorate;
+    std::function<void(const absl::Status&)> finished_fn;
     void FinishWith(const TuneQueue::Result& result);
   };
   std::shared_ptr<State> state_;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "cache/bundle.h"
+#include "cache/recipe_check.h"
 #include "daemon/reactors.h"
 #include "daemon/status_mapping.h"
 #include "spdlog/spdlog.h"
@@ -42,10 +43,43 @@ std::optional<WgmmaTileConfig> BestUnsplit(const std::vector<WgmmaTileConfig>& s
   return *it;
 }
 
+// Everything that determines a program's code, and nothing of its launch
+// geometry: two problems that instantiate the same kernels share their code
+// and nothing else.
 std::string CompileKey(const LaunchRecipe& r) {
-  std::string key = absl::StrCat(r.template_hash, "|", r.arch, "|", absl::StrJoin(r.nvrtc_options, " "));
+  std::string key =
+      absl::StrCat(r.template_id, "|", r.template_hash, "|", r.arch, "|", absl::StrJoin(r.nvrtc_options, " "));
   for (const KernelLaunch& k : r.kernels) absl::StrAppend(&key, "|", k.name_expression);
   return key;
+}
+
+// A stored recipe as the check sees it: entries stored before lowered names
+// were left out of them still carry the names their tune compiled. Those are
+// never served (the daemon compiles the recipe itself), so they are dropped
+// rather than compared.
+v1::LaunchRecipe WithoutLoweredNames(v1::LaunchRecipe recipe) {
+  for (v1::KernelLaunch& k : *recipe.mutable_kernels()) k.clear_lowered_name();
+  return recipe;
+}
+
+// Sets entry->recipe to the one this build's template writes for the entry's
+// problem and config on `device`, after checking that `measured` (the recipe
+// the tuner measured, when given) is that recipe: what is stored is exactly
+// what was timed, and what every later answer will re-derive.
+absl::Status SetTemplateRecipe(const DeviceInfo& device, const LaunchRecipe* measured, v1::Entry* entry) {
+  absl::StatusOr<LaunchRecipe> recipe = TemplateRecipe(entry->problem(), entry->config(), device);
+  if (!recipe.ok()) {
+    return absl::InternalError(
+        absl::StrCat("the tune's winner has no recipe of this build: ", recipe.status().message()));
+  }
+  if (measured != nullptr) {
+    const v1::LaunchRecipe timed = WithoutLoweredNames(RecipeToProto(*measured, /*include_cubin=*/false));
+    if (absl::Status s = CompareRecipe("the tune's winner: ", timed, *recipe); !s.ok()) {
+      return absl::InternalError(s.message());
+    }
+  }
+  *entry->mutable_recipe() = RecipeToProto(*recipe, /*include_cubin=*/false);
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -79,7 +113,7 @@ void KtuneServiceImpl::DeclareMetrics() {
   using K = Metrics::Kind;
   metrics_.Declare("ktune_getconfig_total", K::kCounter,
                    "GetConfig answers by how they were obtained (hit, heuristic, nearest, tuned, "
-                   "not_found, error)");
+                   "not_found, refused, cancelled, error)");
   metrics_.Declare("ktune_tunes_total", K::kCounter, "Tuning jobs finished, by result");
   metrics_.Declare("ktune_tune_seconds_total", K::kCounter, "Wall time spent in tuning jobs");
   metrics_.Declare("ktune_compile_seconds_total", K::kCounter,
@@ -117,37 +151,16 @@ void KtuneServiceImpl::RefreshGauges() {
   }
 }
 
-namespace {
-
-// The software a GEMM answer depends on, whichever source won: the templates,
-// the reference it was checked against, and the cuBLASLt library (0 when
-// absent). Computed once per process.
-const SoftwareFingerprint& GemmSoftware() {
-  static const SoftwareFingerprint software = [] {
-    std::string parts;
-    for (const char* id : {"gemm/gemm_mma", "gemm/gemm_wgmma", "gemm/gemm_skinny", "gemm/gemm_reference"}) {
-      absl::StatusOr<const KernelSource*> source = FindKernelSource(id);
-      absl::StrAppend(&parts, id, "=", source.ok() ? (*source)->hash : "missing", "\n");
-    }
-    absl::StrAppend(&parts, "cublaslt=", CublasLtLibraryVersion(), "\n");
-    SoftwareFingerprint s;
-    s.template_hash = Sha256Hex(parts);
-    s.nvrtc_version = NvrtcVersion();
-    s.schema_version = kSchemaVersion;
-    return s;
-  }();
-  return software;
-}
-
-}  // namespace
-
 absl::StatusOr<KtuneServiceImpl::Resolved> KtuneServiceImpl::Resolve(
     const v1::Problem& problem) const {
   if (problem.has_gemm()) {
     if (absl::Status s = ValidateGemmProblem(problem.gemm()); !s.ok()) return s;
     Resolved r;
+    r.proto = problem;
     r.gemm = problem.gemm();
-    r.software = GemmSoftware();
+    absl::StatusOr<SoftwareFingerprint> software = BuildSoftware(problem);
+    if (!software.ok()) return software.status();
+    r.software = *std::move(software);
     r.key = EntryKey{"gemm", GemmCanonicalKey(problem.gemm()), target_key_, SoftwareKey(r.software)};
     return r;
   }
@@ -156,70 +169,104 @@ absl::StatusOr<KtuneServiceImpl::Resolved> KtuneServiceImpl::Resolve(
   absl::StatusOr<NormProblem> norm = NormProblemFromProto(problem.norm());
   if (!norm.ok()) return norm.status();
   if (absl::Status s = ValidateNormProblem(*norm); !s.ok()) return s;
+  r.proto = problem;
   r.problem = *norm;
-  absl::StatusOr<const KernelSource*> source = FindKernelSource(NormTemplateId(r.problem));
-  if (!source.ok()) return source.status();
-  r.software.template_hash = (*source)->hash;
-  r.software.nvrtc_version = NvrtcVersion();
-  r.software.schema_version = kSchemaVersion;
+  absl::StatusOr<SoftwareFingerprint> software = BuildSoftware(problem);
+  if (!software.ok()) return software.status();
+  r.software = *std::move(software);
   r.key = EntryKey{OpName(r.problem), CanonicalKey(r.problem), target_key_,
                    SoftwareKey(r.software)};
   return r;
 }
 
-absl::StatusOr<LaunchRecipe> KtuneServiceImpl::Compiled(LaunchRecipe recipe) {
-  if (recipe.is_cublaslt_call()) return recipe;  // a library call: nothing to compile
-  const std::string key = CompileKey(recipe);
+void KtuneServiceImpl::RememberCode(const LaunchRecipe& recipe) {
+  if (recipe.is_cublaslt_call() || recipe.cubin.empty()) return;
+  CompiledCode code{recipe.cubin, {}};
+  for (const KernelLaunch& k : recipe.kernels) code.lowered_names.push_back(k.lowered_name);
+  absl::MutexLock lock(&compiled_mu_);
+  compiled_.insert_or_assign(CompileKey(recipe), std::move(code));
+}
+
+absl::Status KtuneServiceImpl::AttachCode(LaunchRecipe* recipe) {
+  if (recipe->is_cublaslt_call()) return absl::OkStatus();  // a library call: nothing to compile
+  const std::string key = CompileKey(*recipe);
+  auto attach = [recipe](const CompiledCode& code) {
+    recipe->cubin = code.cubin;
+    for (size_t i = 0; i < recipe->kernels.size(); ++i) recipe->kernels[i].lowered_name = code.lowered_names[i];
+  };
   {
     absl::MutexLock lock(&compiled_mu_);
-    if (auto it = compiled_.find(key); it != compiled_.end()) return it->second;
+    if (auto it = compiled_.find(key); it != compiled_.end()) {
+      attach(it->second);
+      return absl::OkStatus();
+    }
   }
-  if (kernel_cache_ != nullptr && kernel_cache_->Lookup(&recipe, NvrtcVersion())) {
-    absl::MutexLock lock(&compiled_mu_);
-    compiled_.insert_or_assign(key, recipe);
-    return recipe;
+  // Compiled on a copy: only its code is kept, whatever else it holds.
+  LaunchRecipe program = *recipe;
+  if (kernel_cache_ == nullptr || !kernel_cache_->Lookup(&program, NvrtcVersion())) {
+    CompileResult result = Compile(&program);
+    if (!result.ok) {
+      return absl::InternalError(absl::StrCat("compiling ", program.template_id, " failed: ", result.log));
+    }
+    metrics_.Add("ktune_compile_seconds_total", result.compile_seconds);
+    if (kernel_cache_ != nullptr) kernel_cache_->Store(program, NvrtcVersion());
   }
-  CompileResult result = Compile(&recipe);
-  if (!result.ok) {
-    return absl::InternalError(
-        absl::StrCat("compiling ", recipe.template_id, " failed: ", result.log));
-  }
-  metrics_.Add("ktune_compile_seconds_total", result.compile_seconds);
-  if (kernel_cache_ != nullptr) kernel_cache_->Store(recipe, NvrtcVersion());
+  CompiledCode code{program.cubin, {}};
+  for (const KernelLaunch& k : program.kernels) code.lowered_names.push_back(k.lowered_name);
+  attach(code);
   absl::MutexLock lock(&compiled_mu_);
-  compiled_.insert_or_assign(key, recipe);
+  compiled_.insert_or_assign(key, std::move(code));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LaunchRecipe> KtuneServiceImpl::ServedRecipe(const v1::Problem& problem, const v1::Config& config,
+                                                            bool compile) {
+  absl::StatusOr<LaunchRecipe> recipe = TemplateRecipe(problem, config, target_);
+  if (!recipe.ok()) return recipe.status();
+  if (compile) {
+    if (absl::Status s = AttachCode(&*recipe); !s.ok()) return s;
+  }
   return recipe;
 }
 
-void KtuneServiceImpl::AnswerFromEntry(const v1::Entry& entry, bool include_cubin,
-                                       v1::GetConfigResponse* response) {
+absl::Status KtuneServiceImpl::AnswerFromEntry(const v1::Entry& entry, bool include_cubin,
+                                               v1::GetConfigResponse* response) {
+  // The stored recipe is checked, then the template's own is served: a store
+  // or bundle can say which config won, never how to launch it.
+  absl::StatusOr<LaunchRecipe> recipe = ServedRecipe(entry.problem(), entry.config(), /*compile=*/false);
+  if (!recipe.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stored entry: recipe: this build's template writes none for its config on ", Arch(target_),
+                     ": ", recipe.status().message()));
+  }
+  if (absl::Status s = CompareRecipe("stored entry: ", WithoutLoweredNames(entry.recipe()), *recipe); !s.ok()) {
+    return s;
+  }
+  if (include_cubin) {
+    // Entries carry no code; the recipe compiles deterministically from the
+    // embedded template (same software fingerprint), once per process.
+    if (absl::Status s = AttachCode(&*recipe); !s.ok()) {
+      spdlog::warn("event=cubin_recompile_failed template={} error=\"{}\"", recipe->template_id,
+                   std::string(s.message()));
+    }
+  }
   *response->mutable_config() = entry.config();
   response->set_source(v1::TUNED);
   *response->mutable_measurement() = entry.measurement();
-  *response->mutable_recipe() = entry.recipe();
+  *response->mutable_recipe() = RecipeToProto(*recipe, include_cubin);
   *response->mutable_device() = entry.device();
   *response->mutable_software() = entry.software();
-  if (include_cubin) {
-    // Stored entries carry no cubin; the recipe recompiles deterministically
-    // from the embedded template (same software fingerprint), once per process.
-    absl::StatusOr<LaunchRecipe> compiled = Compiled(RecipeFromProto(entry.recipe()));
-    if (compiled.ok()) {
-      response->mutable_recipe()->set_cubin(compiled->cubin);
-    } else {
-      spdlog::warn("event=cubin_recompile_failed template={} error=\"{}\"",
-                   entry.recipe().template_id(), std::string(compiled.status().message()));
-    }
-  }
+  return absl::OkStatus();
 }
 
 absl::Status KtuneServiceImpl::AnswerUntuned(const Resolved& r, const NormConfig& config,
                                              v1::Source source, bool include_cubin,
                                              v1::GetConfigResponse* response) {
-  absl::StatusOr<LaunchRecipe> recipe = NormLaunchRecipe(r.problem, config, target_);
-  if (!recipe.ok()) return recipe.status();
-  absl::StatusOr<LaunchRecipe> compiled = Compiled(*std::move(recipe));
+  v1::Config proto;
+  *proto.mutable_norm() = NormConfigToProto(config);
+  absl::StatusOr<LaunchRecipe> compiled = ServedRecipe(r.proto, proto, /*compile=*/true);
   if (!compiled.ok()) return compiled.status();
-  *response->mutable_config()->mutable_norm() = NormConfigToProto(config);
+  *response->mutable_config() = std::move(proto);
   response->set_source(source);
   *response->mutable_recipe() = RecipeToProto(*compiled, include_cubin);
   *response->mutable_device() = DeviceToProto(target_);
@@ -230,11 +277,15 @@ absl::Status KtuneServiceImpl::AnswerUntuned(const Resolved& r, const NormConfig
 absl::Status KtuneServiceImpl::AnswerNearestGemm(const Resolved& r, const v1::Entry& nearest, bool include_cubin,
                                                  v1::GetConfigResponse* response) {
   const v1::GemmConfig& config = nearest.config().gemm();
-  // The tuned config of another M, re-judged and re-written for this one.
-  absl::StatusOr<LaunchRecipe> recipe = OwnGemmRecipe(*r.gemm, config, target_);
-  if (!recipe.ok()) return absl::NotFoundError(recipe.status().message());
-  absl::StatusOr<LaunchRecipe> compiled = Compiled(*std::move(recipe));
-  if (!compiled.ok()) return compiled.status();
+  // The tuned config of another M, re-judged and re-written for this one; a
+  // cuBLASLt algorithm is not (the caller would have to check it for this M).
+  if (config.has_cublaslt()) return absl::NotFoundError("the nearest entry is a cuBLASLt algorithm");
+  absl::StatusOr<LaunchRecipe> compiled = ServedRecipe(r.proto, nearest.config(), /*compile=*/true);
+  if (!compiled.ok()) {
+    // A config the template refuses for this M is no answer; a compile error is.
+    return absl::IsInternal(compiled.status()) ? compiled.status()
+                                               : absl::NotFoundError(compiled.status().message());
+  }
   *response->mutable_config()->mutable_gemm() = config;
   response->set_source(v1::NEAREST);
   *response->mutable_tuned_for() = nearest.problem();
@@ -277,26 +328,21 @@ absl::Status KtuneServiceImpl::AnswerUntunedGemm(const Resolved& r, bool include
   // one most often fastest there (SkinnyUntunedConfig).
   // B as [K, N] alike since its wgmma kernels ran correctly on the H200
   // (session 13: the GPU tests, and every candidate at four bench shapes).
-  v1::GemmConfig config;
-  absl::StatusOr<LaunchRecipe> recipe = absl::NotFoundError("no template serves this GEMM");
+  v1::Config config;
   if (const std::optional<SkinnyConfig> skinny = SkinnyUntunedConfig(*r.gemm, target_)) {
-    recipe = SkinnyLaunchRecipe(*r.gemm, *skinny, target_);
-    *config.mutable_skinny() = SkinnyConfigToProto(*skinny);
+    *config.mutable_gemm()->mutable_skinny() = SkinnyConfigToProto(*skinny);
   } else if (const std::optional<WgmmaTileConfig> wgmma = BestUnsplit(WgmmaSearchSpace(*r.gemm, target_))) {
-    recipe = WgmmaLaunchRecipe(*r.gemm, *wgmma, target_);
-    *config.mutable_wgmma() = WgmmaTileConfigToProto(*wgmma);
+    *config.mutable_gemm()->mutable_wgmma() = WgmmaTileConfigToProto(*wgmma);
   } else if (const std::vector<GemmTileConfig> mma = GemmSearchSpace(*r.gemm, target_); !mma.empty()) {
-    recipe = GemmLaunchRecipe(*r.gemm, mma.front(), target_);
-    *config.mutable_mma_sync() = GemmTileConfigToProto(mma.front());
+    *config.mutable_gemm()->mutable_mma_sync() = GemmTileConfigToProto(mma.front());
   } else {
     return absl::FailedPreconditionError(
         "no heuristic answer for this GEMM: no template serves it unsplit (fp8: K over 4096 needs split-K, "
         "promotion or cuBLASLt, measured and checked on the GPU first); ask with TUNE_ON_MISS");
   }
-  if (!recipe.ok()) return recipe.status();
-  absl::StatusOr<LaunchRecipe> compiled = Compiled(*std::move(recipe));
+  absl::StatusOr<LaunchRecipe> compiled = ServedRecipe(r.proto, config, /*compile=*/true);
   if (!compiled.ok()) return compiled.status();
-  *response->mutable_config()->mutable_gemm() = std::move(config);
+  *response->mutable_config() = std::move(config);
   response->set_source(v1::HEURISTIC);
   *response->mutable_recipe() = RecipeToProto(*compiled, include_cubin);
   *response->mutable_device() = DeviceToProto(target_);
@@ -388,7 +434,9 @@ TuneQueue::Result KtuneServiceImpl::TuneGemmAndStore(const Resolved& r, int repe
     a->set_version(CublasLtLibraryVersion());
     a->set_workspace_bytes(w.recipe.workspace_bytes);
   }
-  *entry.mutable_recipe() = RecipeToProto(w.recipe, /*include_cubin=*/false);
+  // A cuBLASLt call is wholly its config; a template's recipe is checked to be
+  // the one the template writes for the config that won.
+  if (absl::Status s = SetTemplateRecipe(target_, w.is_template() ? &w.recipe : nullptr, &entry); !s.ok()) return s;
   v1::Measurement* m = entry.mutable_measurement();
   m->set_time_us(result->winner_timing.median_us);
   m->set_spread(result->winner_timing.spread);
@@ -400,16 +448,13 @@ TuneQueue::Result KtuneServiceImpl::TuneGemmAndStore(const Resolved& r, int repe
   entry.set_candidates_measured(std::max(measured, 1));
   entry.set_ktune_version(KTUNE_VERSION);
   if (absl::Status s = entries_.Insert(entry); !s.ok()) return s;
-  if (w.is_template()) {
-    absl::MutexLock lock(&compiled_mu_);
-    compiled_.insert_or_assign(CompileKey(w.recipe), w.recipe);
-  }
+  if (w.is_template()) RememberCode(w.recipe);
   spdlog::info("event=tune_done key=\"{}\" answer=\"{}\" time_us={:.2f} sustained={} tflops={:.1f} "
                "candidates={}+{} seconds={:.2f}",
                r.key.problem_key, w.Name(), result->winner_timing.median_us, result->sustained, m->throughput(),
                result->template_candidates, result->cublaslt_candidates, result->tune_seconds);
   v1::GetConfigResponse response;
-  AnswerFromEntry(entry, /*include_cubin=*/false, &response);
+  if (absl::Status s = AnswerFromEntry(entry, /*include_cubin=*/false, &response); !s.ok()) return s;
   return response;
 }
 
@@ -421,8 +466,8 @@ TuneQueue::Result KtuneServiceImpl::TuneAndStore(const Resolved& r, int repetiti
   // that ran first) is answered, not tuned again.
   if (!force) {
     if (std::optional<v1::Entry> hit = entries_.Lookup(r.key)) {
-      AnswerFromEntry(*hit, false, &response);
-      return response;
+      if (absl::Status s = AnswerFromEntry(*hit, false, &response); s.ok()) return response;
+      response.Clear();  // not servable: tuned again, and replaced
     }
   }
   if (cancelled) return absl::CancelledError("every caller waiting for this tune went away");
@@ -476,7 +521,7 @@ TuneQueue::Result KtuneServiceImpl::TuneAndStore(const Resolved& r, int repetiti
   *entry.mutable_device() = DeviceToProto(target_);
   *entry.mutable_software() = SoftwareToProto(r.software);
   *entry.mutable_config()->mutable_norm() = NormConfigToProto(result->config);
-  *entry.mutable_recipe() = RecipeToProto(result->recipe, /*include_cubin=*/false);
+  if (absl::Status s = SetTemplateRecipe(target_, &result->recipe, &entry); !s.ok()) return s;
   v1::Measurement* m = entry.mutable_measurement();
   m->set_time_us(result->timing.median_us);
   m->set_spread(result->timing.spread);
@@ -487,10 +532,7 @@ TuneQueue::Result KtuneServiceImpl::TuneAndStore(const Resolved& r, int repetiti
   entry.set_candidates_measured(result->candidates_measured);
   entry.set_ktune_version(KTUNE_VERSION);
   if (absl::Status s = entries_.Insert(entry); !s.ok()) return s;
-  {
-    absl::MutexLock lock(&compiled_mu_);
-    compiled_.insert_or_assign(CompileKey(result->recipe), result->recipe);
-  }
+  RememberCode(result->recipe);
   spdlog::info("event=tune_done key=\"{}\" config=\"{}\" time_us={:.2f} tbs={:.3f} strategy={} "
                "candidates={} measured={} compiled={} cache_hits={} seconds={:.2f} "
                "compile_seconds={:.2f} run_seconds={:.2f} prepare_seconds={:.3f} verify_seconds={:.3f} "
@@ -500,7 +542,7 @@ TuneQueue::Result KtuneServiceImpl::TuneAndStore(const Resolved& r, int repetiti
                result->candidates_measured, result->compiled, result->kernel_cache_hits,
                result->tune_seconds, result->compile_seconds, result->run_seconds, result->prepare_seconds,
                result->verify_seconds, result->time_seconds);
-  AnswerFromEntry(entry, /*include_cubin=*/false, &response);
+  if (absl::Status s = AnswerFromEntry(entry, /*include_cubin=*/false, &response); !s.ok()) return s;
   return response;
 }
 
@@ -531,15 +573,28 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::GetConfig(grpc::CallbackServerContex
   if (absl::Status s = options_.auth.Check(*context, Authorizer::Access::kUse); !s.ok()) {
     return Finish(context, s);
   }
+  // The whole request is checked before anything is looked up: an unknown
+  // policy is refused whether or not the key is stored.
+  if (!v1::Policy_IsValid(request->policy())) {
+    metrics_.Add("ktune_getconfig_total", 1, "answer", "error");
+    return Finish(context, absl::InvalidArgumentError(absl::StrCat("policy: unknown value ", request->policy())));
+  }
   absl::StatusOr<Resolved> resolved = Resolve(request->problem());
   if (!resolved.ok()) {
     metrics_.Add("ktune_getconfig_total", 1, "answer", "error");
     return Finish(context, resolved.status());
   }
   if (std::optional<v1::Entry> hit = entries_.Lookup(resolved->key)) {
-    metrics_.Add("ktune_getconfig_total", 1, "answer", "hit");
-    AnswerFromEntry(*hit, request->include_cubin(), response);
-    return Finish(context, absl::OkStatus());
+    absl::Status served = AnswerFromEntry(*hit, request->include_cubin(), response);
+    if (served.ok()) {
+      metrics_.Add("ktune_getconfig_total", 1, "answer", "hit");
+      return Finish(context, absl::OkStatus());
+    }
+    // Not this build's recipe for its config (a store written by hand, or a
+    // device whose recipe differs): answered as a miss, never as stored.
+    spdlog::error("event=entry_not_served key=\"{}\" error=\"{}\"", resolved->key.problem_key,
+                  std::string(served.message()));
+    response->Clear();
   }
   const bool include_cubin = request->include_cubin();
   switch (request->policy()) {
@@ -549,14 +604,28 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::GetConfig(grpc::CallbackServerContex
                                  "no tuned entry for ", resolved->key.problem_key, " on ",
                                  compile_only() ? "this compile-only daemon" : target_.name)));
     case v1::TUNE_ON_MISS: {
-      metrics_.Add("ktune_getconfig_total", 1, "answer", "tuned");
-      auto* pending = new PendingAnswer(response, [this, include_cubin](v1::GetConfigResponse* r) {
+      auto attach = [this, include_cubin, problem = resolved->proto](v1::GetConfigResponse* r) -> absl::Status {
         if (!include_cubin) return absl::OkStatus();
-        absl::StatusOr<LaunchRecipe> compiled = Compiled(RecipeFromProto(r->recipe()));
-        if (!compiled.ok()) return compiled.status();
-        r->mutable_recipe()->set_cubin(compiled->cubin);
+        // The tune's answer is this build's recipe for its config (TuneAndStore
+        // checked it); compiled here, served with its code.
+        if (absl::Status s = VerifyRecipe(problem, r->config(), r->recipe(), target_); !s.ok()) {
+          return absl::InternalError(s.message());
+        }
+        LaunchRecipe recipe = RecipeFromProto(r->recipe());
+        if (absl::Status s = AttachCode(&recipe); !s.ok()) return s;
+        *r->mutable_recipe() = RecipeToProto(recipe, /*include_cubin=*/true);
         return absl::OkStatus();
-      });
+      };
+      // Counted once the answer is sent, by what it was: a tuned answer, a
+      // refusal (compile-only, queue full), a caller that left, or an error.
+      auto count = [this](const absl::Status& status) {
+        const char* answer = status.ok()                                                   ? "tuned"
+                             : absl::IsFailedPrecondition(status) || absl::IsResourceExhausted(status) ? "refused"
+                             : absl::IsCancelled(status)                                   ? "cancelled"
+                                                                                           : "error";
+        metrics_.Add("ktune_getconfig_total", 1, "answer", answer);
+      };
+      auto* pending = new PendingAnswer(response, std::move(attach), std::move(count));
       absl::StatusOr<std::unique_ptr<TuneQueue::Ticket>> ticket =
           JoinTune(*resolved, JobPriority::kInteractive, 0, false, pending->Done(), nullptr);
       if (!ticket.ok()) {
@@ -602,7 +671,7 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::GetConfig(grpc::CallbackServerContex
       }
       return Finish(context, answered);
     }
-    default:
+    default:  // refused above; a value added to the enum and not served here
       metrics_.Add("ktune_getconfig_total", 1, "answer", "error");
       return Finish(context, absl::InvalidArgumentError(
                                  absl::StrCat("policy: unknown value ", request->policy())));
@@ -631,10 +700,11 @@ grpc::ServerWriteReactor<v1::TuneEvent>* KtuneServiceImpl::Tune(
   if (!force && !compile_only()) {
     if (std::optional<v1::Entry> hit = entries_.Lookup(resolved->key)) {
       v1::TuneEvent event;
-      AnswerFromEntry(*hit, false, event.mutable_result());
-      stream->Push(std::move(event));
-      stream->Close(absl::OkStatus());
-      return stream;
+      if (AnswerFromEntry(*hit, false, event.mutable_result()).ok()) {
+        stream->Push(std::move(event));
+        stream->Close(absl::OkStatus());
+        return stream;
+      }
     }
   }
   absl::StatusOr<std::unique_ptr<TuneQueue::Ticket>> ticket = JoinTune(
@@ -721,15 +791,12 @@ MergeTarget KtuneServiceImpl::ImportTarget() const {
   target.device = DeviceToProto(target_);
   // The fingerprint this daemon would key the entry's problem under (as Resolve does).
   target.software_for = [](const v1::Entry& e) -> absl::StatusOr<v1::SoftwareFingerprint> {
-    if (e.problem().has_gemm()) return SoftwareToProto(GemmSoftware());
-    absl::StatusOr<NormProblem> problem = NormProblemFromProto(e.problem().norm());
-    if (!problem.ok()) return problem.status();
-    absl::StatusOr<const KernelSource*> source = FindKernelSource(NormTemplateId(*problem));
-    if (!source.ok()) {
-      return absl::Status(source.status().code(),
-                          absl::StrCat("not served by this daemon: ", source.status().message()));
+    absl::StatusOr<SoftwareFingerprint> software = BuildSoftware(e.problem());
+    if (!software.ok()) {
+      return absl::Status(software.status().code(),
+                          absl::StrCat("not served by this daemon: ", software.status().message()));
     }
-    return SoftwareToProto({(*source)->hash, NvrtcVersion(), kSchemaVersion});
+    return SoftwareToProto(*software);
   };
   return target;
 }

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
@@ -87,6 +88,7 @@ class KtuneServiceImpl final : public v1::KtuneService::CallbackService {
 
   // Everything a request's problem resolves to before any work is done.
   struct Resolved {
+    v1::Problem proto;                   // the problem as asked
     NormProblem problem;                 // norm problems
     std::optional<v1::GemmProblem> gemm;  // set for GEMM problems (problem unused)
     SoftwareFingerprint software;
@@ -121,8 +123,11 @@ class KtuneServiceImpl final : public v1::KtuneService::CallbackService {
   absl::StatusOr<v1::ImportBundleResponse> Import(const v1::ImportBundleRequest& request);
 
  private:
-  // Answers from a stored entry (source TUNED).
-  void AnswerFromEntry(const v1::Entry& entry, bool include_cubin, v1::GetConfigResponse* response);
+  // Answers from a stored entry (source TUNED) with the recipe this build
+  // writes for its problem and config on this device, after checking that the
+  // stored recipe is that recipe (VerifyRecipe); INVALID_ARGUMENT naming the
+  // field when it is not (the entry is then not served).
+  absl::Status AnswerFromEntry(const v1::Entry& entry, bool include_cubin, v1::GetConfigResponse* response);
   // Answers `config` for the problem (source HEURISTIC or NEAREST), compiled
   // once per process.
   absl::Status AnswerUntuned(const Resolved& resolved, const NormConfig& config, v1::Source source,
@@ -139,8 +144,17 @@ class KtuneServiceImpl final : public v1::KtuneService::CallbackService {
   // True for an entry of this daemon's device whose software fingerprint is
   // not the one this binary would tune with (so it is never served).
   bool IsStale(const v1::Entry& entry) const;
-  // The compiled recipe (lowered names, cubin) for `recipe`, memoized.
-  absl::StatusOr<LaunchRecipe> Compiled(LaunchRecipe recipe);
+  // The recipe this build writes for (problem, config) on this device
+  // (TemplateRecipe), compiled when `compile` (lowered names; the cubin is
+  // kept in it too, and sent when the caller asked for it).
+  absl::StatusOr<LaunchRecipe> ServedRecipe(const v1::Problem& problem, const v1::Config& config, bool compile);
+  // Fills recipe->cubin and its kernels' lowered names: memoised, else from
+  // the kernel cache, else compiled. Only code is memoised, keyed by what
+  // determines it (CompileKey); the recipe's geometry is left as it is, so an
+  // answer never depends on what was asked before.
+  absl::Status AttachCode(LaunchRecipe* recipe);
+  // Remembers a compiled recipe's code (a tune's winner).
+  void RememberCode(const LaunchRecipe& recipe);
   void DeclareMetrics();
   // What an import is judged against: this GPU and the software fingerprint
   // of each op here, or no GPU when compile-only.
@@ -157,9 +171,15 @@ class KtuneServiceImpl final : public v1::KtuneService::CallbackService {
   const std::chrono::steady_clock::time_point started_;
   Metrics metrics_;
 
+  // What compiling one program gives: the cubin and, per name expression in
+  // the recipe's order, its lowered name.
+  struct CompiledCode {
+    std::string cubin;
+    std::vector<std::string> lowered_names;
+  };
   absl::Mutex compiled_mu_;
-  // template hash + arch + options + name expressions -> compiled recipe.
-  absl::flat_hash_map<std::string, LaunchRecipe> compiled_ ABSL_GUARDED_BY(compiled_mu_);
+  // template id + hash + arch + options + name expressions -> its code.
+  absl::flat_hash_map<std::string, CompiledCode> compiled_ ABSL_GUARDED_BY(compiled_mu_);
 
   TuneQueue queue_;  // last: its worker uses everything above until it is joined
 };

@@ -8,7 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "cache/recipe_check.h"
+#include "tests/cache/current_entries.h"
 #include "tests/cache/test_entries.h"
+#include "tuner/cublaslt.h"
 
 namespace ktune {
 namespace {
@@ -214,6 +217,84 @@ TEST_CASE("Bundle: a well-framed payload is still checked", "[cache]") {
     CHECK_THAT(Message(DecodeStatus(FrameBundle(BundleOf(entries)))),
                Catch::StartsWith("entry 3 duplicates entry 1"));
   }
+}
+
+// What this build's templates write for an entry's problem and config on the
+// device it names, straight from the tuner (not through the cache's check).
+std::optional<v1::LaunchRecipe> TemplatesOwnRecipe(const v1::Entry& e) {
+  DeviceInfo d = DeviceFromProto(e.device());
+  d.max_smem_per_block_optin = ArchSmemPerBlockOptin(d.cc_major, d.cc_minor);
+  d.max_threads_per_sm = ArchMaxThreadsPerSm(d.cc_major, d.cc_minor);
+  absl::StatusOr<LaunchRecipe> r = absl::NotFoundError("no recipe");
+  if (e.problem().has_norm()) {
+    absl::StatusOr<NormProblem> p = NormProblemFromProto(e.problem().norm());
+    absl::StatusOr<NormConfig> c = NormConfigFromProto(e.config().norm());
+    if (p.ok() && c.ok()) r = NormLaunchRecipe(*p, *c, d);
+  } else if (e.config().gemm().has_cublaslt()) {
+    const v1::CublasLtAlgorithm& a = e.config().gemm().cublaslt();
+    r = CublasLtRecipe({a.algo(), a.workspace_bytes()}, a.version());
+    r->arch = Arch(d);
+  } else {
+    r = OwnGemmRecipe(e.problem().gemm(), e.config().gemm(), d);
+  }
+  if (!r.ok()) return std::nullopt;
+  return RecipeToProto(*r, /*include_cubin=*/false);
+}
+
+TEST_CASE("a bundle's recipe is this build's in every field, or the bundle is refused naming it",
+          "[cache][bundle][recipe]") {
+  // Files not written by EncodeBundle: lowered names and NVRTC options of a
+  // forger's choosing.
+  const v1::Entry entry = testutil::CurrentEntriesOfEveryKind()[1];  // layernorm.bwd: two kernels
+  v1::Entry named = entry;
+  named.mutable_recipe()->mutable_kernels(1)->set_lowered_name("_ZN5ktune11norm_bwd_fusedEv");
+  CHECK_THAT(Message(DecodeStatus(FrameBundle(BundleOf({named})))),
+             Catch::StartsWith("entry 0: recipe.kernels[1].lowered_name: is "));
+  v1::Entry macro = entry;
+  macro.mutable_recipe()->add_nvrtc_options("--define-macro=KTUNE_X=1");
+  CHECK_THAT(Message(DecodeStatus(FrameBundle(BundleOf({macro})))),
+             Catch::StartsWith("entry 0: recipe.nvrtc_options: is "));
+  v1::Entry include = entry;
+  *include.mutable_recipe()->mutable_nvrtc_options(0) = "--pre-include=/etc/passwd";
+  CHECK_THAT(Message(DecodeStatus(FrameBundle(BundleOf({include})))),
+             Catch::StartsWith("entry 0: recipe.nvrtc_options: is "));
+  // EncodeBundle leaves out what entries stored by older versions still carry.
+  absl::StatusOr<v1::Bundle> written = DecodeBundle(EncodeBundle({named}, "test", kCreatedAt));
+  REQUIRE(written.ok());
+  CHECK(written->entries(0).recipe().kernels(1).lowered_name().empty());
+}
+
+TEST_CASE("no payload bit flip brings in a recipe the template does not write", "[cache][bundle][recipe]") {
+  // Every bit of a bundle of norm and GEMM entries is flipped in turn and the
+  // checksum recomputed, as a forger would. A flipped bundle may be refused or
+  // accepted; an accepted entry that this build serves (its software
+  // fingerprint is this build's) must carry exactly the recipe the template
+  // writes for its (possibly flipped) problem and config. Others are stale
+  // here: kept, never served.
+  const std::vector<v1::Entry> entries = testutil::CurrentEntriesOfEveryKind();
+  const std::string payload = BundleOf(entries).SerializeAsString();
+  int accepted = 0, served_entries = 0, wrongly_accepted = 0;
+  for (size_t bit = 0; bit < payload.size() * 8; ++bit) {
+    std::string flipped = payload;
+    flipped[bit / 8] = static_cast<char>(flipped[bit / 8] ^ (1 << (bit % 8)));
+    absl::StatusOr<v1::Bundle> bundle = DecodeBundle(Frame(flipped));
+    if (!bundle.ok()) continue;
+    ++accepted;
+    for (const v1::Entry& e : bundle->entries()) {
+      absl::StatusOr<SoftwareFingerprint> build = BuildSoftware(e.problem());
+      if (!build.ok() || SoftwareKey(SoftwareFromProto(e.software())) != SoftwareKey(*build)) continue;
+      ++served_entries;
+      const std::optional<v1::LaunchRecipe> want = TemplatesOwnRecipe(e);
+      if (!want.has_value() || !google::protobuf::util::MessageDifferencer::Equals(*want, e.recipe())) {
+        ++wrongly_accepted;
+        UNSCOPED_INFO("bit " << bit << ": " << e.recipe().ShortDebugString().substr(0, 300));
+      }
+    }
+  }
+  INFO(payload.size() * 8 << " flips, " << accepted << " accepted, " << served_entries << " served entries");
+  CHECK(payload.size() * 8 >= 1500);
+  CHECK(accepted > 0);  // flips of measurements and provenance are harmless
+  CHECK(wrongly_accepted == 0);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "absl/time/clock.h"
 #include "cache/bundle.h"
+#include "cache/recipe_check.h"
 #include "httplib.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "tests/e2e/daemon_process.h"
@@ -701,20 +702,9 @@ v1::Entry LocalGemmEntry(const v1::GetConfigResponse& answer, const v1::GemmProb
   *e.mutable_device() = answer.device();
   *e.mutable_software() = answer.software();
   *e.mutable_config()->mutable_gemm() = config;
-  if (config.has_mma_sync()) {
-    absl::StatusOr<GemmTileConfig> tile = GemmTileConfigFromProto(config.mma_sync());
-    REQUIRE(tile.ok());
-    absl::StatusOr<LaunchRecipe> recipe = GemmLaunchRecipe(p, *tile, CompileOnlyTarget());
-    REQUIRE(recipe.ok());
-    *e.mutable_recipe() = RecipeToProto(*recipe, false);
-  } else {
-    v1::LaunchRecipe* r = e.mutable_recipe();
-    r->set_template_id("cublaslt");
-    r->set_template_hash(std::string(64, 'c'));
-    r->set_arch("sm_90");
-    r->set_cublaslt_algo(config.cublaslt().algo());
-    r->set_workspace_bytes(config.cublaslt().workspace_bytes());
-  }
+  absl::StatusOr<LaunchRecipe> recipe = TemplateRecipe(e.problem(), e.config(), CompileOnlyTarget());
+  REQUIRE(recipe.ok());
+  *e.mutable_recipe() = RecipeToProto(*recipe, false);
   SetMeasured(&e, p.m());
   return e;
 }

@@ -88,6 +88,8 @@ TEST_CASE("32 concurrent TUNE_ON_MISS callers of one key run one job", "[e2e][tu
     CHECK(a->measurement().time_us() == answers[0]->measurement().time_us());
   }
   CHECK(Metric(daemon, "ktune_tunes_total{result=\"ok\"}") == 1);
+  // Each caller's answer is counted once it is sent.
+  CHECK(Metric(daemon, "ktune_getconfig_total{answer=\"tuned\"}") == 32);
   CHECK(daemon.Stop() == 0);
 }
 

@@ -1,0 +1,53 @@
+// The one recipe check of the answer contract (DESIGN.md): a recipe is served
+// or stored only if it is exactly the recipe this build's templates write for
+// its problem and config on its device, in every field. Import (ValidateEntry,
+// so DecodeBundle and PlanMerge) and every answer path of ktuned (tuned,
+// heuristic, nearest, a tune's result) go through VerifyRecipe, so nothing a
+// bundle, a store or an earlier request holds can change what a caller gets:
+// launch geometry, workspace, kernel names, NVRTC options all come from the
+// template. Compiled code (cubin, lowered names) is a product of compiling
+// that recipe, never part of a stored one.
+// Thread-safe: pure functions.
+#pragma once
+
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "ktune/v1/ktune.pb.h"
+#include "tuner/fingerprint.h"
+#include "tuner/launch_recipe.h"
+
+namespace ktune {
+
+// The software fingerprint this build keys `problem` under: its norm template's
+// text hash, or for a GEMM one hash over every GEMM template and the cuBLASLt
+// library's version; this NVRTC and schema. An error for a problem whose
+// template this build does not have.
+absl::StatusOr<SoftwareFingerprint> BuildSoftware(const v1::Problem& problem);
+
+// The recipe this build writes for (problem, config) on `device`, without
+// lowered names or cubin: a norm template's (NormLaunchRecipe), a GEMM
+// template's (OwnGemmRecipe), or the cuBLASLt call of the config's algorithm,
+// workspace and library version. INVALID_ARGUMENT when the config does not
+// parse or is not of the problem's kind; the template's own error (e.g.
+// FAILED_PRECONDITION with CanImplement's reason) when it refuses.
+absl::StatusOr<LaunchRecipe> TemplateRecipe(const v1::Problem& problem, const v1::Config& config,
+                                            const DeviceInfo& device);
+
+// OK iff `recipe` equals `expected` in every field (template id and hash,
+// arch, NVRTC options, each kernel's name expression, lowered name, grid,
+// block, shared memory, params and PDL flag, workspace size and zeroing,
+// cuBLASLt algorithm, cubin). Otherwise INVALID_ARGUMENT naming the first
+// field that differs, after `prefix`: "entry 0: recipe.kernels[0].grid: is
+// (157, 1, 1), but this template writes (160, 1, 1) for the problem and config".
+absl::Status CompareRecipe(std::string_view prefix, const v1::LaunchRecipe& recipe,
+                           const LaunchRecipe& expected);
+
+// TemplateRecipe, then CompareRecipe: `recipe` is exactly what this build
+// writes for (problem, config) on `device`. A config the template refuses is
+// INVALID_ARGUMENT "PREFIX recipe: ...".
+absl::Status VerifyRecipe(const v1::Problem& problem, const v1::Config& config, const v1::LaunchRecipe& recipe,
+                          const DeviceInfo& device, std::string_view prefix = "");
+
+}  // namespace ktune

@@ -1,4 +1,5 @@
 #include "cache/entry.h"
+#include "cache/recipe_check.h"
 
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -377,7 +378,7 @@ TEST_CASE("ValidateEntry: each bad GEMM field is named", "[cache][gemm]") {
       {true, [](v1::Entry& e) { e.mutable_config()->mutable_gemm()->mutable_cublaslt()->set_version(0); },
        "entry.config.gemm.cublaslt.version:"},
       {true, [](v1::Entry& e) { e.mutable_recipe()->set_cublaslt_algo(std::string(64, 'y')); },
-       "entry.recipe: a cuBLASLt config needs the cuBLASLt recipe of the same algorithm"},
+       "entry.recipe.cublaslt_algo: a cuBLASLt config needs the recipe of the same algorithm"},
       {true, [](v1::Entry& e) { e.mutable_recipe()->add_kernels()->set_name_expression("x"); },
        "entry.recipe.kernels: must be empty for a cuBLASLt call"},
   };
@@ -483,9 +484,13 @@ DeviceInfo EntryDevice(const v1::Entry& e) {
   return d;
 }
 
-// `e` with the recipe this build's template writes for its config (as a
-// tuned entry carries it), compiled names aside.
+// `e` as this build stores it: its software fingerprint and the recipe this
+// build's template writes for its config (no lowered names: those come from
+// compiling it).
 v1::Entry WithTemplatesRecipe(v1::Entry e) {
+  absl::StatusOr<SoftwareFingerprint> software = BuildSoftware(e.problem());
+  REQUIRE(software.ok());
+  *e.mutable_software() = SoftwareToProto(*software);
   absl::StatusOr<LaunchRecipe> r = absl::UnknownError("unset");
   if (e.problem().has_gemm()) {
     absl::StatusOr<GemmTileConfig> c = GemmTileConfigFromProto(e.config().gemm().mma_sync());
@@ -501,7 +506,6 @@ v1::Entry WithTemplatesRecipe(v1::Entry e) {
   INFO(r.status().ToString());
   REQUIRE(r.ok());
   *e.mutable_recipe() = RecipeToProto(*r, /*include_cubin=*/false);
-  for (v1::KernelLaunch& k : *e.mutable_recipe()->mutable_kernels()) k.set_lowered_name("_Z6kernelv");
   return e;
 }
 
@@ -524,31 +528,32 @@ TEST_CASE("ValidateEntry: a recipe of this build's template must be the one it w
   };
   const std::vector<Case> cases = {
       {gemm, [](v1::Entry& e) { e.mutable_recipe()->mutable_kernels(0)->set_grid(1, 1); },
-       "entry.recipe.kernels[0].grid: is (32, 1, 1), but this template writes (32, 4, 1) for the entry's problem "
-       "and config"},
+       "entry.recipe.kernels[0].grid: is (32, 1, 1), but this template writes (32, 4, 1) for the problem and "
+       "config"},
       {gemm, [](v1::Entry& e) { e.mutable_recipe()->mutable_kernels(0)->mutable_params()->RemoveLast(); },
-       "entry.recipe.kernels[0].params: is a, b, c, d, bias, M, N, K, alpha, beta, but this template writes a, b, c, "
-       "d, bias, M, N, K, alpha, beta, ws for the entry's problem and config"},
+       "entry.recipe.kernels[0].params: is [\"a\", \"b\", \"c\", \"d\", \"bias\", \"M\", \"N\", \"K\", \"alpha\", "
+       "\"beta\"], but this template writes [\"a\", \"b\", \"c\", \"d\", \"bias\", \"M\", \"N\", \"K\", \"alpha\", "
+       "\"beta\", \"ws\"] for the problem and config"},
       {gemm, [](v1::Entry& e) { e.mutable_recipe()->set_workspace_bytes(16); },
-       "entry.recipe.workspace_bytes: is 16, but this template writes 8388736 for the entry's problem and config"},
+       "entry.recipe.workspace_bytes: is 16, but this template writes 8388736 for the problem and config"},
       {gemm, [](v1::Entry& e) { e.mutable_recipe()->set_workspace_zeroed(false); },
-       "entry.recipe.workspace_zeroed: is false, but this template writes true for the entry's problem and config"},
+       "entry.recipe.workspace_zeroed: is false, but this template writes true for the problem and config"},
       {gemm,
        [](v1::Entry& e) {
          e.mutable_recipe()->mutable_kernels(0)->set_name_expression(
              "ktune::gemm_mma<ktune::bf16, ktune::bf16, true, 0, false, 128, 128, 32, 2, 2, 4, 8, 1>");
        },
-       "entry.recipe.kernels[0].name_expression: is ktune::gemm_mma<ktune::bf16, ktune::bf16, true, 0, false, 128, "
-       "128, 32, 2, 2, 4, 8, 1>, but this template writes ktune::gemm_mma<ktune::bf16, ktune::bf16, true, 0, false, "
-       "128, 128, 32, 2, 2, 4, 8, 4> for the entry's problem and config"},
+       "entry.recipe.kernels[0].name_expression: is \"ktune::gemm_mma<ktune::bf16, ktune::bf16, true, 0, false, 128, "
+       "128, 32, 2, 2, 4, 8, 1>\", but this template writes \"ktune::gemm_mma<ktune::bf16, ktune::bf16, true, 0, "
+       "false, 128, 128, 32, 2, 2, 4, 8, 4>\" for the problem and config"},
       {norm, [](v1::Entry& e) { e.mutable_recipe()->mutable_kernels(0)->set_block(0, 64); },
        "entry.recipe.kernels[0].block: is (64, 1, 1), but this template writes (" +
-           std::to_string(norm.recipe().kernels(0).block(0)) + ", 1, 1) for the entry's problem and config"},
+           std::to_string(norm.recipe().kernels(0).block(0)) + ", 1, 1) for the problem and config"},
       {norm, [](v1::Entry& e) { e.mutable_recipe()->mutable_kernels(0)->set_programmatic_dependent(false); },
-       "entry.recipe.kernels[0].programmatic_dependent: is false, but this template writes true for the entry's "
+       "entry.recipe.kernels[0].programmatic_dependent: is false, but this template writes true for the "
        "problem and config"},
       {norm, [](v1::Entry& e) { e.mutable_recipe()->add_kernels()->CopyFrom(e.recipe().kernels(0)); },
-       "entry.recipe.kernels: is 2 kernels, but this template writes 1 for the entry's problem and config"},
+       "entry.recipe.kernels: is 2 kernels, but this template writes 1 for the problem and config"},
   };
   for (const Case& c : cases) {
     v1::Entry e = c.entry;
@@ -557,10 +562,14 @@ TEST_CASE("ValidateEntry: a recipe of this build's template must be the one it w
     CHECK(s.code() == absl::StatusCode::kInvalidArgument);
     CHECK(std::string(s.message()) == c.expected);
   }
-  // A recipe of another template text (another version's) is not compared.
+  // A recipe of another template text is refused while the entry claims this
+  // build's software (it would be served); an entry of another build's
+  // software (another version's, stale here, never served) is not compared.
   v1::Entry other = gemm;
   other.mutable_recipe()->set_template_hash(std::string(64, 'a'));
   other.mutable_recipe()->mutable_kernels(0)->set_grid(1, 1);
+  CHECK(std::string(ValidateEntry(other).message()).rfind("entry.recipe.template_hash: is ", 0) == 0);
+  other.mutable_software()->set_template_hash(std::string(64, 'a'));
   CHECK(ValidateEntry(other).ok());
 }
 

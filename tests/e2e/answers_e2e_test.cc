@@ -80,6 +80,14 @@ std::string Bundle() {
                       1795000000);
 }
 
+// Every daemon here finds the code compiled by the ones before on disk: code
+// is all that may be shared (it is keyed by what determines it), and each
+// daemon's memory starts empty. Compiling once keeps these tests short.
+void ShareCompiledCode(const TempDir& dir) {
+  static const TempDir kernels;  // removed at exit
+  std::filesystem::create_symlink(kernels.path(), dir.path() + "/kernels");
+}
+
 absl::StatusOr<v1::GetConfigResponse> Ask(Client& client, const v1::Problem& problem) {
   v1::GetConfigRequest request;
   *request.mutable_problem() = problem;
@@ -111,10 +119,8 @@ TEST_CASE("answers do not depend on what was asked before", "[e2e][answers]") {
   TempDir first_dir, second_dir;
   DaemonProcess first(first_dir.path(), first_dir.path() + "/cache.db");
   DaemonProcess second(second_dir.path(), second_dir.path() + "/cache.db");
-  // The second daemon finds the first's compiled code on disk (code only,
-  // which is all that may be shared); what it remembers in memory starts empty.
-  std::filesystem::create_directories(first_dir.path() + "/kernels");
-  std::filesystem::create_symlink(first_dir.path() + "/kernels", second_dir.path() + "/kernels");
+  ShareCompiledCode(first_dir);
+  ShareCompiledCode(second_dir);
   REQUIRE(first.Start());
   REQUIRE(second.Start());
 
@@ -141,6 +147,7 @@ TEST_CASE("answers do not depend on what was asked before", "[e2e][answers]") {
 
 TEST_CASE("two problems sharing one kernel each get their own grid and workspace", "[e2e][answers]") {
   TempDir dir;
+  ShareCompiledCode(dir);
   DaemonProcess daemon(dir.path(), dir.path() + "/cache.db");
   REQUIRE(daemon.Start());
   const std::vector<v1::Problem> problems = Problems();

@@ -418,12 +418,13 @@ TEST_CASE("the ktune CLI drives a daemon and fails with one-line reasons", "[e2e
   // then the ends of the template arguments and of the name, then void.
   CHECK(gemm_kn.out.find("Lb1ELb0ELi1EEEv") != std::string::npos);
   CHECK(gemm.out.find("Lb0ELb0ELi1EEEv") != std::string::npos);
-  // fp8: D is bf16 unless asked otherwise; B must be [N, K], and the refusal says so.
-  auto fp8 = RunCommand(cli + "get gemm --m 128 --n 4096 --k 4096 --dtype fp8e4m3 --b-layout nk", dir.path());
+  // fp8: D is bf16 unless asked otherwise; B must be [N, K] (the default), and
+  // the refusal of [K, N] says so.
+  auto fp8 = RunCommand(cli + "get gemm --m 128 --n 4096 --k 4096 --dtype fp8e4m3", dir.path());
   INFO(fp8.err);
   REQUIRE(fp8.exit_code == 0);
   CHECK(fp8.out.find("gemm/gemm_wgmma") != std::string::npos);
-  auto fp8_kn = RunCommand(cli + "get gemm --m 128 --n 4096 --k 4096 --dtype fp8e4m3", dir.path());
+  auto fp8_kn = RunCommand(cli + "get gemm --m 128 --n 4096 --k 4096 --dtype fp8e4m3 --b-layout kn", dir.path());
   CHECK(fp8_kn.exit_code != 0);
   CHECK(fp8_kn.err.find("problem.gemm.b_layout") != std::string::npos);
   CHECK(fp8_kn.err.find("[N, K]") != std::string::npos);

@@ -454,23 +454,12 @@ absl::Status ValidateEntry(const v1::Entry& entry, std::string_view prefix_text)
 }
 
 absl::StatusOr<EntryKey> KeyOf(const v1::Entry& entry) {
-  if (entry.problem().kind_case() == v1::Problem::kGemm) {
-    if (absl::Status s = ValidateGemmProblem(entry.problem().gemm()); !s.ok()) {
-      return FromTuner("entry.", "problem", s);
-    }
-    return EntryKey{"gemm", GemmCanonicalKey(entry.problem().gemm()), DeviceKey(DeviceFromProto(entry.device())),
-                    SoftwareKey(SoftwareFromProto(entry.software()))};
-  }
-  if (entry.problem().kind_case() != v1::Problem::kNorm) {
-    return absl::InvalidArgumentError("entry.problem: missing (a norm or a GEMM problem)");
-  }
   // Keys are built from the decoded domain values, not the raw proto, so that
   // equivalent spellings (output dtype unspecified vs. equal to the input, eps
   // 0 vs. the default) land on one key.
-  absl::StatusOr<NormProblem> problem = NormProblemFromProto(entry.problem().norm());
+  absl::StatusOr<ProblemKeyParts> problem = ProblemKeyOf(entry.problem());
   if (!problem.ok()) return FromTuner("entry.", "problem", problem.status());
-  return EntryKey{OpName(*problem), CanonicalKey(*problem),
-                  DeviceKey(DeviceFromProto(entry.device())),
+  return EntryKey{problem->op, problem->key, DeviceKey(DeviceFromProto(entry.device())),
                   SoftwareKey(SoftwareFromProto(entry.software()))};
 }
 

@@ -5,21 +5,16 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "tuner/gemm_problem.h"
 #include "tuner/problem.h"
 #include "tuner/wire.h"
 
 namespace ktune {
 
 std::string ProblemKey(const v1::Problem& problem) {
-  // The cache's own keys, so that two spellings of one entry (batch 0 and 1,
+  // The cache's own key, so that two spellings of one entry (batch 0 and 1,
   // an unset and a bf16 output) are one problem here too.
-  if (problem.has_gemm()) {
-    return ValidateGemmProblem(problem.gemm()).ok() ? GemmCanonicalKey(problem.gemm())
-                                                    : absl::StrCat("invalid ", problem.ShortDebugString());
-  }
-  absl::StatusOr<NormProblem> norm = NormProblemFromProto(problem.norm());
-  return norm.ok() ? CanonicalKey(*norm) : absl::StrCat("invalid ", problem.ShortDebugString());
+  absl::StatusOr<ProblemKeyParts> key = ProblemKeyOf(problem);
+  return key.ok() ? key->key : absl::StrCat("invalid ", problem.ShortDebugString());
 }
 
 bool IsGemm(const PrewarmProblem& p) { return p.problem.has_gemm(); }

@@ -161,7 +161,9 @@ absl::StatusOr<KtuneServiceImpl::Resolved> KtuneServiceImpl::Resolve(
     absl::StatusOr<SoftwareFingerprint> software = BuildSoftware(problem);
     if (!software.ok()) return software.status();
     r.software = *std::move(software);
-    r.key = EntryKey{"gemm", GemmCanonicalKey(problem.gemm()), target_key_, SoftwareKey(r.software)};
+    absl::StatusOr<ProblemKeyParts> key = ProblemKeyOf(problem);
+    if (!key.ok()) return key.status();
+    r.key = EntryKey{key->op, key->key, target_key_, SoftwareKey(r.software)};
     return r;
   }
   if (!problem.has_norm()) return absl::InvalidArgumentError("problem: missing (set problem.norm)");
@@ -174,8 +176,9 @@ absl::StatusOr<KtuneServiceImpl::Resolved> KtuneServiceImpl::Resolve(
   absl::StatusOr<SoftwareFingerprint> software = BuildSoftware(problem);
   if (!software.ok()) return software.status();
   r.software = *std::move(software);
-  r.key = EntryKey{OpName(r.problem), CanonicalKey(r.problem), target_key_,
-                   SoftwareKey(r.software)};
+  absl::StatusOr<ProblemKeyParts> key = ProblemKeyOf(problem);
+  if (!key.ok()) return key.status();
+  r.key = EntryKey{key->op, key->key, target_key_, SoftwareKey(r.software)};
   return r;
 }
 

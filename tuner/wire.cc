@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "tuner/gemm_problem.h"
 
 namespace ktune {
 
@@ -308,6 +309,17 @@ v1::WgmmaTile WgmmaTileConfigToProto(const WgmmaTileConfig& c) {
   out.set_swap_ab(c.swap_ab);
   out.set_tail_split(c.tail_split);
   return out;
+}
+
+absl::StatusOr<ProblemKeyParts> ProblemKeyOf(const v1::Problem& problem) {
+  if (problem.has_gemm()) {
+    if (absl::Status s = ValidateGemmProblem(problem.gemm()); !s.ok()) return s;
+    return ProblemKeyParts{"gemm", GemmCanonicalKey(problem.gemm())};
+  }
+  if (!problem.has_norm()) return absl::InvalidArgumentError("problem: missing (a norm or a GEMM problem)");
+  absl::StatusOr<NormProblem> norm = NormProblemFromProto(problem.norm());
+  if (!norm.ok()) return norm.status();
+  return ProblemKeyParts{OpName(*norm), CanonicalKey(*norm)};
 }
 
 absl::StatusOr<LaunchRecipe> OwnGemmRecipe(const v1::GemmProblem& problem, const v1::GemmConfig& config,

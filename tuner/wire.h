@@ -45,6 +45,19 @@ v1::SkinnyTile SkinnyConfigToProto(const SkinnyConfig& config);
 absl::StatusOr<LaunchRecipe> OwnGemmRecipe(const v1::GemmProblem& problem, const v1::GemmConfig& config,
                                            const DeviceInfo& device);
 
+// The problem part of a cache key, the one spelling every caller uses (the
+// daemon's lookups, stored and bundled entries, prewarm's dedup and shards):
+// the op name and CanonicalKey of the decoded norm problem, or "gemm" and
+// GemmCanonicalKey, so equivalent spellings (an unset output dtype, batch 0,
+// eps 0) are one key. INVALID_ARGUMENT naming the field for a problem that
+// does not decode (norm) or validate (GEMM); norm ranges are
+// ValidateNormProblem's.
+struct ProblemKeyParts {
+  std::string op;   // "rmsnorm.fwd", "gemm"
+  std::string key;  // "rmsnorm.fwd m=4096 n=4096 ...", "gemm m=1 n=4096 ..."
+};
+absl::StatusOr<ProblemKeyParts> ProblemKeyOf(const v1::Problem& problem);
+
 DeviceInfo DeviceFromProto(const v1::DeviceFingerprint& device);
 v1::DeviceFingerprint DeviceToProto(const DeviceInfo& device);
 

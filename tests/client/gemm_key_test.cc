@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "cache/bundle.h"
+#include "cache/entry.h"
 #include "client/prewarm_list.h"
 #include "client/shapes_file.h"
 #include "tests/cache/current_entries.h"
@@ -47,6 +48,12 @@ TEST_CASE("prewarm keys a GEMM as the cache does: one entry is one problem", "[c
   CHECK_FALSE(list.Add(spellings[2]));
   CHECK_FALSE(list.Add(spellings[3]));
   CHECK(list.problems().size() == 1);
+  // The very key the cache stores each spelling's entry under.
+  for (const v1::Problem& p : spellings) {
+    absl::StatusOr<EntryKey> key = KeyOf(testutil::CurrentEntry(p, testutil::SkinnyConfigFor(p.gemm())));
+    REQUIRE(key.ok());
+    CHECK(key->problem_key == ProblemKey(spellings[0]));
+  }
   // So every spelling lands in one shard.
   for (int count = 2; count <= 7; ++count) {
     for (int index = 0; index < count; ++index) {

@@ -20,6 +20,7 @@
 #include "tuner/kernel_source.h"
 #include "tuner/norm_space.h"
 #include "tuner/nvrtc_compiler.h"
+#include "tuner/safe_text.h"
 #include "tuner/tuner.h"
 #include "tuner/wire.h"
 
@@ -206,8 +207,8 @@ void KtuneServiceImpl::AnswerFromEntry(const v1::Entry& entry, bool include_cubi
     if (compiled.ok()) {
       response->mutable_recipe()->set_cubin(compiled->cubin);
     } else {
-      spdlog::warn("event=cubin_recompile_failed template={} error=\"{}\"",
-                   entry.recipe().template_id(), std::string(compiled.status().message()));
+      spdlog::warn("event=cubin_recompile_failed template=\"{}\" error=\"{}\"",
+                   SafeText(entry.recipe().template_id()), SafeText(compiled.status().message(), 1024));
     }
   }
 }
@@ -248,7 +249,7 @@ void KtuneServiceImpl::CountTune(const std::string& key, const absl::Status& sta
                                  double compile_seconds) {
   if (!status.ok()) {
     metrics_.Add("ktune_tunes_total", 1, "result", absl::IsCancelled(status) ? "cancelled" : "failed");
-    spdlog::error("event=tune_failed key=\"{}\" error=\"{}\"", key, std::string(status.message()));
+    spdlog::error("event=tune_failed key=\"{}\" error=\"{}\"", key, SafeText(status.message(), 1024));
     return;
   }
   metrics_.Add("ktune_tunes_total", 1, "result", "ok");
@@ -317,7 +318,7 @@ std::function<void(const std::string&, const std::string&, const std::string&)> 
     const Resolved& r) {
   return [this, key = r.key](const std::string& candidate, const std::string& reason, const std::string& detail) {
     spdlog::error("event=candidate_quarantined key=\"{}\" reason={} candidate=\"{}\" detail=\"{}\"",
-                  key.problem_key, reason, candidate, detail);
+                  key.problem_key, reason, SafeText(candidate), SafeText(detail, 2000));
     metrics_.Add("ktune_quarantined_total", 1, "reason", reason);
     absl::Status s = store_->Quarantine({key.device_key, key.software_key, candidate, reason, detail.substr(0, 2000),
                                          absl::ToUnixSeconds(absl::Now())});
@@ -707,7 +708,7 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::ExportBundle(grpc::CallbackServerCon
                                     absl::ToUnixSeconds(absl::Now())));
   response->set_entries(static_cast<int32_t>(selected.size()));
   spdlog::info("event=export entries={} bytes={} op=\"{}\" gpu=\"{}\" since_unix={}", selected.size(),
-               response->bundle().size(), request->op(), request->device_name(),
+               response->bundle().size(), SafeText(request->op()), SafeText(request->device_name()),
                request->since_unix());
   return Finish(context, absl::OkStatus());
 }
@@ -738,7 +739,7 @@ absl::StatusOr<v1::ImportBundleResponse> KtuneServiceImpl::Import(
     const v1::ImportBundleRequest& request) {
   absl::StatusOr<v1::Bundle> bundle = DecodeBundle(request.bundle());
   if (!bundle.ok()) {
-    spdlog::warn("event=import_refused error=\"{}\"", std::string(bundle.status().message()));
+    spdlog::warn("event=import_refused error=\"{}\"", SafeText(bundle.status().message(), 1024));
     return absl::Status(bundle.status().code(), absl::StrCat("bundle refused, nothing imported: ",
                                                              bundle.status().message()));
   }

@@ -7,6 +7,8 @@
 #include <catch2/catch.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "cache/bundle.h"
+#include "tests/cache/test_entries.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/security/credentials.h"
@@ -112,8 +114,41 @@ TEST_CASE("a TLS caller without the token never makes ktuned hold its request bo
   }
   const int64_t grown_mib = (PeakKib(daemon.pid()) - before) >> 10;
   INFO("peak memory grew by " << grown_mib << " MiB");
-  CHECK(grown_mib < 16);  // six bodies of 32 MiB, none held
+  CHECK(grown_mib < 40);  // six bodies of 32 MiB, none held (10 MiB here; 305 before the gate)
   CHECK(RawUnaryCall(channel, "/ktune.v1.KtuneService/GetStatus", "", kToken).ok());
+  CHECK(daemon.Stop() == 0);
+}
+
+TEST_CASE("client strings never forge a daemon log line nor make an error unbounded", "[e2e][bounds]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.path(), dir.path() + "/cache.db");
+  REQUIRE(daemon.Start());
+  const std::string forged = "x\n2026-01-01T00:00:00.000+0000 ktuned level=critical event=FORGED";
+  v1::ExportBundleRequest export_request;
+  export_request.set_device_name(forged);
+  REQUIRE(daemon.NewClient()->ExportBundle(export_request).ok());
+
+  v1::Entry entry = testutil::MakeTestEntry();
+  entry.mutable_device()->set_name(forged);
+  auto imported = daemon.NewClient()->ImportBundle(EncodeBundle({entry}, "test", 1795000000));
+  CHECK(imported.status().code() == absl::StatusCode::kInvalidArgument);
+
+  v1::ListEntriesRequest list;
+  list.set_op(std::string(1 << 20, 'o') + "\n");
+  auto listed = daemon.NewClient()->ListEntries(list);
+  REQUIRE_FALSE(listed.ok());
+  CHECK(listed.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(listed.status().message().size() < 1024);
+  CHECK(listed.status().message().find("more bytes") != std::string::npos);
+
+  const std::string log = daemon.Log();
+  CHECK(log.find("event=export") != std::string::npos);
+  CHECK(log.find("x\\n2026-01-01") != std::string::npos);  // logged, escaped
+  std::istringstream lines(log);
+  for (std::string line; std::getline(lines, line);) {
+    INFO(line);
+    CHECK(line.rfind("2026-01-01T00:00:00.000+0000", 0) != 0);  // no line of the caller's making
+  }
   CHECK(daemon.Stop() == 0);
 }
 

@@ -5,6 +5,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "cache/bundle.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "tuner/paths.h"
@@ -135,9 +136,28 @@ absl::StatusOr<v1::ImportBundleResponse> Client::ImportBundle(std::string bundle
 }
 
 absl::StatusOr<v1::ImportBundleResponse> Client::ImportBundle(const v1::ImportBundleRequest& request) {
+  v1::ImportBundleResponse response;
+  {
+    grpc::ClientContext context;
+    if (absl::Status s = Prepare(&context); !s.ok()) return s;
+    std::unique_ptr<grpc::ClientWriter<v1::ImportBundleRequest>> writer =
+        stub_->ImportBundleStream(&context, &response);
+    v1::ImportBundleRequest piece;
+    piece.set_policy(request.policy());
+    piece.set_dry_run(request.dry_run());
+    const std::string& bundle = request.bundle();
+    for (size_t at = 0; at == 0 || at < bundle.size(); at += kImportPieceBytes) {
+      piece.set_bundle(bundle.substr(at, kImportPieceBytes));
+      if (!writer->Write(piece)) break;  // the daemon ended the call (a refusal): Finish says why
+    }
+    writer->WritesDone();
+    grpc::Status s = writer->Finish();
+    if (s.ok()) return response;
+    if (s.error_code() != grpc::StatusCode::UNIMPLEMENTED) return FromGrpc(s);
+  }
+  // A ktuned older than ImportBundleStream.
   grpc::ClientContext context;
   if (absl::Status s = Prepare(&context); !s.ok()) return s;
-  v1::ImportBundleResponse response;
   grpc::Status s = stub_->ImportBundle(&context, request, &response);
   if (!s.ok()) return FromGrpc(s);
   return response;

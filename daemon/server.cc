@@ -123,6 +123,14 @@ class UnparseableRequestInterceptor final : public grpc::experimental::Intercept
   bool unparseable_ = false;
 };
 
+class UnparseableRequestInterceptorFactory final
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  grpc::experimental::Interceptor* CreateServerInterceptor(grpc::experimental::ServerRpcInfo* info) override {
+    return new UnparseableRequestInterceptor(info);
+  }
+};
+
 // Refuses a TLS caller without the token before gRPC reads its request
 // message: the server's auth filter runs this on the call's metadata first.
 // The handlers check again (admin calls, and the Unix socket, which this does
@@ -141,14 +149,6 @@ class TokenGate final : public grpc::AuthMetadataProcessor {
 
  private:
   const Authorizer auth_;
-};
-
-class UnparseableRequestInterceptorFactory final
-    : public grpc::experimental::ServerInterceptorFactoryInterface {
- public:
-  grpc::experimental::Interceptor* CreateServerInterceptor(grpc::experimental::ServerRpcInfo* info) override {
-    return new UnparseableRequestInterceptor(info);
-  }
 };
 
 }  // namespace
@@ -220,8 +220,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  // The largest bundle and the few fields around it in an ImportBundleRequest.
-  builder.SetMaxReceiveMessageSize(static_cast<int>(kMaxBundleBytes + (64 << 10)));
+  static_assert(kImportPieceBytes + 1024 <= kMaxRequestBytes, "an import piece must fit a request");
+  builder.SetMaxReceiveMessageSize(kMaxRequestBytes);
   builder.SetMaxSendMessageSize(256 << 20);
   // gRPC sets SO_REUSEPORT by default: a second daemon on the port would then
   // start fine and take every other connection, serving from its own cache.

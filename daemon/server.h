@@ -14,6 +14,10 @@ namespace ktune {
 
 class KtuneServiceImpl;
 
+// The largest request message ktuned reads: any call's request is a few
+// hundred bytes, and bundles come in pieces (kImportPieceBytes).
+inline constexpr int kMaxRequestBytes = 64 << 10;
+
 struct ServerOptions {
   // "unix:/path" or "host:port". TCP listeners other than loopback need TLS.
   std::vector<std::string> listen;
@@ -45,14 +49,15 @@ class Server {
   // Requests that do not parse are answered INVALID_ARGUMENT naming the method.
   //
   // Request sizes: gRPC reads a unary request whole before any handler runs,
-  // so what a caller can make ktuned hold is bounded in two steps. Every
-  // request is capped just above the largest bundle an import may carry
-  // (kMaxBundleBytes). A TLS caller without the token is refused on its
-  // metadata alone (an AuthMetadataProcessor runs before the message is
-  // read), so unauthenticated callers, however many, never make ktuned buffer
-  // a body: only token holders can send large requests, and only the admin
-  // token makes an import count. Plain TCP is loopback only, whose callers are
-  // local users like those of the Unix socket.
+  // so the bound has to hold before any handler. Every request message, on
+  // every transport, is at most kMaxRequestBytes (gRPC answers a larger one
+  // RESOURCE_EXHAUSTED without a handler). The one large thing a caller may
+  // send, a bundle, comes through ImportBundleStream in pieces, and its
+  // reactor reads none of them before the admin token checks out (reactors.h);
+  // the unary ImportBundle stays, for bundles under the cap. On top, a TLS
+  // caller without the token is refused on its metadata alone (an
+  // AuthMetadataProcessor, run before the message is read), so remote
+  // callers without the token make ktuned buffer nothing at all.
   static absl::StatusOr<std::unique_ptr<Server>> Start(const ServerOptions& options,
                                                        KtuneServiceImpl* service);
   ~Server();

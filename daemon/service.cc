@@ -781,6 +781,12 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::ImportBundle(grpc::CallbackServerCon
   return Finish(context, absl::OkStatus());
 }
 
+grpc::ServerReadReactor<v1::ImportBundleRequest>* KtuneServiceImpl::ImportBundleStream(
+    grpc::CallbackServerContext* context, v1::ImportBundleResponse* response) {
+  return new ImportStream(options_.auth.Check(*context, Authorizer::Access::kAdmin), response,
+                          [this](const v1::ImportBundleRequest& request) { return Import(request); });
+}
+
 grpc::ServerUnaryReactor* KtuneServiceImpl::GetStatus(grpc::CallbackServerContext* context,
                                                       const v1::GetStatusRequest* request,
                                                       v1::GetStatusResponse* response) {

@@ -55,6 +55,21 @@ int64_t PeakKib(pid_t pid) {
   return -1;
 }
 
+// A valid GetConfigRequest carrying `bytes` in an unknown field (number
+// 1000, length-delimited), which a parser would keep.
+std::string PaddedGetConfig(size_t bytes) {
+  std::string out = "\xc2\x3e";  // tag: field 1000, wire type 2
+  for (size_t n = bytes;; n >>= 7) {  // varint length
+    if (n < 0x80) {
+      out.push_back(static_cast<char>(n));
+      break;
+    }
+    out.push_back(static_cast<char>((n & 0x7f) | 0x80));
+  }
+  out.append(bytes, 'x');
+  return out;
+}
+
 TEST_CASE("a request that does not parse gets INVALID_ARGUMENT naming the method", "[e2e][bounds]") {
   TempDir dir;
   DaemonProcess daemon(dir.path(), dir.path() + "/cache.db");
@@ -91,15 +106,7 @@ TEST_CASE("a TLS caller without the token never makes ktuned hold its request bo
   auto channel = Channel(tcp, grpc::SslCredentials(ssl));
   REQUIRE(RawUnaryCall(channel, "/ktune.v1.KtuneService/GetStatus", "", kToken).ok());
 
-  // A valid GetConfigRequest carrying 32 MiB in an unknown field (number 1000,
-  // length-delimited): a parser would keep it all.
-  constexpr size_t kBody = size_t{32} << 20;
-  std::string big = "\xc2\x3e";  // tag: field 1000, wire type 2
-  for (size_t n = kBody; ; n >>= 7) {  // varint length
-    if (n < 0x80) { big.push_back(static_cast<char>(n)); break; }
-    big.push_back(static_cast<char>((n & 0x7f) | 0x80));
-  }
-  big.append(kBody, 'x');
+  const std::string big = PaddedGetConfig(size_t{32} << 20);
 
   const int64_t before = PeakKib(daemon.pid());
   std::vector<std::thread> callers;
@@ -119,6 +126,54 @@ TEST_CASE("a TLS caller without the token never makes ktuned hold its request bo
   CHECK(daemon.Stop() == 0);
 }
 
+TEST_CASE("every request ktuned reads is small; a large bundle comes in pieces after the admin token",
+          "[e2e][bounds]") {
+  TempDir dir;
+  const std::string token_file = dir.path() + "/token", admin_file = dir.path() + "/admin";
+  std::ofstream(token_file) << kToken;
+  std::ofstream(admin_file) << "bounds-admin-0123456789abcdef";
+  const std::string tcp = absl::StrCat("127.0.0.1:", testing::FreeTcpPort());
+  DaemonProcess daemon(dir.path(), dir.path() + "/cache.db");
+  REQUIRE(daemon.Start({"--listen", tcp, "--token-file", token_file, "--admin-token-file", admin_file}));
+
+  // 8 MiB GetConfigs: refused before any handler, on either transport.
+  const std::string big = PaddedGetConfig(size_t{8} << 20);
+  for (const auto& [address, token] : {std::pair<std::string, std::string>{daemon.address(), ""}, {tcp, kToken}}) {
+    const grpc::Status s = RawUnaryCall(Channel(address, grpc::InsecureChannelCredentials()),
+                                        "/ktune.v1.KtuneService/GetConfig", big, token);
+    INFO(address << ": " << s.error_code() << " " << s.error_message());
+    CHECK(s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  }
+
+  // A bundle several pieces long.
+  std::vector<v1::Entry> entries;
+  std::string bundle;
+  while (bundle.size() < 4 * kImportPieceBytes && entries.size() < 4000) {
+    for (int i = 0; i < 50; ++i) entries.push_back(testutil::MakeTestEntry(1024 + 8 * entries.size()));
+    bundle = EncodeBundle(entries, "test", 1795000000);
+  }
+  REQUIRE(bundle.size() >= 4 * kImportPieceBytes);
+  v1::ImportBundleRequest unary;
+  unary.set_bundle(bundle);
+  const grpc::Status as_one = RawUnaryCall(Channel(daemon.address(), grpc::InsecureChannelCredentials()),
+                                           "/ktune.v1.KtuneService/ImportBundle", unary.SerializeAsString());
+  CHECK(as_one.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+
+  ClientOptions user;
+  user.token = kToken;
+  auto refused = Client::Create(tcp, user)->ImportBundle(bundle);
+  CHECK(refused.status().code() == absl::StatusCode::kPermissionDenied);
+  CHECK(daemon.NewClient()->GetStatus()->entries() == 0);
+  ClientOptions admin;
+  admin.token = "bounds-admin-0123456789abcdef";
+  auto imported = Client::Create(tcp, admin)->ImportBundle(bundle);
+  INFO(imported.status());
+  REQUIRE(imported.ok());
+  CHECK(imported->added() == static_cast<int>(entries.size()));
+  CHECK(daemon.NewClient()->GetStatus()->entries() == static_cast<int64_t>(entries.size()));
+  CHECK(daemon.Stop() == 0);
+}
+
 TEST_CASE("client strings never forge a daemon log line nor make an error unbounded", "[e2e][bounds]") {
   TempDir dir;
   DaemonProcess daemon(dir.path(), dir.path() + "/cache.db");
@@ -134,7 +189,7 @@ TEST_CASE("client strings never forge a daemon log line nor make an error unboun
   CHECK(imported.status().code() == absl::StatusCode::kInvalidArgument);
 
   v1::ListEntriesRequest list;
-  list.set_op(std::string(1 << 20, 'o') + "\n");
+  list.set_op(std::string(32 << 10, 'o') + "\n");  // under the request cap
   auto listed = daemon.NewClient()->ListEntries(list);
   REQUIRE_FALSE(listed.ok());
   CHECK(listed.status().code() == absl::StatusCode::kInvalidArgument);

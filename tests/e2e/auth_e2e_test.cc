@@ -91,7 +91,7 @@ TEST_CASE("without an admin token, imports come over the Unix socket only", "[e2
   CHECK(daemon.Stop() == 0);
 }
 
-TEST_CASE("SIGHUP re-reads the token files; the daemon keeps serving", "[e2e][auth]") {
+TEST_CASE("SIGHUP re-reads the token files and the daemon keeps serving", "[e2e][auth]") {
   TempDir dir;
   constexpr char kNewToken[] = "rotated-token-0123456789abcdef";
   const std::string tcp = "127.0.0.1:" + std::to_string(testing::FreeTcpPort());

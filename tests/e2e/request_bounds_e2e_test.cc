@@ -126,7 +126,7 @@ TEST_CASE("a TLS caller without the token never makes ktuned hold its request bo
   CHECK(daemon.Stop() == 0);
 }
 
-TEST_CASE("every request ktuned reads is small; a large bundle comes in pieces after the admin token",
+TEST_CASE("every request ktuned reads is small and a large bundle comes in pieces after the admin token",
           "[e2e][bounds]") {
   TempDir dir;
   const std::string token_file = dir.path() + "/token", admin_file = dir.path() + "/admin";

@@ -47,7 +47,7 @@ ClientOptions TlsClient(const std::string& ca_file, const std::string& token) {
   return options;
 }
 
-TEST_CASE("ktune speaks TLS: status, get, import and prewarm; a wrong CA is refused clearly", "[e2e][tls]") {
+TEST_CASE("ktune speaks TLS for status, get, import and prewarm, and a wrong CA is refused clearly", "[e2e][tls]") {
   TempDir dir;
   const testing::TestCa ca = testing::MakeTestCa(dir.path(), "ca");
   const testing::TestCa other_ca = testing::MakeTestCa(dir.path(), "other-ca");

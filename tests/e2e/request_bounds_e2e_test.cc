@@ -146,12 +146,14 @@ TEST_CASE("every request ktuned reads is small and a large bundle comes in piece
   }
 
   // A bundle several pieces long.
+  const size_t per_entry =  // what one more entry adds
+      EncodeBundle({testutil::MakeTestEntry(1024), testutil::MakeTestEntry(1032)}, "test", 1795000000).size() -
+      EncodeBundle({testutil::MakeTestEntry(1024)}, "test", 1795000000).size();
   std::vector<v1::Entry> entries;
-  std::string bundle;
-  while (bundle.size() < 4 * kImportPieceBytes && entries.size() < 4000) {
-    for (int i = 0; i < 50; ++i) entries.push_back(testutil::MakeTestEntry(1024 + 8 * entries.size()));
-    bundle = EncodeBundle(entries, "test", 1795000000);
+  for (size_t i = 0; i <= 4 * kImportPieceBytes / per_entry; ++i) {
+    entries.push_back(testutil::MakeTestEntry(1024 + 8 * static_cast<int64_t>(i)));
   }
+  const std::string bundle = EncodeBundle(entries, "test", 1795000000);
   REQUIRE(bundle.size() >= 4 * kImportPieceBytes);
   v1::ImportBundleRequest unary;
   unary.set_bundle(bundle);

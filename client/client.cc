@@ -3,55 +3,97 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "cache/bundle.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
+#include "tuner/paths.h"
 
 namespace ktune {
 
-absl::Status FromGrpcStatus(const grpc::Status& status, const std::string& address) {
+namespace {
+
+bool UsesTls(const std::string& address, const ClientOptions& options) {
+  return !options.tls_ca_pem.empty() && !absl::StartsWith(address, "unix:");
+}
+
+}  // namespace
+
+absl::Status FromGrpcStatus(const grpc::Status& status, const std::string& address,
+                            const ClientOptions& options) {
   if (status.ok()) return absl::OkStatus();
   const auto code = static_cast<absl::StatusCode>(status.error_code());
   if (code == absl::StatusCode::kUnavailable) {
+    // A certificate the CA did not sign, or one for another name, fails the
+    // handshake, which gRPC reports as "cannot connect" like a dead daemon.
+    std::string tls_hint;
+    if (UsesTls(address, options)) {
+      tls_hint = absl::StrCat(
+          " and serving TLS with a certificate signed by the CA in ",
+          options.tls_ca_file.empty() ? "--tls-ca" : options.tls_ca_file, " for the name ",
+          options.tls_server_name.empty() ? "of the address" : options.tls_server_name,
+          " (--tls-server-name)");
+    }
     return absl::UnavailableError(absl::StrCat("cannot reach ktuned at ", address, " (",
-                                               status.error_message(), "); is it running?"));
+                                               status.error_message(), "); is it running", tls_hint,
+                                               "?"));
   }
   return absl::Status(code, status.error_message());
 }
 
-std::unique_ptr<Client> Client::Create(const std::string& address, double timeout_s) {
-  return std::unique_ptr<Client>(new Client(address, timeout_s));
+std::unique_ptr<Client> Client::Create(const std::string& address, const ClientOptions& options) {
+  return std::unique_ptr<Client>(new Client(address, options));
 }
 
-Client::Client(std::string address, double timeout_s)
-    : address_(std::move(address)), timeout_s_(timeout_s) {
-  if (const char* token = std::getenv("KTUNE_TOKEN"); token != nullptr) token_ = token;
+std::unique_ptr<Client> Client::Create(const std::string& address, double timeout_s) {
+  ClientOptions options;
+  options.timeout_s = timeout_s;
+  if (const char* token = std::getenv("KTUNE_TOKEN"); token != nullptr) options.token = token;
+  return Create(address, options);
+}
+
+Client::Client(std::string address, ClientOptions options)
+    : address_(std::move(address)), options_(std::move(options)) {
+  if (address_ == DefaultServerAddress()) socket_dir_ = CheckPrivateDir(DefaultRuntimeDir());
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(256 << 20);
   args.SetMaxSendMessageSize(256 << 20);
-  stub_ = v1::KtuneService::NewStub(
-      grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), args));
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (UsesTls(address_, options_)) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = options_.tls_ca_pem;
+    credentials = grpc::SslCredentials(ssl);
+    if (!options_.tls_server_name.empty()) args.SetSslTargetNameOverride(options_.tls_server_name);
+  }
+  stub_ = v1::KtuneService::NewStub(grpc::CreateCustomChannel(address_, credentials, args));
 }
 
-void Client::Prepare(grpc::ClientContext* context) const {
-  if (!token_.empty()) context->AddMetadata("authorization", "Bearer " + token_);
+absl::Status Client::Prepare(grpc::ClientContext* context) const {
+  if (!socket_dir_.ok()) return socket_dir_;
+  if (!options_.token.empty()) context->AddMetadata("authorization", "Bearer " + options_.token);
   context->set_deadline(std::chrono::system_clock::now() +
-                        std::chrono::milliseconds(static_cast<int64_t>(timeout_s_ * 1000)));
+                        std::chrono::milliseconds(static_cast<int64_t>(options_.timeout_s * 1000)));
+  return absl::OkStatus();
+}
+
+absl::Status Client::FromGrpc(const grpc::Status& status) const {
+  return FromGrpcStatus(status, address_, options_);
 }
 
 absl::StatusOr<v1::GetConfigResponse> Client::GetConfig(const v1::GetConfigRequest& request) {
   grpc::ClientContext context;
-  Prepare(&context);
+  if (absl::Status s = Prepare(&context); !s.ok()) return s;
   v1::GetConfigResponse response;
   grpc::Status s = stub_->GetConfig(&context, request, &response);
-  if (!s.ok()) return FromGrpcStatus(s, address_);
+  if (!s.ok()) return FromGrpc(s);
   return response;
 }
 
 absl::StatusOr<v1::GetConfigResponse> Client::Tune(
     const v1::TuneRequest& request, const std::function<void(const v1::TuneEvent&)>& on_event) {
   grpc::ClientContext context;
-  Prepare(&context);
+  if (absl::Status s = Prepare(&context); !s.ok()) return s;
   std::unique_ptr<grpc::ClientReader<v1::TuneEvent>> reader = stub_->Tune(&context, request);
   v1::TuneEvent event;
   v1::GetConfigResponse result;
@@ -64,26 +106,26 @@ absl::StatusOr<v1::GetConfigResponse> Client::Tune(
     }
   }
   grpc::Status s = reader->Finish();
-  if (!s.ok()) return FromGrpcStatus(s, address_);
+  if (!s.ok()) return FromGrpc(s);
   if (!have_result) return absl::InternalError("tune stream ended without a result");
   return result;
 }
 
 absl::StatusOr<v1::ListEntriesResponse> Client::ListEntries(const v1::ListEntriesRequest& request) {
   grpc::ClientContext context;
-  Prepare(&context);
+  if (absl::Status s = Prepare(&context); !s.ok()) return s;
   v1::ListEntriesResponse response;
   grpc::Status s = stub_->ListEntries(&context, request, &response);
-  if (!s.ok()) return FromGrpcStatus(s, address_);
+  if (!s.ok()) return FromGrpc(s);
   return response;
 }
 
 absl::StatusOr<v1::ExportBundleResponse> Client::ExportBundle(const v1::ExportBundleRequest& request) {
   grpc::ClientContext context;
-  Prepare(&context);
+  if (absl::Status s = Prepare(&context); !s.ok()) return s;
   v1::ExportBundleResponse response;
   grpc::Status s = stub_->ExportBundle(&context, request, &response);
-  if (!s.ok()) return FromGrpcStatus(s, address_);
+  if (!s.ok()) return FromGrpc(s);
   return response;
 }
 
@@ -94,20 +136,39 @@ absl::StatusOr<v1::ImportBundleResponse> Client::ImportBundle(std::string bundle
 }
 
 absl::StatusOr<v1::ImportBundleResponse> Client::ImportBundle(const v1::ImportBundleRequest& request) {
-  grpc::ClientContext context;
-  Prepare(&context);
   v1::ImportBundleResponse response;
+  {
+    grpc::ClientContext context;
+    if (absl::Status s = Prepare(&context); !s.ok()) return s;
+    std::unique_ptr<grpc::ClientWriter<v1::ImportBundleRequest>> writer =
+        stub_->ImportBundleStream(&context, &response);
+    v1::ImportBundleRequest piece;
+    piece.set_policy(request.policy());
+    piece.set_dry_run(request.dry_run());
+    const std::string& bundle = request.bundle();
+    for (size_t at = 0; at == 0 || at < bundle.size(); at += kImportPieceBytes) {
+      piece.set_bundle(bundle.substr(at, kImportPieceBytes));
+      if (!writer->Write(piece)) break;  // the daemon ended the call (a refusal): Finish says why
+    }
+    writer->WritesDone();
+    grpc::Status s = writer->Finish();
+    if (s.ok()) return response;
+    if (s.error_code() != grpc::StatusCode::UNIMPLEMENTED) return FromGrpc(s);
+  }
+  // A ktuned older than ImportBundleStream.
+  grpc::ClientContext context;
+  if (absl::Status s = Prepare(&context); !s.ok()) return s;
   grpc::Status s = stub_->ImportBundle(&context, request, &response);
-  if (!s.ok()) return FromGrpcStatus(s, address_);
+  if (!s.ok()) return FromGrpc(s);
   return response;
 }
 
 absl::StatusOr<v1::GetStatusResponse> Client::GetStatus() {
   grpc::ClientContext context;
-  Prepare(&context);
+  if (absl::Status s = Prepare(&context); !s.ok()) return s;
   v1::GetStatusResponse response;
   grpc::Status s = stub_->GetStatus(&context, v1::GetStatusRequest(), &response);
-  if (!s.ok()) return FromGrpcStatus(s, address_);
+  if (!s.ok()) return FromGrpc(s);
   return response;
 }
 

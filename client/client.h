@@ -13,12 +13,30 @@
 
 namespace ktune {
 
+// How a Client reaches and proves itself to ktuned.
+struct ClientOptions {
+  double timeout_s = 600;  // bounds each unary call
+  // Sent as "authorization: Bearer TOKEN" on every call (ktuned asks TCP
+  // callers for one, and imports for the admin token); empty sends none.
+  std::string token;
+  // PEM of the CA that signed ktuned's certificate. When set, TCP addresses
+  // are reached over TLS trusting only this CA (a Unix socket never uses TLS:
+  // ktuned serves it in the clear, trusted by its file permissions).
+  std::string tls_ca_pem;
+  std::string tls_ca_file;  // where tls_ca_pem came from; named in errors only
+  // The name ktuned's certificate must carry, when it is not the address's
+  // host (a certificate for "ktuned.internal" reached by IP address).
+  std::string tls_server_name;
+};
+
 class Client {
  public:
   // `address` as ktuned's --listen ("unix:/path", "host:port"). Does not
-  // connect yet; the first call does. `timeout_s` bounds each unary call.
-  // Every call carries the token of $KTUNE_TOKEN, if set (ktuned asks TCP
-  // callers for one, and imports for the admin token).
+  // connect yet; the first call does. Calls to the default socket
+  // (DefaultServerAddress()) fail with FAILED_PRECONDITION, sending nothing,
+  // when its directory is not ours alone (CheckPrivateDir).
+  static std::unique_ptr<Client> Create(const std::string& address, const ClientOptions& options);
+  // Plain text, `timeout_s` per call, and the token of $KTUNE_TOKEN if set.
   static std::unique_ptr<Client> Create(const std::string& address, double timeout_s = 600);
 
   absl::StatusOr<v1::GetConfigResponse> GetConfig(const v1::GetConfigRequest& request);
@@ -36,16 +54,22 @@ class Client {
   const std::string& address() const { return address_; }
 
  private:
-  Client(std::string address, double timeout_s);
-  void Prepare(grpc::ClientContext* context) const;
+  Client(std::string address, ClientOptions options);
+  // Sets the token and deadline; the refusal of an unsafe socket directory.
+  absl::Status Prepare(grpc::ClientContext* context) const;
+  absl::Status FromGrpc(const grpc::Status& status) const;
 
   std::string address_;
-  double timeout_s_;
-  std::string token_;
+  const ClientOptions options_;
+  // Not OK when `address_` is the default socket and its directory is not
+  // ours alone (tuner/paths.h): no call is made then.
+  absl::Status socket_dir_;
   std::unique_ptr<v1::KtuneService::Stub> stub_;
 };
 
-// The server's error as an absl::Status; UNAVAILABLE gets a hint about the address.
-absl::Status FromGrpcStatus(const grpc::Status& status, const std::string& address);
+// The server's error as an absl::Status; UNAVAILABLE gets a hint about the
+// address (and, over TLS, about the CA file and the server name).
+absl::Status FromGrpcStatus(const grpc::Status& status, const std::string& address,
+                            const ClientOptions& options = {});
 
 }  // namespace ktune

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <iostream>
@@ -207,6 +208,14 @@ int main(int argc, char** argv) {
   app.add_option("--token-file", token_file,
                  "send this token with every call (TCP daemons, imports); default $KTUNE_TOKEN")
       ->check(CLI::ExistingFile);
+  std::string tls_ca, tls_server_name;
+  app.add_option("--tls-ca", tls_ca,
+                 "reach TCP daemons over TLS, trusting the CA certificate (PEM) in this file")
+      ->envname("KTUNE_TLS_CA")
+      ->check(CLI::ExistingFile);
+  app.add_option("--tls-server-name", tls_server_name,
+                 "the name the daemon's certificate must carry (default: the --server host)")
+      ->envname("KTUNE_TLS_SERVER_NAME");
 
   bool json = false;
   CLI::App* status_cmd = app.add_subcommand("status", "daemon version, GPU or compile-only, entries");
@@ -259,14 +268,32 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  // Every client this process makes (prewarm makes one per daemon) uses these.
+  ktune::ClientOptions client_options;
+  client_options.timeout_s = timeout_s;
+  if (const char* token = std::getenv("KTUNE_TOKEN"); token != nullptr) client_options.token = token;
   if (!token_file.empty()) {
-    // Every client this process makes (prewarm makes one per daemon) reads it.
     absl::StatusOr<std::string> token = ktune::ReadFile(token_file);
     if (!token.ok()) return ktune::PrintError(token.status());
-    setenv("KTUNE_TOKEN", std::string(absl::StripAsciiWhitespace(*token)).c_str(), 1);
+    client_options.token = std::string(absl::StripAsciiWhitespace(*token));
   }
-  if (prewarm_command->parsed()) return prewarm_command->Run(server, timeout_s);
-  auto client = ktune::Client::Create(server, timeout_s);
+  if (!tls_server_name.empty() && tls_ca.empty()) {
+    std::fprintf(stderr, "ktune: error: --tls-server-name needs --tls-ca (or KTUNE_TLS_CA)\n");
+    return 2;
+  }
+  if (!tls_ca.empty()) {
+    absl::StatusOr<std::string> pem = ktune::ReadFile(tls_ca);
+    if (!pem.ok()) return ktune::PrintError(pem.status());
+    if (pem->find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
+      std::fprintf(stderr, "ktune: error: --tls-ca %s: not a PEM certificate\n", tls_ca.c_str());
+      return 2;
+    }
+    client_options.tls_ca_pem = *std::move(pem);
+    client_options.tls_ca_file = tls_ca;
+    client_options.tls_server_name = tls_server_name;
+  }
+  if (prewarm_command->parsed()) return prewarm_command->Run(server, client_options);
+  auto client = ktune::Client::Create(server, client_options);
   auto fail = [](const absl::Status& s) { return ktune::PrintError(s); };
 
   if (status_cmd->parsed()) {

@@ -112,6 +112,12 @@ class PrewarmRun {
   }
 
  private:
+  ClientOptions ClientFor(double timeout_s) const {
+    ClientOptions client = options_.client;
+    client.timeout_s = timeout_s;
+    return client;
+  }
+
   // GetStatus on every server at once; groups the usable ones by kind.
   void Probe(const std::vector<std::string>& addresses) {
     std::vector<PrewarmServerReport> servers(addresses.size());
@@ -121,7 +127,7 @@ class PrewarmRun {
         PrewarmServerReport& r = servers[i];
         r.address = addresses[i];
         absl::StatusOr<v1::GetStatusResponse> status =
-            Client::Create(r.address, options_.probe_timeout_s)->GetStatus();
+            Client::Create(r.address, ClientFor(options_.probe_timeout_s))->GetStatus();
         if (!status.ok()) {
           r.state = PrewarmServerReport::State::kUnreachable;
           r.error = StatusText(status.status());
@@ -162,7 +168,7 @@ class PrewarmRun {
       absl::MutexLock lock(&mu_);
       address = report_.servers[server].address;
     }
-    std::unique_ptr<Client> client = Client::Create(address, options_.call_timeout_s);
+    std::unique_ptr<Client> client = Client::Create(address, ClientFor(options_.call_timeout_s));
     absl::Status lost = Resume(k, server, client.get());
     {
       absl::MutexLock lock(&mu_);

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "client/client.h"
 #include "client/prewarm_list.h"
 
 namespace ktune {
@@ -88,6 +89,8 @@ struct PrewarmOptions {
   double probe_timeout_s = 10;   // GetStatus at the start
   int repetitions = 0;           // TuneOptions.repetitions; 0 = daemon default
   int max_busy_retries = 5;      // RESOURCE_EXHAUSTED (queue full): back off and retry
+  // Token and TLS for every server; its timeout_s is replaced by the two above.
+  ClientOptions client;
 };
 
 // Tunes `problems` on `servers` (addresses as for --server, deduplicated).

@@ -84,7 +84,7 @@ std::unique_ptr<PrewarmCommand> PrewarmCommand::Add(CLI::App* app) {
 
 bool PrewarmCommand::parsed() const { return command_->parsed(); }
 
-int PrewarmCommand::Run(const std::string& default_server, double timeout_s) const {
+int PrewarmCommand::Run(const std::string& default_server, const ClientOptions& client) const {
   // The problem list; any error here tunes nothing.
   const bool from_model = !model_path_.empty();
   if (from_model == !shapes_path_.empty()) {
@@ -150,7 +150,8 @@ int PrewarmCommand::Run(const std::string& default_server, double timeout_s) con
                problems->size() - gemm, gemm);
 
   PrewarmOptions options;
-  options.call_timeout_s = timeout_s;
+  options.call_timeout_s = client.timeout_s;
+  options.client = client;
   options.repetitions = repetitions_;
   PrewarmProgress progress(stderr, isatty(STDERR_FILENO) != 0);
   const PrewarmReport report = Prewarm(*problems, servers, options, &progress);

@@ -13,6 +13,8 @@
 #include <memory>
 #include <string>
 
+#include "client/client.h"
+
 namespace CLI {
 class App;
 }
@@ -27,8 +29,9 @@ class PrewarmCommand {
   // True when the command line chose `prewarm`.
   bool parsed() const;
 
-  // `default_server` and `timeout_s` are the global --server and --timeout.
-  int Run(const std::string& default_server, double timeout_s) const;
+  // `default_server` and `client` are the global --server, --timeout, token
+  // and TLS options.
+  int Run(const std::string& default_server, const ClientOptions& client) const;
 
  private:
   PrewarmCommand() = default;

@@ -19,23 +19,53 @@ bool SameToken(absl::string_view a, absl::string_view b) {
   return diff == 0;
 }
 
-std::string BearerToken(const grpc::CallbackServerContext& context) {
-  const auto& metadata = context.client_metadata();
-  auto it = metadata.find("authorization");
-  if (it == metadata.end()) return "";
-  absl::string_view value(it->second.data(), it->second.size());
-  if (!absl::ConsumePrefix(&value, "Bearer ")) return "";
-  return std::string(value);
+absl::string_view BearerToken(absl::string_view authorization) {
+  if (!absl::ConsumePrefix(&authorization, "Bearer ")) return "";
+  return authorization;
 }
 
 }  // namespace
 
-absl::Status Authorizer::Check(const grpc::CallbackServerContext& context, Access access) const {
-  const bool local = absl::StartsWith(context.peer(), "unix:");
-  const std::string presented = BearerToken(context);
+struct Authorizer::Tokens {
+  absl::Mutex mu;
+  std::string token ABSL_GUARDED_BY(mu);
+  std::string admin_token ABSL_GUARDED_BY(mu);
+};
+
+Authorizer::Authorizer(std::string token, std::string admin_token) : tokens_(std::make_shared<Tokens>()) {
+  Reload(std::move(token), std::move(admin_token));
+}
+
+void Authorizer::Reload(std::string token, std::string admin_token) {
+  absl::MutexLock lock(&tokens_->mu);
+  tokens_->token = std::move(token);
+  tokens_->admin_token = std::move(admin_token);
+}
+
+bool Authorizer::has_token() const {
+  absl::ReaderMutexLock lock(&tokens_->mu);
+  return !tokens_->token.empty();
+}
+
+absl::Status Authorizer::Check(const grpc::ServerContextBase& context, Access access) const {
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find("authorization");
+  const absl::string_view authorization =
+      it == metadata.end() ? absl::string_view() : absl::string_view(it->second.data(), it->second.size());
+  return CheckPresented(absl::StartsWith(context.peer(), "unix:"), BearerToken(authorization), access);
+}
+
+absl::Status Authorizer::CheckTcpCaller(absl::string_view authorization) const {
+  return CheckPresented(false, BearerToken(authorization), Access::kUse);
+}
+
+absl::Status Authorizer::CheckPresented(bool local, absl::string_view presented, Access access) const {
+  absl::ReaderMutexLock lock(&tokens_->mu);
+  const std::string& token = tokens_->token;
+  const std::string& admin_token = tokens_->admin_token;
   if (access == Access::kAdmin) {
-    if (!admin_token_.empty()) {
-      if (SameToken(presented, admin_token_)) return absl::OkStatus();
+    if (!admin_token.empty()) {
+      if (SameToken(presented, admin_token)) return absl::OkStatus();
       return absl::PermissionDeniedError(
           "importing a bundle needs the admin token (ktune --token-file ADMIN_TOKEN_FILE)");
     }
@@ -44,12 +74,12 @@ absl::Status Authorizer::Check(const grpc::CallbackServerContext& context, Acces
         "importing a bundle over TCP needs an admin token: start ktuned with --admin-token-file, "
         "or import over the Unix socket");
   }
-  if (local || token_.empty()) return absl::OkStatus();
+  if (local || token.empty()) return absl::OkStatus();
   if (presented.empty()) {
     return absl::UnauthenticatedError(
         "this ktuned needs a token from TCP callers (ktune --token-file FILE, or KTUNE_TOKEN)");
   }
-  if (SameToken(presented, token_) || (!admin_token_.empty() && SameToken(presented, admin_token_))) {
+  if (SameToken(presented, token) || (!admin_token.empty() && SameToken(presented, admin_token))) {
     return absl::OkStatus();
   }
   return absl::UnauthenticatedError("wrong token");

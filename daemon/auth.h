@@ -6,13 +6,19 @@
 // is refused at start without TLS and a token. Importing a bundle changes what
 // every caller is served, so it needs the admin token (--admin-token-file)
 // from any transport, or, when the daemon has none, must come over the Unix
-// socket. Thread-safe: immutable after construction.
+// socket.
+//
+// Thread-safe. Copies share their tokens: Reload through any copy (ktuned's
+// SIGHUP) is seen by every copy at once, so token files can be rotated
+// without a restart.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "grpcpp/server_context.h"
 
 namespace ktune {
@@ -21,19 +27,30 @@ class Authorizer {
  public:
   enum class Access { kUse, kAdmin };  // kUse: every call but an import
 
-  Authorizer() = default;
-  Authorizer(std::string token, std::string admin_token)
-      : token_(std::move(token)), admin_token_(std::move(admin_token)) {}
+  Authorizer() : Authorizer("", "") {}
+  Authorizer(std::string token, std::string admin_token);
 
   // OK, UNAUTHENTICATED (no or wrong token) or PERMISSION_DENIED (an admin
   // call without the admin token), with a message that says what to do.
-  absl::Status Check(const grpc::CallbackServerContext& context, Access access) const;
+  absl::Status Check(const grpc::ServerContextBase& context, Access access) const;
 
-  bool has_token() const { return !token_.empty(); }
+  // The kUse check for a TCP caller whose "authorization" metadata value is
+  // `authorization` ("" when absent): run on a call's metadata before its
+  // message is read (daemon/server.cc), so an unauthenticated caller never
+  // makes ktuned hold a request body.
+  absl::Status CheckTcpCaller(absl::string_view authorization) const;
+
+  // Replaces both tokens for every copy; calls already checked are not
+  // affected, the next Check uses the new ones.
+  void Reload(std::string token, std::string admin_token);
+
+  bool has_token() const;
 
  private:
-  std::string token_;
-  std::string admin_token_;
+  struct Tokens;
+  absl::Status CheckPresented(bool local, absl::string_view presented, Access access) const;
+
+  std::shared_ptr<Tokens> tokens_;
 };
 
 // A token file's content, whitespace trimmed. INVALID_ARGUMENT if it cannot be

@@ -1,5 +1,6 @@
 // ktuned: the ktune daemon. Parses flags, opens the store and the GPU (if
-// any), serves gRPC until SIGTERM or SIGINT, then drains and exits 0.
+// any), serves gRPC until SIGTERM or SIGINT, then drains and exits 0. SIGHUP
+// re-reads the token files; the TLS files are re-read on their own.
 #include <signal.h>
 
 #include <cstdio>
@@ -56,6 +57,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--tls-cert", tls_cert, "PEM certificate for TCP listeners")->check(CLI::ExistingFile);
   app.add_option("--tls-key", tls_key, "PEM private key for TCP listeners")->check(CLI::ExistingFile);
+  unsigned tls_refresh_s = 60;
+  // Hidden: how often the TLS files are re-read (tests rotate them in seconds).
+  app.add_option("--tls-refresh-seconds", tls_refresh_s)->check(CLI::Range(1, 86400))->group("");
   app.add_option("--drain-seconds", drain_s, "grace period for in-flight calls at shutdown")
       ->check(CLI::Range(0.0, 3600.0))
       ->capture_default_str();
@@ -108,26 +112,36 @@ int main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::from_str(log_level));
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e%z ktuned level=%l %v");
 
-  // Block the shutdown signals before any thread starts, so that only the
-  // sigwait below receives them.
+  // Block the shutdown and reload signals before any thread starts, so that
+  // only the sigwait below receives them (SIGHUP's default would kill the
+  // daemon and leave its socket behind).
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   // Bad flags change nothing: check every address and token before touching
   // the database.
   const bool have_tls = !tls_cert.empty() && !tls_key.empty();
   std::string token, admin_token;
-  for (auto [path, out] : {std::pair{&token_file, &token}, std::pair{&admin_token_file, &admin_token}}) {
-    if (path->empty()) continue;
-    absl::StatusOr<std::string> read = ktune::ReadTokenFile(*path);
-    if (!read.ok()) {
-      spdlog::critical("event=bad_flag error=\"{}\"", std::string(read.status().message()));
-      return 2;
+  // Both token files, or the first error; at start and on SIGHUP.
+  auto read_tokens = [&]() -> absl::Status {
+    std::string read_token, read_admin_token;
+    for (auto [path, out] : {std::pair{&token_file, &read_token}, std::pair{&admin_token_file, &read_admin_token}}) {
+      if (path->empty()) continue;
+      absl::StatusOr<std::string> read = ktune::ReadTokenFile(*path);
+      if (!read.ok()) return read.status();
+      *out = *read;
     }
-    *out = *read;
+    token = std::move(read_token);
+    admin_token = std::move(read_admin_token);
+    return absl::OkStatus();
+  };
+  if (absl::Status s = read_tokens(); !s.ok()) {
+    spdlog::critical("event=bad_flag error=\"{}\"", std::string(s.message()));
+    return 2;
   }
   for (const std::string& address : listen) {
     absl::Status s = ktune::ValidateListenAddress(address, have_tls);
@@ -217,7 +231,7 @@ int main(int argc, char** argv) {
     }
     spdlog::info("event=metrics_listening address=\"{}\" path=/metrics", metrics_listen);
   }
-  ktune::ServerOptions options{listen, tls_cert, tls_key};
+  ktune::ServerOptions options{listen, tls_cert, tls_key, tls_refresh_s, service_options.auth};
   absl::StatusOr<std::unique_ptr<ktune::Server>> server = ktune::Server::Start(options, &service);
   if (!server.ok()) {
     spdlog::critical("event=listen_failed error=\"{}\"", std::string(server.status().message()));
@@ -234,7 +248,18 @@ int main(int argc, char** argv) {
   }
 
   int signal_number = 0;
-  sigwait(&signals, &signal_number);
+  while (sigwait(&signals, &signal_number) == 0 && signal_number == SIGHUP) {
+    // A token file that cannot be read now keeps the tokens in force: a
+    // half-written rotation must not lock every caller out (or let them in).
+    if (absl::Status s = read_tokens(); !s.ok()) {
+      spdlog::error("event=tokens_reload_failed error=\"{}\" note=\"the previous tokens stay in force\"",
+                    std::string(s.message()));
+      continue;
+    }
+    service_options.auth.Reload(token, admin_token);  // shared with the service's copy
+    spdlog::info("event=tokens_reloaded token={} admin_token={}", token.empty() ? "none" : "set",
+                 admin_token.empty() ? "none" : "set");
+  }
   spdlog::info("event=shutdown signal={} drain_seconds={}", signal_number, drain_s);
   (void)ktune::SdNotify("STOPPING=1");
   service.StopTuning();  // queued tunes are cancelled; a running one finishes

@@ -1,5 +1,6 @@
 #include "daemon/metrics.h"
 
+#include <cerrno>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -101,9 +102,18 @@ absl::Status MetricsServer::Start(const std::string& host_port, Metrics* metrics
     if (refresh) refresh();
     res.set_content(metrics->RenderPrometheus(), "text/plain; version=0.0.4");
   });
+  // httplib sets SO_REUSEPORT, which lets a second daemon share the port and
+  // take half the scrapes; SO_REUSEADDR alone still rebinds after a restart.
+  impl_->http.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   if (!impl_->http.bind_to_port(host.c_str(), port)) {
+    const int bind_errno = errno;
     impl_.reset();
-    return absl::UnavailableError(absl::StrCat("--metrics-listen ", host_port, ": cannot bind"));
+    return absl::UnavailableError(absl::StrCat("--metrics-listen ", host_port, ": ",
+                                               bind_errno == EADDRINUSE ? "address already in use"
+                                                                        : "cannot bind"));
   }
   impl_->thread = std::thread([this] { impl_->http.listen_after_bind(); });
   return absl::OkStatus();

@@ -1,5 +1,7 @@
 #include "daemon/reactors.h"
 
+#include "absl/strings/str_cat.h"
+#include "cache/bundle.h"
 #include "daemon/status_mapping.h"
 
 namespace ktune {
@@ -150,6 +152,38 @@ void TuneStream::OnDone() {
     channel_->reactor = nullptr;
   }
   delete this;
+}
+
+// ---------------------------------------------------------------- ImportStream
+
+ImportStream::ImportStream(const absl::Status& authorized, v1::ImportBundleResponse* response, ImportFn import)
+    : response_(response), import_(std::move(import)) {
+  if (!authorized.ok()) {
+    Finish(ToGrpcStatus(authorized));
+    return;
+  }
+  StartRead(&piece_);
+}
+
+void ImportStream::OnReadDone(bool ok) {
+  if (!ok) {  // the client sent its last piece (or went away: then nobody reads the answer)
+    absl::StatusOr<v1::ImportBundleResponse> report = import_(whole_);
+    if (report.ok()) *response_ = *std::move(report);
+    Finish(ToGrpcStatus(report.status()));
+    return;
+  }
+  if (first_) {
+    whole_.set_policy(piece_.policy());
+    whole_.set_dry_run(piece_.dry_run());
+    first_ = false;
+  }
+  if (whole_.bundle().size() + piece_.bundle().size() > kMaxBundleBytes) {
+    Finish(ToGrpcStatus(absl::ResourceExhaustedError(absl::StrCat(
+        "bundle refused, nothing imported: larger than ", kMaxBundleBytes >> 20, " MiB"))));
+    return;
+  }
+  whole_.mutable_bundle()->append(piece_.bundle());
+  StartRead(&piece_);
 }
 
 }  // namespace ktune

@@ -95,4 +95,25 @@ class TuneStream final : public grpc::ServerWriteReactor<v1::TuneEvent> {
   std::unique_ptr<TuneQueue::Ticket> ticket_ ABSL_GUARDED_BY(ticket_mu_);
 };
 
+// An ImportBundleStream call. Nothing is read before `authorized` is known OK
+// (an unauthorised caller's pieces stay unread, and the call ends with that
+// status); pieces are gathered up to kMaxBundleBytes (past it the call ends
+// RESOURCE_EXHAUSTED) and, once the client has sent the last, the whole
+// bundle goes to `import`, whose answer ends the call. Deletes itself.
+class ImportStream final : public grpc::ServerReadReactor<v1::ImportBundleRequest> {
+ public:
+  using ImportFn = std::function<absl::StatusOr<v1::ImportBundleResponse>(const v1::ImportBundleRequest&)>;
+  ImportStream(const absl::Status& authorized, v1::ImportBundleResponse* response, ImportFn import);
+
+  void OnReadDone(bool ok) override;
+  void OnDone() override { delete this; }
+
+ private:
+  v1::ImportBundleResponse* const response_;
+  const ImportFn import_;
+  v1::ImportBundleRequest piece_;  // the read in flight
+  v1::ImportBundleRequest whole_;  // policy and dry_run of the first piece, every piece's bytes
+  bool first_ = true;
+};
+
 }  // namespace ktune

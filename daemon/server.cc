@@ -1,10 +1,12 @@
 #include "daemon/server.h"
 
+#include <netdb.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -15,12 +17,20 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "cache/bundle.h"
 #include "daemon/service.h"
+#include "daemon/status_mapping.h"
+#include "grpc/grpc.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/security/auth_metadata_processor.h"
 #include "grpcpp/security/server_credentials.h"
+#include "grpcpp/security/tls_certificate_provider.h"
+#include "grpcpp/security/tls_credentials_options.h"
 #include "grpcpp/server_builder.h"
+#include "grpcpp/support/server_interceptor.h"
 #include "spdlog/spdlog.h"
+#include "tuner/paths.h"
 
 namespace ktune {
 namespace {
@@ -50,6 +60,96 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   ss << in.rdbuf();
   return ss.str();
 }
+
+// Why a TCP `address` cannot be bound now ("address already in use"), or ""
+// when it can: gRPC only says that some listener failed.
+std::string BindProblem(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  std::string host = address.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  if (int rc = getaddrinfo(host.c_str(), address.substr(colon + 1).c_str(), &hints, &found); rc != 0) {
+    return gai_strerror(rc);
+  }
+  std::string problem;
+  for (addrinfo* ai = found; ai != nullptr && problem.empty(); ai = ai->ai_next) {
+    const int fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
+    if (fd < 0) continue;
+    int yes = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));  // as gRPC does
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+      problem = errno == EADDRINUSE ? "address already in use" : std::strerror(errno);
+    }
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return problem;
+}
+
+// gRPC's callback handlers answer a request that does not parse with
+// UNIMPLEMENTED and no message, which reads as "old daemon"; this turns that
+// answer into INVALID_ARGUMENT naming the method. A unary or server-streaming
+// request is parsed before the handler runs, and its POST_RECV_MESSAGE hook
+// then carries no message.
+class UnparseableRequestInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit UnparseableRequestInterceptor(grpc::experimental::ServerRpcInfo* info)
+      : method_(info->method()),
+        parsed_before_handler_(info->type() == grpc::experimental::ServerRpcInfo::Type::UNARY ||
+                               info->type() == grpc::experimental::ServerRpcInfo::Type::SERVER_STREAMING) {}
+
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    using grpc::experimental::InterceptionHookPoints;
+    if (parsed_before_handler_ && !seen_request_ &&
+        methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_MESSAGE)) {
+      seen_request_ = true;
+      unparseable_ = methods->GetRecvMessage() == nullptr;
+    }
+    if (unparseable_ && methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
+      methods->ModifySendStatus(ToGrpcStatus(absl::InvalidArgumentError(
+          absl::StrCat("the request is not a valid ", method_, " request message (protobuf parse failed)"))));
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::string method_;
+  const bool parsed_before_handler_;
+  bool seen_request_ = false;
+  bool unparseable_ = false;
+};
+
+class UnparseableRequestInterceptorFactory final
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  grpc::experimental::Interceptor* CreateServerInterceptor(grpc::experimental::ServerRpcInfo* info) override {
+    return new UnparseableRequestInterceptor(info);
+  }
+};
+
+// Refuses a TLS caller without the token before gRPC reads its request
+// message: the server's auth filter runs this on the call's metadata first.
+// The handlers check again (admin calls, and the Unix socket, which this does
+// not cover).
+class TokenGate final : public grpc::AuthMetadataProcessor {
+ public:
+  explicit TokenGate(Authorizer auth) : auth_(std::move(auth)) {}
+  bool IsBlocking() const override { return false; }  // a compare: no need for a thread
+  grpc::Status Process(const InputMetadata& metadata, grpc::AuthContext* /*context*/,
+                       OutputMetadata* /*consumed*/, OutputMetadata* /*response*/) override {
+    auto it = metadata.find("authorization");
+    const absl::string_view value =
+        it == metadata.end() ? absl::string_view() : absl::string_view(it->second.data(), it->second.size());
+    return ToGrpcStatus(auth_.CheckTcpCaller(value));
+  }
+
+ private:
+  const Authorizer auth_;
+};
 
 }  // namespace
 
@@ -99,27 +199,44 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   if (options.listen.empty()) return absl::InvalidArgumentError("no --listen address");
   std::shared_ptr<grpc::ServerCredentials> tcp_credentials = grpc::InsecureServerCredentials();
   if (have_tls) {
-    absl::StatusOr<std::string> cert = ReadFile(options.tls_cert_file);
-    if (!cert.ok()) return cert.status();
-    absl::StatusOr<std::string> key = ReadFile(options.tls_key_file);
-    if (!key.ok()) return key.status();
-    grpc::SslServerCredentialsOptions ssl;
-    ssl.pem_key_cert_pairs.push_back({*key, *cert});
-    tcp_credentials = grpc::SslServerCredentials(ssl);
+    for (const std::string* path : {&options.tls_cert_file, &options.tls_key_file}) {
+      absl::StatusOr<std::string> pem = ReadFile(*path);
+      if (!pem.ok()) return pem.status();
+      if (pem->find("-----BEGIN ") == std::string::npos) {
+        return absl::InvalidArgumentError(absl::StrCat(*path, ": not a PEM file"));
+      }
+    }
+    // Watched files, so certificates rotate without a restart.
+    auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+        options.tls_key_file, options.tls_cert_file, std::max(1u, options.tls_refresh_s));
+    grpc::experimental::TlsServerCredentialsOptions tls(provider);
+    tls.watch_identity_key_cert_pairs();
+    tls.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+    tcp_credentials = grpc::experimental::TlsServerCredentials(tls);
+    tcp_credentials->SetAuthMetadataProcessor(std::make_shared<TokenGate>(options.auth));
   }
 
   std::unique_ptr<Server> server(new Server());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.SetMaxReceiveMessageSize(256 << 20);  // bundles; see kMaxBundleBytes
+  static_assert(kImportPieceBytes + 1024 <= kMaxRequestBytes, "an import piece must fit a request");
+  builder.SetMaxReceiveMessageSize(kMaxRequestBytes);
   builder.SetMaxSendMessageSize(256 << 20);
+  // gRPC sets SO_REUSEPORT by default: a second daemon on the port would then
+  // start fine and take every other connection, serving from its own cache.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<UnparseableRequestInterceptorFactory>());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   for (const std::string& address : options.listen) {
     if (absl::Status s = ValidateListenAddress(address, have_tls); !s.ok()) return s;
     if (absl::StartsWith(address, kUnixPrefix)) {
       const std::filesystem::path path = address.substr(sizeof(kUnixPrefix) - 1);
       std::error_code ec;
-      if (!std::filesystem::exists(path.parent_path())) {
+      if (path.parent_path() == DefaultRuntimeDir()) {
+        if (absl::Status s = EnsurePrivateDir(path.parent_path()); !s.ok()) return s;
+      } else if (!std::filesystem::exists(path.parent_path())) {
         std::filesystem::create_directories(path.parent_path(), ec);
         if (ec) {
           return absl::FailedPreconditionError(
@@ -143,6 +260,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   builder.RegisterService(service);
   server->server_ = builder.BuildAndStart();
   if (!server->server_) {
+    for (const std::string& address : options.listen) {
+      if (absl::StartsWith(address, kUnixPrefix)) continue;
+      if (const std::string problem = BindProblem(address); !problem.empty()) {
+        return absl::UnavailableError(absl::StrCat("--listen ", address, ": ", problem));
+      }
+    }
     return absl::UnavailableError(
         "gRPC could not bind every --listen address (in use, or permission denied)");
   }

@@ -21,6 +21,7 @@
 #include "tuner/kernel_source.h"
 #include "tuner/norm_space.h"
 #include "tuner/nvrtc_compiler.h"
+#include "tuner/safe_text.h"
 #include "tuner/tuner.h"
 #include "tuner/wire.h"
 
@@ -249,8 +250,8 @@ absl::Status KtuneServiceImpl::AnswerFromEntry(const v1::Entry& entry, bool incl
     // Entries carry no code; the recipe compiles deterministically from the
     // embedded template (same software fingerprint), once per process.
     if (absl::Status s = AttachCode(&*recipe); !s.ok()) {
-      spdlog::warn("event=cubin_recompile_failed template={} error=\"{}\"", recipe->template_id,
-                   std::string(s.message()));
+      spdlog::warn("event=cubin_recompile_failed template=\"{}\" error=\"{}\"", SafeText(recipe->template_id),
+                   SafeText(s.message(), 1024));
     }
   }
   *response->mutable_config() = entry.config();
@@ -302,7 +303,7 @@ void KtuneServiceImpl::CountTune(const std::string& key, const absl::Status& sta
                                  double compile_seconds) {
   if (!status.ok()) {
     metrics_.Add("ktune_tunes_total", 1, "result", absl::IsCancelled(status) ? "cancelled" : "failed");
-    spdlog::error("event=tune_failed key=\"{}\" error=\"{}\"", key, std::string(status.message()));
+    spdlog::error("event=tune_failed key=\"{}\" error=\"{}\"", key, SafeText(status.message(), 1024));
     return;
   }
   metrics_.Add("ktune_tunes_total", 1, "result", "ok");
@@ -366,7 +367,7 @@ std::function<void(const std::string&, const std::string&, const std::string&)> 
     const Resolved& r) {
   return [this, key = r.key](const std::string& candidate, const std::string& reason, const std::string& detail) {
     spdlog::error("event=candidate_quarantined key=\"{}\" reason={} candidate=\"{}\" detail=\"{}\"",
-                  key.problem_key, reason, candidate, detail);
+                  key.problem_key, reason, SafeText(candidate), SafeText(detail, 2000));
     metrics_.Add("ktune_quarantined_total", 1, "reason", reason);
     absl::Status s = store_->Quarantine({key.device_key, key.software_key, candidate, reason, detail.substr(0, 2000),
                                          absl::ToUnixSeconds(absl::Now())});
@@ -780,7 +781,7 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::ExportBundle(grpc::CallbackServerCon
                                     absl::ToUnixSeconds(absl::Now())));
   response->set_entries(static_cast<int32_t>(selected.size()));
   spdlog::info("event=export entries={} bytes={} op=\"{}\" gpu=\"{}\" since_unix={}", selected.size(),
-               response->bundle().size(), request->op(), request->device_name(),
+               response->bundle().size(), SafeText(request->op()), SafeText(request->device_name()),
                request->since_unix());
   return Finish(context, absl::OkStatus());
 }
@@ -808,7 +809,7 @@ absl::StatusOr<v1::ImportBundleResponse> KtuneServiceImpl::Import(
     const v1::ImportBundleRequest& request) {
   absl::StatusOr<v1::Bundle> bundle = DecodeBundle(request.bundle());
   if (!bundle.ok()) {
-    spdlog::warn("event=import_refused error=\"{}\"", std::string(bundle.status().message()));
+    spdlog::warn("event=import_refused error=\"{}\"", SafeText(bundle.status().message(), 1024));
     return absl::Status(bundle.status().code(), absl::StrCat("bundle refused, nothing imported: ",
                                                              bundle.status().message()));
   }
@@ -848,6 +849,12 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::ImportBundle(grpc::CallbackServerCon
   if (!report.ok()) return Finish(context, report.status());
   *response = *std::move(report);
   return Finish(context, absl::OkStatus());
+}
+
+grpc::ServerReadReactor<v1::ImportBundleRequest>* KtuneServiceImpl::ImportBundleStream(
+    grpc::CallbackServerContext* context, v1::ImportBundleResponse* response) {
+  return new ImportStream(options_.auth.Check(*context, Authorizer::Access::kAdmin), response,
+                          [this](const v1::ImportBundleRequest& request) { return Import(request); });
 }
 
 grpc::ServerUnaryReactor* KtuneServiceImpl::GetStatus(grpc::CallbackServerContext* context,

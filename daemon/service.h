@@ -73,6 +73,8 @@ class KtuneServiceImpl final : public v1::KtuneService::CallbackService {
   grpc::ServerUnaryReactor* ImportBundle(grpc::CallbackServerContext* context,
                                          const v1::ImportBundleRequest* request,
                                          v1::ImportBundleResponse* response) override;
+  grpc::ServerReadReactor<v1::ImportBundleRequest>* ImportBundleStream(
+      grpc::CallbackServerContext* context, v1::ImportBundleResponse* response) override;
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
                                       const v1::GetStatusRequest* request,
                                       v1::GetStatusResponse* response) override;

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "tuner/safe_text.h"
 
 namespace ktune {
 
@@ -58,7 +59,7 @@ absl::Status ParseNormOpName(absl::string_view name, NormOp* op, NormPass* pass)
   }
   if (name == "gemm") return absl::InvalidArgumentError("op 'gemm' is not a norm op");
   return absl::InvalidArgumentError(absl::StrCat(
-      "unknown op '", name,
+      "unknown op '", SafeText(name),
       "' (expected rmsnorm.fwd, rmsnorm.bwd, layernorm.fwd, layernorm.bwd or gemm)"));
 }
 

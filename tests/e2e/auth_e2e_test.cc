@@ -1,7 +1,11 @@
 // Who may call what: TCP callers need the token, imports need the admin token
 // (or the Unix socket when the daemon has none), bad token files are refused.
+#include <signal.h>
+
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <thread>
 
 #include <catch2/catch.hpp>
 
@@ -85,6 +89,46 @@ TEST_CASE("without an admin token, imports come over the Unix socket only", "[e2
   CHECK(over_tcp.status().message().find("Unix socket") != std::string::npos);
   CHECK(ClientWith(daemon.address(), nullptr)->ImportBundle(Bundle()).ok());
   CHECK(daemon.Stop() == 0);
+}
+
+TEST_CASE("SIGHUP re-reads the token files and the daemon keeps serving", "[e2e][auth]") {
+  TempDir dir;
+  constexpr char kNewToken[] = "rotated-token-0123456789abcdef";
+  const std::string tcp = "127.0.0.1:" + std::to_string(testing::FreeTcpPort());
+  const std::string token_file = WriteToken(dir, "token", kToken);
+  DaemonProcess daemon(dir.path(), dir.path() + "/cache.db");
+  REQUIRE(daemon.Start({"--listen", tcp, "--token-file", token_file}));
+  REQUIRE(ClientWith(tcp, kToken)->GetStatus().ok());
+
+  // Rotated: the old token is refused and the new one taken, once the
+  // daemon has logged the reload (signals are asynchronous).
+  WriteToken(dir, "token", kNewToken);
+  REQUIRE(kill(daemon.pid(), SIGHUP) == 0);
+  auto reloads = [&] {
+    const std::string log = daemon.Log();
+    size_t n = 0;
+    for (size_t at = log.find("event=tokens_reloaded"); at != std::string::npos;
+         at = log.find("event=tokens_reloaded", at + 1)) {
+      ++n;
+    }
+    return n;
+  };
+  for (int i = 0; i < 100 && reloads() < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  REQUIRE(reloads() == 1);
+  CHECK(ClientWith(tcp, kToken)->GetStatus().status().code() == absl::StatusCode::kUnauthenticated);
+  CHECK(ClientWith(tcp, kNewToken)->GetStatus().ok());
+
+  // A token file that is bad at reload keeps the tokens in force.
+  WriteToken(dir, "token", "short");
+  REQUIRE(kill(daemon.pid(), SIGHUP) == 0);
+  for (int i = 0; i < 100 && daemon.Log().find("event=tokens_reload_failed") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  CHECK(daemon.Log().find("event=tokens_reload_failed") != std::string::npos);
+  CHECK(ClientWith(tcp, kNewToken)->GetStatus().ok());
+  CHECK(ClientWith(daemon.address(), nullptr)->GetStatus().ok());
+  CHECK(daemon.Stop() == 0);
+  CHECK_FALSE(std::filesystem::exists(daemon.socket_path()));
 }
 
 TEST_CASE("ktuned refuses weak or unreadable token files", "[e2e][auth]") {

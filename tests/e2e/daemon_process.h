@@ -3,7 +3,9 @@
 // SIGTERM and returns its exit status (0 expected: a clean drain).
 #pragma once
 
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -40,6 +42,23 @@ class TempDir {
   std::string path_;
 };
 
+// A TCP port on 127.0.0.1 that nothing listens on now (the kernel's pick).
+inline int FreeTcpPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  int port = -1;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
 // The ktuned binary: $KTUNED if set, else the build's, else the one beside
 // this test binary (the packed layout used on the GPU machine).
 inline std::string KtunedPath() {
@@ -60,6 +79,7 @@ class DaemonProcess {
   std::string address() const { return "unix:" + socket_path(); }
   std::string log_path() const { return dir_ + "/ktuned.log"; }
   const std::string& db_path() const { return db_path_; }
+  pid_t pid() const { return pid_; }
 
   // Starts ktuned; true once it answers GetStatus (within 20 s).
   // `extra_flags` are appended to ktuned's command line; `env` ("NAME=value")

@@ -201,7 +201,7 @@ double Metric(const v1::GetStatusResponse& status, const std::string& name) {
   return it == status.metrics().end() ? 0 : it->second;
 }
 
-TEST_CASE("GetConfig metrics count what was answered; an unknown policy is refused before the lookup",
+TEST_CASE("GetConfig metrics count what was answered, and an unknown policy is refused before the lookup",
           "[e2e][answers][metrics]") {
   TempDir dir;
   DaemonProcess daemon(dir.path(), dir.path() + "/cache.db");

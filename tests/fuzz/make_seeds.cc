@@ -74,7 +74,10 @@ int main(int argc, char** argv) {
   const std::vector<ktune::v1::Entry> helpers = {ktune::testutil::MakeTestEntry(),
                                                  ktune::testutil::MakeTestEntry(8192, 4096),
                                                  ktune::testutil::MakeTestGemmEntry()};
-  const std::vector<ktune::v1::Entry> local = {LocalEntry(ktune::NormProblem{}), LocalEntry(bwd)};
+  ktune::NormProblem fwd;
+  fwd.m = 4096;
+  fwd.n = 4096;
+  const std::vector<ktune::v1::Entry> local = {LocalEntry(fwd), LocalEntry(bwd)};
   for (const auto& [name, entries] : {std::pair{"helpers", helpers}, std::pair{"local", local}}) {
     const std::string file = ktune::EncodeBundle(entries, "ktune_fuzz_seeds", 1764400000);
     Write(dir + "/bundle/" + name + ".file", "F" + file);
@@ -82,7 +85,7 @@ int main(int argc, char** argv) {
   }
 
   ktune::v1::Problem norm;
-  *norm.mutable_norm() = ktune::NormProblemToProto(ktune::NormProblem{});
+  *norm.mutable_norm() = ktune::NormProblemToProto(fwd);
   Write(dir + "/problem/rmsnorm_fwd.pb", norm.SerializeAsString());
   *norm.mutable_norm() = ktune::NormProblemToProto(bwd);
   Write(dir + "/problem/layernorm_bwd.pb", norm.SerializeAsString());

@@ -16,6 +16,7 @@
 #include "cache/store.h"
 #include "cache/bundle_merge.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "daemon/auth.h"
 #include "daemon/metrics.h"
 #include "daemon/sd_notify.h"
@@ -33,6 +34,10 @@ int main(int argc, char** argv) {
   // (tuner/worker.h). Not a user-facing mode.
   if (argc == 3 && std::string(argv[1]) == "--worker-fd") return ktune::RunWorker(std::atoi(argv[2]));
 
+  // absl::Mutex's deadlock detection is on in this build of abseil: every
+  // lock (gRPC's included) then takes a process-wide graph lock, a measurable
+  // share of a cache hit under concurrent callers (bench/LOAD.md).
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   CLI::App app{"ktuned: kernel autotuning daemon (RMSNorm and LayerNorm, forward and backward; GEMM next)"};
   std::vector<std::string> listen;
   std::string db_path = ktune::DefaultDatabasePath();

@@ -7,9 +7,9 @@
 //   hit        GetConfig of a stored entry (source TUNED)
 //   heuristic  GetConfig of a miss, HEURISTIC_ON_MISS (compiled once, then
 //              answered from the daemon's memo)
-// Every call goes through the same generic client path (a completion queue
-// per client, the request serialized once); GetConfig answers are parsed and
-// checked, as a frontend would. Prints lookups/s, p50/p99/p99.9 latency, and
+// Every call goes through the same generic client path (asynchronous calls
+// on a completion queue per load thread, the request serialized once);
+// GetConfig answers are parsed and checked, as a frontend would. Prints lookups/s, p50/p99/p99.9 latency, and
 // the CPU each side spent per call (daemon from /proc, clients from rusage).
 //
 // By default it starts its own compile-only ktuned (temporary socket and
@@ -146,7 +146,9 @@ double SelfCpuSeconds() {
 }
 
 // One client: its own channel (a local subchannel pool, so no two clients
-// share a connection) and completion queue.
+// share a connection) and at most one call in flight. Clients are driven
+// asynchronously from a few load threads (one completion queue each), so 64
+// clients do not need 64 threads contending for the load generator's core.
 class LoadClient {
  public:
   explicit LoadClient(const std::string& address) {
@@ -156,31 +158,35 @@ class LoadClient {
     stub_ = std::make_unique<grpc::GenericStub>(channel_);
   }
 
-  // One call; false (and `error` set) unless it succeeded as `call` should.
-  bool Do(Call call, const grpc::ByteBuffer& request, std::string* error) {
+  // Starts a call; its completion arrives on `cq` with this client as tag.
+  void Start(Call call, const grpc::ByteBuffer& request, grpc::CompletionQueue* cq) {
     static const std::string kHealth = "/grpc.health.v1.Health/Check";
     static const std::string kGetConfig = "/ktune.v1.KtuneService/GetConfig";
-    grpc::ClientContext context;
-    std::unique_ptr<grpc::GenericClientAsyncResponseReader> rpc =
-        stub_->PrepareUnaryCall(&context, call == Call::kEmpty ? kHealth : kGetConfig, request, &cq_);
-    rpc->StartCall();
-    grpc::ByteBuffer response;
-    grpc::Status status;
-    rpc->Finish(&response, &status, this);
-    void* tag = nullptr;
-    bool ok = false;
-    if (!cq_.Next(&tag, &ok) || !ok || !status.ok()) {
-      *error = status.ok() ? "completion queue failed" : status.error_message();
+    call_ = call;
+    context_ = std::make_unique<grpc::ClientContext>();
+    response_.Clear();
+    started_ = Clock::now();
+    rpc_ = stub_->PrepareUnaryCall(context_.get(), call == Call::kEmpty ? kHealth : kGetConfig, request, cq);
+    rpc_->StartCall();
+    rpc_->Finish(&response_, &status_, this);
+  }
+
+  // After the completion: false (and `error` set) unless the call succeeded
+  // as it should; `latency_us` is its round trip.
+  bool Check(bool ok, float* latency_us, std::string* error) {
+    *latency_us = std::chrono::duration<float, std::micro>(Clock::now() - started_).count();
+    if (!ok || !status_.ok()) {
+      *error = status_.ok() ? "completion queue failed" : status_.error_message();
       return false;
     }
-    if (call == Call::kEmpty) return true;
+    if (call_ == Call::kEmpty) return true;
     ktune::v1::GetConfigResponse answer;
-    if (!grpc::GenericDeserialize<grpc::ProtoBufferReader, ktune::v1::GetConfigResponse>(&response, &answer)
+    if (!grpc::GenericDeserialize<grpc::ProtoBufferReader, ktune::v1::GetConfigResponse>(&response_, &answer)
              .ok()) {
       *error = "undecodable GetConfigResponse";
       return false;
     }
-    const ktune::v1::Source want = call == Call::kHit ? ktune::v1::TUNED : ktune::v1::HEURISTIC;
+    const ktune::v1::Source want = call_ == Call::kHit ? ktune::v1::TUNED : ktune::v1::HEURISTIC;
     if (answer.source() != want || answer.recipe().kernels_size() == 0) {
       *error = "unexpected answer source " + ktune::v1::Source_Name(answer.source());
       return false;
@@ -188,18 +194,15 @@ class LoadClient {
     return true;
   }
 
-  ~LoadClient() {
-    cq_.Shutdown();
-    void* tag;
-    bool ok;
-    while (cq_.Next(&tag, &ok)) {
-    }
-  }
-
  private:
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<grpc::GenericStub> stub_;
-  grpc::CompletionQueue cq_;
+  Call call_ = Call::kEmpty;
+  std::unique_ptr<grpc::ClientContext> context_;
+  std::unique_ptr<grpc::GenericClientAsyncResponseReader> rpc_;
+  grpc::ByteBuffer response_;
+  grpc::Status status_;
+  Clock::time_point started_;
 };
 
 struct RunResult {
@@ -242,28 +245,43 @@ class InstructionCounter {
   pid_t pid_ = -1;
 };
 
-RunResult Run(std::vector<std::unique_ptr<LoadClient>>& clients, Call call, const grpc::ByteBuffer& request,
-              double warmup_s, double seconds, pid_t daemon_pid, const std::string& perf_out) {
+RunResult Run(std::vector<std::unique_ptr<LoadClient>>& clients, int load_threads, Call call,
+              const grpc::ByteBuffer& request, double warmup_s, double seconds, pid_t daemon_pid,
+              const std::string& perf_out) {
   const int n = static_cast<int>(clients.size());
+  const int t_count = std::max(1, std::min(load_threads, n));
   std::atomic<int> phase{0};  // 0 warm-up, 1 measure, 2 stop
-  std::vector<std::vector<float>> latencies(n);
+  std::vector<std::vector<float>> latencies(t_count);
   std::atomic<bool> failed{false};
   std::atomic<int64_t> completed{0};  // every call, for the instruction count's window
   std::vector<std::thread> threads;
-  for (int i = 0; i < n; ++i) {
-    latencies[i].reserve(200000);
-    threads.emplace_back([&, i] {
+  for (int t = 0; t < t_count; ++t) {
+    latencies[t].reserve(400000);
+    threads.emplace_back([&, t] {
+      grpc::CompletionQueue cq;
+      int in_flight = 0;
+      for (int i = t; i < n; i += t_count, ++in_flight) clients[i]->Start(call, request, &cq);
       std::string error;
-      while (phase.load(std::memory_order_relaxed) < 2) {
-        const auto t0 = Clock::now();
-        if (!clients[i]->Do(call, request, &error)) {
+      void* tag = nullptr;
+      bool ok = false;
+      while (in_flight > 0 && cq.Next(&tag, &ok)) {
+        auto* client = static_cast<LoadClient*>(tag);
+        float us = 0;
+        if (!client->Check(ok, &us, &error)) {
           if (!failed.exchange(true)) std::fprintf(stderr, "load_bench: %s call failed: %s\n", CallName(call), error.c_str());
-          return;
+          phase = 2;
         }
         completed.fetch_add(1, std::memory_order_relaxed);
-        if (phase.load(std::memory_order_relaxed) == 1) {
-          latencies[i].push_back(std::chrono::duration<float, std::micro>(Clock::now() - t0).count());
+        const int now = phase.load(std::memory_order_relaxed);
+        if (now == 1) latencies[t].push_back(us);
+        if (now == 2) {
+          --in_flight;  // this client is done
+          continue;
         }
+        client->Start(call, request, &cq);
+      }
+      cq.Shutdown();
+      while (cq.Next(&tag, &ok)) {
       }
     });
   }
@@ -300,22 +318,24 @@ RunResult Run(std::vector<std::unique_ptr<LoadClient>>& clients, Call call, cons
 }
 
 pid_t StartDaemon(const std::string& ktuned, const std::string& dir, const std::string& cpus,
-                  const std::vector<std::string>& extra) {
-  std::vector<std::string> args = {ktuned,           "--listen", "unix:" + dir + "/ktuned.sock",
+                  const std::string& wrap) {
+  std::vector<std::string> args;
+  for (absl::string_view word : absl::StrSplit(wrap, ' ', absl::SkipEmpty())) args.emplace_back(word);
+  const std::vector<std::string> own = {ktuned,           "--listen", "unix:" + dir + "/ktuned.sock",
                                    "--db",           dir + "/cache.db", "--kernel-cache-dir",
                                    dir + "/kernels", "--log-level", "warn"};
-  args.insert(args.end(), extra.begin(), extra.end());
+  args.insert(args.end(), own.begin(), own.end());
   const pid_t pid = fork();
   if (pid == 0) {
     if (!PinTo(cpus)) _exit(126);
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
-    freopen((dir + "/ktuned.log").c_str(), "a", stderr);
-    execv(argv[0], argv.data());
+    if (freopen((dir + "/ktuned.log").c_str(), "a", stderr) == nullptr) _exit(125);
+    execvp(argv[0], argv.data());
     _exit(127);
   }
-  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  const auto deadline = Clock::now() + std::chrono::seconds(120);
   while (Clock::now() < deadline) {
     if (std::filesystem::exists(dir + "/ktuned.sock") &&
         ktune::Client::Create("unix:" + dir + "/ktuned.sock", 2)->GetStatus().ok()) {
@@ -345,6 +365,8 @@ int main(int argc, char** argv) {
   int64_t m = 4096, n = 4096;
   std::vector<std::string> only = {"empty", "hit", "heuristic"};
   bool perf = false;
+  std::string wrap;
+  int load_threads = 1;
   app.add_option("--server", server, "an already running ktuned holding the hit's entry (default: start one)");
   app.add_option("--ktuned", ktuned, "the ktuned to start")->capture_default_str();
   app.add_option("--daemon-cpus", daemon_cpus, "CPUs the started ktuned is pinned to (\"\" = any)")
@@ -355,6 +377,10 @@ int main(int argc, char** argv) {
   app.add_option("--seconds", seconds, "measured seconds per run")->check(CLI::Range(0.1, 600.0))->capture_default_str();
   app.add_option("--warmup", warmup, "unmeasured seconds before each run")->capture_default_str();
   app.add_option("--calls", only, "which calls to run: empty, hit, heuristic")->capture_default_str();
+  app.add_option("--load-threads", load_threads, "threads driving the clients (asynchronously)")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  app.add_option("--wrap", wrap, "a command the started ktuned runs under, e.g. \"valgrind --tool=callgrind\"");
   app.add_flag("--perf", perf, "also count the daemon's instructions per call (perf stat)");
   app.add_option("--m", m, "rows of the RMSNorm the hit asks for")->capture_default_str();
   app.add_option("--n", n, "width of the RMSNorm")->capture_default_str();
@@ -365,7 +391,7 @@ int main(int argc, char** argv) {
   if (server.empty()) {
     std::string pattern = (std::filesystem::temp_directory_path() / "ktune-load-XXXXXX").string();
     dir = mkdtemp(pattern.data());
-    daemon_pid = StartDaemon(ktuned, dir, daemon_cpus, {});
+    daemon_pid = StartDaemon(ktuned, dir, daemon_cpus, wrap);
     server = "unix:" + dir + "/ktuned.sock";
     absl::StatusOr<ktune::v1::ImportBundleResponse> imported =
         ktune::Client::Create(server, 30)->ImportBundle(ktune::EncodeBundle({HitEntry(m, n)}, "load_bench", 1764400000));
@@ -384,9 +410,11 @@ int main(int argc, char** argv) {
   // A width with no stored entry, so every call is a miss.
   const grpc::ByteBuffer heuristic_request = Serialize(NormRequest(m, n / 2, ktune::v1::HEURISTIC_ON_MISS));
 
-  std::printf("ktune_load_bench: %s, daemon CPUs %s, load generator CPUs %s, %.1f s per run\n", server.c_str(),
+  std::printf("ktune_load_bench: %s, daemon CPUs %s, load generator CPUs %s (%d load thread%s), %.1f s per run\n",
+              server.c_str(),
               daemon_pid > 0 ? (daemon_cpus.empty() ? "any" : daemon_cpus.c_str()) : "(not started here)",
-              client_cpus.empty() ? "any" : client_cpus.c_str(), seconds);
+              client_cpus.empty() ? "any" : client_cpus.c_str(), load_threads, load_threads == 1 ? "" : "s",
+              seconds);
   std::printf("%-10s %8s %12s %9s %9s %9s %12s %12s %9s%s\n", "call", "clients", "calls/s", "p50 us", "p99 us",
               "p99.9 us", "daemon us/c", "client us/c", "vs empty", perf ? "  daemon kinstr/c" : "");
   const std::string perf_out = perf ? (std::filesystem::temp_directory_path() / "ktune-load-perf.txt").string() : "";
@@ -398,12 +426,13 @@ int main(int argc, char** argv) {
       if (std::find(only.begin(), only.end(), CallName(call)) == only.end()) continue;
       const grpc::ByteBuffer& request =
           call == Call::kEmpty ? empty_request : call == Call::kHit ? hit_request : heuristic_request;
-      const RunResult r = Run(clients, call, request, warmup, seconds, daemon_pid, perf_out);
+      const RunResult r = Run(clients, load_threads, call, request, warmup, seconds, daemon_pid, perf_out);
       if (call == Call::kEmpty) empty_rate = r.calls_per_s;
       std::printf("%-10s %8d %12.0f %9.0f %9.0f %9.0f %12.1f %12.1f %9.2f", CallName(call), count, r.calls_per_s,
                   r.p50_us, r.p99_us, r.p999_us, r.daemon_cpu_us, r.client_cpu_us,
                   empty_rate > 0 ? r.calls_per_s / empty_rate : 0);
-      if (perf) std::printf("  %16.1f", r.daemon_kinstructions);
+      if (perf && r.daemon_kinstructions > 0) std::printf("  %16.1f", r.daemon_kinstructions);
+      if (perf && r.daemon_kinstructions == 0) std::printf("  %16s", "n/a");  // no hardware counters
       std::printf("\n");
       std::fflush(stdout);
     }

@@ -187,7 +187,10 @@ void KtuneServiceImpl::RefreshGauges() {
   metrics_.Set("ktune_tune_jobs_rejected_total", static_cast<double>(s.jobs_rejected));
   metrics_.Set("ktune_tune_jobs_cancelled_total", static_cast<double>(s.jobs_cancelled));
   if (absl::StatusOr<std::map<std::string, int64_t>> counts = store_->CountByOp(); counts.ok()) {
-    for (const char* op : kEntryOps) metrics_.Set("ktune_entries", 0, "op", op);  // an op whose entries went
+    // An op with no entries (left) reads 0, not its last count.
+    for (const char* op : kEntryOps) {
+      if (counts->count(op) == 0) metrics_.Set("ktune_entries", 0, "op", op);
+    }
     for (const auto& [op, n] : *counts) metrics_.Set("ktune_entries", static_cast<double>(n), "op", op);
   }
 }

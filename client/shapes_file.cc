@@ -53,6 +53,7 @@ class ShapesParser {
       list.reset(root);
     } else if (root.IsMap()) {
       for (const auto& kv : root) {
+        if (!kv.first.IsScalar()) return Error(kv.first, "", "a top-level key must be a plain word");
         const std::string key = kv.first.as<std::string>();
         if (key != "problems" && key != "defaults") {
           return Error(kv.first, key, "unknown top-level key (expected problems and optional defaults)");
@@ -66,6 +67,7 @@ class ShapesParser {
         defaults_.reset(const_root["defaults"]);
         if (!defaults_.IsMap()) return Error(defaults_, "defaults", "must be a mapping");
         for (const auto& kv : defaults_) {
+          if (!kv.first.IsScalar()) return Error(kv.first, "defaults", "a field name must be a plain word");
           const std::string key = kv.first.as<std::string>();
           if (kDefaultFields.count(key) == 0) {
             return Error(kv.first, "defaults." + key,
@@ -153,6 +155,8 @@ class ShapesParser {
   absl::Status ParseEntry(const YAML::Node& entry, const std::string& path, ProblemList* out) const {
     if (!entry.IsMap()) return Error(entry, path, "must be a mapping like {op: rmsnorm.fwd, m: 1024, n: 4096}");
     for (const auto& kv : entry) {
+      // as<std::string> throws on a list or mapping used as a key.
+      if (!kv.first.IsScalar()) return Error(kv.first, path, "a field name must be a plain word");
       const std::string key = kv.first.as<std::string>();
       if (kEntryFields.count(key) == 0) {
         return Error(kv.first, path + "." + key,

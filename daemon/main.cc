@@ -16,6 +16,7 @@
 #include "cache/store.h"
 #include "cache/bundle_merge.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "daemon/auth.h"
 #include "daemon/metrics.h"
 #include "daemon/sd_notify.h"
@@ -33,6 +34,10 @@ int main(int argc, char** argv) {
   // (tuner/worker.h). Not a user-facing mode.
   if (argc == 3 && std::string(argv[1]) == "--worker-fd") return ktune::RunWorker(std::atoi(argv[2]));
 
+  // absl::Mutex's deadlock detection is on in this build of abseil: every
+  // lock (gRPC's included) then takes a process-wide graph lock, a measurable
+  // share of a cache hit under concurrent callers (bench/LOAD.md).
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   CLI::App app{"ktuned: kernel autotuning daemon (RMSNorm and LayerNorm, forward and backward; GEMM next)"};
   std::vector<std::string> listen;
   std::string db_path = ktune::DefaultDatabasePath();
@@ -40,6 +45,7 @@ int main(int argc, char** argv) {
   std::string tls_cert, tls_key;
   double drain_s = 30;
   std::string metrics_listen;
+  bool metrics_allow_remote = false;
   ktune::ServiceOptions service_options;
   bool no_background_tunes = false;
   double candidate_timeout_s = 30;
@@ -70,7 +76,11 @@ int main(int argc, char** argv) {
   app.add_flag("--no-background-tunes", no_background_tunes,
                "HEURISTIC_ON_MISS answers do not queue a tune of the problem");
   app.add_option("--metrics-listen", metrics_listen,
-                 "host:port for Prometheus metrics at /metrics (off by default)");
+                 "host:port for Prometheus metrics at /metrics (off by default; plain HTTP, loopback "
+                 "unless --metrics-allow-remote)");
+  app.add_flag("--metrics-allow-remote", metrics_allow_remote,
+               "let --metrics-listen bind beyond loopback (the endpoint has no TLS and no token: use a "
+               "cluster-internal address)");
   app.add_option("--candidate-timeout", candidate_timeout_s,
                  "seconds one candidate may run before the watchdog kills its worker")
       ->check(CLI::Range(0.1, 3600.0))
@@ -153,6 +163,12 @@ int main(int argc, char** argv) {
       spdlog::critical("event=bad_flag error=\"{}\"", std::string(s.message()));
       return 2;
     }
+  }
+  if (!metrics_listen.empty() && !ktune::IsLoopbackTcp(metrics_listen) && !metrics_allow_remote) {
+    spdlog::critical("event=bad_flag error=\"--metrics-listen {}: beyond loopback the metrics endpoint is "
+                     "readable by anyone who can reach it (plain HTTP, no token); pass "
+                     "--metrics-allow-remote to mean it\"", metrics_listen);
+    return 2;
   }
   service_options.auth = ktune::Authorizer(token, admin_token);
 

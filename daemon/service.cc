@@ -28,6 +28,10 @@
 namespace ktune {
 namespace {
 
+// The ops entries are stored under (OpName, and "gemm").
+constexpr std::array<const char*, 5> kEntryOps = {"rmsnorm.fwd", "rmsnorm.bwd", "layernorm.fwd",
+                                                  "layernorm.bwd", "gemm"};
+
 grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context, const absl::Status& status) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
@@ -115,6 +119,13 @@ void KtuneServiceImpl::DeclareMetrics() {
   metrics_.Declare("ktune_getconfig_total", K::kCounter,
                    "GetConfig answers by how they were obtained (hit, heuristic, nearest, tuned, "
                    "not_found, refused, cancelled, error)");
+  metrics_.DeclareHistogram("ktune_getconfig_seconds",
+                            "GetConfig latency in the daemon (decoded request to answer), by answer",
+                            {25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3,
+                             50e-3, 0.1, 0.25, 1, 10, 60, 300, 1800});
+  metrics_.Declare("ktune_build_info", K::kGauge, "Always 1; the labels say what this ktuned is built from");
+  metrics_.Declare("ktune_compile_only", K::kGauge,
+                   "1 when this ktuned has no usable GPU (serves cached and heuristic answers, cannot tune)");
   metrics_.Declare("ktune_tunes_total", K::kCounter, "Tuning jobs finished, by result");
   metrics_.Declare("ktune_tune_seconds_total", K::kCounter, "Wall time spent in tuning jobs");
   metrics_.Declare("ktune_compile_seconds_total", K::kCounter,
@@ -138,6 +149,34 @@ void KtuneServiceImpl::DeclareMetrics() {
   metrics_.Declare("ktune_tune_queue_depth", K::kGauge, "Tuning jobs waiting");
   metrics_.Declare("ktune_tunes_running", K::kGauge, "Tuning jobs running");
   metrics_.Declare("ktune_entries", K::kGauge, "Tuned entries stored, by op");
+
+  // Every label value a family can take is exported from the start, at 0.
+  static constexpr std::array<const char*, kAnswerKinds> kAnswerNames = {
+      "hit", "heuristic", "nearest", "tuned", "not_found", "refused", "cancelled", "error"};
+  for (int i = 0; i < kAnswerKinds; ++i) {
+    answer_metrics_[i] = {metrics_.Get("ktune_getconfig_total", {{"answer", kAnswerNames[i]}}),
+                          metrics_.GetHistogram("ktune_getconfig_seconds", {{"answer", kAnswerNames[i]}})};
+  }
+  for (const char* result : {"ok", "failed", "cancelled"}) metrics_.Get("ktune_tunes_total", {{"result", result}});
+  for (CandidateStatus status : {CandidateStatus::kOk, CandidateStatus::kCompileError, CandidateStatus::kWrongAnswer,
+                                 CandidateStatus::kLaunchError, CandidateStatus::kFault, CandidateStatus::kTimeout,
+                                 CandidateStatus::kQuarantined}) {
+    metrics_.Get("ktune_candidates_total", {{"status", CandidateStatusName(status)}});
+  }
+  for (const char* reason : {"fault", "timeout"}) metrics_.Get("ktune_quarantined_total", {{"reason", reason}});
+  for (const char* op : kEntryOps) metrics_.Get("ktune_entries", {{"op", op}});
+  metrics_.Get("ktune_build_info", {{"version", KTUNE_VERSION}, {"nvrtc", absl::StrCat(NvrtcVersion())}})->Set(1);
+  metrics_.Get("ktune_compile_only")->Set(compile_only() ? 1 : 0);
+}
+
+void KtuneServiceImpl::ObserveAnswer(Answer answer, std::chrono::steady_clock::time_point start) {
+  answer_metrics_[static_cast<int>(answer)].seconds->Observe(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
+
+void KtuneServiceImpl::CountAnswer(Answer answer, std::chrono::steady_clock::time_point start) {
+  answer_metrics_[static_cast<int>(answer)].total->Add(1);
+  ObserveAnswer(answer, start);
 }
 
 void KtuneServiceImpl::RefreshGauges() {
@@ -148,6 +187,10 @@ void KtuneServiceImpl::RefreshGauges() {
   metrics_.Set("ktune_tune_jobs_rejected_total", static_cast<double>(s.jobs_rejected));
   metrics_.Set("ktune_tune_jobs_cancelled_total", static_cast<double>(s.jobs_cancelled));
   if (absl::StatusOr<std::map<std::string, int64_t>> counts = store_->CountByOp(); counts.ok()) {
+    // An op with no entries (left) reads 0, not its last count.
+    for (const char* op : kEntryOps) {
+      if (counts->count(op) == 0) metrics_.Set("ktune_entries", 0, "op", op);
+    }
     for (const auto& [op, n] : *counts) metrics_.Set("ktune_entries", static_cast<double>(n), "op", op);
   }
 }
@@ -574,24 +617,25 @@ absl::StatusOr<std::unique_ptr<TuneQueue::Ticket>> KtuneServiceImpl::JoinTune(
 grpc::ServerUnaryReactor* KtuneServiceImpl::GetConfig(grpc::CallbackServerContext* context,
                                                       const v1::GetConfigRequest* request,
                                                       v1::GetConfigResponse* response) {
+  const auto start = std::chrono::steady_clock::now();
   if (absl::Status s = options_.auth.Check(*context, Authorizer::Access::kUse); !s.ok()) {
     return Finish(context, s);
   }
   // The whole request is checked before anything is looked up: an unknown
   // policy is refused whether or not the key is stored.
   if (!v1::Policy_IsValid(request->policy())) {
-    metrics_.Add("ktune_getconfig_total", 1, "answer", "error");
+    CountAnswer(Answer::kError, start);
     return Finish(context, absl::InvalidArgumentError(absl::StrCat("policy: unknown value ", request->policy())));
   }
   absl::StatusOr<Resolved> resolved = Resolve(request->problem());
   if (!resolved.ok()) {
-    metrics_.Add("ktune_getconfig_total", 1, "answer", "error");
+    CountAnswer(Answer::kError, start);
     return Finish(context, resolved.status());
   }
   if (std::optional<v1::Entry> hit = entries_.Lookup(resolved->key)) {
     absl::Status served = AnswerFromEntry(*hit, request->include_cubin(), response);
     if (served.ok()) {
-      metrics_.Add("ktune_getconfig_total", 1, "answer", "hit");
+      CountAnswer(Answer::kHit, start);
       return Finish(context, absl::OkStatus());
     }
     // Not this build's recipe for its config (a store written by hand, or a
@@ -603,7 +647,7 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::GetConfig(grpc::CallbackServerContex
   const bool include_cubin = request->include_cubin();
   switch (request->policy()) {
     case v1::CACHED_ONLY:
-      metrics_.Add("ktune_getconfig_total", 1, "answer", "not_found");
+      CountAnswer(Answer::kNotFound, start);
       return Finish(context, absl::NotFoundError(absl::StrCat(
                                  "no tuned entry for ", resolved->key.problem_key, " on ",
                                  compile_only() ? "this compile-only daemon" : target_.name)));
@@ -622,12 +666,12 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::GetConfig(grpc::CallbackServerContex
       };
       // Counted once the answer is sent, by what it was: a tuned answer, a
       // refusal (compile-only, queue full), a caller that left, or an error.
-      auto count = [this](const absl::Status& status) {
-        const char* answer = status.ok()                                                   ? "tuned"
-                             : absl::IsFailedPrecondition(status) || absl::IsResourceExhausted(status) ? "refused"
-                             : absl::IsCancelled(status)                                   ? "cancelled"
-                                                                                           : "error";
-        metrics_.Add("ktune_getconfig_total", 1, "answer", answer);
+      auto count = [this, start](const absl::Status& status) {
+        const Answer answer = status.ok()                                                              ? Answer::kTuned
+                              : absl::IsFailedPrecondition(status) || absl::IsResourceExhausted(status) ? Answer::kRefused
+                              : absl::IsCancelled(status)                                               ? Answer::kCancelled
+                                                                                                        : Answer::kError;
+        CountAnswer(answer, start);
       };
       auto* pending = new PendingAnswer(response, std::move(attach), std::move(count));
       absl::StatusOr<std::unique_ptr<TuneQueue::Ticket>> ticket =
@@ -657,15 +701,14 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::GetConfig(grpc::CallbackServerContex
           if (answered.ok()) *response->mutable_tuned_for() = nearest->problem();
         }
       }
-      if (answered.ok()) {
-        metrics_.Add("ktune_getconfig_total", 1, "answer", "nearest");
-      } else {
+      Answer answer = Answer::kNearest;
+      if (!answered.ok()) {
         response->Clear();
         answered = resolved->gemm.has_value()
                        ? AnswerUntunedGemm(*resolved, include_cubin, response)
                        : AnswerUntuned(*resolved, HeuristicNormConfig(resolved->problem, target_),
                                        v1::HEURISTIC, include_cubin, response);
-        metrics_.Add("ktune_getconfig_total", 1, "answer", answered.ok() ? "heuristic" : "error");
+        answer = answered.ok() ? Answer::kHeuristic : Answer::kError;
       }
       if (answered.ok() && !compile_only() && options_.background_tunes) {
         // Nobody waits for it: the next call for this problem finds it tuned.
@@ -673,10 +716,11 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::GetConfig(grpc::CallbackServerContex
             JoinTune(*resolved, JobPriority::kBackground, 0, false, nullptr, nullptr);
         response->set_tune_queued(background.ok());
       }
+      CountAnswer(answer, start);
       return Finish(context, answered);
     }
     default:  // refused above; a value added to the enum and not served here
-      metrics_.Add("ktune_getconfig_total", 1, "answer", "error");
+      CountAnswer(Answer::kError, start);
       return Finish(context, absl::InvalidArgumentError(
                                  absl::StrCat("policy: unknown value ", request->policy())));
   }

@@ -9,12 +9,12 @@
 // Thread-safe: gRPC calls the handlers concurrently.
 #pragma once
 
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <functional>
 #include <optional>
 #include <set>
-#include <functional>
-#include <atomic>
-
-#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -158,6 +158,14 @@ class KtuneServiceImpl final : public v1::KtuneService::CallbackService {
   // Remembers a compiled recipe's code (a tune's winner).
   void RememberCode(const LaunchRecipe& recipe);
   void DeclareMetrics();
+  // How a GetConfig was answered: its label answer="..." on
+  // ktune_getconfig_total and ktune_getconfig_seconds.
+  enum class Answer { kHit, kHeuristic, kNearest, kTuned, kNotFound, kRefused, kCancelled, kError };
+  static constexpr int kAnswerKinds = 8;
+  // Counts one answer and observes its latency since `start`: two atomic
+  // updates through handles resolved at construction (the hit path's cost).
+  void CountAnswer(Answer answer, std::chrono::steady_clock::time_point start);
+  void ObserveAnswer(Answer answer, std::chrono::steady_clock::time_point start);
   // What an import is judged against: this GPU and the software fingerprint
   // of each op here, or no GPU when compile-only.
   MergeTarget ImportTarget() const;
@@ -172,6 +180,11 @@ class KtuneServiceImpl final : public v1::KtuneService::CallbackService {
   const ServiceOptions options_;
   const std::chrono::steady_clock::time_point started_;
   Metrics metrics_;
+  struct AnswerMetrics {
+    Metrics::Sample* total = nullptr;
+    Metrics::Histogram* seconds = nullptr;
+  };
+  std::array<AnswerMetrics, kAnswerKinds> answer_metrics_;  // by Answer
 
   // What compiling one program gives: the cubin and, per name expression in
   // the recipe's order, its lowered name.

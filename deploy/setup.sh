@@ -3,7 +3,8 @@
 # under /usr/local/cuda:
 #
 #   deploy/setup.sh run    install what is missing, build, run the main job
-#   deploy/setup.sh test   install what is missing, build, run every test
+#   deploy/setup.sh test   install what is missing, build, run every test, then
+#                          build the fuzz targets with clang and fuzz each briefly
 #
 # Environment: BUILD_DIR (default build), JOBS (default: all cores).
 set -euo pipefail
@@ -17,6 +18,9 @@ packages=(build-essential cmake ninja-build pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libsqlite3-dev libspdlog-dev catch2 libcli11-dev libssl-dev libcpp-httplib-dev
   nlohmann-json3-dev libyaml-cpp-dev)
+# The fuzz targets (tests/fuzz): clang and its libFuzzer/sanitizer runtimes,
+# which libclang-common-14-dev only recommends.
+if [ "$mode" = test ]; then packages+=(clang libclang-rt-14-dev); fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -39,5 +43,7 @@ echo "== built in $(( $(date +%s) - start )) s"
 
 case "$mode" in
   run)  exec deploy/main-job.sh "$build_dir" ;;
-  test) exec ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" ;;
+  test)
+    ctest --test-dir "$build_dir" --output-on-failure -j "$jobs"
+    JOBS=$jobs exec tests/fuzz/run_fuzzers.sh ;;
 esac

@@ -148,6 +148,16 @@ TEST_CASE("bad shapes files name the file, line, entry and field", "[client][sha
   }
 }
 
+// Found by tests/fuzz/shapes_file_fuzzer: yaml-cpp throws when a list or a
+// mapping is read as a field name, which took `ktune prewarm` down.
+TEST_CASE("a list or mapping where a field name belongs is an error and not a crash", "[client][shapes]") {
+  CHECK(ErrorOf("- {op: rmsnorm.fwd, m: 1, n: 8, [4096, 65536], eps: 1.0e-6}\n")
+            .find("shapes.yaml:1: problems[0]: a field name must be a plain word") == 0);
+  CHECK(ErrorOf("defaults: {{dtype: bf16}: 1}\nproblems: [{op: rmsnorm.fwd, m: 1, n: 8}]\n")
+            .find("defaults: a field name must be a plain word") != std::string::npos);
+  CHECK(ErrorOf("? [problems]\n: 1\n").find("a top-level key must be a plain word") != std::string::npos);
+}
+
 TEST_CASE("an unreadable shapes file names the file", "[client][shapes]") {
   auto parsed = LoadShapesFile("/nonexistent/shapes.yaml");
   REQUIRE_FALSE(parsed.ok());

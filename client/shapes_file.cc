@@ -1,13 +1,12 @@
 #include "client/shapes_file.h"
 
-#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
-#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "tuner/input_file.h"
 #include "tuner/problem.h"
 #include "tuner/wire.h"
 #include "yaml-cpp/yaml.h"
@@ -81,6 +80,7 @@ class ShapesParser {
     if (list.size() == 0) return Error(list, "problems", "the list is empty");
     ProblemList problems;
     for (size_t i = 0; i < list.size(); ++i) {
+      if (expanded_ >= kMaxShapesProblems) return TooMany(list[i]);
       if (absl::Status s = ParseEntry(list[i], absl::StrCat("problems[", i, "]"), &problems); !s.ok()) {
         return s;
       }
@@ -95,6 +95,17 @@ class ShapesParser {
     if (mark.line >= 0) absl::StrAppend(&position, ":", mark.line + 1);
     return absl::InvalidArgumentError(
         where.empty() ? absl::StrCat(position, ": ", what) : absl::StrCat(position, ": ", where, ": ", what));
+  }
+
+  // yaml-cpp expands an alias each time it is walked, so a small file of
+  // aliases ("billion laughs") can stand for billions of problems: every m
+  // value walked counts, duplicates and aliases included, and the walk stops
+  // at the cap.
+  absl::Status TooMany(const YAML::Node& node) const {
+    return Error(node, "",
+                 absl::StrCat("more than ", kMaxShapesProblems,
+                              " problems (every m value counts, each time an alias repeats it): "
+                              "split the list into several files"));
   }
 
   bool has_defaults() const { return defaults_.IsMap(); }
@@ -150,7 +161,7 @@ class ShapesParser {
     return Scalar<bool>(*node, where, "true or false");
   }
 
-  absl::Status ParseEntry(const YAML::Node& entry, const std::string& path, ProblemList* out) const {
+  absl::Status ParseEntry(const YAML::Node& entry, const std::string& path, ProblemList* out) {
     if (!entry.IsMap()) return Error(entry, path, "must be a mapping like {op: rmsnorm.fwd, m: 1024, n: 4096}");
     for (const auto& kv : entry) {
       const std::string key = kv.first.as<std::string>();
@@ -177,12 +188,14 @@ class ShapesParser {
     if (m_node.IsSequence()) {
       if (m_node.size() == 0) return Error(m_node, path + ".m", "the list is empty");
       for (size_t j = 0; j < m_node.size(); ++j) {
+        if (++expanded_ > kMaxShapesProblems) return TooMany(m_node[j]);
         const std::string where = absl::StrCat(path, ".m[", j, "]");
         absl::StatusOr<int64_t> m = Dimension(m_node[j], where);
         if (!m.ok()) return m.status();
         ms.emplace_back(*m, where);
       }
     } else {
+      ++expanded_;
       absl::StatusOr<int64_t> m = Dimension(m_node, path + ".m");
       if (!m.ok()) return m.status();
       ms.emplace_back(*m, path + ".m");
@@ -285,6 +298,7 @@ class ShapesParser {
 
   const std::string source_;
   YAML::Node defaults_;
+  int64_t expanded_ = 0;  // m values walked so far
 };
 
 }  // namespace
@@ -294,11 +308,9 @@ absl::StatusOr<std::vector<PrewarmProblem>> ParseShapes(absl::string_view text, 
 }
 
 absl::StatusOr<std::vector<PrewarmProblem>> LoadShapesFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot read the shapes file"));
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParseShapes(text.str(), path);
+  absl::StatusOr<std::string> text = ReadInputFile(path, kShapesFile);
+  if (!text.ok()) return text.status();
+  return ParseShapes(*text, path);
 }
 
 }  // namespace ktune

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -17,6 +18,7 @@
 #include "cache/bundle.h"
 #include "cache/bundle_merge.h"
 #include "google/protobuf/util/json_util.h"
+#include "tuner/input_file.h"
 #include "tuner/problem.h"
 #include "tuner/wire.h"
 
@@ -26,14 +28,21 @@ namespace {
 int Fail(const absl::Status& s) { return PrintError(s); }
 
 // A bundle file, read and validated as an import would; errors name the file.
-absl::StatusOr<v1::Bundle> LoadBundle(const std::string& path) {
-  absl::StatusOr<std::string> bytes = ReadFile(path);
-  if (!bytes.ok()) return bytes.status();
+// On an error it prints why and sets *exit_code: a file that cannot be read
+// at all is a usage error (the command line names something that is not a
+// bundle file), one that reads but does not decode is a failure.
+std::optional<v1::Bundle> LoadBundle(const std::string& path, int* exit_code) {
+  absl::StatusOr<std::string> bytes = ReadInputFile(path, kBundleFile);
+  if (!bytes.ok()) {
+    *exit_code = PrintUsageError(bytes.status());
+    return std::nullopt;
+  }
   absl::StatusOr<v1::Bundle> bundle = DecodeBundle(*bytes);
   if (!bundle.ok()) {
-    return absl::Status(bundle.status().code(), absl::StrCat(path, ": ", bundle.status().message()));
+    *exit_code = Fail(absl::Status(bundle.status().code(), absl::StrCat(path, ": ", bundle.status().message())));
+    return std::nullopt;
   }
-  return bundle;
+  return *std::move(bundle);
 }
 
 std::string Date(int64_t unix_seconds) {
@@ -114,7 +123,7 @@ int BundleCommands::Export(Client* client) {
     absl::Time t;
     std::string err;
     if (!absl::ParseTime("%Y-%m-%d", since_, absl::UTCTimeZone(), &t, &err)) {
-      return Fail(absl::InvalidArgumentError(
+      return PrintUsageError(absl::InvalidArgumentError(
           absl::StrCat("--since: \"", since_, "\" is not a date YYYY-MM-DD (", err, ")")));
     }
     request.set_since_unix(absl::ToUnixSeconds(t));
@@ -127,8 +136,8 @@ int BundleCommands::Export(Client* client) {
 }
 
 int BundleCommands::Import(Client* client) {
-  absl::StatusOr<std::string> data = ReadFile(file_);
-  if (!data.ok()) return Fail(data.status());
+  absl::StatusOr<std::string> data = ReadInputFile(file_, kBundleFile);
+  if (!data.ok()) return PrintUsageError(data.status());
   v1::ImportBundleRequest request;
   request.set_bundle(*std::move(data));
   request.set_policy(*ParseMergePolicy(policy_));  // checked by the flag
@@ -146,8 +155,9 @@ int BundleCommands::Import(Client* client) {
 }
 
 int BundleCommands::Inspect() {
-  absl::StatusOr<v1::Bundle> bundle = LoadBundle(file_);
-  if (!bundle.ok()) return Fail(bundle.status());
+  int exit_code = kExitFailure;
+  std::optional<v1::Bundle> bundle = LoadBundle(file_, &exit_code);
+  if (!bundle.has_value()) return exit_code;
   if (json_) {
     std::printf("%s\n", ToJson(*bundle).c_str());
     return 0;
@@ -181,8 +191,9 @@ int BundleCommands::Merge() {
   // Every input is validated before anything is written.
   std::vector<NamedEntries> inputs;
   for (const std::string& path : inputs_) {
-    absl::StatusOr<v1::Bundle> bundle = LoadBundle(path);
-    if (!bundle.ok()) return Fail(bundle.status());
+    int exit_code = kExitFailure;
+    std::optional<v1::Bundle> bundle = LoadBundle(path, &exit_code);
+    if (!bundle.has_value()) return exit_code;
     inputs.push_back({path, {bundle->entries().begin(), bundle->entries().end()}});
   }
   absl::StatusOr<MergedBundles> merged = MergeOffline(inputs, *ParseMergePolicy(policy_));

@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/util/json_util.h"
@@ -15,7 +14,12 @@ namespace ktune {
 int PrintError(const absl::Status& s) {
   std::fprintf(stderr, "ktune: error: %s: %s\n", absl::StatusCodeToString(s.code()).c_str(),
                std::string(s.message()).c_str());
-  return 1;
+  return kExitFailure;
+}
+
+int PrintUsageError(const absl::Status& s) {
+  std::fprintf(stderr, "ktune: error: %s\n", std::string(s.message()).c_str());
+  return kExitUsage;
 }
 
 std::string ToJson(const google::protobuf::Message& message) {
@@ -26,14 +30,6 @@ std::string ToJson(const google::protobuf::Message& message) {
   std::string out;
   (void)google::protobuf::util::MessageToJsonString(message, &out, options);
   return out;
-}
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 absl::Status WriteFileAtomically(const std::string& path, const std::string& data) {

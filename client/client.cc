@@ -42,6 +42,32 @@ absl::Status FromGrpcStatus(const grpc::Status& status, const std::string& addre
   return absl::Status(code, status.error_message());
 }
 
+// UNAVAILABLE (the daemon restarting, its socket not there yet) is retried
+// by gRPC itself, with exponential backoff and jitter, on the calls that are
+// safe to repeat: reads, and GetConfig (a tune it may start runs once per
+// key). Import and Tune are not retried: a caller must see that they failed.
+// Five attempts (gRPC's cap) with 0.25, 0.5, 1 and 2 s between them ride out
+// a restart of about 4 s; each call's deadline still bounds the whole.
+std::string ServiceConfigJson() {
+  return R"({
+  "methodConfig": [{
+    "name": [
+      {"service": "ktune.v1.KtuneService", "method": "GetConfig"},
+      {"service": "ktune.v1.KtuneService", "method": "GetStatus"},
+      {"service": "ktune.v1.KtuneService", "method": "ListEntries"},
+      {"service": "ktune.v1.KtuneService", "method": "ExportBundle"}
+    ],
+    "retryPolicy": {
+      "maxAttempts": 5,
+      "initialBackoff": "0.25s",
+      "maxBackoff": "2s",
+      "backoffMultiplier": 2,
+      "retryableStatusCodes": ["UNAVAILABLE"]
+    }
+  }]
+})";
+}
+
 std::unique_ptr<Client> Client::Create(const std::string& address, const ClientOptions& options) {
   return std::unique_ptr<Client>(new Client(address, options));
 }
@@ -66,7 +92,13 @@ Client::Client(std::string address, ClientOptions options)
     credentials = grpc::SslCredentials(ssl);
     if (!options_.tls_server_name.empty()) args.SetSslTargetNameOverride(options_.tls_server_name);
   }
-  stub_ = v1::KtuneService::NewStub(grpc::CreateCustomChannel(address_, credentials, args));
+  args.SetServiceConfigJSON(ServiceConfigJson());
+  // A retry finds the daemon only once the channel reconnects: gRPC's default
+  // first reconnect waits 1 s and grows to 120 s, longer than the retries last.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  channel_ = grpc::CreateCustomChannel(address_, credentials, args);
+  stub_ = v1::KtuneService::NewStub(channel_);
 }
 
 absl::Status Client::Prepare(grpc::ClientContext* context) const {
@@ -78,6 +110,15 @@ absl::Status Client::Prepare(grpc::ClientContext* context) const {
 }
 
 absl::Status Client::FromGrpc(const grpc::Status& status) const {
+  // A deadline that ran out while the retries found no daemon is reported as
+  // what it is: the daemon could not be reached.
+  if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    const grpc_connectivity_state state = channel_->GetState(/*try_to_connect=*/false);
+    if (state == GRPC_CHANNEL_TRANSIENT_FAILURE || state == GRPC_CHANNEL_CONNECTING) {
+      return FromGrpcStatus(grpc::Status(grpc::StatusCode::UNAVAILABLE, "no connection before the deadline"),
+                            address_, options_);
+    }
+  }
   return FromGrpcStatus(status, address_, options_);
 }
 

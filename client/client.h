@@ -64,8 +64,13 @@ class Client {
   // Not OK when `address_` is the default socket and its directory is not
   // ours alone (tuner/paths.h): no call is made then.
   absl::Status socket_dir_;
+  std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::KtuneService::Stub> stub_;
 };
+
+// The gRPC service config every Client's channel carries: the retry policy
+// for UNAVAILABLE on GetConfig, GetStatus, ListEntries and ExportBundle.
+std::string ServiceConfigJson();
 
 // The server's error as an absl::Status; UNAVAILABLE gets a hint about the
 // address (and, over TLS, about the CA file and the server name).

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
@@ -24,6 +25,8 @@
 #include "client/client.h"
 #include "client/prewarm_command.h"
 #include "google/protobuf/util/json_util.h"
+#include "tuner/gemm_problem.h"
+#include "tuner/input_file.h"
 #include "tuner/paths.h"
 #include "tuner/problem.h"
 #include "tuner/wire.h"
@@ -95,6 +98,9 @@ absl::StatusOr<ktune::v1::Problem> BuildProblem(const ProblemFlags& f) {
     // [N, K] unless asked otherwise: what shapes files and --from-model
     // prewarm, so that looking a prewarmed shape up finds it.
     g->set_b_layout(f.b_layout == "kn" ? ktune::v1::ROW_MAJOR : ktune::v1::COL_MAJOR);
+    // Sizes are checked here, as ktuned would, so a bad value is a usage
+    // error; which dtypes and layouts are served is the daemon's answer.
+    if (absl::Status s = ktune::ValidateGemmShape(*g); !s.ok()) return s;
     return problem;
   }
   if (!f.b_layout.empty()) return absl::InvalidArgumentError("--b-layout: only gemm has a B operand");
@@ -109,6 +115,7 @@ absl::StatusOr<ktune::v1::Problem> BuildProblem(const ProblemFlags& f) {
   p.has_weight = !f.no_weight;
   p.has_bias = f.bias;
   p.eps = f.eps == 0 ? ktune::kDefaultNormEps : f.eps;
+  if (absl::Status s = ktune::ValidateNormProblem(p); !s.ok()) return s;
   *problem.mutable_norm() = ktune::NormProblemToProto(p);
   return problem;
 }
@@ -195,11 +202,40 @@ void PrintRow(const ktune::v1::Problem& problem, const GetConfigResponse& r) {
   }
 }
 
+// The innermost subcommand the command line selected (the app itself if none).
+const CLI::App* Innermost(const CLI::App& app) {
+  for (const CLI::App* sub : app.get_subcommands()) return Innermost(*sub);
+  return &app;
+}
+
+// Reports a command line CLI11 refused and returns the exit code: 0 for
+// --help and --version, kExitUsage for every error (CLI11's own codes, 105
+// and up, never leak). A word where a subcommand was expected is named, with
+// the subcommands there are.
+int ParseFailure(const CLI::App& app, const CLI::ParseError& e) {
+  if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+  const CLI::App* at = Innermost(app);
+  const std::vector<std::string> extra = at->remaining();
+  if (!at->get_subcommands({}).empty() && !extra.empty() && !absl::StartsWith(extra.front(), "-")) {
+    std::string names;
+    for (const CLI::App* sub : at->get_subcommands({})) {
+      absl::StrAppend(&names, names.empty() ? "" : ", ", sub->get_name());
+    }
+    const std::string path = at == &app ? "" : absl::StrCat(at->get_name(), " ");
+    std::fprintf(stderr, "ktune: error: unknown command '%s%s' (commands: %s)\n", path.c_str(),
+                 extra.front().c_str(), names.c_str());
+    return ktune::kExitUsage;
+  }
+  std::fprintf(stderr, "ktune: error: %s\n", e.what());
+  return ktune::kExitUsage;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"ktune: talk to ktuned, the kernel autotuning daemon"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "ktune " KTUNE_VERSION);
   std::string server = ktune::DefaultServerAddress();
   double timeout_s = 600;
   app.add_option("--server", server, "ktuned address (unix:/path or host:port)")->capture_default_str();
@@ -259,13 +295,8 @@ int main(int argc, char** argv) {
 
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "ktune: error: %s\n", e.what());
-    return 2;
+    return ParseFailure(app, e);
   }
 
   // Every client this process makes (prewarm makes one per daemon) uses these.
@@ -273,8 +304,8 @@ int main(int argc, char** argv) {
   client_options.timeout_s = timeout_s;
   if (const char* token = std::getenv("KTUNE_TOKEN"); token != nullptr) client_options.token = token;
   if (!token_file.empty()) {
-    absl::StatusOr<std::string> token = ktune::ReadFile(token_file);
-    if (!token.ok()) return ktune::PrintError(token.status());
+    absl::StatusOr<std::string> token = ktune::ReadInputFile(token_file, ktune::kTokenFile);
+    if (!token.ok()) return ktune::PrintUsageError(token.status());
     client_options.token = std::string(absl::StripAsciiWhitespace(*token));
   }
   if (!tls_server_name.empty() && tls_ca.empty()) {
@@ -282,8 +313,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (!tls_ca.empty()) {
-    absl::StatusOr<std::string> pem = ktune::ReadFile(tls_ca);
-    if (!pem.ok()) return ktune::PrintError(pem.status());
+    absl::StatusOr<std::string> pem = ktune::ReadInputFile(tls_ca, ktune::kPemFile);
+    if (!pem.ok()) return ktune::PrintUsageError(pem.status());
     if (pem->find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
       std::fprintf(stderr, "ktune: error: --tls-ca %s: not a PEM certificate\n", tls_ca.c_str());
       return 2;
@@ -335,7 +366,7 @@ int main(int argc, char** argv) {
 
   if (get_cmd->parsed()) {
     auto problem = BuildProblem(get_flags);
-    if (!problem.ok()) return fail(problem.status());
+    if (!problem.ok()) return ktune::PrintUsageError(problem.status());
     ktune::v1::GetConfigRequest request;
     *request.mutable_problem() = *problem;
     request.set_policy(policy == "cached"  ? ktune::v1::CACHED_ONLY
@@ -360,7 +391,7 @@ int main(int argc, char** argv) {
 
   if (tune_cmd->parsed()) {
     auto problem = BuildProblem(tune_flags);
-    if (!problem.ok()) return fail(problem.status());
+    if (!problem.ok()) return ktune::PrintUsageError(problem.status());
     ktune::v1::TuneRequest request;
     *request.mutable_problem() = *problem;
     request.mutable_options()->set_repetitions(repetitions);

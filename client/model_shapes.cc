@@ -1,9 +1,7 @@
 #include "client/model_shapes.h"
 
 #include <algorithm>
-#include <fstream>
 #include <initializer_list>
-#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -12,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "nlohmann/json.hpp"
+#include "tuner/input_file.h"
 #include "tuner/wire.h"
 
 namespace ktune {
@@ -41,13 +40,19 @@ class ConfigReader {
     return nullptr;
   }
 
-  // 0 when absent; an error when present but not a positive integer.
+  // 0 when absent; an error when present but not a positive integer of at
+  // most kMaxConfigDim. The bound keeps every product the derivation forms
+  // ((heads + 2 kv_heads) * head_dim, tokens * heads) far inside int64: an
+  // intermediate_size of 2^62 once came out as a GEMM with n = -2^63.
   absl::StatusOr<int64_t> Dim(std::initializer_list<const char*> names) const {
     std::string name;
     const Json* v = Find(names, &name);
     if (v == nullptr) return 0;
     if (!v->is_number_integer() || v->get<int64_t>() < 1) {
       return Error(name, absl::StrCat("must be a positive integer, got ", v->dump()));
+    }
+    if (v->get<int64_t>() > kMaxConfigDim) {
+      return Error(name, absl::StrCat("must be at most ", kMaxConfigDim, ", got ", v->dump()));
     }
     return v->get<int64_t>();
   }
@@ -224,11 +229,9 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view text, const std::
 }
 
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot read the model config"));
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParseModelConfig(text.str(), path);
+  absl::StatusOr<std::string> text = ReadInputFile(path, kModelConfigFile);
+  if (!text.ok()) return text.status();
+  return ParseModelConfig(*text, path);
 }
 
 absl::StatusOr<std::vector<int64_t>> ParseTokenList(absl::string_view text) {

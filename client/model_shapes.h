@@ -30,6 +30,10 @@
 
 namespace ktune {
 
+// The largest size field a config may have (hidden_size, vocab_size, ...);
+// real models are below 2^18.
+inline constexpr int64_t kMaxConfigDim = int64_t{1} << 24;
+
 // What the derivation needs from config.json, after aliases are resolved.
 struct ModelConfig {
   std::string model_type;

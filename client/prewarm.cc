@@ -14,6 +14,7 @@
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "client/client.h"
+#include "tuner/input_file.h"
 #include "nlohmann/json.hpp"
 
 namespace ktune {
@@ -323,11 +324,10 @@ std::vector<std::string> SplitServerList(const std::string& text) {
 }
 
 absl::StatusOr<std::vector<std::string>> ReadServersFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat("--servers-file: cannot read ", path));
+  absl::StatusOr<std::string> text = ReadInputFile(path, kServersFile);
+  if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat("--servers-file: ", text.status().message()));
   std::vector<std::string> out;
-  std::string line;
-  while (std::getline(in, line)) {
+  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
     absl::string_view address = absl::StripAsciiWhitespace(line);
     if (address.empty() || address.front() == '#') continue;
     out.emplace_back(address);

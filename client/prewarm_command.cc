@@ -116,6 +116,7 @@ int PrewarmCommand::Run(const std::string& default_server, const ClientOptions& 
     problems = LoadShapesFile(shapes_path_);
   }
   if (!problems.ok()) return UsageError(problems.status());
+  if (absl::Status s = ValidatePrewarmProblems(*problems); !s.ok()) return UsageError(s);
   if (!shard_.empty()) {
     absl::StatusOr<Shard> shard = ParseShard(shard_);
     if (!shard.ok()) return UsageError(shard.status());

@@ -5,6 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "tuner/gemm_problem.h"
 #include "tuner/problem.h"
 #include "tuner/wire.h"
 
@@ -19,11 +20,23 @@ std::string ProblemKey(const v1::Problem& problem) {
 
 bool IsGemm(const PrewarmProblem& p) { return p.problem.has_gemm(); }
 
+absl::Status ValidatePrewarmProblems(const std::vector<PrewarmProblem>& problems) {
+  for (const PrewarmProblem& p : problems) {
+    absl::Status s;
+    if (p.problem.has_gemm()) {
+      s = ValidateGemmShape(p.problem.gemm());
+    } else {
+      absl::StatusOr<NormProblem> norm = NormProblemFromProto(p.problem.norm());
+      s = norm.ok() ? ValidateNormProblem(*norm) : norm.status();
+    }
+    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(p.key, ": ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
 bool ProblemList::Add(v1::Problem problem) {
   std::string key = ProblemKey(problem);
-  auto it = std::lower_bound(sorted_keys_.begin(), sorted_keys_.end(), key);
-  if (it != sorted_keys_.end() && *it == key) return false;
-  sorted_keys_.insert(it, key);
+  if (!keys_.insert(key).second) return false;
   problems_.push_back(PrewarmProblem{std::move(problem), std::move(key)});
   return true;
 }

@@ -1,13 +1,12 @@
 #include "client/shapes_file.h"
 
-#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
-#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "tuner/input_file.h"
 #include "tuner/problem.h"
 #include "tuner/wire.h"
 #include "yaml-cpp/yaml.h"
@@ -83,6 +82,7 @@ class ShapesParser {
     if (list.size() == 0) return Error(list, "problems", "the list is empty");
     ProblemList problems;
     for (size_t i = 0; i < list.size(); ++i) {
+      if (expanded_ >= kMaxShapesProblems) return TooMany(list[i]);
       if (absl::Status s = ParseEntry(list[i], absl::StrCat("problems[", i, "]"), &problems); !s.ok()) {
         return s;
       }
@@ -97,6 +97,17 @@ class ShapesParser {
     if (mark.line >= 0) absl::StrAppend(&position, ":", mark.line + 1);
     return absl::InvalidArgumentError(
         where.empty() ? absl::StrCat(position, ": ", what) : absl::StrCat(position, ": ", where, ": ", what));
+  }
+
+  // yaml-cpp expands an alias each time it is walked, so a small file of
+  // aliases ("billion laughs") can stand for billions of problems: every m
+  // value walked counts, duplicates and aliases included, and the walk stops
+  // at the cap.
+  absl::Status TooMany(const YAML::Node& node) const {
+    return Error(node, "",
+                 absl::StrCat("more than ", kMaxShapesProblems,
+                              " problems (every m value counts, each time an alias repeats it): "
+                              "split the list into several files"));
   }
 
   bool has_defaults() const { return defaults_.IsMap(); }
@@ -152,7 +163,7 @@ class ShapesParser {
     return Scalar<bool>(*node, where, "true or false");
   }
 
-  absl::Status ParseEntry(const YAML::Node& entry, const std::string& path, ProblemList* out) const {
+  absl::Status ParseEntry(const YAML::Node& entry, const std::string& path, ProblemList* out) {
     if (!entry.IsMap()) return Error(entry, path, "must be a mapping like {op: rmsnorm.fwd, m: 1024, n: 4096}");
     for (const auto& kv : entry) {
       // as<std::string> throws on a list or mapping used as a key.
@@ -181,12 +192,14 @@ class ShapesParser {
     if (m_node.IsSequence()) {
       if (m_node.size() == 0) return Error(m_node, path + ".m", "the list is empty");
       for (size_t j = 0; j < m_node.size(); ++j) {
+        if (++expanded_ > kMaxShapesProblems) return TooMany(m_node[j]);
         const std::string where = absl::StrCat(path, ".m[", j, "]");
         absl::StatusOr<int64_t> m = Dimension(m_node[j], where);
         if (!m.ok()) return m.status();
         ms.emplace_back(*m, where);
       }
     } else {
+      ++expanded_;
       absl::StatusOr<int64_t> m = Dimension(m_node, path + ".m");
       if (!m.ok()) return m.status();
       ms.emplace_back(*m, path + ".m");
@@ -289,6 +302,7 @@ class ShapesParser {
 
   const std::string source_;
   YAML::Node defaults_;
+  int64_t expanded_ = 0;  // m values walked so far
 };
 
 }  // namespace
@@ -298,11 +312,9 @@ absl::StatusOr<std::vector<PrewarmProblem>> ParseShapes(absl::string_view text, 
 }
 
 absl::StatusOr<std::vector<PrewarmProblem>> LoadShapesFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot read the shapes file"));
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParseShapes(text.str(), path);
+  absl::StatusOr<std::string> text = ReadInputFile(path, kShapesFile);
+  if (!text.ok()) return text.status();
+  return ParseShapes(*text, path);
 }
 
 }  // namespace ktune

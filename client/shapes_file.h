@@ -26,7 +26,9 @@
 //                 defaults applies to layernorm entries only.
 //   eps           norms: default 1e-6
 // `defaults` may set dtype, out_dtype, weight_dtype, weight, bias and eps.
-// Duplicate problems are dropped (first one kept).
+// Duplicate problems are dropped (first one kept). A file may list at most
+// kMaxShapesProblems problems, counting every m value (and every use of an
+// alias) before duplicates are dropped; a longer one is refused.
 //
 // Errors name the file, the line, the entry and the field, e.g.
 //   shapes.yaml:7: problems[2].n: must be in [1, 262144], got 0
@@ -42,6 +44,8 @@
 #include "client/prewarm_list.h"
 
 namespace ktune {
+
+inline constexpr int64_t kMaxShapesProblems = 100000;
 
 // `source` is the file name used in error messages.
 absl::StatusOr<std::vector<PrewarmProblem>> ParseShapes(absl::string_view text,

@@ -1,11 +1,9 @@
 #include "daemon/auth.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "tuner/input_file.h"
 
 namespace ktune {
 namespace {
@@ -86,11 +84,9 @@ absl::Status Authorizer::CheckPresented(bool local, absl::string_view presented,
 }
 
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read token file ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string token(absl::StripAsciiWhitespace(ss.str()));
+  absl::StatusOr<std::string> text = ReadInputFile(path, kTokenFile);
+  if (!text.ok()) return absl::InvalidArgumentError(text.status().message());
+  std::string token(absl::StripAsciiWhitespace(*text));
   if (token.size() < kMinTokenLength) {
     return absl::InvalidArgumentError(absl::StrCat("token file ", path, ": a token needs at least ",
                                                    kMinTokenLength, " characters"));

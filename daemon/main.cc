@@ -6,8 +6,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,6 +22,7 @@
 #include "daemon/service.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
+#include "tuner/input_file.h"
 #include "tuner/kernel_cache.h"
 #include "tuner/nvrtc_compiler.h"
 #include "tuner/paths.h"
@@ -39,6 +38,7 @@ int main(int argc, char** argv) {
   // share of a cache hit under concurrent callers (bench/LOAD.md).
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   CLI::App app{"ktuned: kernel autotuning daemon (RMSNorm and LayerNorm, forward and backward; GEMM next)"};
+  app.set_version_flag("--version", "ktuned " KTUNE_VERSION);
   std::vector<std::string> listen;
   std::string db_path = ktune::DefaultDatabasePath();
   std::string log_level = "info";
@@ -111,7 +111,15 @@ int main(int argc, char** argv) {
   app.add_option("--import-policy", import_policy, "merge policy for --import-bundle")
       ->check(CLI::IsMember({"keep-faster", "prefer-incoming", "prefer-existing"}))
       ->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version exit 0; every usage error exits 2, whatever
+    // CLI11's own code for it (105, 106, 109, ...).
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+    std::fprintf(stderr, "ktuned: error: %s\n", e.what());
+    return 2;
+  }
   service_options.background_tunes = !no_background_tunes;
   service_options.search =
       search == "grid" ? ktune::SearchKind::kGrid : ktune::SearchKind::kCoordinateDescent;
@@ -216,19 +224,24 @@ int main(int argc, char** argv) {
     // A fleet bundle is published after the first prewarm, which needs the
     // daemons running: so a missing file is the normal first start, while a
     // file that is there but bad is a deploy error that must not go unseen.
-    if (!std::filesystem::exists(import_bundle)) {
+    // The read never blocks (a FIFO is refused, not waited on), so a SIGTERM
+    // sent now is acted on as soon as the start is over.
+    absl::StatusOr<std::string> bytes = ktune::ReadInputFile(import_bundle, ktune::kBundleFile);
+    if (absl::IsNotFound(bytes.status())) {
       spdlog::warn("event=import_bundle_missing path=\"{}\" note=\"starting without it\"", import_bundle);
     } else {
-      std::ifstream in(import_bundle, std::ios::binary);
-      std::stringstream bytes;
-      bytes << in.rdbuf();
-      ktune::v1::ImportBundleRequest request;
-      request.set_bundle(bytes.str());
-      request.set_policy(*ktune::ParseMergePolicy(import_policy));  // checked by the flag
-      absl::StatusOr<ktune::v1::ImportBundleResponse> report = service.Import(request);
-      if (!in || !report.ok()) {
+      absl::StatusOr<ktune::v1::ImportBundleResponse> report = absl::UnknownError("not read");
+      if (bytes.ok()) {
+        ktune::v1::ImportBundleRequest request;
+        request.set_bundle(*std::move(bytes));
+        request.set_policy(*ktune::ParseMergePolicy(import_policy));  // checked by the flag
+        report = service.Import(request);
+      } else {
+        report = bytes.status();
+      }
+      if (!report.ok()) {
         spdlog::critical("event=import_bundle_failed path=\"{}\" error=\"{}\"", import_bundle,
-                         report.ok() ? "cannot read file" : std::string(report.status().message()));
+                         std::string(report.status().message()));
         return 2;
       }
       spdlog::info("event=import_bundle path=\"{}\" added={} replaced={} unchanged={} kept={} "
@@ -278,8 +291,13 @@ int main(int argc, char** argv) {
   }
   spdlog::info("event=shutdown signal={} drain_seconds={}", signal_number, drain_s);
   (void)ktune::SdNotify("STOPPING=1");
-  service.StopTuning();  // queued tunes are cancelled; a running one finishes
+  // New calls are refused from here on; those already accepted finish,
+  // including TUNE_ON_MISS calls waiting on a tune still queued, since the
+  // queue keeps running until the server has drained (or the grace period
+  // has cancelled what is left). Only then are the tunes nobody waits for
+  // (background ones) dropped.
   (*server)->Shutdown(drain_s);
+  service.StopTuning();  // queued tunes are cancelled; a running one stops at its next candidate
   metrics_server.Stop();
   spdlog::info("event=stopped");
   return 0;

@@ -11,8 +11,6 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -30,6 +28,7 @@
 #include "grpcpp/server_builder.h"
 #include "grpcpp/support/server_interceptor.h"
 #include "spdlog/spdlog.h"
+#include "tuner/input_file.h"
 #include "tuner/paths.h"
 
 namespace ktune {
@@ -51,14 +50,6 @@ bool SocketIsLive(const std::string& path) {
   const bool live = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
   close(fd);
   return live;
-}
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 // Why a TCP `address` cannot be bound now ("address already in use"), or ""
@@ -200,7 +191,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   std::shared_ptr<grpc::ServerCredentials> tcp_credentials = grpc::InsecureServerCredentials();
   if (have_tls) {
     for (const std::string* path : {&options.tls_cert_file, &options.tls_key_file}) {
-      absl::StatusOr<std::string> pem = ReadFile(*path);
+      absl::StatusOr<std::string> pem = ReadInputFile(*path, kPemFile);
       if (!pem.ok()) return pem.status();
       if (pem->find("-----BEGIN ") == std::string::npos) {
         return absl::InvalidArgumentError(absl::StrCat(*path, ": not a PEM file"));

@@ -88,6 +88,13 @@ class KtuneServiceImpl final : public v1::KtuneService::CallbackService {
   // Stops taking tuning jobs (shutdown): queued ones are cancelled.
   void StopTuning() { queue_.Shutdown(); }
 
+  // GetConfig itself; GetConfig adds the debug log line around it.
+  // *pending is set when the answer is left to a tune (the response is then
+  // written by another thread).
+  grpc::ServerUnaryReactor* ServeGetConfig(grpc::CallbackServerContext* context,
+                                           const v1::GetConfigRequest* request,
+                                           v1::GetConfigResponse* response, bool* pending);
+
   // Everything a request's problem resolves to before any work is done.
   struct Resolved {
     v1::Problem proto;                   // the problem as asked

@@ -22,7 +22,7 @@ const char* LayoutName(v1::Layout layout) { return layout == v1::COL_MAJOR ? "co
 
 }  // namespace
 
-absl::Status ValidateGemmProblem(const v1::GemmProblem& p) {
+absl::Status ValidateGemmShape(const v1::GemmProblem& p) {
   for (auto [field, value] : {std::pair{"m", p.m()}, std::pair{"n", p.n()}, std::pair{"k", p.k()}}) {
     if (value < 1 || value > kMaxGemmDim) {
       return Bad(field, absl::StrCat("must be in [1, ", kMaxGemmDim, "], got ", value));
@@ -38,6 +38,11 @@ absl::Status ValidateGemmProblem(const v1::GemmProblem& p) {
       return Bad(field, absl::StrCat("times batch exceeds ", kMaxGemmElements, " elements"));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateGemmProblem(const v1::GemmProblem& p) {
+  if (absl::Status s = ValidateGemmShape(p); !s.ok()) return s;
   const bool bf16 = p.a_dtype() == v1::BF16 && p.b_dtype() == v1::BF16;
   const bool fp8 = p.a_dtype() == v1::FP8_E4M3 && p.b_dtype() == v1::FP8_E4M3;
   if (!bf16 && !fp8) {

@@ -23,6 +23,12 @@ inline constexpr int64_t kMaxGemmElements = int64_t{1} << 34;  // of A, B or D, 
 // batch 0 means 1; c_dtype unspecified means no C (beta = 0).
 absl::Status ValidateGemmProblem(const v1::GemmProblem& problem);
 
+// The part of ValidateGemmProblem about sizes (m, n, k, batch and the operands'
+// element counts), without the dtype and layout rules: what a shape is
+// checked against where ktuned's supported variants are not yet known (a
+// shapes list made for several daemons).
+absl::Status ValidateGemmShape(const v1::GemmProblem& problem);
+
 // Stable text, e.g. "gemm m=128 n=4096 k=4096 batch=1 a=bf16 b=bf16 c=none d=bf16
 // a_layout=row b_layout=col epilogue=none". REQUIRES: ValidateGemmProblem ok.
 std::string GemmCanonicalKey(const v1::GemmProblem& problem);

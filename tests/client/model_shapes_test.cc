@@ -7,6 +7,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "absl/strings/match.h"
 #include "client/model_shapes.h"
 #include "tuner/wire.h"
 
@@ -153,7 +154,7 @@ TEST_CASE("bad model configs and token lists are named errors", "[client][model]
   CHECK(not_json.status().message().rfind("c.json: not valid JSON", 0) == 0);
 
   CHECK(LoadModelConfig("/nonexistent/config.json").status().message() ==
-        "/nonexistent/config.json: cannot read the model config");
+        "/nonexistent/config.json: cannot read the model config: no such file");
 
   auto tokens = ParseTokenList("1, 16,16,128");
   REQUIRE(tokens.ok());
@@ -171,6 +172,42 @@ TEST_CASE("bad model configs and token lists are named errors", "[client][model]
   auto too_big = DeriveModelProblems(*llama, {{1, 1 << 20}, false, std::nullopt});
   REQUIRE_FALSE(too_big.ok());
   CHECK(too_big.status().message().rfind("--tokens 1048576: rmsnorm.fwd [1048576, 4096] is out of bounds", 0) == 0);
+}
+
+}  // namespace
+}  // namespace ktune
+
+namespace ktune {
+namespace {
+
+TEST_CASE("config sizes are bounded, so no derived dimension can overflow", "[client][model]") {
+  // 2 * 2^62 once wrapped to a gate/up GEMM with n = -2^63 that passed --dry-run.
+  auto huge = ParseModelConfig(
+      R"({"hidden_size": 64, "num_attention_heads": 4, "vocab_size": 100, "rms_norm_eps": 1e-6,
+          "intermediate_size": 4611686018427387904})",
+      "c.json");
+  REQUIRE_FALSE(huge.ok());
+  CHECK(huge.status().message() == "c.json: intermediate_size: must be at most 16777216, got 4611686018427387904");
+  // Unsigned JSON beyond int64 is not a positive integer either.
+  auto wrapped = ParseModelConfig(R"({"hidden_size": 18446744073709551615})", "c.json");
+  REQUIRE_FALSE(wrapped.ok());
+  CHECK(wrapped.status().message().find("hidden_size: must be a positive integer") != std::string::npos);
+
+  // At the bound, every derived problem is still checked against ktuned's
+  // own limits before anything is tuned.
+  auto at_bound = ParseModelConfig(
+      R"({"hidden_size": 64, "num_attention_heads": 4, "vocab_size": 16777216, "rms_norm_eps": 1e-6})", "c.json");
+  REQUIRE(at_bound.ok());
+  ModelShapeOptions options;
+  options.tokens = {16};
+  auto problems = DeriveModelProblems(*at_bound, options);
+  REQUIRE(problems.ok());
+  const absl::Status checked = ValidatePrewarmProblems(*problems);
+  CHECK(checked.code() == absl::StatusCode::kInvalidArgument);
+  // Named by the problem's key, then the validator's words.
+  CHECK(absl::StrContains(checked.message(), "gemm"));
+  CHECK(absl::StrContains(checked.message(), "16777216"));
+  CHECK(absl::EndsWith(checked.message(), ": problem.gemm.n: must be in [1, 1048576], got 16777216"));
 }
 
 }  // namespace

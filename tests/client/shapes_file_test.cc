@@ -1,10 +1,12 @@
 // Shapes files (client/shapes_file.h): YAML and JSON give the same problems,
 // defaults fill what an entry leaves out, and every bad input is one error
 // naming the file, the line, the entry and the field.
+#include <ctime>
 #include <filesystem>
 
 #include <catch2/catch.hpp>
 
+#include "absl/strings/str_cat.h"
 #include "client/shapes_file.h"
 #include "tuner/wire.h"
 
@@ -161,7 +163,55 @@ TEST_CASE("a list or mapping where a field name belongs is an error and not a cr
 TEST_CASE("an unreadable shapes file names the file", "[client][shapes]") {
   auto parsed = LoadShapesFile("/nonexistent/shapes.yaml");
   REQUIRE_FALSE(parsed.ok());
-  CHECK(parsed.status().message() == "/nonexistent/shapes.yaml: cannot read the shapes file");
+  CHECK(parsed.status().message() == "/nonexistent/shapes.yaml: cannot read the shapes file: no such file");
+}
+
+}  // namespace
+}  // namespace ktune
+
+namespace ktune {
+namespace {
+
+std::string MList(int64_t count) {
+  std::string m = "[";
+  for (int64_t i = 1; i <= count; ++i) absl::StrAppend(&m, i == 1 ? "" : ",", i);
+  return m + "]";
+}
+
+// CPU seconds of this process since `start` (a std::clock() reading): a
+// loaded CI machine stretches wall time, not the work done.
+double SecondsSince(std::clock_t start) { return static_cast<double>(std::clock() - start) / CLOCKS_PER_SEC; }
+
+TEST_CASE("a shapes file is expanded in linear time up to its cap of problems", "[client][shapes]") {
+  // At the cap: every problem distinct, so every one goes through the
+  // duplicate check (a sorted vector made this quadratic).
+  const std::clock_t start = std::clock();
+  auto at_cap = ParseShapes(absl::StrCat("- {op: rmsnorm.fwd, m: ", MList(kMaxShapesProblems), ", n: 64}\n"), "s.yaml");
+  REQUIRE(at_cap.ok());
+  CHECK(static_cast<int64_t>(at_cap->size()) == kMaxShapesProblems);
+  CHECK(SecondsSince(start) < 10);  // about 0.5 s on one core; most of it yaml-cpp's parse
+
+  // 400,000 m values took 25 s and were all accepted; now the cap refuses
+  // them with a message that says what to do.
+  const std::clock_t over_start = std::clock();
+  const std::string over = ErrorOf(absl::StrCat("- {op: rmsnorm.fwd, m: ", MList(400000), ", n: 64}\n"));
+  CHECK(over.find("shapes.yaml:1: more than 100000 problems") == 0);
+  CHECK(over.find("split the list into several files") != std::string::npos);
+  CHECK(SecondsSince(over_start) < 10);
+}
+
+TEST_CASE("a small shapes file of aliases that stands for millions of problems is refused quickly",
+          "[client][shapes]") {
+  // 50 KB: one entry of 2,000 m values, then 10,000 aliases of it: 2e7
+  // problems (all duplicates) once yaml-cpp expands the aliases.
+  std::string text = absl::StrCat("- &e {op: rmsnorm.fwd, m: ", MList(2000), ", n: 64}\n");
+  for (int i = 0; i < 10000; ++i) text += "- *e\n";
+  REQUIRE(text.size() < 64 * 1024);
+  const std::clock_t start = std::clock();
+  const std::string error = ErrorOf(text);
+  CHECK(SecondsSince(start) < 5);
+  CHECK(error.find("more than 100000 problems (every m value counts, each time an alias repeats it)") !=
+        std::string::npos);
 }
 
 }  // namespace

@@ -201,7 +201,7 @@ TEST_CASE("export filters by op, GPU kind and date", "[e2e][bundle]") {
   CHECK(count("--since 2027-01-01") == 2);
   CHECK(count("--since 2027-01-02 --gpu 'NVIDIA H100 80GB HBM3'") == 1);
   auto bad_date = RunCommand(Cli(daemon) + "export -o " + dir.path() + "/x.ktb --since 01/02/2027", dir.path());
-  CHECK(bad_date.exit_code == 1);
+  CHECK(bad_date.exit_code == 2);  // a usage error
   CHECK(bad_date.err.find("--since") != std::string::npos);
   auto bad_op = RunCommand(Cli(daemon) + "export -o " + dir.path() + "/x.ktb --op softmax", dir.path());
   CHECK(bad_op.exit_code == 1);

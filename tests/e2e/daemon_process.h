@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "client/client.h"
+#include "tuner/wire.h"
 
 namespace ktune::testing {
 
@@ -86,10 +88,14 @@ class DaemonProcess {
   // is added to its environment (and so its worker's).
   bool Start(const std::vector<std::string>& extra_flags = {},
              const std::vector<std::string>& env = {}) {
-    std::vector<std::string> args = {KtunedPath(), "--listen",         address(),
-                                     "--db",      db_path_,           "--log-level",
-                                     "debug",     "--drain-seconds",  "1",
+    std::vector<std::string> args = {KtunedPath(), "--listen", address(), "--db", db_path_,
                                      "--kernel-cache-dir", dir_ + "/kernels"};
+    // Defaults a test may override in `extra_flags` (ktuned takes a flag once).
+    for (auto [flag, value] : {std::pair{"--log-level", "debug"}, std::pair{"--drain-seconds", "1"}}) {
+      if (std::find(extra_flags.begin(), extra_flags.end(), flag) == extra_flags.end()) {
+        args.insert(args.end(), {flag, value});
+      }
+    }
     args.insert(args.end(), extra_flags.begin(), extra_flags.end());
     pid_ = fork();
     if (pid_ == 0) {
@@ -145,6 +151,19 @@ class DaemonProcess {
   std::string db_path_;
   pid_t pid_ = -1;
 };
+
+// The environment that gives ktuned's worker the fake device (tuner/worker.h).
+inline constexpr char kFakeDeviceEnv[] = "KTUNE_WORKER_FAKE_DEVICE=1";
+
+// A bf16 RMSNorm forward problem of m rows of width n.
+inline v1::Problem RmsProblem(int64_t m, int64_t n) {
+  NormProblem p;
+  p.m = m;
+  p.n = n;
+  v1::Problem out;
+  *out.mutable_norm() = NormProblemToProto(p);
+  return out;
+}
 
 // `callers` threads, each with its own client, send `request` at once; their
 // answers in thread order (single-flight tests).

@@ -131,6 +131,17 @@ class DaemonProcess {
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
 
+  // SIGKILL, as a crash or the OOM killer would: nothing is flushed or closed.
+  void Kill() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+
+  pid_t pid() const { return pid_; }
+
   std::string Log() const {
     std::ifstream in(log_path());
     std::stringstream ss;

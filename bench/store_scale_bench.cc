@@ -200,7 +200,8 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  std::vector<double> cli_status, cli_ls;
+  std::vector<double> cli_status, cli_ls, cli_floor;
+  for (int i = 0; i < 20; ++i) cli_floor.push_back(Run({ktune, "--help"}, dir + "/help.out").first);
   for (int i = 0; i < 20; ++i) {
     cli_status.push_back(Run({ktune, "--server", address, "status"}, dir + "/status.out").first);
   }
@@ -240,6 +241,8 @@ int main(int argc, char** argv) {
   std::printf("| ktuned start, until GetStatus answers | %.0f ms |\n", start_ms);
   std::printf("| ktuned idle RSS, 1 s after start | %.0f MB |\n", idle_rss);
   std::printf("| GetStatus RPC, median of 20 | %.2f ms |\n", Median(rpc_status));
+  std::printf("| `ktune --help` (the CLI process alone, no call: the floor), median of 20 | %.1f ms |\n",
+              Median(cli_floor));
   std::printf("| `ktune status` (whole CLI process), median of 20 | %.1f ms |\n", Median(cli_status));
   std::printf("| `ktune ls --limit 100` (whole CLI process), median of 20 | %.1f ms |\n", Median(cli_ls));
   if (!hot.empty()) {

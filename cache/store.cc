@@ -463,9 +463,18 @@ SqlWhere WhereOf(const EntryFilter& filter, const std::optional<EntryKey>& after
     }
     w.And(absl::StrCat("device_key = ? AND (", any, ")"), std::move(vs));
   }
-  if (after.has_value()) {
+  // The cursor as a range the primary key's index can seek to. With an op
+  // fixed, SQLite takes the index for `op = ?` alone and filters a 4-column
+  // row value row by row (each page would rescan the op from its start), so
+  // the op's part of the cursor is decided here and the rest is a 3-column range.
+  if (after.has_value() && filter.op.empty()) {
     w.And("(op, problem_key, device_key, software_key) > (?, ?, ?, ?)",
           {after->op, after->problem_key, after->device_key, after->software_key});
+  } else if (after.has_value() && after->op == filter.op) {
+    w.And("(problem_key, device_key, software_key) > (?, ?, ?)",
+          {after->problem_key, after->device_key, after->software_key});
+  } else if (after.has_value() && after->op > filter.op) {
+    w.And("0", {});  // the cursor is past every entry of the op
   }
   return w;
 }

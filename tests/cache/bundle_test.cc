@@ -297,6 +297,8 @@ TEST_CASE("no payload bit flip brings in a recipe the template does not write", 
   CHECK(payload.size() * 8 >= 1500);
   CHECK(accepted > 0);  // flips of measurements and provenance are harmless
   CHECK(wrongly_accepted == 0);
+}
+
 TEST_CASE("Bundle: the piecewise encoder writes the one-piece format byte for byte", "[cache][scale]") {
   std::vector<v1::Entry> entries;
   for (int64_t m : {1, 300, 70000}) entries.push_back(MakeTestEntry(m, 4096));

@@ -140,8 +140,6 @@ class DaemonProcess {
     pid_ = -1;
   }
 
-  pid_t pid() const { return pid_; }
-
   std::string Log() const {
     std::ifstream in(log_path());
     std::stringstream ss;

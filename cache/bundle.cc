@@ -5,6 +5,7 @@
 #include <array>
 #include <cstring>
 #include <map>
+#include <utility>
 #include <string>
 
 #include "absl/status/status.h"
@@ -63,33 +64,94 @@ absl::Status Invalid(absl::string_view message) { return absl::InvalidArgumentEr
 
 }  // namespace
 
+struct PayloadDigest::Context {
+  EVP_MD_CTX* md = EVP_MD_CTX_new();
+  ~Context() { EVP_MD_CTX_free(md); }
+};
+
+// EVP calls fail only when OpenSSL cannot allocate; the header then carries
+// a checksum no reader accepts, which is the safe way to fail.
+PayloadDigest::PayloadDigest() : ctx_(std::make_unique<Context>()) {
+  EVP_DigestInit_ex(ctx_->md, EVP_sha256(), nullptr);
+}
+PayloadDigest::~PayloadDigest() = default;
+
+void PayloadDigest::Update(std::string_view bytes) {
+  EVP_DigestUpdate(ctx_->md, bytes.data(), bytes.size());
+  bytes_ += bytes.size();
+}
+
+std::string PayloadDigest::Header() const {
+  Sha256 digest{};
+  unsigned int size = 0;
+  EVP_MD_CTX* copy = EVP_MD_CTX_new();
+  if (copy == nullptr || EVP_MD_CTX_copy_ex(copy, ctx_->md) != 1 ||
+      EVP_DigestFinal_ex(copy, digest.data(), &size) != 1 || size != kChecksumBytes) {
+    digest.fill(0);
+  }
+  EVP_MD_CTX_free(copy);
+  std::string header;
+  header.reserve(kBundleHeaderBytes);
+  header.append(kBundleMagic, sizeof(kBundleMagic));
+  AppendLittleEndian<uint32_t>(&header, kBundleFormatVersion);
+  AppendLittleEndian<uint64_t>(&header, bytes_);
+  header.append(reinterpret_cast<const char*>(digest.data()), digest.size());
+  return header;
+}
+
+BundleEncoder::BundleEncoder(const std::string& created_by, int64_t created_at_unix) {
+  // The payload is a serialized v1::Bundle: its scalar fields come first
+  // (fields are written in number order), then each entry as field 4. So the
+  // opening is the serialization of a Bundle without entries.
+  v1::Bundle opening;
+  opening.set_format_version(kBundleFormatVersion);
+  opening.set_created_by(created_by);
+  opening.set_created_at_unix(created_at_unix);
+  Append(opening.SerializeAsString());
+}
+
+void BundleEncoder::Add(const v1::Entry& entry) {
+  // A cubin and lowered names are build products of the recipe: the importer
+  // compiles it for itself rather than trusting machine code or entry points
+  // from another host (entries stored by older versions still carry lowered
+  // names).
+  bool built = !entry.recipe().cubin().empty();
+  for (const v1::KernelLaunch& k : entry.recipe().kernels()) built |= !k.lowered_name().empty();
+  std::string bytes;
+  if (!built) {
+    bytes = entry.SerializeAsString();
+  } else {
+    v1::Entry stripped = entry;
+    stripped.mutable_recipe()->clear_cubin();
+    for (v1::KernelLaunch& k : *stripped.mutable_recipe()->mutable_kernels()) k.clear_lowered_name();
+    bytes = stripped.SerializeAsString();
+  }
+  // Field 4, length-delimited: tag (4 << 3 | 2), a varint length, the bytes.
+  std::string framed(1, static_cast<char>((4 << 3) | 2));
+  for (uint64_t n = bytes.size(); ; n >>= 7) {
+    if (n < 0x80) {
+      framed.push_back(static_cast<char>(n));
+      break;
+    }
+    framed.push_back(static_cast<char>((n & 0x7f) | 0x80));
+  }
+  Append(framed);
+  Append(bytes);
+  ++entries_;
+}
+
+void BundleEncoder::Append(std::string_view bytes) {
+  digest_.Update(bytes);
+  pending_.append(bytes.data(), bytes.size());
+}
+
+std::string BundleEncoder::TakePayload() { return std::exchange(pending_, std::string()); }
+
 std::string EncodeBundle(const std::vector<v1::Entry>& entries, const std::string& created_by,
                          int64_t created_at_unix) {
-  v1::Bundle bundle;
-  bundle.set_format_version(kBundleFormatVersion);
-  bundle.set_created_by(created_by);
-  bundle.set_created_at_unix(created_at_unix);
-  for (const v1::Entry& entry : entries) {
-    // A cubin and lowered names are build products of the recipe: the
-    // importer compiles it for itself rather than trusting machine code or
-    // entry points from another host (entries stored by older versions still
-    // carry lowered names).
-    v1::Entry* out = bundle.add_entries();
-    out->CopyFrom(entry);
-    out->mutable_recipe()->clear_cubin();
-    for (v1::KernelLaunch& k : *out->mutable_recipe()->mutable_kernels()) k.clear_lowered_name();
-  }
-  const std::string payload = bundle.SerializeAsString();
-
-  std::string file;
-  file.reserve(kBundleHeaderBytes + payload.size());
-  file.append(kBundleMagic, sizeof(kBundleMagic));
-  AppendLittleEndian<uint32_t>(&file, kBundleFormatVersion);
-  AppendLittleEndian<uint64_t>(&file, payload.size());
-  const Sha256 checksum = Sha256Of(payload);
-  file.append(reinterpret_cast<const char*>(checksum.data()), checksum.size());
-  file.append(payload);
-  return file;
+  BundleEncoder encoder(created_by, created_at_unix);
+  for (const v1::Entry& entry : entries) encoder.Add(entry);
+  return absl::StrCat(encoder.Header(), encoder.TakePayload());
 }
 
 absl::StatusOr<v1::Bundle> DecodeBundle(std::string_view file_bytes) {
@@ -136,6 +198,9 @@ absl::StatusOr<v1::Bundle> DecodeBundle(std::string_view file_bytes) {
   if (!bundle.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
     return Invalid("payload does not parse as a ktune.v1.Bundle");
   }
+  // Fields this build does not know are never stored or passed on: they
+  // would be kept verbatim (an entry with 50 MB of them broke every listing).
+  bundle.DiscardUnknownFields();
   if (bundle.format_version() != static_cast<int32_t>(kBundleFormatVersion)) {
     return Invalid(absl::StrCat("payload format_version ", bundle.format_version(),
                                 " does not match the header's ", kBundleFormatVersion));

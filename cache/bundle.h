@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,6 +30,52 @@ inline constexpr uint64_t kMaxBundleBytes = uint64_t{256} << 20;
 // ImportBundleStream carries a bundle in pieces of at most this many bytes,
 // so that every request message ktuned reads stays small (daemon/server.h).
 inline constexpr size_t kImportPieceBytes = size_t{32} << 10;
+
+// SHA-256 of a payload fed in pieces, so that a bundle written or received a
+// piece at a time is checked without holding it.
+class PayloadDigest {
+ public:
+  PayloadDigest();
+  ~PayloadDigest();
+  PayloadDigest(const PayloadDigest&) = delete;
+  PayloadDigest& operator=(const PayloadDigest&) = delete;
+
+  void Update(std::string_view bytes);
+  uint64_t bytes() const { return bytes_; }
+  // The 52-byte file header for the payload fed so far (feeding may go on).
+  std::string Header() const;
+
+ private:
+  struct Context;
+  std::unique_ptr<Context> ctx_;
+  uint64_t bytes_ = 0;
+};
+
+// Encodes a bundle a piece at a time, for bundles too large to hold: the
+// payload entry by entry (take it as it grows), then the header, which names
+// the payload's length and checksum. The file is Header() followed by every
+// piece taken, in order: byte for byte what EncodeBundle writes for the same
+// entries, so every reader of bundles reads it.
+class BundleEncoder {
+ public:
+  BundleEncoder(const std::string& created_by, int64_t created_at_unix);
+
+  // Appends one entry, its cubin stripped.
+  void Add(const v1::Entry& entry);
+  // The payload bytes added since the last call.
+  std::string TakePayload();
+  size_t pending_bytes() const { return pending_.size(); }
+  int64_t entries() const { return entries_; }
+  uint64_t payload_bytes() const { return digest_.bytes(); }
+  std::string Header() const { return digest_.Header(); }
+
+ private:
+  void Append(std::string_view bytes);
+
+  std::string pending_;
+  int64_t entries_ = 0;
+  PayloadDigest digest_;
+};
 
 // Encodes entries (cubins stripped) into a bundle file.
 std::string EncodeBundle(const std::vector<v1::Entry>& entries, const std::string& created_by,

@@ -413,6 +413,19 @@ absl::Status ValidateEntry(const v1::Entry& entry) { return ValidateEntry(entry,
 
 absl::Status ValidateEntry(const v1::Entry& entry, std::string_view prefix_text) {
   const absl::string_view prefix(prefix_text.data(), prefix_text.size());
+  // First, before anything else looks at it: the size is what a hostile
+  // entry attacks with (unknown fields are kept by the parser until dropped).
+  const size_t cubin = entry.recipe().cubin().size();
+  const size_t bytes = entry.ByteSizeLong();
+  if (bytes > cubin && bytes - cubin > kMaxEntryBytes) {
+    std::string what;
+    if (absl::StatusOr<EntryKey> key = KeyOf(entry); key.ok()) {
+      what = absl::StrCat(" (", key->op, " ", key->problem_key, ")");
+    }
+    return Bad(prefix, "size",
+               absl::StrCat(bytes - cubin, " bytes serialized", what, ", over the ", kMaxEntryBytes,
+                            "-byte cap for one entry (unknown fields are dropped before this check)"));
+  }
   const bool gemm = entry.problem().kind_case() == v1::Problem::kGemm;
   if (gemm) {
     if (absl::Status s = ValidateGemmProblem(entry.problem().gemm()); !s.ok()) {
@@ -468,6 +481,34 @@ std::string FlatKey(const EntryKey& key) {
   // so the unit separator cannot occur inside a part.
   constexpr absl::string_view kSep("\x1f", 1);
   return absl::StrCat(key.op, kSep, key.problem_key, kSep, key.device_key, kSep, key.software_key);
+}
+
+std::string FamilyKey(const NormProblem& problem, const std::string& device_key,
+                      const std::string& software_key) {
+  NormProblem family = problem;
+  family.m = 0;
+  constexpr absl::string_view kSep("\x1f", 1);
+  return absl::StrCat(OpName(family), kSep, CanonicalKey(family), kSep, device_key, kSep, software_key);
+}
+
+std::string FamilyKey(const v1::GemmProblem& problem, const std::string& device_key,
+                      const std::string& software_key) {
+  v1::GemmProblem family = problem;
+  family.set_m(0);
+  constexpr absl::string_view kSep("\x1f", 1);
+  return absl::StrCat("gemm", kSep, GemmCanonicalKey(family), kSep, device_key, kSep, software_key);
+}
+
+absl::StatusOr<EntryFamily> FamilyOf(const v1::Entry& entry) {
+  absl::StatusOr<EntryKey> key = KeyOf(entry);
+  if (!key.ok()) return key.status();
+  if (entry.problem().has_gemm()) {
+    return EntryFamily{FamilyKey(entry.problem().gemm(), key->device_key, key->software_key),
+                       entry.problem().gemm().m()};
+  }
+  absl::StatusOr<NormProblem> problem = NormProblemFromProto(entry.problem().norm());
+  if (!problem.ok()) return problem.status();
+  return EntryFamily{FamilyKey(*problem, key->device_key, key->software_key), problem->m};
 }
 
 }  // namespace ktune

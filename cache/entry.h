@@ -4,11 +4,14 @@
 // Thread-safe: pure functions.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
 #include "absl/status/statusor.h"
 #include "ktune/v1/ktune.pb.h"
+#include "tuner/problem.h"
 
 namespace ktune {
 
@@ -21,6 +24,11 @@ struct EntryKey {
   std::string software_key;  // SoftwareKey(software)
 };
 bool operator==(const EntryKey& a, const EntryKey& b);
+
+// The most one entry may take serialized (without a cubin). Every known field
+// is bounded far below it; the cap keeps a hostile or corrupt entry (unknown
+// fields of 50 MB) from ever reaching the store, a listing or a bundle.
+inline constexpr size_t kMaxEntryBytes = size_t{64} << 10;
 
 // INVALID_ARGUMENT naming the first missing or out-of-range field: the problem
 // (ValidateNormProblem), the device (cc, SM count, name), the software
@@ -45,5 +53,20 @@ absl::StatusOr<EntryKey> KeyOf(const v1::Entry& entry);
 
 // One string combining all four parts, for in-memory maps.
 std::string FlatKey(const EntryKey& key);
+
+// Entries that differ only in M share a family: op, the problem with m = 0,
+// device and software. The store indexes entries by (family, m) so that the
+// entry of the nearest M is found without reading any other.
+std::string FamilyKey(const NormProblem& problem, const std::string& device_key,
+                      const std::string& software_key);
+std::string FamilyKey(const v1::GemmProblem& problem, const std::string& device_key,
+                      const std::string& software_key);
+
+struct EntryFamily {
+  std::string key;  // FamilyKey
+  int64_t m = 0;
+};
+// REQUIRES: ValidateEntry(entry).ok().
+absl::StatusOr<EntryFamily> FamilyOf(const v1::Entry& entry);
 
 }  // namespace ktune

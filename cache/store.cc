@@ -2,8 +2,14 @@
 
 #include <sqlite3.h>
 
+#include <array>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <thread>
+#include <variant>
+#include <vector>
 #include <iterator>
 #include <string>
 #include <system_error>
@@ -26,43 +32,6 @@ constexpr int kBusyTimeoutMs = 5000;
 // PRAGMA application_id ("ktun"): tells a ktune database from any other SQLite
 // file, so a foreign database is refused instead of being migrated into.
 constexpr int64_t kApplicationId = 0x6b74756e;
-
-// kMigrations[v] takes the tables from version v to v + 1 (kStoreSchemaVersion
-// in store.h). The tables' version is separate from the entries' format
-// (kSchemaVersion, part of the software fingerprint): adding a table must not
-// make every stored entry stale. Bumping kStoreSchemaVersion without adding a
-// step here does not compile.
-constexpr const char* kMigrations[] = {
-    // 0 -> 1. The key columns are the four parts of EntryKey; the listing
-    // columns repeat two fields of the blob so that listing needs no parsing.
-    R"sql(
-      CREATE TABLE entries (
-        op            TEXT    NOT NULL,
-        problem_key   TEXT    NOT NULL,
-        device_key    TEXT    NOT NULL,
-        software_key  TEXT    NOT NULL,
-        entry         BLOB    NOT NULL CHECK (length(entry) > 0),
-        tuned_at_unix INTEGER NOT NULL,
-        time_us       REAL    NOT NULL CHECK (time_us > 0),
-        PRIMARY KEY (op, problem_key, device_key, software_key)
-      );
-    )sql",
-    // 1 -> 2. Candidates that faulted or hung, never run again in the same
-    // environment (device and software fingerprint).
-    R"sql(
-      CREATE TABLE quarantine (
-        device_key    TEXT    NOT NULL,
-        software_key  TEXT    NOT NULL,
-        candidate     TEXT    NOT NULL,
-        reason        TEXT    NOT NULL,
-        detail        TEXT    NOT NULL,
-        at_unix       INTEGER NOT NULL,
-        PRIMARY KEY (device_key, software_key, candidate)
-      );
-    )sql",
-};
-static_assert(std::size(kMigrations) == kStoreSchemaVersion,
-              "every schema version needs a migration step in kMigrations");
 
 absl::StatusCode CodeFor(int rc) {
   switch (rc & 0xff) {  // the primary code of an extended one
@@ -221,6 +190,133 @@ absl::StatusOr<std::string> QueryText(sqlite3* db, absl::string_view sql) {
   return QueryOne<std::string>(db, sql, [](Statement& s) { return std::string(s.ColumnBytes(0)); });
 }
 
+// Migration 2 -> 3 fills the columns it adds from each stored entry (SQL
+// cannot decode one), in batches by rowid so that no statement reads a table
+// it writes. Stored entries lose any unknown fields on the way: an entry once
+// imported with 50 MB of them would otherwise weigh on every listing.
+absl::Status BackfillFamilies(sqlite3* db) {
+  absl::StatusOr<Statement> read = Statement::Prepare(
+      db, "backfill read", "SELECT rowid, entry FROM entries WHERE rowid > ?1 ORDER BY rowid LIMIT 1000");
+  if (!read.ok()) return read.status();
+  absl::StatusOr<Statement> write = Statement::Prepare(
+      db, "backfill write", "UPDATE entries SET family_key = ?1, m = ?2, entry = ?3 WHERE rowid = ?4");
+  if (!write.ok()) return write.status();
+  int64_t after = 0;
+  while (true) {
+    std::vector<std::pair<int64_t, std::string>> batch;
+    {
+      auto reset = read->Use();
+      if (absl::Status s = read->BindInt64(1, after); !s.ok()) return s;
+      while (true) {
+        absl::StatusOr<bool> row = read->Step();
+        if (!row.ok()) return row.status();
+        if (!*row) break;
+        batch.emplace_back(read->ColumnInt64(0), std::string(read->ColumnBytes(1)));
+      }
+    }
+    if (batch.empty()) return absl::OkStatus();
+    after = batch.back().first;
+    for (auto& [rowid, blob] : batch) {
+      v1::Entry entry;
+      // An entry that no longer decodes keeps no family: it is listed and
+      // can be deleted, but never found as a nearest M.
+      if (!entry.ParseFromString(blob)) continue;
+      entry.DiscardUnknownFields();
+      absl::StatusOr<EntryFamily> family = FamilyOf(entry);
+      if (!family.ok()) continue;
+      auto reset = write->Use();
+      if (absl::Status s = write->BindText(1, family->key); !s.ok()) return s;
+      if (absl::Status s = write->BindInt64(2, family->m); !s.ok()) return s;
+      if (absl::Status s = write->BindBlob(3, entry.SerializeAsString()); !s.ok()) return s;
+      if (absl::Status s = write->BindInt64(4, rowid); !s.ok()) return s;
+      if (absl::StatusOr<bool> row = write->Step(); !row.ok()) return row.status();
+    }
+  }
+}
+
+// kMigrations[v] takes the tables from version v to v + 1 (kStoreSchemaVersion
+// in store.h): its SQL, then its backfill (if any) in the same transaction.
+// The tables' version is separate from the entries' format (kSchemaVersion,
+// part of the software fingerprint): adding a table must not make every
+// stored entry stale. Bumping kStoreSchemaVersion without adding a step here
+// does not compile.
+struct Migration {
+  const char* sql;
+  absl::Status (*backfill)(sqlite3* db);
+};
+constexpr Migration kMigrations[] = {
+    // 0 -> 1. The key columns are the four parts of EntryKey; the listing
+    // columns repeat two fields of the blob so that listing needs no parsing.
+    {R"sql(
+      CREATE TABLE entries (
+        op            TEXT    NOT NULL,
+        problem_key   TEXT    NOT NULL,
+        device_key    TEXT    NOT NULL,
+        software_key  TEXT    NOT NULL,
+        entry         BLOB    NOT NULL CHECK (length(entry) > 0),
+        tuned_at_unix INTEGER NOT NULL,
+        time_us       REAL    NOT NULL CHECK (time_us > 0),
+        PRIMARY KEY (op, problem_key, device_key, software_key)
+      );
+    )sql",
+     nullptr},
+    // 1 -> 2. Candidates that faulted or hung, never run again in the same
+    // environment (device and software fingerprint).
+    {R"sql(
+      CREATE TABLE quarantine (
+        device_key    TEXT    NOT NULL,
+        software_key  TEXT    NOT NULL,
+        candidate     TEXT    NOT NULL,
+        reason        TEXT    NOT NULL,
+        detail        TEXT    NOT NULL,
+        at_unix       INTEGER NOT NULL,
+        PRIMARY KEY (device_key, software_key, candidate)
+      );
+    )sql",
+     nullptr},
+    // 2 -> 3. Scale: nothing is read into memory at start any more, so the
+    // nearest M is found by an index on (family, m), and the counts that
+    // status reports are kept per (op, device, software) by triggers in the
+    // writing transaction itself, so they can never drift from the entries.
+    {R"sql(
+      ALTER TABLE entries ADD COLUMN family_key TEXT NOT NULL DEFAULT '';
+      ALTER TABLE entries ADD COLUMN m INTEGER NOT NULL DEFAULT 0;
+      CREATE INDEX entries_family ON entries (family_key, m);
+      CREATE TABLE entry_counts (
+        op            TEXT    NOT NULL,
+        device_key    TEXT    NOT NULL,
+        software_key  TEXT    NOT NULL,
+        n             INTEGER NOT NULL CHECK (n >= 0),
+        PRIMARY KEY (op, device_key, software_key)
+      ) WITHOUT ROWID;
+      INSERT INTO entry_counts (op, device_key, software_key, n)
+        SELECT op, device_key, software_key, count(*) FROM entries GROUP BY op, device_key, software_key;
+      CREATE TRIGGER entries_count_insert AFTER INSERT ON entries BEGIN
+        INSERT INTO entry_counts (op, device_key, software_key, n)
+          VALUES (new.op, new.device_key, new.software_key, 1)
+          ON CONFLICT (op, device_key, software_key) DO UPDATE SET n = n + 1;
+      END;
+      CREATE TRIGGER entries_count_delete AFTER DELETE ON entries BEGIN
+        UPDATE entry_counts SET n = n - 1
+          WHERE op = old.op AND device_key = old.device_key AND software_key = old.software_key;
+        DELETE FROM entry_counts
+          WHERE op = old.op AND device_key = old.device_key AND software_key = old.software_key AND n = 0;
+      END;
+      CREATE TRIGGER entries_count_rekey AFTER UPDATE OF op, device_key, software_key ON entries BEGIN
+        UPDATE entry_counts SET n = n - 1
+          WHERE op = old.op AND device_key = old.device_key AND software_key = old.software_key;
+        DELETE FROM entry_counts
+          WHERE op = old.op AND device_key = old.device_key AND software_key = old.software_key AND n = 0;
+        INSERT INTO entry_counts (op, device_key, software_key, n)
+          VALUES (new.op, new.device_key, new.software_key, 1)
+          ON CONFLICT (op, device_key, software_key) DO UPDATE SET n = n + 1;
+      END;
+    )sql",
+     BackfillFamilies},
+};
+static_assert(std::size(kMigrations) == kStoreSchemaVersion,
+              "every schema version needs a migration step in kMigrations");
+
 // What a file on disk says about itself before anything is written to it.
 struct Identity {
   int64_t application_id = 0;
@@ -320,6 +416,89 @@ class Transaction {
 
 }  // namespace
 
+namespace {
+
+// One read connection and the statements prepared on it. WAL lets readers
+// run beside the writer; each statement reads one committed snapshot.
+struct Reader {
+  absl::Mutex mu;
+  Database db ABSL_GUARDED_BY(mu);
+  Statement get ABSL_GUARDED_BY(mu);
+  Statement nearest_up ABSL_GUARDED_BY(mu);
+  Statement nearest_down ABSL_GUARDED_BY(mu);
+  Statement count_groups ABSL_GUARDED_BY(mu);
+};
+
+// Read connections: enough that lookups from many gRPC threads rarely wait
+// for one another, few enough that each keeps a useful page cache.
+constexpr int kReaders = 4;
+
+// A text or integer to bind, in order, to a statement built at run time.
+using SqlValue = std::variant<std::string, int64_t>;
+
+struct SqlWhere {
+  std::string sql;  // " WHERE ..." or ""
+  std::vector<SqlValue> values;
+
+  void And(absl::string_view clause, std::vector<SqlValue> vs) {
+    absl::StrAppend(&sql, sql.empty() ? " WHERE " : " AND ", clause);
+    for (SqlValue& v : vs) values.push_back(std::move(v));
+  }
+};
+
+// The filter as SQL over the key columns, which the primary key's index
+// holds, so a filter is evaluated without reading an entry's blob.
+SqlWhere WhereOf(const EntryFilter& filter, const std::optional<EntryKey>& after) {
+  SqlWhere w;
+  if (!filter.op.empty()) w.And("op = ?", {filter.op});
+  if (!filter.problem_key.empty()) w.And("problem_key = ?", {filter.problem_key});
+  if (filter.since_unix > 0) w.And("tuned_at_unix >= ?", {filter.since_unix});
+  if (filter.stale.has_value()) {
+    std::vector<SqlValue> vs = {filter.stale->device_key};
+    std::string any = "0";  // no op with a current fingerprint: nothing is stale
+    for (const auto& [op, software_key] : filter.stale->current_software) {
+      absl::StrAppend(&any, " OR (op = ? AND software_key <> ?)");
+      vs.push_back(op);
+      vs.push_back(software_key);
+    }
+    w.And(absl::StrCat("device_key = ? AND (", any, ")"), std::move(vs));
+  }
+  // The cursor as a range the primary key's index can seek to. With an op
+  // fixed, SQLite takes the index for `op = ?` alone and filters a 4-column
+  // row value row by row (each page would rescan the op from its start), so
+  // the op's part of the cursor is decided here and the rest is a 3-column range.
+  if (after.has_value() && filter.op.empty()) {
+    w.And("(op, problem_key, device_key, software_key) > (?, ?, ?, ?)",
+          {after->op, after->problem_key, after->device_key, after->software_key});
+  } else if (after.has_value() && after->op == filter.op) {
+    w.And("(problem_key, device_key, software_key) > (?, ?, ?)",
+          {after->problem_key, after->device_key, after->software_key});
+  } else if (after.has_value() && after->op > filter.op) {
+    w.And("0", {});  // the cursor is past every entry of the op
+  }
+  return w;
+}
+
+absl::Status BindAll(Statement& stmt, const std::vector<SqlValue>& values) {
+  for (size_t i = 0; i < values.size(); ++i) {
+    const int index = static_cast<int>(i) + 1;
+    absl::Status s = std::holds_alternative<std::string>(values[i])
+                         ? stmt.BindText(index, std::get<std::string>(values[i]))
+                         : stmt.BindInt64(index, std::get<int64_t>(values[i]));
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+EntryKey KeyColumns(Statement& stmt, int first) {
+  return EntryKey{std::string(stmt.ColumnBytes(first)), std::string(stmt.ColumnBytes(first + 1)),
+                  std::string(stmt.ColumnBytes(first + 2)), std::string(stmt.ColumnBytes(first + 3))};
+}
+
+constexpr absl::string_view kKeyOrder = " ORDER BY op, problem_key, device_key, software_key";
+
+}  // namespace
+
 struct Store::Impl {
   std::string path;
   absl::Mutex mu;
@@ -330,16 +509,15 @@ struct Store::Impl {
   Statement rollback ABSL_GUARDED_BY(mu);
   Statement get ABSL_GUARDED_BY(mu);
   Statement upsert ABSL_GUARDED_BY(mu);
-  Statement list_all ABSL_GUARDED_BY(mu);
-  Statement list_op ABSL_GUARDED_BY(mu);
-  Statement count_by_op ABSL_GUARDED_BY(mu);
   Statement quarantine_put ABSL_GUARDED_BY(mu);
   Statement quarantine_list ABSL_GUARDED_BY(mu);
+  std::array<Reader, kReaders> readers;
 
   // Transaction control first: the migration needs it, and the entry
   // statements can only be prepared once the migration made their table.
   absl::Status PrepareTransactionStatements() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::Status PrepareEntryStatements() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  absl::Status OpenReaders();
   absl::StatusOr<Transaction> BeginTransaction() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // The stored blob under `key`, if any.
   absl::StatusOr<std::optional<std::string>> GetBlob(const EntryKey& key)
@@ -347,8 +525,9 @@ struct Store::Impl {
   // Writes one entry inside the caller's transaction and counts it.
   // REQUIRES: ValidateEntry(entry).ok().
   absl::Status PutOne(const v1::Entry& entry, PutAllStats* stats) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  absl::StatusOr<std::vector<v1::Entry>> ReadEntries(Statement& stmt)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // A free read connection, else one picked by the calling thread, locked.
+  Reader& AcquireReader() ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  absl::StatusOr<v1::Entry> Decode(absl::string_view blob, const EntryKey& key) const;
 };
 
 namespace {
@@ -368,6 +547,24 @@ absl::Status PrepareAll(sqlite3* db, absl::Span<const StatementSpec> specs) {
   return absl::OkStatus();
 }
 
+// Releases a reader taken by AcquireReader.
+class ReaderLease {
+ public:
+  explicit ReaderLease(Reader& r) : r_(r) {}
+  ~ReaderLease() ABSL_NO_THREAD_SAFETY_ANALYSIS { r_.mu.Unlock(); }
+  ReaderLease(const ReaderLease&) = delete;
+  ReaderLease& operator=(const ReaderLease&) = delete;
+  Reader* operator->() { return &r_; }
+  Reader& operator*() { return r_; }
+
+ private:
+  Reader& r_;
+};
+
+constexpr absl::string_view kGetSql =
+    "SELECT entry FROM entries WHERE op = ?1 AND problem_key = ?2 AND device_key = ?3 AND "
+    "software_key = ?4";
+
 }  // namespace
 
 absl::Status Store::Impl::PrepareTransactionStatements() {
@@ -380,21 +577,13 @@ absl::Status Store::Impl::PrepareEntryStatements() {
   return PrepareAll(
       db.get(),
       {
-          {&get, "get",
-           "SELECT entry FROM entries WHERE op = ?1 AND problem_key = ?2 AND device_key = ?3 AND "
-           "software_key = ?4"},
+          {&get, "get", kGetSql},
           {&upsert, "upsert",
            "INSERT INTO entries (op, problem_key, device_key, software_key, entry, tuned_at_unix, "
-           "time_us) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) "
+           "time_us, family_key, m) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) "
            "ON CONFLICT (op, problem_key, device_key, software_key) DO UPDATE SET "
            "entry = excluded.entry, tuned_at_unix = excluded.tuned_at_unix, "
-           "time_us = excluded.time_us"},
-          {&list_all, "list_all",
-           "SELECT entry FROM entries ORDER BY op, problem_key, device_key, software_key"},
-          {&list_op, "list_op",
-           "SELECT entry FROM entries WHERE op = ?1 ORDER BY op, problem_key, device_key, "
-           "software_key"},
-          {&count_by_op, "count_by_op", "SELECT op, count(*) FROM entries GROUP BY op ORDER BY op"},
+           "time_us = excluded.time_us, family_key = excluded.family_key, m = excluded.m"},
           {&quarantine_put, "quarantine_put",
            "INSERT OR REPLACE INTO quarantine (device_key, software_key, candidate, reason, detail, "
            "at_unix) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"},
@@ -402,6 +591,60 @@ absl::Status Store::Impl::PrepareEntryStatements() {
            "SELECT candidate, reason, detail, at_unix FROM quarantine WHERE device_key = ?1 AND "
            "software_key = ?2 ORDER BY candidate"},
       });
+}
+
+absl::Status Store::Impl::OpenReaders() {
+  for (int i = 0; i < kReaders; ++i) {
+    Reader& r = readers[i];
+    absl::MutexLock lock(&r.mu);
+    sqlite3* raw = nullptr;
+    int rc = sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr);
+    r.db = Database(raw);
+    const std::string name = absl::StrCat("reader ", i);
+    if (absl::Status s = Check(raw, rc, absl::StrCat("sqlite3_open_v2(", name, ")")); !s.ok()) return s;
+    sqlite3_extended_result_codes(raw, 1);
+    if (absl::Status s = Check(raw, sqlite3_busy_timeout(raw, kBusyTimeoutMs), "sqlite3_busy_timeout");
+        !s.ok()) {
+      return s;
+    }
+    // A reader never writes; say so to SQLite too.
+    if (absl::Status s = r.db.Exec("query_only", "PRAGMA query_only=1"); !s.ok()) return s;
+    absl::Status s = PrepareAll(
+        raw, {{&r.get, "get", kGetSql},
+              {&r.nearest_up, "nearest_up",
+               "SELECT entry, m, op, problem_key, device_key, software_key FROM entries "
+               "WHERE family_key = ?1 AND m >= ?2 ORDER BY m ASC LIMIT 1"},
+              {&r.nearest_down, "nearest_down",
+               "SELECT entry, m, op, problem_key, device_key, software_key FROM entries "
+               "WHERE family_key = ?1 AND m < ?2 ORDER BY m DESC LIMIT 1"},
+              {&r.count_groups, "count_groups",
+               "SELECT op, device_key, software_key, n FROM entry_counts "
+               "ORDER BY op, device_key, software_key"}});
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+Reader& Store::Impl::AcquireReader() {
+  for (Reader& r : readers) {
+    if (r.mu.TryLock()) return r;
+  }
+  // All busy: wait on one chosen by the thread, so waiters spread out.
+  Reader& r = readers[std::hash<std::thread::id>()(std::this_thread::get_id()) % kReaders];
+  r.mu.Lock();
+  return r;
+}
+
+absl::StatusOr<v1::Entry> Store::Impl::Decode(absl::string_view blob, const EntryKey& key) const {
+  v1::Entry entry;
+  if (!entry.ParseFromArray(blob.data(), static_cast<int>(blob.size()))) {
+    return absl::DataLossError(absl::StrCat(path, ": stored entry for ", key.op, " ", key.problem_key,
+                                            " does not parse"));
+  }
+  // Written before unknown fields were dropped on import: they stay out of
+  // every answer, listing and bundle.
+  entry.DiscardUnknownFields();
+  return entry;
 }
 
 absl::StatusOr<std::optional<std::string>> Store::Impl::GetBlob(const EntryKey& key) {
@@ -416,15 +659,15 @@ absl::StatusOr<std::optional<std::string>> Store::Impl::GetBlob(const EntryKey& 
 absl::Status Store::Impl::PutOne(const v1::Entry& entry, PutAllStats* stats) {
   absl::StatusOr<EntryKey> key = KeyOf(entry);
   if (!key.ok()) return key.status();
+  absl::StatusOr<EntryFamily> family = FamilyOf(entry);
+  if (!family.ok()) return family.status();
 
-  std::string blob;
-  if (entry.recipe().cubin().empty()) {
-    blob = entry.SerializeAsString();
-  } else {  // stored entries never carry a cubin
-    v1::Entry stripped = entry;
-    stripped.mutable_recipe()->clear_cubin();
-    blob = stripped.SerializeAsString();
-  }
+  // Stored entries never carry a cubin, nor fields this build does not know
+  // (validated callers have dropped them already; this is the last gate).
+  v1::Entry stored = entry;
+  stored.mutable_recipe()->clear_cubin();
+  stored.DiscardUnknownFields();
+  const std::string blob = stored.SerializeAsString();
 
   // Entry has no map fields, so equal messages serialize to equal bytes in
   // one build; an encoding difference from another build only turns an
@@ -441,6 +684,8 @@ absl::Status Store::Impl::PutOne(const v1::Entry& entry, PutAllStats* stats) {
   if (absl::Status s = upsert.BindBlob(5, blob); !s.ok()) return s;
   if (absl::Status s = upsert.BindInt64(6, entry.tuned_at_unix()); !s.ok()) return s;
   if (absl::Status s = upsert.BindDouble(7, entry.measurement().time_us()); !s.ok()) return s;
+  if (absl::Status s = upsert.BindText(8, family->key); !s.ok()) return s;
+  if (absl::Status s = upsert.BindInt64(9, family->m); !s.ok()) return s;
   absl::StatusOr<bool> row = upsert.Step();
   if (!row.ok()) return row.status();
   if (existing->has_value()) {
@@ -449,22 +694,6 @@ absl::Status Store::Impl::PutOne(const v1::Entry& entry, PutAllStats* stats) {
     ++stats->added;
   }
   return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<v1::Entry>> Store::Impl::ReadEntries(Statement& stmt) {
-  std::vector<v1::Entry> entries;
-  while (true) {
-    absl::StatusOr<bool> row = stmt.Step();
-    if (!row.ok()) return row.status();
-    if (!*row) break;
-    absl::string_view blob = stmt.ColumnBytes(0);
-    v1::Entry& entry = entries.emplace_back();
-    if (!entry.ParseFromArray(blob.data(), static_cast<int>(blob.size()))) {
-      return absl::DataLossError(
-          absl::StrCat(path, ": stored entry ", entries.size() - 1, " does not parse"));
-    }
-  }
-  return entries;
 }
 
 absl::StatusOr<Transaction> Store::Impl::BeginTransaction() {
@@ -547,10 +776,12 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
     if (!from.ok()) return in_path(from.status());
     if (*from < kStoreSchemaVersion) {
       for (int64_t v = *from; v < kStoreSchemaVersion; ++v) {
-        if (absl::Status s =
-                impl->db.Exec(absl::StrCat("migration ", v, " -> ", v + 1), kMigrations[v]);
-            !s.ok()) {
-          return in_path(s);
+        const std::string name = absl::StrCat("migration ", v, " -> ", v + 1);
+        if (absl::Status s = impl->db.Exec(name, kMigrations[v].sql); !s.ok()) return in_path(s);
+        if (kMigrations[v].backfill != nullptr) {
+          if (absl::Status s = kMigrations[v].backfill(raw); !s.ok()) {
+            return in_path(Prefixed(absl::StrCat(name, ": "), s));
+          }
         }
       }
       // Pragmas take no parameters; both values are integers from this file.
@@ -564,6 +795,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
     if (absl::Status s = tx->Commit(); !s.ok()) return in_path(s);
   }
   if (absl::Status s = impl->PrepareEntryStatements(); !s.ok()) return in_path(s);
+  if (absl::Status s = impl->OpenReaders(); !s.ok()) return in_path(s);
   return std::unique_ptr<Store>(new Store(std::move(impl)));
 }
 
@@ -573,16 +805,15 @@ Store::~Store() = default;
 const std::string& Store::path() const { return impl_->path; }
 
 absl::StatusOr<std::optional<v1::Entry>> Store::Get(const EntryKey& key) {
-  absl::MutexLock lock(&impl_->mu);
-  absl::StatusOr<std::optional<std::string>> blob = impl_->GetBlob(key);
-  if (!blob.ok()) return blob.status();
-  if (!blob->has_value()) return std::nullopt;
-  v1::Entry entry;
-  if (!entry.ParseFromString(**blob)) {
-    return absl::DataLossError(absl::StrCat(impl_->path, ": stored entry for ", key.op, " ",
-                                            key.problem_key, " does not parse"));
-  }
-  return entry;
+  ReaderLease r(impl_->AcquireReader());
+  auto reset = r->get.Use();
+  if (absl::Status s = BindKey(r->get, key); !s.ok()) return s;
+  absl::StatusOr<bool> row = r->get.Step();
+  if (!row.ok()) return row.status();
+  if (!*row) return std::nullopt;
+  absl::StatusOr<v1::Entry> entry = impl_->Decode(r->get.ColumnBytes(0), key);
+  if (!entry.ok()) return entry.status();
+  return *std::move(entry);
 }
 
 absl::Status Store::Put(const v1::Entry& entry) {
@@ -613,28 +844,147 @@ absl::StatusOr<PutAllStats> Store::PutAll(const std::vector<v1::Entry>& entries)
 }
 
 absl::StatusOr<std::vector<v1::Entry>> Store::List(const std::string& op) {
-  absl::MutexLock lock(&impl_->mu);
-  if (op.empty()) {
-    auto reset = impl_->list_all.Use();
-    return impl_->ReadEntries(impl_->list_all);
+  EntryFilter filter;
+  filter.op = op;
+  PageRequest page;
+  std::vector<v1::Entry> all;
+  while (true) {
+    absl::StatusOr<Page> p = ListPage(filter, page);
+    if (!p.ok()) return p.status();
+    for (StoredEntry& e : p->entries) all.push_back(std::move(e.entry));
+    if (!p->more) return all;
+    page.after = p->entries.back().key;
   }
-  auto reset = impl_->list_op.Use();
-  if (absl::Status s = impl_->list_op.BindText(1, op); !s.ok()) return s;
-  return impl_->ReadEntries(impl_->list_op);
 }
 
-absl::StatusOr<std::map<std::string, int64_t>> Store::CountByOp() {
-  absl::MutexLock lock(&impl_->mu);
-  Statement& stmt = impl_->count_by_op;
+absl::StatusOr<Page> Store::ListPage(const EntryFilter& filter, const PageRequest& page) {
+  if (page.limit < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("page limit must be >= 1, got ", page.limit));
+  }
+  SqlWhere where = WhereOf(filter, page.after);
+  // One row past the limit tells whether there are more.
+  where.values.push_back(int64_t{page.limit} + 1);
+  const std::string sql =
+      absl::StrCat("SELECT op, problem_key, device_key, software_key, entry FROM entries", where.sql,
+                   kKeyOrder, " LIMIT ?");
+  ReaderLease r(impl_->AcquireReader());
+  absl::StatusOr<Statement> stmt = Statement::Prepare(r->db.get(), "list_page", sql);
+  if (!stmt.ok()) return stmt.status();
+  auto reset = stmt->Use();
+  if (absl::Status s = BindAll(*stmt, where.values); !s.ok()) return s;
+  Page out;
+  size_t bytes = 0;
+  while (true) {
+    absl::StatusOr<bool> row = stmt->Step();
+    if (!row.ok()) return row.status();
+    if (!*row) break;
+    if (static_cast<int>(out.entries.size()) == page.limit ||
+        (!out.entries.empty() && bytes >= page.max_bytes)) {
+      out.more = true;
+      break;
+    }
+    EntryKey key = KeyColumns(*stmt, 0);
+    const absl::string_view blob = stmt->ColumnBytes(4);
+    absl::StatusOr<v1::Entry> entry = impl_->Decode(blob, key);
+    if (!entry.ok()) return entry.status();
+    bytes += blob.size();
+    out.entries.push_back({std::move(key), *std::move(entry)});
+  }
+  return out;
+}
+
+absl::StatusOr<std::optional<v1::Entry>> Store::Nearest(const std::string& family_key, int64_t m) {
+  ReaderLease r(impl_->AcquireReader());
+  struct Found {
+    int64_t m;
+    v1::Entry entry;
+  };
+  auto read = [&](Statement& stmt) -> absl::StatusOr<std::optional<Found>> {
+    auto reset = stmt.Use();
+    if (absl::Status s = stmt.BindText(1, family_key); !s.ok()) return s;
+    if (absl::Status s = stmt.BindInt64(2, m); !s.ok()) return s;
+    absl::StatusOr<bool> row = stmt.Step();
+    if (!row.ok()) return row.status();
+    if (!*row) return std::nullopt;
+    absl::StatusOr<v1::Entry> entry = impl_->Decode(stmt.ColumnBytes(0), KeyColumns(stmt, 2));
+    if (!entry.ok()) return entry.status();
+    return Found{stmt.ColumnInt64(1), *std::move(entry)};
+  };
+  absl::StatusOr<std::optional<Found>> above = read(r->nearest_up);
+  if (!above.ok()) return above.status();
+  absl::StatusOr<std::optional<Found>> below = read(r->nearest_down);
+  if (!below.ok()) return below.status();
+  if (!above->has_value() && !below->has_value()) return std::nullopt;
+  if (!above->has_value()) return std::move((*below)->entry);
+  if (!below->has_value()) return std::move((*above)->entry);
+  // The closer by ratio wins, the smaller on a tie.
+  const double wanted = static_cast<double>(m);
+  if (std::log(wanted / (*below)->m) <= std::log((*above)->m / wanted)) return std::move((*below)->entry);
+  return std::move((*above)->entry);
+}
+
+absl::StatusOr<std::vector<EntryGroupCount>> Store::CountByGroup() {
+  ReaderLease r(impl_->AcquireReader());
+  Statement& stmt = r->count_groups;
   auto reset = stmt.Use();
-  std::map<std::string, int64_t> counts;
+  std::vector<EntryGroupCount> out;
   while (true) {
     absl::StatusOr<bool> row = stmt.Step();
     if (!row.ok()) return row.status();
     if (!*row) break;
-    counts[std::string(stmt.ColumnBytes(0))] = stmt.ColumnInt64(1);
+    out.push_back({std::string(stmt.ColumnBytes(0)), std::string(stmt.ColumnBytes(1)),
+                   std::string(stmt.ColumnBytes(2)), stmt.ColumnInt64(3)});
   }
+  return out;
+}
+
+absl::StatusOr<std::map<std::string, int64_t>> Store::CountByOp() {
+  absl::StatusOr<std::vector<EntryGroupCount>> groups = CountByGroup();
+  if (!groups.ok()) return groups.status();
+  std::map<std::string, int64_t> counts;
+  for (const EntryGroupCount& g : *groups) counts[g.op] += g.entries;
   return counts;
+}
+
+absl::StatusOr<DeleteResult> Store::Delete(const EntryFilter& filter, bool dry_run, size_t max_listed) {
+  if (filter.problem_key.empty() && !filter.stale.has_value()) {
+    return absl::InvalidArgumentError("a deletion needs a problem or the stale condition");
+  }
+  if (!filter.problem_key.empty() && filter.op.empty()) {
+    return absl::InvalidArgumentError("a deletion by problem needs its op");
+  }
+  const SqlWhere where = WhereOf(filter, std::nullopt);
+  absl::MutexLock lock(&impl_->mu);
+  sqlite3* db = impl_->db.get();
+  absl::StatusOr<Transaction> tx = impl_->BeginTransaction();
+  if (!tx.ok()) return tx.status();
+  DeleteResult result;
+  {
+    absl::StatusOr<Statement> list = Statement::Prepare(
+        db, "delete_list",
+        absl::StrCat("SELECT op, problem_key, device_key, software_key FROM entries", where.sql, kKeyOrder));
+    if (!list.ok()) return list.status();
+    auto reset = list->Use();
+    if (absl::Status s = BindAll(*list, where.values); !s.ok()) return s;
+    while (true) {
+      absl::StatusOr<bool> row = list->Step();
+      if (!row.ok()) return row.status();
+      if (!*row) break;
+      if (result.listed.size() < max_listed) result.listed.push_back(KeyColumns(*list, 0));
+      ++result.deleted;
+    }
+  }
+  if (dry_run || result.deleted == 0) return result;  // the transaction rolls back
+  absl::StatusOr<Statement> del =
+      Statement::Prepare(db, "delete", absl::StrCat("DELETE FROM entries", where.sql));
+  if (!del.ok()) return del.status();
+  {
+    auto reset = del->Use();
+    if (absl::Status s = BindAll(*del, where.values); !s.ok()) return s;
+    if (absl::StatusOr<bool> row = del->Step(); !row.ok()) return row.status();
+  }
+  if (absl::Status s = tx->Commit(); !s.ok()) return s;
+  return result;
 }
 
 absl::Status Store::Quarantine(const QuarantineRecord& record) {

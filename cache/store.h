@@ -3,8 +3,11 @@
 // WAL mode, a busy timeout, prepared statements, the schema version checked and
 // migrated at Open, and every write in one transaction: a crash at any point
 // loses no acknowledged entry and leaves no half-written import.
-// Thread-safe: all methods may be called concurrently; writes are serialized
-// by an internal mutex (one writer), reads share the connection under it too.
+// Thread-safe: all methods may be called concurrently. Writes are serialized
+// on one connection (one writer); reads use a small pool of read connections
+// of their own, so a lookup never waits for a write's commit to be synced and
+// a listing never holds up a tune's write. Nothing is read into memory at
+// Open: the store scales to millions of entries with memory that does not.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +25,7 @@ namespace ktune {
 
 // The version of the store's tables (PRAGMA user_version), migrated at Open.
 // Separate from kSchemaVersion, the entries' format in the software fingerprint.
-inline constexpr int kStoreSchemaVersion = 2;
+inline constexpr int kStoreSchemaVersion = 3;
 
 // A candidate that faulted or hung: never run again for that device and
 // software fingerprint. `candidate` names it (its kernels' name expressions).
@@ -39,6 +42,54 @@ struct PutAllStats {
   int added = 0;
   int replaced = 0;
   int unchanged = 0;  // an identical entry was already stored
+};
+
+// Which entries a listing, an export or a deletion takes. Every set field
+// narrows it.
+struct EntryFilter {
+  std::string op;           // "" = every op
+  std::string problem_key;  // "" = every problem; REQUIRES: op set
+  int64_t since_unix = 0;   // only entries tuned at or after this time
+  // Only stale entries: of `device_key`, whose software key is not the one
+  // `current_software` gives their op. An op missing from the map has none.
+  struct Stale {
+    std::string device_key;
+    std::map<std::string, std::string> current_software;  // op -> software key
+  };
+  std::optional<Stale> stale;
+};
+
+struct StoredEntry {
+  EntryKey key;
+  v1::Entry entry;
+};
+
+// One page of a listing in key order (op, problem, device, software).
+struct PageRequest {
+  std::optional<EntryKey> after;  // the last key of the previous page; none: from the start
+  int limit = 1000;               // entries at most; >= 1
+  // The page also ends once its entries' stored bytes reach this, so a page
+  // fits a message whatever the entries weigh (it holds at least one).
+  size_t max_bytes = size_t{2} << 20;
+};
+struct Page {
+  std::vector<StoredEntry> entries;
+  bool more = false;  // entries after the last one match the filter
+};
+
+// Entries stored per (op, device, software), kept by the database itself
+// (triggers) in the same transaction as every write, so counting is a read
+// of a few rows whatever the store holds.
+struct EntryGroupCount {
+  std::string op;
+  std::string device_key;
+  std::string software_key;
+  int64_t entries = 0;
+};
+
+struct DeleteResult {
+  int64_t deleted = 0;          // or, dry run, that would be
+  std::vector<EntryKey> listed;  // the first max_listed of them, in key order
 };
 
 class Store {
@@ -67,10 +118,29 @@ class Store {
   absl::StatusOr<PutAllStats> PutAll(const std::vector<v1::Entry>& entries);
 
   // All entries, optionally only those of one op ("" = all), ordered by key.
+  // Reads everything: for tests and small stores; a daemon pages (ListPage).
   absl::StatusOr<std::vector<v1::Entry>> List(const std::string& op = "");
+
+  // One page of the entries `filter` takes, in key order, starting after
+  // `page.after`. Each read is a fresh snapshot, so paging through a store
+  // that changes meanwhile yields every entry present throughout exactly once.
+  // Stored entries are returned with unknown fields dropped.
+  absl::StatusOr<Page> ListPage(const EntryFilter& filter, const PageRequest& page);
+
+  // The entry of family `family_key` (FamilyKey in cache/entry.h) whose M is
+  // nearest to m by ratio (the smaller on a tie), if any. Reads at most two
+  // entries (an index on family and M).
+  absl::StatusOr<std::optional<v1::Entry>> Nearest(const std::string& family_key, int64_t m);
 
   // Entry count per op.
   absl::StatusOr<std::map<std::string, int64_t>> CountByOp();
+  // Entry count per (op, device, software), in that order.
+  absl::StatusOr<std::vector<EntryGroupCount>> CountByGroup();
+
+  // Deletes the entries `filter` takes, in one transaction (dry run: counts
+  // them and changes nothing). INVALID_ARGUMENT for a filter with neither a
+  // problem nor a stale condition: nothing deletes a whole store by accident.
+  absl::StatusOr<DeleteResult> Delete(const EntryFilter& filter, bool dry_run, size_t max_listed);
 
   // Records a quarantined candidate (replacing an earlier record of it).
   absl::Status Quarantine(const QuarantineRecord& record);

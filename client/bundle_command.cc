@@ -128,11 +128,62 @@ int BundleCommands::Export(Client* client) {
     }
     request.set_since_unix(absl::ToUnixSeconds(t));
   }
-  absl::StatusOr<v1::ExportBundleResponse> r = client->ExportBundle(request);
+  absl::StatusOr<ExportedFile> r = ExportToFile(client, request, output_);
   if (!r.ok()) return Fail(r.status());
-  if (absl::Status s = WriteFileAtomically(output_, r->bundle()); !s.ok()) return Fail(s);
-  std::printf("exported %d entries (%zu bytes) to %s\n", r->entries(), r->bundle().size(), output_.c_str());
+  std::printf("exported %lld entries (%llu bytes) to %s\n", static_cast<long long>(r->entries),
+              static_cast<unsigned long long>(r->bytes), output_.c_str());
   return 0;
+}
+
+absl::StatusOr<ExportedFile> ExportToFile(Client* client, const v1::ExportBundleRequest& request,
+                                          const std::string& path) {
+  // Written a chunk at a time beside `path`, renamed into place only once the
+  // header's length and checksum match what arrived: no size ceiling, and an
+  // interrupted export leaves no file that looks whole.
+  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
+  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+  if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot write ", tmp));
+  auto fail = [&](absl::Status s) {
+    out.close();
+    std::filesystem::remove(tmp);
+    return s;
+  };
+  const std::string placeholder(kBundleHeaderBytes, '\0');  // the header is known last
+  out.write(placeholder.data(), static_cast<std::streamsize>(placeholder.size()));
+  PayloadDigest digest;
+  std::string header;
+  ExportedFile exported;
+  absl::Status streamed = client->ExportBundleStream(request, [&](const v1::ExportBundleChunk& chunk) {
+    if (!header.empty()) return absl::DataLossError("the daemon sent bytes after the bundle's header");
+    if (!chunk.header().empty()) {
+      header = chunk.header();
+      exported.entries = chunk.entries();
+      return absl::OkStatus();
+    }
+    digest.Update(chunk.payload());
+    out.write(chunk.payload().data(), static_cast<std::streamsize>(chunk.payload().size()));
+    if (!out) return absl::ResourceExhaustedError(absl::StrCat("short write to ", tmp));
+    return absl::OkStatus();
+  });
+  if (!streamed.ok()) return fail(streamed);
+  if (header.empty()) return fail(absl::DataLossError("the export ended without the bundle's header"));
+  // The header names the payload's length and SHA-256: checked against what
+  // was received, so a lost or altered chunk is caught here, not at import.
+  if (header != digest.Header()) {
+    return fail(absl::DataLossError("the bundle received does not match its header (length or checksum)"));
+  }
+  out.seekp(0);
+  out.write(header.data(), static_cast<std::streamsize>(header.size()));
+  out.flush();
+  if (!out) return fail(absl::ResourceExhaustedError(absl::StrCat("short write to ", tmp)));
+  out.close();
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    return fail(absl::PermissionDeniedError(absl::StrCat("cannot rename ", tmp, " to ", path, ": ", ec.message())));
+  }
+  exported.bytes = kBundleHeaderBytes + digest.bytes();
+  return exported;
 }
 
 int BundleCommands::Import(Client* client) {

@@ -12,6 +12,7 @@
 // Not thread-safe: one instance per process, used from main.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,15 @@
 #include "client/client.h"
 
 namespace ktune {
+
+struct ExportedFile {
+  int64_t entries = 0;
+  uint64_t bytes = 0;
+};
+// Streams the daemon's export into the bundle file `path` (replaced only when
+// the whole bundle arrived and matches its checksum).
+absl::StatusOr<ExportedFile> ExportToFile(Client* client, const v1::ExportBundleRequest& request,
+                                          const std::string& path);
 
 class BundleCommands {
  public:

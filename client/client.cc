@@ -55,7 +55,8 @@ std::string ServiceConfigJson() {
       {"service": "ktune.v1.KtuneService", "method": "GetConfig"},
       {"service": "ktune.v1.KtuneService", "method": "GetStatus"},
       {"service": "ktune.v1.KtuneService", "method": "ListEntries"},
-      {"service": "ktune.v1.KtuneService", "method": "ExportBundle"}
+      {"service": "ktune.v1.KtuneService", "method": "ExportBundle"},
+      {"service": "ktune.v1.KtuneService", "method": "ExportBundleStream"}
     ],
     "retryPolicy": {
       "maxAttempts": 5,
@@ -167,6 +168,32 @@ absl::StatusOr<v1::ExportBundleResponse> Client::ExportBundle(const v1::ExportBu
   v1::ExportBundleResponse response;
   grpc::Status s = stub_->ExportBundle(&context, request, &response);
   if (!s.ok()) return FromGrpc(s);
+  return response;
+}
+
+absl::Status Client::ExportBundleStream(
+    const v1::ExportBundleRequest& request,
+    const std::function<absl::Status(const v1::ExportBundleChunk&)>& on_chunk) {
+  grpc::ClientContext context;
+  Prepare(&context);
+  std::unique_ptr<grpc::ClientReader<v1::ExportBundleChunk>> reader = stub_->ExportBundleStream(&context, request);
+  v1::ExportBundleChunk chunk;
+  while (reader->Read(&chunk)) {
+    if (absl::Status s = on_chunk(chunk); !s.ok()) {
+      context.TryCancel();
+      reader->Finish();
+      return s;
+    }
+  }
+  return FromGrpcStatus(reader->Finish(), address_);
+}
+
+absl::StatusOr<v1::DeleteEntriesResponse> Client::DeleteEntries(const v1::DeleteEntriesRequest& request) {
+  grpc::ClientContext context;
+  Prepare(&context);
+  v1::DeleteEntriesResponse response;
+  grpc::Status s = stub_->DeleteEntries(&context, request, &response);
+  if (!s.ok()) return FromGrpcStatus(s, address_);
   return response;
 }
 

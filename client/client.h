@@ -44,7 +44,15 @@ class Client {
   absl::StatusOr<v1::GetConfigResponse> Tune(const v1::TuneRequest& request,
                                              const std::function<void(const v1::TuneEvent&)>& on_event);
   absl::StatusOr<v1::ListEntriesResponse> ListEntries(const v1::ListEntriesRequest& request);
+  // One message: the daemon refuses (FAILED_PRECONDITION) a bundle over
+  // 64 MiB. ExportBundleStream has no ceiling.
   absl::StatusOr<v1::ExportBundleResponse> ExportBundle(const v1::ExportBundleRequest& request = {});
+  // Hands each chunk to `on_chunk` as it comes (an error from it cancels the
+  // call and is returned). The call's deadline is the client's timeout.
+  absl::Status ExportBundleStream(const v1::ExportBundleRequest& request,
+                                  const std::function<absl::Status(const v1::ExportBundleChunk&)>& on_chunk);
+  // Needs the admin token.
+  absl::StatusOr<v1::DeleteEntriesResponse> DeleteEntries(const v1::DeleteEntriesRequest& request);
   // Imports with the default policy (keep-faster); the request form sets the
   // policy and dry_run.
   absl::StatusOr<v1::ImportBundleResponse> ImportBundle(std::string bundle);

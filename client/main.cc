@@ -1,11 +1,12 @@
 // ktune: the command-line client of ktuned.
 //
-//   ktune [--server ADDR] status|get|tune|ls|export|import|bundle ...
+//   ktune [--server ADDR] status|get|tune|ls|rm|prune|export|import|bundle ...
 //
 // Every read command takes --json and then prints exactly one JSON document on
 // stdout. Any error exits non-zero with a one-line reason on stderr.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -289,6 +290,24 @@ int main(int argc, char** argv) {
   ls_cmd->add_flag("--json", json, "print JSON");
   bool ls_stale = false;
   ls_cmd->add_flag("--stale", ls_stale, "only entries of an older software fingerprint (not served)");
+  int64_t ls_limit = 0;
+  ls_cmd->add_option("--limit", ls_limit, "list at most this many entries (0: all, read page by page)")
+      ->check(CLI::NonNegativeNumber);
+  std::string ls_page_token;
+  ls_cmd->add_option("--page-token", ls_page_token, "continue a listing cut by --limit where it stopped");
+
+  ProblemFlags rm_flags;
+  bool dry_run = false;
+  CLI::App* rm_cmd = app.add_subcommand("rm", "delete the stored entries of one problem (admin token)");
+  AddProblemFlags(rm_cmd, &rm_flags);
+  rm_cmd->add_flag("--dry-run", dry_run, "say what would be deleted, delete nothing");
+  rm_cmd->add_flag("--json", json, "print JSON");
+  bool prune_stale = false;
+  CLI::App* prune_cmd = app.add_subcommand("prune", "delete entries no longer served (admin token)");
+  prune_cmd->add_flag("--stale", prune_stale, "the entries of an older software fingerprint (`ktune ls --stale`)")
+      ->required();
+  prune_cmd->add_flag("--dry-run", dry_run, "say what would be deleted, delete nothing");
+  prune_cmd->add_flag("--json", json, "print JSON");
 
   ktune::BundleCommands bundle_commands(&app);  // export, import, bundle inspect|merge
   auto prewarm_command = ktune::PrewarmCommand::Add(&app);
@@ -427,29 +446,77 @@ int main(int argc, char** argv) {
   }
 
   if (ls_cmd->parsed()) {
+    // Page by page, so a store of any size lists; --limit stops early and
+    // says how to go on.
     ktune::v1::ListEntriesRequest request;
     request.set_op(ls_op);
     request.set_stale_only(ls_stale);
-    auto r = client->ListEntries(request);
+    request.set_page_token(ls_page_token);
+    ktune::v1::ListEntriesResponse all;
+    int64_t listed = 0;
+    if (!json) {
+      // Throughput in the entry's unit: TB/s for norms, TFLOP/s for GEMM.
+      std::printf("%-34s %-20s %-44s %10s %16s  %s\n", "problem", "device", "config", "time_us", "throughput",
+                  "tuned_at (UTC)");
+    }
+    std::string next;
+    while (true) {
+      constexpr int64_t kPage = 1000;
+      request.set_page_size(static_cast<int32_t>(ls_limit > 0 ? std::min(kPage, ls_limit - listed) : kPage));
+      auto r = client->ListEntries(request);
+      if (!r.ok()) return fail(r.status());
+      for (auto& e : *r->mutable_entries()) {
+        ++listed;
+        if (json) {
+          *all.add_entries() = std::move(e);
+          continue;
+        }
+        const std::string throughput =
+            absl::StrFormat("%.3f %s", e.measurement().throughput(), e.measurement().throughput_unit());
+        std::printf("%-34s %-20s %-44s %10.2f %16s  %s\n", ProblemText(e.problem()).c_str(),
+                    e.device().name().c_str(), ConfigText(e.config()).c_str(), e.measurement().time_us(),
+                    throughput.c_str(),
+                    absl::FormatTime("%Y-%m-%d %H:%M", absl::FromUnixSeconds(e.tuned_at_unix()),
+                                     absl::UTCTimeZone())
+                        .c_str());
+      }
+      next = r->next_page_token();
+      if (next.empty() || (ls_limit > 0 && listed >= ls_limit)) break;
+      request.set_page_token(next);
+    }
+    if (json) {
+      all.set_next_page_token(next);
+      std::printf("%s\n", ktune::ToJson(all).c_str());
+      return 0;
+    }
+    std::printf("%lld entries\n", static_cast<long long>(listed));
+    if (!next.empty()) std::printf("more: ktune ls --limit %lld --page-token %s\n", static_cast<long long>(ls_limit), next.c_str());
+    return 0;
+  }
+
+  if (rm_cmd->parsed() || prune_cmd->parsed()) {
+    ktune::v1::DeleteEntriesRequest request;
+    if (rm_cmd->parsed()) {
+      auto problem = BuildProblem(rm_flags);
+      if (!problem.ok()) return fail(problem.status());
+      *request.add_problems() = *problem;
+    }
+    request.set_stale(prune_stale);
+    request.set_dry_run(dry_run);
+    auto r = client->DeleteEntries(request);
     if (!r.ok()) return fail(r.status());
     if (json) {
       std::printf("%s\n", ktune::ToJson(*r).c_str());
       return 0;
     }
-    // Throughput in the entry's unit: TB/s for norms, TFLOP/s for GEMM.
-    std::printf("%-34s %-20s %-44s %10s %16s  %s\n", "problem", "device", "config", "time_us", "throughput",
-                "tuned_at (UTC)");
     for (const auto& e : r->entries()) {
-      const std::string throughput =
-          absl::StrFormat("%.3f %s", e.measurement().throughput(), e.measurement().throughput_unit());
-      std::printf("%-34s %-20s %-44s %10.2f %16s  %s\n", ProblemText(e.problem()).c_str(),
-                  e.device().name().c_str(), ConfigText(e.config()).c_str(), e.measurement().time_us(),
-                  throughput.c_str(),
-                  absl::FormatTime("%Y-%m-%d %H:%M", absl::FromUnixSeconds(e.tuned_at_unix()),
-                                   absl::UTCTimeZone())
-                      .c_str());
+      std::printf("%s %s %s  on %s  (%s)\n", r->dry_run() ? "would delete" : "deleted", e.op().c_str(),
+                  e.problem_key().c_str(), e.device_key().c_str(), e.software_key().c_str());
     }
-    std::printf("%d entries\n", r->entries_size());
+    if (r->entries_size() < r->deleted()) {
+      std::printf("... and %lld more\n", static_cast<long long>(r->deleted() - r->entries_size()));
+    }
+    std::printf("%s %lld entries\n", r->dry_run() ? "would delete" : "deleted", static_cast<long long>(r->deleted()));
     return 0;
   }
 

@@ -65,12 +65,12 @@ absl::Status Authorizer::CheckPresented(bool local, absl::string_view presented,
     if (!admin_token.empty()) {
       if (SameToken(presented, admin_token)) return absl::OkStatus();
       return absl::PermissionDeniedError(
-          "importing a bundle needs the admin token (ktune --token-file ADMIN_TOKEN_FILE)");
+          "this call (import, rm, prune) needs the admin token (ktune --token-file ADMIN_TOKEN_FILE)");
     }
     if (local) return absl::OkStatus();
     return absl::PermissionDeniedError(
-        "importing a bundle over TCP needs an admin token: start ktuned with --admin-token-file, "
-        "or import over the Unix socket");
+        "this call (import, rm, prune) over TCP needs an admin token: start ktuned with --admin-token-file, "
+        "or call over the Unix socket");
   }
   if (local || token.empty()) return absl::OkStatus();
   if (presented.empty()) {

@@ -1,102 +1,117 @@
 #include "daemon/entry_cache.h"
 
-#include <cmath>
+#include <algorithm>
+#include <utility>
 
-#include "absl/strings/str_cat.h"
-#include "tuner/gemm_problem.h"
-#include "tuner/wire.h"
+#include "absl/hash/hash.h"
+#include "spdlog/spdlog.h"
 
 namespace ktune {
 
-std::string EntryCache::FamilyKey(const NormProblem& problem, const std::string& device_key,
-                                  const std::string& software_key) {
-  NormProblem family = problem;
-  family.m = 0;
-  return absl::StrCat(CanonicalKey(family), "\x1f", device_key, "\x1f", software_key);
+EntryCache::EntryCache(Store* store, size_t capacity)
+    : store_(store), shard_capacity_(std::max<size_t>(1, capacity / kShards)) {}
+
+EntryCache::Shard& EntryCache::ShardOf(const std::string& flat_key) {
+  return shards_[absl::Hash<std::string>()(flat_key) % kShards];
 }
 
-std::string EntryCache::FamilyKey(const v1::GemmProblem& problem, const std::string& device_key,
-                                  const std::string& software_key) {
-  v1::GemmProblem family = problem;
-  family.set_m(0);
-  return absl::StrCat(GemmCanonicalKey(family), "\x1f", device_key, "\x1f", software_key);
+std::shared_ptr<const v1::Entry> EntryCache::Lookup(const EntryKey& key) {
+  std::string flat = FlatKey(key);
+  Shard& shard = ShardOf(flat);
+  uint64_t version;
+  {
+    absl::MutexLock lock(&shard.mu);
+    if (auto it = shard.index.find(flat); it != shard.index.end()) {
+      shard.order.splice(shard.order.begin(), shard.order, it->second);
+      return it->second->entry;
+    }
+    version = shard.version;
+  }
+  absl::StatusOr<std::optional<v1::Entry>> stored = store_->Get(key);
+  if (!stored.ok()) {
+    spdlog::error("event=store_lookup_failed key=\"{}\" error=\"{}\"", key.problem_key,
+                  std::string(stored.status().message()));
+    return nullptr;
+  }
+  std::shared_ptr<const v1::Entry> entry;
+  if (stored->has_value()) entry = std::make_shared<const v1::Entry>(**std::move(stored));
+  RememberIfCurrent(shard, flat, version, entry);
+  return entry;
 }
 
-void EntryCache::RememberLocked(const v1::Entry& entry) {
-  absl::StatusOr<EntryKey> key = KeyOf(entry);
-  if (!key.ok()) return;
-  const std::string flat = FlatKey(*key);
-  entries_.insert_or_assign(flat, entry);
-  if (entry.problem().has_gemm()) {
-    const v1::GemmProblem& gemm = entry.problem().gemm();
-    families_[FamilyKey(gemm, key->device_key, key->software_key)][gemm.m()] = flat;
+void EntryCache::RememberIfCurrent(Shard& shard, const std::string& flat_key, uint64_t version,
+                                   std::shared_ptr<const v1::Entry> entry) {
+  absl::MutexLock lock(&shard.mu);
+  if (shard.version != version) return;  // a write came between: what was read may be old
+  if (auto it = shard.index.find(flat_key); it != shard.index.end()) {
+    it->second->entry = std::move(entry);  // another lookup of the same key got here first
+    shard.order.splice(shard.order.begin(), shard.order, it->second);
     return;
   }
-  absl::StatusOr<NormProblem> problem = NormProblemFromProto(entry.problem().norm());
-  if (problem.ok()) {
-    families_[FamilyKey(*problem, key->device_key, key->software_key)][problem->m] = flat;
+  shard.order.push_front(Node{flat_key, std::move(entry)});
+  shard.index.emplace(flat_key, shard.order.begin());
+  while (shard.order.size() > shard_capacity_) {
+    shard.index.erase(shard.order.back().flat_key);
+    shard.order.pop_back();
   }
 }
 
-absl::StatusOr<int> EntryCache::Load() {
-  absl::StatusOr<std::vector<v1::Entry>> all = store_->List();
-  if (!all.ok()) return all.status();
-  absl::MutexLock lock(&mu_);
-  int skipped = 0;
-  for (const v1::Entry& e : *all) {
-    if (!KeyOf(e).ok()) {
-      ++skipped;
-      continue;
+void EntryCache::Forget(const std::vector<EntryKey>& keys) {
+  for (const EntryKey& key : keys) {
+    const std::string flat = FlatKey(key);
+    Shard& shard = ShardOf(flat);
+    absl::MutexLock lock(&shard.mu);
+    ++shard.version;
+    if (auto it = shard.index.find(flat); it != shard.index.end()) {
+      shard.order.erase(it->second);
+      shard.index.erase(it);
     }
-    RememberLocked(e);
   }
-  return skipped;
 }
 
-std::optional<v1::Entry> EntryCache::Lookup(const EntryKey& key) {
-  absl::ReaderMutexLock lock(&mu_);
-  auto it = entries_.find(FlatKey(key));
-  if (it == entries_.end()) return std::nullopt;
-  return it->second;
+void EntryCache::ForgetAll() {
+  for (Shard& shard : shards_) {
+    absl::MutexLock lock(&shard.mu);
+    ++shard.version;
+    shard.index.clear();
+    shard.order.clear();
+  }
 }
 
-std::optional<v1::Entry> EntryCache::Nearest(const NormProblem& problem,
-                                             const std::string& device_key,
-                                             const std::string& software_key) {
-  absl::ReaderMutexLock lock(&mu_);
+size_t EntryCache::cached() {
+  size_t n = 0;
+  for (Shard& shard : shards_) {
+    absl::MutexLock lock(&shard.mu);
+    n += shard.order.size();
+  }
+  return n;
+}
+
+std::shared_ptr<const v1::Entry> EntryCache::Nearest(const NormProblem& problem, const std::string& device_key,
+                                                     const std::string& software_key) {
   return NearestInFamily(FamilyKey(problem, device_key, software_key), problem.m);
 }
 
-std::optional<v1::Entry> EntryCache::Nearest(const v1::GemmProblem& problem, const std::string& device_key,
-                                             const std::string& software_key) {
-  absl::ReaderMutexLock lock(&mu_);
+std::shared_ptr<const v1::Entry> EntryCache::Nearest(const v1::GemmProblem& problem,
+                                                     const std::string& device_key,
+                                                     const std::string& software_key) {
   return NearestInFamily(FamilyKey(problem, device_key, software_key), problem.m());
 }
 
-std::optional<v1::Entry> EntryCache::NearestInFamily(const std::string& family_key, int64_t m_wanted) {
-  auto family = families_.find(family_key);
-  if (family == families_.end() || family->second.empty()) return std::nullopt;
-  const std::map<int64_t, std::string>& by_m = family->second;
-  // The neighbours of m on either side; the closer by ratio wins, the smaller on a tie.
-  auto above = by_m.lower_bound(m_wanted);
-  auto best = above;
-  if (above == by_m.end()) {
-    best = std::prev(above);
-  } else if (above != by_m.begin()) {
-    auto below = std::prev(above);
-    const double m = static_cast<double>(m_wanted);
-    if (std::log(m / below->first) <= std::log(above->first / m)) best = below;
+std::shared_ptr<const v1::Entry> EntryCache::NearestInFamily(const std::string& family_key, int64_t m) {
+  absl::StatusOr<std::optional<v1::Entry>> found = store_->Nearest(family_key, m);
+  if (!found.ok()) {
+    spdlog::error("event=store_nearest_failed error=\"{}\"", std::string(found.status().message()));
+    return nullptr;
   }
-  auto it = entries_.find(best->second);
-  if (it == entries_.end()) return std::nullopt;
-  return it->second;
+  if (!found->has_value()) return nullptr;
+  return std::make_shared<const v1::Entry>(**std::move(found));
 }
 
 absl::Status EntryCache::Insert(const v1::Entry& entry) {
   absl::MutexLock write_lock(&write_mu_);
   if (absl::Status s = store_->Put(entry); !s.ok()) return s;
-  absl::MutexLock lock(&mu_);
-  RememberLocked(entry);
+  ForgetWritten({entry});
   return absl::OkStatus();
 }
 
@@ -105,8 +120,7 @@ absl::StatusOr<PutAllStats> EntryCache::InsertAll(const std::vector<v1::Entry>& 
   return InsertAllLocked(entries);
 }
 
-absl::Status EntryCache::Update(
-    const std::function<absl::StatusOr<std::vector<v1::Entry>>()>& plan) {
+absl::Status EntryCache::Update(const std::function<absl::StatusOr<std::vector<v1::Entry>>()>& plan) {
   absl::MutexLock write_lock(&write_mu_);
   absl::StatusOr<std::vector<v1::Entry>> writes = plan();
   if (!writes.ok()) return writes.status();
@@ -117,9 +131,29 @@ absl::Status EntryCache::Update(
 absl::StatusOr<PutAllStats> EntryCache::InsertAllLocked(const std::vector<v1::Entry>& entries) {
   absl::StatusOr<PutAllStats> stats = store_->PutAll(entries);
   if (!stats.ok()) return stats;
-  absl::MutexLock lock(&mu_);
-  for (const v1::Entry& e : entries) RememberLocked(e);
+  ForgetWritten(entries);
   return stats;
+}
+
+void EntryCache::ForgetWritten(const std::vector<v1::Entry>& entries) {
+  std::vector<EntryKey> keys;
+  keys.reserve(entries.size());
+  for (const v1::Entry& e : entries) {
+    if (absl::StatusOr<EntryKey> key = KeyOf(e); key.ok()) keys.push_back(*std::move(key));
+  }
+  Forget(keys);
+}
+
+absl::StatusOr<DeleteResult> EntryCache::Delete(const EntryFilter& filter, bool dry_run, size_t max_listed) {
+  absl::MutexLock write_lock(&write_mu_);
+  absl::StatusOr<DeleteResult> result = store_->Delete(filter, dry_run, max_listed);
+  if (!result.ok() || dry_run || result->deleted == 0) return result;
+  if (result->deleted <= static_cast<int64_t>(result->listed.size())) {
+    Forget(result->listed);
+  } else {
+    ForgetAll();  // more than were listed: their keys are not at hand
+  }
+  return result;
 }
 
 }  // namespace ktune

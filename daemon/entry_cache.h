@@ -1,14 +1,25 @@
-// The daemon's view of tuned entries: every stored entry in memory in front of
-// the SQLite store, so a cache hit is a hash lookup (GetConfig must answer
-// well under a millisecond) and a nearest-shape answer is a map search.
-// Thread-safe: lookups take a shared lock; writes go to the store first (so an
-// acknowledged entry is durable) and then to memory. Writes are serialized by
-// write_mu_, so an Update's plan sees every entry it may overwrite.
+// The daemon's view of tuned entries: the SQLite store behind a bounded LRU of
+// decoded entries (and of keys known to be absent), so a repeated GetConfig is
+// a hash lookup in memory (well under a millisecond) while memory stays
+// bounded whatever the store holds: nothing is read at start, a miss in the
+// LRU is one indexed point read, and a nearest-shape answer is an index seek
+// on (family, M).
+//
+// Thread-safe. Lookups take one shard's lock of the LRU and, on a miss, a read
+// connection of the store; they never wait for a write's commit. Writes go to
+// the store first (so an acknowledged entry is durable) and then drop the keys
+// they touched from the LRU; each shard's version makes a lookup that read
+// the store before such a write discard what it read, so the LRU never keeps
+// an entry older than the store. Writes are serialized by write_mu_, so an
+// Update's plan sees every entry it may overwrite.
 #pragma once
 
+#include <array>
+#include <cstddef>
+#include <cstdint>
 #include <functional>
-#include <map>
-#include <optional>
+#include <list>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,27 +35,28 @@ namespace ktune {
 
 class EntryCache {
  public:
-  explicit EntryCache(Store* store) : store_(store) {}
+  // Decoded entries (and absent keys) the LRU keeps, over all shards.
+  static constexpr size_t kDefaultCapacity = 16384;
 
-  // Reads every stored entry into memory. Entries that no longer decode are
-  // skipped (and counted in the returned value).
-  absl::StatusOr<int> Load();
+  explicit EntryCache(Store* store, size_t capacity = kDefaultCapacity);
 
-  // The entry under exactly `key`.
-  std::optional<v1::Entry> Lookup(const EntryKey& key);
+  // The entry under exactly `key`, or null. Shared, never copied: the entry
+  // stays valid for as long as the caller holds it, whatever is written
+  // meanwhile. A store error is logged and answered as a miss.
+  std::shared_ptr<const v1::Entry> Lookup(const EntryKey& key);
 
   // The stored entry for the same op, dtypes, flags and N on the same device
   // and software whose M is nearest to problem.m (by ratio), if any.
-  std::optional<v1::Entry> Nearest(const NormProblem& problem, const std::string& device_key,
-                                   const std::string& software_key);
+  std::shared_ptr<const v1::Entry> Nearest(const NormProblem& problem, const std::string& device_key,
+                                           const std::string& software_key);
   // Likewise for a GEMM: the same N, K, batch, dtypes, layouts and epilogue.
-  std::optional<v1::Entry> Nearest(const v1::GemmProblem& problem, const std::string& device_key,
-                                   const std::string& software_key);
+  std::shared_ptr<const v1::Entry> Nearest(const v1::GemmProblem& problem, const std::string& device_key,
+                                           const std::string& software_key);
 
-  // Stores durably, then remembers. REQUIRES: ValidateEntry(entry).ok().
+  // Stores durably. REQUIRES: ValidateEntry(entry).ok().
   absl::Status Insert(const v1::Entry& entry);
 
-  // Stores all in one transaction, then remembers them.
+  // Stores all in one transaction.
   absl::StatusOr<PutAllStats> InsertAll(const std::vector<v1::Entry>& entries);
 
   // Read-modify-write with no other write in between: calls `plan` (which may
@@ -52,26 +64,41 @@ class EntryCache {
   // failed plan or store writes nothing. REQUIRES: the entries validated.
   absl::Status Update(const std::function<absl::StatusOr<std::vector<v1::Entry>>()>& plan);
 
+  // Deletes what `filter` takes from the store (Store::Delete) and from memory.
+  absl::StatusOr<DeleteResult> Delete(const EntryFilter& filter, bool dry_run, size_t max_listed);
+
+  // Entries and absent keys held in memory now (for tests and metrics).
+  size_t cached();
+
  private:
+  static constexpr int kShards = 16;
+  struct Node {
+    std::string flat_key;
+    std::shared_ptr<const v1::Entry> entry;  // null: known to be absent
+  };
+  struct Shard {
+    absl::Mutex mu;
+    std::list<Node> order ABSL_GUARDED_BY(mu);  // most recently used first
+    absl::flat_hash_map<std::string, std::list<Node>::iterator> index ABSL_GUARDED_BY(mu);
+    uint64_t version ABSL_GUARDED_BY(mu) = 0;  // bumped by every write to a key of the shard
+  };
+
+  Shard& ShardOf(const std::string& flat_key);
+  // Remembers what a lookup read, unless a write to the shard came between.
+  void RememberIfCurrent(Shard& shard, const std::string& flat_key, uint64_t version,
+                         std::shared_ptr<const v1::Entry> entry);
+  // After a write to `keys` has committed: they are read again from the store.
+  void Forget(const std::vector<EntryKey>& keys);
+  void ForgetAll();
+  void ForgetWritten(const std::vector<v1::Entry>& entries);
   absl::StatusOr<PutAllStats> InsertAllLocked(const std::vector<v1::Entry>& entries)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
-  // Entries that differ only in M share a family: op, problem with m = 0,
-  // device, software.
-  static std::string FamilyKey(const NormProblem& problem, const std::string& device_key,
-                               const std::string& software_key);
-  static std::string FamilyKey(const v1::GemmProblem& problem, const std::string& device_key,
-                               const std::string& software_key);
-  // The family's entry whose M is nearest to m by ratio (the smaller on a tie).
-  std::optional<v1::Entry> NearestInFamily(const std::string& family_key, int64_t m)
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  void RememberLocked(const v1::Entry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::shared_ptr<const v1::Entry> NearestInFamily(const std::string& family_key, int64_t m);
 
   Store* const store_;
-  absl::Mutex write_mu_ ABSL_ACQUIRED_BEFORE(mu_);  // held across store write + remember
-  absl::Mutex mu_;
-  absl::flat_hash_map<std::string, v1::Entry> entries_ ABSL_GUARDED_BY(mu_);  // FlatKey ->
-  absl::flat_hash_map<std::string, std::map<int64_t, std::string>> families_
-      ABSL_GUARDED_BY(mu_);  // FamilyKey -> M -> FlatKey
+  const size_t shard_capacity_;
+  absl::Mutex write_mu_;  // held across a store write and the forgetting after it
+  std::array<Shard, kShards> shards_;
 };
 
 }  // namespace ktune

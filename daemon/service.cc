@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <optional>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "cache/bundle.h"
 #include "cache/recipe_check.h"
@@ -46,6 +48,38 @@ std::optional<WgmmaTileConfig> BestUnsplit(const std::vector<WgmmaTileConfig>& s
                                [](const WgmmaTileConfig& c) { return c.split_k == 1 && !c.promote; });
   if (it == space.end()) return std::nullopt;
   return *it;
+}
+
+constexpr int kDefaultPageSize = 1000;
+constexpr int kMaxPageSize = 10000;
+constexpr size_t kMaxPageTokenBytes = 4096;
+constexpr uint64_t kMaxUnaryExportBytes = uint64_t{64} << 20;
+constexpr int kMaxDeleteProblems = 1000;
+constexpr size_t kMaxDeleteListed = 1000;
+
+// A page token: the last key of the page and the filter it was given for,
+// opaque to callers (web-safe base64). Keyset paging: the next page starts
+// after that key, so no server state is kept between pages.
+constexpr absl::string_view kPageTokenMagic = "ktp1";
+
+std::string EncodePageToken(const EntryKey& last, absl::string_view scope) {
+  return absl::WebSafeBase64Escape(absl::StrCat(kPageTokenMagic, "\x1e", scope, "\x1e", FlatKey(last)));
+}
+
+absl::StatusOr<EntryKey> DecodePageToken(absl::string_view token, absl::string_view scope) {
+  // The token itself is never echoed: it is the caller's, of any content.
+  auto bad = [](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("page_token: ", why));
+  };
+  if (token.size() > kMaxPageTokenBytes) return bad("too long to be a token this server gave");
+  std::string raw;
+  if (!absl::WebSafeBase64Unescape(token, &raw)) return bad("not a token this server gave (not base64)");
+  std::vector<std::string> parts = absl::StrSplit(raw, absl::MaxSplits('\x1e', 2));
+  if (parts.size() != 3 || parts[0] != kPageTokenMagic) return bad("not a token this server gave");
+  if (parts[1] != scope) return bad("given for another op or stale_only; start again without a token");
+  std::vector<std::string> key = absl::StrSplit(parts[2], '\x1f');
+  if (key.size() != 4) return bad("not a token this server gave (no key)");
+  return EntryKey{std::move(key[0]), std::move(key[1]), std::move(key[2]), std::move(key[3])};
 }
 
 // Everything that determines a program's code, and nothing of its launch
@@ -99,17 +133,13 @@ KtuneServiceImpl::KtuneServiceImpl(Store* store, KernelCache* kernel_cache,
       compile_only_reason_(std::move(compile_only_reason)),
       target_(executor_ ? executor_->device() : CompileOnlyTarget()),
       target_key_(DeviceKey(target_)),
+      current_software_(CurrentSoftware()),
       options_(options),
       started_(std::chrono::steady_clock::now()),
       queue_(options.max_queued_tunes) {
+  // Nothing is read from the store here: entries are read when asked for
+  // (EntryCache), so the daemon starts in the same time with any number.
   DeclareMetrics();
-  absl::StatusOr<int> skipped = entries_.Load();
-  if (!skipped.ok()) {
-    spdlog::error("event=entries_load_failed error=\"{}\"", std::string(skipped.status().message()));
-  } else if (*skipped > 0) {
-    spdlog::warn("event=entries_skipped count={} note=\"stored entries that no longer decode\"",
-                 *skipped);
-  }
 }
 
 KtuneServiceImpl::~KtuneServiceImpl() { queue_.Shutdown(); }
@@ -193,6 +223,24 @@ void KtuneServiceImpl::RefreshGauges() {
     }
     for (const auto& [op, n] : *counts) metrics_.Set("ktune_entries", static_cast<double>(n), "op", op);
   }
+}
+
+std::map<std::string, std::string> KtuneServiceImpl::CurrentSoftware() {
+  std::map<std::string, std::string> current;
+  v1::Problem gemm;
+  gemm.mutable_gemm();
+  if (absl::StatusOr<SoftwareFingerprint> s = BuildSoftware(gemm); s.ok()) current["gemm"] = SoftwareKey(*s);
+  for (NormOp op : {NormOp::kRMSNorm, NormOp::kLayerNorm}) {
+    for (NormPass pass : {NormPass::kForward, NormPass::kBackward}) {
+      NormProblem p;
+      p.op = op;
+      p.pass = pass;
+      absl::StatusOr<const KernelSource*> source = FindKernelSource(NormTemplateId(p));
+      if (!source.ok()) continue;  // not served: none of its entries is stale
+      current[OpName(p)] = SoftwareKey({(*source)->hash, NvrtcVersion(), kSchemaVersion});
+    }
+  }
+  return current;
 }
 
 absl::StatusOr<KtuneServiceImpl::Resolved> KtuneServiceImpl::Resolve(
@@ -512,7 +560,7 @@ TuneQueue::Result KtuneServiceImpl::TuneAndStore(const Resolved& r, int repetiti
   // A key stored while this job waited in the queue (e.g. a background tune
   // that ran first) is answered, not tuned again.
   if (!force) {
-    if (std::optional<v1::Entry> hit = entries_.Lookup(r.key)) {
+    if (std::shared_ptr<const v1::Entry> hit = entries_.Lookup(r.key)) {
       if (absl::Status s = AnswerFromEntry(*hit, false, &response); s.ok()) return response;
       response.Clear();  // not servable: tuned again, and replaced
     }
@@ -655,7 +703,7 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::ServeGetConfig(grpc::CallbackServerC
     CountAnswer(Answer::kError, start);
     return Finish(context, resolved.status());
   }
-  if (std::optional<v1::Entry> hit = entries_.Lookup(resolved->key)) {
+  if (std::shared_ptr<const v1::Entry> hit = entries_.Lookup(resolved->key)) {
     absl::Status served = AnswerFromEntry(*hit, request->include_cubin(), response);
     if (served.ok()) {
       CountAnswer(Answer::kHit, start);
@@ -709,16 +757,16 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::ServeGetConfig(grpc::CallbackServerC
     }
     case v1::POLICY_UNSPECIFIED:
     case v1::HEURISTIC_ON_MISS: {
-      std::optional<v1::Entry> nearest;
+      std::shared_ptr<const v1::Entry> nearest;
       if (request->nearest_on_miss()) {
         nearest = resolved->gemm.has_value()
                       ? entries_.Nearest(*resolved->gemm, resolved->key.device_key, resolved->key.software_key)
                       : entries_.Nearest(resolved->problem, resolved->key.device_key, resolved->key.software_key);
       }
       absl::Status answered = absl::NotFoundError("no nearest entry");
-      if (nearest.has_value() && resolved->gemm.has_value()) {
+      if (nearest != nullptr && resolved->gemm.has_value()) {
         answered = AnswerNearestGemm(*resolved, *nearest, include_cubin, response);
-      } else if (nearest.has_value()) {
+      } else if (nearest != nullptr) {
         absl::StatusOr<NormConfig> config = NormConfigFromProto(nearest->config().norm());
         if (config.ok() && CanImplement(resolved->problem, *config, target_).ok()) {
           answered = AnswerUntuned(*resolved, *config, v1::NEAREST, include_cubin, response);
@@ -770,7 +818,7 @@ grpc::ServerWriteReactor<v1::TuneEvent>* KtuneServiceImpl::Tune(
   }
   const bool force = request->options().force();
   if (!force && !compile_only()) {
-    if (std::optional<v1::Entry> hit = entries_.Lookup(resolved->key)) {
+    if (std::shared_ptr<const v1::Entry> hit = entries_.Lookup(resolved->key)) {
       v1::TuneEvent event;
       if (AnswerFromEntry(*hit, false, event.mutable_result()).ok()) {
         stream->Push(std::move(event));
@@ -789,34 +837,76 @@ grpc::ServerWriteReactor<v1::TuneEvent>* KtuneServiceImpl::Tune(
   return stream;
 }
 
+absl::Status KtuneServiceImpl::CheckOpFilter(const std::string& op) const {
+  if (op.empty() || current_software_.count(op) > 0) return absl::OkStatus();
+  NormOp norm_op;
+  NormPass pass;
+  absl::Status s = ParseNormOpName(op, &norm_op, &pass);
+  return absl::InvalidArgumentError(
+      absl::StrCat("op: ", s.ok() ? "not served by this daemon" : s.message()));
+}
+
+EntryFilter::Stale KtuneServiceImpl::StaleFilter() const { return {target_key_, current_software_}; }
+
 grpc::ServerUnaryReactor* KtuneServiceImpl::ListEntries(grpc::CallbackServerContext* context,
                                                         const v1::ListEntriesRequest* request,
                                                         v1::ListEntriesResponse* response) {
   if (absl::Status s = options_.auth.Check(*context, Authorizer::Access::kUse); !s.ok()) {
     return Finish(context, s);
   }
-  if (!request->op().empty()) {
-    NormOp op;
-    NormPass pass;
-    if (absl::Status s = request->op() == "gemm" ? absl::OkStatus() : ParseNormOpName(request->op(), &op, &pass);
-        !s.ok()) {
-      return Finish(context, absl::InvalidArgumentError(absl::StrCat("op: ", s.message())));
-    }
+  if (absl::Status s = CheckOpFilter(request->op()); !s.ok()) return Finish(context, s);
+  if (request->page_size() < 0) {
+    return Finish(context, absl::InvalidArgumentError(
+                               absl::StrCat("page_size: must be >= 0, got ", request->page_size())));
   }
-  absl::StatusOr<std::vector<v1::Entry>> all = store_->List(request->op());
-  if (!all.ok()) return Finish(context, all.status());
-  for (v1::Entry& e : *all) {
-    if (request->stale_only() && !IsStale(e)) continue;
-    *response->add_entries() = std::move(e);
+  EntryFilter filter;
+  filter.op = request->op();
+  if (request->stale_only()) filter.stale = StaleFilter();
+  // The token carries what it was given for, so a token reused with another
+  // filter is refused rather than silently skipping or repeating entries.
+  const std::string scope = absl::StrCat(request->op(), request->stale_only() ? "|stale" : "|all");
+  PageRequest page;
+  page.limit = request->page_size() == 0 ? kDefaultPageSize : std::min(request->page_size(), kMaxPageSize);
+  if (!request->page_token().empty()) {
+    absl::StatusOr<EntryKey> after = DecodePageToken(request->page_token(), scope);
+    if (!after.ok()) return Finish(context, after.status());
+    page.after = *std::move(after);
   }
+  absl::StatusOr<Page> listed = store_->ListPage(filter, page);
+  if (!listed.ok()) return Finish(context, listed.status());
+  for (StoredEntry& e : listed->entries) *response->add_entries() = std::move(e.entry);
+  if (listed->more) response->set_next_page_token(EncodePageToken(listed->entries.back().key, scope));
   return Finish(context, absl::OkStatus());
 }
 
-bool KtuneServiceImpl::IsStale(const v1::Entry& entry) const {
-  if (DeviceKey(DeviceFromProto(entry.device())) != target_key_) return false;  // another GPU's
-  absl::StatusOr<Resolved> current = Resolve(entry.problem());
-  if (!current.ok()) return false;
-  return SoftwareKey(SoftwareFromProto(entry.software())) != current->key.software_key;
+absl::StatusOr<KtuneServiceImpl::ExportSelection> KtuneServiceImpl::SelectForExport(
+    const v1::ExportBundleRequest& request) const {
+  if (absl::Status s = CheckOpFilter(request.op()); !s.ok()) return s;
+  if (request.since_unix() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("since_unix: must be >= 0, got ", request.since_unix()));
+  }
+  ExportSelection selection;
+  selection.filter.op = request.op();
+  selection.filter.since_unix = request.since_unix();
+  selection.device_name = request.device_name();
+  return selection;
+}
+
+absl::Status KtuneServiceImpl::ExportPage(const ExportSelection& selection, std::optional<EntryKey>* after,
+                                          size_t max_bytes, BundleEncoder* encoder, bool* done) {
+  PageRequest page;
+  page.after = *after;
+  page.max_bytes = max_bytes;
+  absl::StatusOr<Page> listed = store_->ListPage(selection.filter, page);
+  if (!listed.ok()) return listed.status();
+  for (const StoredEntry& e : listed->entries) {
+    // The device name is inside the entry, not a column: filtered here.
+    if (!selection.device_name.empty() && e.entry.device().name() != selection.device_name) continue;
+    encoder->Add(e.entry);
+  }
+  *done = !listed->more;
+  if (!listed->entries.empty()) *after = listed->entries.back().key;
+  return absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* KtuneServiceImpl::ExportBundle(grpc::CallbackServerContext* context,
@@ -825,33 +915,168 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::ExportBundle(grpc::CallbackServerCon
   if (absl::Status s = options_.auth.Check(*context, Authorizer::Access::kUse); !s.ok()) {
     return Finish(context, s);
   }
-  if (!request->op().empty()) {
-    NormOp op;
-    NormPass pass;
-    if (absl::Status s = request->op() == "gemm" ? absl::OkStatus() : ParseNormOpName(request->op(), &op, &pass);
-        !s.ok()) {
-      return Finish(context, absl::InvalidArgumentError(absl::StrCat("op: ", s.message())));
+  absl::StatusOr<ExportSelection> selection = SelectForExport(*request);
+  if (!selection.ok()) return Finish(context, selection.status());
+  BundleEncoder encoder(absl::StrCat("ktune ", KTUNE_VERSION), absl::ToUnixSeconds(absl::Now()));
+  std::optional<EntryKey> after;
+  for (bool done = false; !done;) {
+    if (context->IsCancelled()) return Finish(context, absl::CancelledError("the caller went away"));
+    if (absl::Status s = ExportPage(*selection, &after, size_t{2} << 20, &encoder, &done); !s.ok()) {
+      return Finish(context, s);
+    }
+    // One answer is one message: past the bound it is refused, not built.
+    if (encoder.payload_bytes() > kMaxUnaryExportBytes) {
+      return Finish(context, absl::FailedPreconditionError(absl::StrCat(
+                                 "the bundle is over ", kMaxUnaryExportBytes >> 20,
+                                 " MiB, the most one ExportBundle answer carries; use ExportBundleStream "
+                                 "(`ktune export` streams), or narrow it (op, device_name, since_unix)")));
     }
   }
-  if (request->since_unix() < 0) {
-    return Finish(context, absl::InvalidArgumentError(
-                               absl::StrCat("since_unix: must be >= 0, got ", request->since_unix())));
-  }
-  absl::StatusOr<std::vector<v1::Entry>> all = store_->List(request->op());
-  if (!all.ok()) return Finish(context, all.status());
-  std::vector<v1::Entry> selected;
-  for (v1::Entry& e : *all) {
-    if (!request->device_name().empty() && e.device().name() != request->device_name()) continue;
-    if (e.tuned_at_unix() < request->since_unix()) continue;
-    selected.push_back(std::move(e));
-  }
-  response->set_bundle(EncodeBundle(selected, absl::StrCat("ktune ", KTUNE_VERSION),
-                                    absl::ToUnixSeconds(absl::Now())));
-  response->set_entries(static_cast<int32_t>(selected.size()));
-  spdlog::info("event=export entries={} bytes={} op=\"{}\" gpu=\"{}\" since_unix={}", selected.size(),
+  const std::string header = encoder.Header();
+  response->set_bundle(absl::StrCat(header, encoder.TakePayload()));
+  response->set_entries(static_cast<int32_t>(encoder.entries()));
+  spdlog::info("event=export entries={} bytes={} op=\"{}\" gpu=\"{}\" since_unix={}", encoder.entries(),
                response->bundle().size(), SafeText(request->op()), SafeText(request->device_name()),
                request->since_unix());
   return Finish(context, absl::OkStatus());
+}
+
+namespace {
+
+// ExportBundleStream: one page of entries encoded per write, so the daemon
+// holds about one chunk whatever the bundle weighs, and a caller that goes
+// away stops the reading at the next page.
+class ExportStream final : public grpc::ServerWriteReactor<v1::ExportBundleChunk> {
+ public:
+  using PageFn = std::function<absl::Status(std::optional<EntryKey>*, BundleEncoder*, bool*)>;
+
+  ExportStream(PageFn page, std::string log_note)
+      : page_(std::move(page)),
+        log_note_(std::move(log_note)),
+        encoder_(absl::StrCat("ktune ", KTUNE_VERSION), absl::ToUnixSeconds(absl::Now())) {
+    Next();
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(ToGrpcStatus(absl::CancelledError("the caller went away during the export")));
+      return;
+    }
+    Next();
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  static constexpr size_t kChunkBytes = size_t{1} << 20;
+
+  void Next() {
+    if (sent_header_) {
+      spdlog::info("event=export_stream entries={} bytes={} {}", encoder_.entries(),
+                   encoder_.payload_bytes() + kBundleHeaderBytes, log_note_);
+      Finish(grpc::Status::OK);
+      return;
+    }
+    while (!done_ && encoder_.pending_bytes() < kChunkBytes) {
+      if (absl::Status s = page_(&after_, &encoder_, &done_); !s.ok()) {
+        Finish(ToGrpcStatus(s));
+        return;
+      }
+    }
+    chunk_.Clear();
+    if (encoder_.pending_bytes() > 0) {
+      chunk_.set_payload(encoder_.TakePayload());
+    } else {
+      chunk_.set_header(encoder_.Header());
+      chunk_.set_entries(encoder_.entries());
+      sent_header_ = true;
+    }
+    StartWrite(&chunk_);
+  }
+
+  PageFn page_;
+  const std::string log_note_;
+  BundleEncoder encoder_;
+  std::optional<EntryKey> after_;
+  bool done_ = false;
+  bool sent_header_ = false;
+  v1::ExportBundleChunk chunk_;  // alive until its write completes
+};
+
+// Ends a server stream at once with `status`.
+class FailedExportStream final : public grpc::ServerWriteReactor<v1::ExportBundleChunk> {
+ public:
+  explicit FailedExportStream(const absl::Status& status) { Finish(ToGrpcStatus(status)); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<v1::ExportBundleChunk>* KtuneServiceImpl::ExportBundleStream(
+    grpc::CallbackServerContext* context, const v1::ExportBundleRequest* request) {
+  if (absl::Status s = options_.auth.Check(*context, Authorizer::Access::kUse); !s.ok()) {
+    return new FailedExportStream(s);
+  }
+  absl::StatusOr<ExportSelection> selection = SelectForExport(*request);
+  if (!selection.ok()) return new FailedExportStream(selection.status());
+  return new ExportStream(
+      [this, selection = *std::move(selection)](std::optional<EntryKey>* after, BundleEncoder* encoder,
+                                                 bool* done) {
+        return ExportPage(selection, after, size_t{1} << 20, encoder, done);
+      },
+      absl::StrCat("op=\"", SafeText(request->op()), "\" gpu=\"", SafeText(request->device_name()),
+                   "\" since_unix=", request->since_unix()));
+}
+
+grpc::ServerUnaryReactor* KtuneServiceImpl::DeleteEntries(grpc::CallbackServerContext* context,
+                                                          const v1::DeleteEntriesRequest* request,
+                                                          v1::DeleteEntriesResponse* response) {
+  if (absl::Status s = options_.auth.Check(*context, Authorizer::Access::kAdmin); !s.ok()) {
+    return Finish(context, s);
+  }
+  absl::StatusOr<v1::DeleteEntriesResponse> report = Delete(*request);
+  if (!report.ok()) return Finish(context, report.status());
+  *response = *std::move(report);
+  return Finish(context, absl::OkStatus());
+}
+
+absl::StatusOr<v1::DeleteEntriesResponse> KtuneServiceImpl::Delete(const v1::DeleteEntriesRequest& request) {
+  if (request.problems().empty() && !request.stale()) {
+    return absl::InvalidArgumentError("nothing to delete: name problems, or ask for the stale entries");
+  }
+  if (request.problems_size() > kMaxDeleteProblems) {
+    return absl::InvalidArgumentError(absl::StrCat("problems: at most ", kMaxDeleteProblems,
+                                                   " per call, got ", request.problems_size()));
+  }
+  // Every problem is checked before anything is deleted.
+  std::vector<EntryFilter> filters;
+  for (int i = 0; i < request.problems_size(); ++i) {
+    absl::StatusOr<Resolved> r = Resolve(request.problems(i));
+    if (!r.ok()) {
+      return absl::Status(r.status().code(), absl::StrCat("problems[", i, "]: ", r.status().message()));
+    }
+    EntryFilter& f = filters.emplace_back();
+    f.op = r->key.op;
+    f.problem_key = r->key.problem_key;
+  }
+  if (request.stale()) filters.emplace_back().stale = StaleFilter();
+  v1::DeleteEntriesResponse report;
+  report.set_dry_run(request.dry_run());
+  for (const EntryFilter& f : filters) {
+    const size_t room = kMaxDeleteListed - std::min<size_t>(kMaxDeleteListed, report.entries_size());
+    absl::StatusOr<DeleteResult> result = entries_.Delete(f, request.dry_run(), room);
+    if (!result.ok()) return result.status();
+    report.set_deleted(report.deleted() + result->deleted);
+    for (const EntryKey& key : result->listed) {
+      v1::DeletedEntry* d = report.add_entries();
+      d->set_op(key.op);
+      d->set_problem_key(key.problem_key);
+      d->set_device_key(key.device_key);
+      d->set_software_key(key.software_key);
+    }
+  }
+  spdlog::info("event=delete dry_run={} deleted={} problems={} stale={}", request.dry_run(), report.deleted(),
+               request.problems_size(), request.stale());
+  return report;
 }
 
 MergeTarget KtuneServiceImpl::ImportTarget() const {
@@ -890,9 +1115,19 @@ absl::StatusOr<v1::ImportBundleResponse> KtuneServiceImpl::Import(
   // Plan and write under the cache's write lock, in one transaction: a tune
   // finishing meanwhile is either seen by the plan or written after it.
   absl::Status s = entries_.Update([&]() -> absl::StatusOr<std::vector<v1::Entry>> {
+    // Straight from the store, not through the cache: an import's keys would
+    // crowd the hot ones out of memory.
+    absl::Status lookup_error;
     absl::StatusOr<MergePlan> plan =
-        PlanMerge(incoming, request.policy(), target,
-                  [this](const EntryKey& key) { return entries_.Lookup(key); });
+        PlanMerge(incoming, request.policy(), target, [&](const EntryKey& key) -> std::optional<v1::Entry> {
+          absl::StatusOr<std::optional<v1::Entry>> e = store_->Get(key);
+          if (!e.ok()) {
+            lookup_error.Update(e.status());
+            return std::nullopt;
+          }
+          return *std::move(e);
+        });
+    if (!lookup_error.ok()) return lookup_error;
     if (!plan.ok()) return plan.status();
     report = std::move(plan->report);
     if (request.dry_run()) return std::vector<v1::Entry>();
@@ -938,18 +1173,21 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::GetStatus(grpc::CallbackServerContex
   } else {
     *response->add_devices() = DeviceToProto(target_);
   }
-  absl::StatusOr<std::map<std::string, int64_t>> counts = store_->CountByOp();
-  if (!counts.ok()) return Finish(context, counts.status());
+  // Counts the database keeps per (op, device, software): a read of a few
+  // rows, whatever the store holds.
+  absl::StatusOr<std::vector<EntryGroupCount>> groups = store_->CountByGroup();
+  if (!groups.ok()) return Finish(context, groups.status());
   int64_t total = 0;
-  for (const auto& [op, n] : *counts) {
-    (*response->mutable_entries_by_op())[op] = n;
-    total += n;
+  int64_t stale = 0;
+  for (const EntryGroupCount& g : *groups) {
+    (*response->mutable_entries_by_op())[g.op] += g.entries;
+    total += g.entries;
+    if (g.device_key != target_key_) continue;  // another GPU's
+    auto current = current_software_.find(g.op);
+    if (current != current_software_.end() && current->second != g.software_key) stale += g.entries;
   }
   response->set_entries(total);
-  if (absl::StatusOr<std::vector<v1::Entry>> all = store_->List(); all.ok()) {
-    response->set_stale_entries(std::count_if(all->begin(), all->end(),
-                                              [this](const v1::Entry& e) { return IsStale(e); }));
-  }
+  response->set_stale_entries(stale);
   response->set_db_path(store_->path());
   response->set_nvrtc_version(NvrtcVersion());
   response->set_uptime_s(

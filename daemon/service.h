@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <optional>
 #include <set>
 #include <memory>
@@ -21,6 +22,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "cache/bundle.h"
 #include "cache/bundle_merge.h"
 #include "cache/store.h"
 #include "daemon/auth.h"
@@ -78,6 +80,11 @@ class KtuneServiceImpl final : public v1::KtuneService::CallbackService {
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
                                       const v1::GetStatusRequest* request,
                                       v1::GetStatusResponse* response) override;
+  grpc::ServerWriteReactor<v1::ExportBundleChunk>* ExportBundleStream(
+      grpc::CallbackServerContext* context, const v1::ExportBundleRequest* request) override;
+  grpc::ServerUnaryReactor* DeleteEntries(grpc::CallbackServerContext* context,
+                                          const v1::DeleteEntriesRequest* request,
+                                          v1::DeleteEntriesResponse* response) override;
 
   bool compile_only() const { return executor_ == nullptr; }
   // The device answers are keyed by: the GPU, or CompileOnlyTarget().
@@ -131,6 +138,11 @@ class KtuneServiceImpl final : public v1::KtuneService::CallbackService {
   // unless dry_run.
   absl::StatusOr<v1::ImportBundleResponse> Import(const v1::ImportBundleRequest& request);
 
+  // The work of DeleteEntries: every problem resolved first (INVALID_ARGUMENT
+  // naming it), then each deletion in its own transaction, from the store
+  // and from memory.
+  absl::StatusOr<v1::DeleteEntriesResponse> Delete(const v1::DeleteEntriesRequest& request);
+
  private:
   // Answers from a stored entry (source TUNED) with the recipe this build
   // writes for its problem and config on this device, after checking that the
@@ -150,9 +162,6 @@ class KtuneServiceImpl final : public v1::KtuneService::CallbackService {
                                                               JobPriority priority, int repetitions,
                                                               bool force, TuneQueue::DoneFn done,
                                                               TuneQueue::ProgressFn progress);
-  // True for an entry of this daemon's device whose software fingerprint is
-  // not the one this binary would tune with (so it is never served).
-  bool IsStale(const v1::Entry& entry) const;
   // The recipe this build writes for (problem, config) on this device
   // (TemplateRecipe), compiled when `compile` (lowered names; the cubin is
   // kept in it too, and sent when the caller asked for it).
@@ -164,6 +173,23 @@ class KtuneServiceImpl final : public v1::KtuneService::CallbackService {
   absl::Status AttachCode(LaunchRecipe* recipe);
   // Remembers a compiled recipe's code (a tune's winner).
   void RememberCode(const LaunchRecipe& recipe);
+  // The software key this binary would tune each op with: an entry of this
+  // daemon's device under another one is stale (kept, listed, never served).
+  static std::map<std::string, std::string> CurrentSoftware();
+  EntryFilter::Stale StaleFilter() const;
+  // INVALID_ARGUMENT unless `op` is "" or an op this daemon serves.
+  absl::Status CheckOpFilter(const std::string& op) const;
+  // What an export takes: the store's filter, and the device name, which is
+  // inside each entry and so filtered after reading.
+  struct ExportSelection {
+    EntryFilter filter;
+    std::string device_name;
+  };
+  absl::StatusOr<ExportSelection> SelectForExport(const v1::ExportBundleRequest& request) const;
+  // Encodes the next page after `*after` (moved on) into `encoder`; `*done`
+  // once no entry is left.
+  absl::Status ExportPage(const ExportSelection& selection, std::optional<EntryKey>* after, size_t max_bytes,
+                          BundleEncoder* encoder, bool* done);
   void DeclareMetrics();
   // How a GetConfig was answered: its label answer="..." on
   // ktune_getconfig_total and ktune_getconfig_seconds.
@@ -184,6 +210,7 @@ class KtuneServiceImpl final : public v1::KtuneService::CallbackService {
   const std::string compile_only_reason_;
   const DeviceInfo target_;
   const std::string target_key_;  // DeviceKey(target_), on every request's key
+  const std::map<std::string, std::string> current_software_;  // CurrentSoftware()
   const ServiceOptions options_;
   const std::chrono::steady_clock::time_point started_;
   Metrics metrics_;

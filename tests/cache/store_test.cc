@@ -18,6 +18,7 @@
 
 #include "tests/cache/test_entries.h"
 #include "tuner/fingerprint.h"
+#include "tuner/wire.h"
 
 namespace ktune {
 namespace {
@@ -93,6 +94,14 @@ int64_t CountAll(Store& store) {
   absl::StatusOr<std::vector<v1::Entry>> all = store.List();
   REQUIRE(all.ok());
   return static_cast<int64_t>(all->size());
+}
+
+// Undoes migration 2 -> 3, leaving the tables as version 2 of the store wrote them.
+void DowngradeToVersion2(RawDb& raw) {
+  raw.Exec("DROP TRIGGER entries_count_insert; DROP TRIGGER entries_count_delete; "
+           "DROP TRIGGER entries_count_rekey; DROP TABLE entry_counts; DROP INDEX entries_family; "
+           "ALTER TABLE entries DROP COLUMN family_key; ALTER TABLE entries DROP COLUMN m");
+  raw.Exec("PRAGMA user_version = 2");
 }
 
 std::string ReadFile(const std::string& path) {
@@ -378,7 +387,8 @@ TEST_CASE("Store: List filters by op and is ordered by key, CountByOp counts", "
     RawDb raw(path);
     sqlite3_stmt* stmt = nullptr;
     REQUIRE(sqlite3_prepare_v2(raw.get(),
-                               "INSERT INTO entries SELECT 'layernorm.fwd', problem_key, "
+                               "INSERT INTO entries (op, problem_key, device_key, software_key, entry, "
+                               "tuned_at_unix, time_us) SELECT 'layernorm.fwd', problem_key, "
                                "device_key, software_key, entry, tuned_at_unix, time_us FROM "
                                "entries WHERE problem_key LIKE '% m=1024 %'",
                                -1, &stmt, nullptr) == SQLITE_OK);
@@ -470,6 +480,7 @@ TEST_CASE("Store: a version 1 database migrates to the quarantine table, keeping
   }
   {
     RawDb raw(path);  // what the first version of the store wrote
+    DowngradeToVersion2(raw);
     raw.Exec("DROP TABLE quarantine");
     raw.Exec("PRAGMA user_version = 1");
   }
@@ -499,6 +510,278 @@ TEST_CASE("Store: quarantined candidates are kept per environment", "[cache]") {
   CHECK((*a)[1].reason == "timeout");
   CHECK(store->Quarantined("dev A", "sw 2")->empty());
   CHECK(store->Quarantined("dev B", "sw 1")->size() == 1);
+}
+
+
+// ---------------------------------------------------------------- scale
+
+// Entries of four families (two ops, two widths) and many M.
+std::vector<v1::Entry> ManyEntries(int per_family) {
+  std::vector<v1::Entry> out;
+  for (int64_t n : {2048, 4096}) {
+    for (bool layernorm : {false, true}) {
+      for (int i = 1; i <= per_family; ++i) {
+        v1::Entry e = MakeTestEntry(i * 8, n);
+        if (layernorm) e.mutable_problem()->mutable_norm()->set_op(v1::LAYERNORM);
+        out.push_back(std::move(e));
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> FlatKeysOf(const std::vector<StoredEntry>& entries) {
+  std::vector<std::string> keys;
+  for (const StoredEntry& e : entries) keys.push_back(FlatKey(e.key));
+  return keys;
+}
+
+// Pages through everything `filter` takes, `limit` and `max_bytes` a page.
+std::vector<StoredEntry> PageThrough(Store& store, const EntryFilter& filter, int limit, size_t max_bytes,
+                                     int* pages) {
+  std::vector<StoredEntry> all;
+  PageRequest page;
+  page.limit = limit;
+  page.max_bytes = max_bytes;
+  *pages = 0;
+  while (true) {
+    absl::StatusOr<Page> p = store.ListPage(filter, page);
+    INFO(p.status().ToString());
+    REQUIRE(p.ok());
+    ++*pages;
+    REQUIRE(*pages < 10000);
+    for (StoredEntry& e : p->entries) all.push_back(std::move(e));
+    if (!p->more) return all;
+    REQUIRE(!p->entries.empty());
+    page.after = all.back().key;
+  }
+}
+
+TEST_CASE("Store: paging returns every entry exactly once, in key order", "[cache][scale]") {
+  TempDir dir;
+  auto store = OpenOrFail(dir.File("cache.db"));
+  const std::vector<v1::Entry> entries = ManyEntries(60);  // 240 entries
+  REQUIRE(store->PutAll(entries).ok());
+
+  std::vector<std::string> expected;
+  for (const v1::Entry& e : entries) expected.push_back(FlatKey(KeyOrFail(e)));
+  std::sort(expected.begin(), expected.end());
+
+  int pages = 0;
+  SECTION("by count") {
+    std::vector<std::string> got = FlatKeysOf(PageThrough(*store, {}, 7, size_t{1} << 20, &pages));
+    CHECK(got == expected);
+    CHECK(pages == (240 + 6) / 7);
+  }
+  SECTION("by bytes: a page holds at least one entry however small the budget") {
+    std::vector<std::string> got = FlatKeysOf(PageThrough(*store, {}, 1000, 1, &pages));
+    CHECK(got == expected);
+    CHECK(pages == 240);
+  }
+  SECTION("one op") {
+    EntryFilter filter;
+    filter.op = "layernorm.fwd";
+    std::vector<StoredEntry> got = PageThrough(*store, filter, 13, size_t{1} << 20, &pages);
+    CHECK(got.size() == 120);
+    for (const StoredEntry& e : got) CHECK(e.key.op == "layernorm.fwd");
+    CHECK(std::is_sorted(got.begin(), got.end(), [](const StoredEntry& a, const StoredEntry& b) {
+      return FlatKey(a.key) < FlatKey(b.key);
+    }));
+  }
+  SECTION("entries written between pages do not repeat or hide the others") {
+    PageRequest page;
+    page.limit = 50;
+    absl::StatusOr<Page> first = store->ListPage({}, page);
+    REQUIRE(first.ok());
+    REQUIRE(first->more);
+    // Replace an entry already listed and add new ones on both sides.
+    REQUIRE(store->Put(entries[0]).ok());
+    REQUIRE(store->PutAll({MakeTestEntry(100000, 2048), MakeTestEntry(3, 8192)}).ok());
+    page.after = first->entries.back().key;
+    std::vector<std::string> got = FlatKeysOf(first->entries);
+    while (true) {
+      absl::StatusOr<Page> p = store->ListPage({}, page);
+      REQUIRE(p.ok());
+      for (const std::string& k : FlatKeysOf(p->entries)) got.push_back(k);
+      if (!p->more) break;
+      page.after = p->entries.back().key;
+    }
+    std::vector<std::string> unique = got;
+    std::sort(unique.begin(), unique.end());
+    CHECK(std::adjacent_find(unique.begin(), unique.end()) == unique.end());
+    for (const std::string& k : expected) CHECK(std::binary_search(unique.begin(), unique.end(), k));
+  }
+}
+
+TEST_CASE("Store: counts are kept by the database through puts, replacements and deletes", "[cache][scale]") {
+  TempDir dir;
+  const std::string path = dir.File("cache.db");
+  auto store = OpenOrFail(path);
+  REQUIRE(store->PutAll(ManyEntries(5)).ok());  // 10 rmsnorm.fwd, 10 layernorm.fwd
+  v1::Entry other_software = MakeTestEntry(8, 2048);
+  other_software.mutable_software()->set_nvrtc_version(12080);
+  REQUIRE(store->Put(other_software).ok());
+  REQUIRE(store->Put(MakeTestEntry(8, 2048)).ok());  // a replacement: no new entry
+
+  auto counts = store->CountByOp();
+  REQUIRE(counts.ok());
+  CHECK(*counts == std::map<std::string, int64_t>{{"layernorm.fwd", 10}, {"rmsnorm.fwd", 11}});
+  auto groups = store->CountByGroup();
+  REQUIRE(groups.ok());
+  CHECK(groups->size() == 3);
+  // The counts agree with the entries themselves.
+  CHECK(RawDb(path).QueryText("SELECT (SELECT sum(n) FROM entry_counts) = (SELECT count(*) FROM entries)") == "1");
+
+  EntryFilter one;
+  one.op = "rmsnorm.fwd";
+  one.problem_key = KeyOrFail(MakeTestEntry(8, 2048)).problem_key;
+  auto deleted = store->Delete(one, /*dry_run=*/false, 10);
+  REQUIRE(deleted.ok());
+  CHECK(deleted->deleted == 2);  // both software fingerprints
+  counts = store->CountByOp();
+  REQUIRE(counts.ok());
+  CHECK(counts->at("rmsnorm.fwd") == 9);
+  CHECK(CountAll(*store) == 19);
+}
+
+TEST_CASE("Store: Delete takes a problem or the stale entries, and a dry run changes nothing", "[cache][scale]") {
+  TempDir dir;
+  auto store = OpenOrFail(dir.File("cache.db"));
+  const v1::Entry current = MakeTestEntry(64, 4096);
+  v1::Entry stale = MakeTestEntry(128, 4096);
+  stale.mutable_software()->set_nvrtc_version(12080);
+  v1::Entry other_gpu = stale;
+  other_gpu.mutable_device()->set_name("NVIDIA H100");
+  REQUIRE(store->PutAll({current, stale, other_gpu}).ok());
+  const EntryKey current_key = KeyOrFail(current);
+
+  EntryFilter filter;
+  filter.stale = EntryFilter::Stale{current_key.device_key, {{"rmsnorm.fwd", current_key.software_key}}};
+
+  auto dry = store->Delete(filter, /*dry_run=*/true, 10);
+  REQUIRE(dry.ok());
+  CHECK(dry->deleted == 1);
+  REQUIRE(dry->listed.size() == 1);
+  CHECK(dry->listed[0] == KeyOrFail(stale));
+  CHECK(CountAll(*store) == 3);
+
+  // The stale filter lists what it deletes.
+  int pages = 0;
+  std::vector<StoredEntry> listed = PageThrough(*store, filter, 10, size_t{1} << 20, &pages);
+  REQUIRE(listed.size() == 1);
+  CHECK(listed[0].key == KeyOrFail(stale));
+
+  auto done = store->Delete(filter, /*dry_run=*/false, 10);
+  REQUIRE(done.ok());
+  CHECK(done->deleted == 1);
+  CHECK(CountAll(*store) == 2);
+  CHECK(store->Get(KeyOrFail(stale))->has_value() == false);
+  CHECK(store->Get(KeyOrFail(other_gpu))->has_value());  // another GPU's entries are not stale here
+
+  // Nothing deletes a whole store by accident.
+  CHECK(store->Delete(EntryFilter{}, false, 10).status().code() == absl::StatusCode::kInvalidArgument);
+  EntryFilter op_only;
+  op_only.op = "rmsnorm.fwd";
+  CHECK(store->Delete(op_only, false, 10).status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(CountAll(*store) == 2);
+}
+
+TEST_CASE("Store: Nearest finds the nearest M of a family by ratio", "[cache][scale]") {
+  TempDir dir;
+  auto store = OpenOrFail(dir.File("cache.db"));
+  REQUIRE(store->PutAll({MakeTestEntry(1024, 4096), MakeTestEntry(4096, 4096), MakeTestEntry(2000, 2048)}).ok());
+  const EntryKey key = KeyOrFail(MakeTestEntry(1024, 4096));
+  absl::StatusOr<NormProblem> problem = NormProblemFromProto(MakeTestEntry(1, 4096).problem().norm());
+  REQUIRE(problem.ok());
+  const std::string family = FamilyKey(*problem, key.device_key, key.software_key);
+  auto m_of = [&](int64_t m) -> int64_t {
+    absl::StatusOr<std::optional<v1::Entry>> e = store->Nearest(family, m);
+    REQUIRE(e.ok());
+    return e->has_value() ? (*e)->problem().norm().m() : -1;
+  };
+  CHECK(m_of(1) == 1024);
+  CHECK(m_of(2000) == 1024);  // 2000/1024 < 4096/2000
+  CHECK(m_of(2100) == 4096);
+  CHECK(m_of(2048) == 1024);  // a tie: the smaller
+  CHECK(m_of(1 << 20) == 4096);
+  CHECK(m_of(4096) == 4096);
+  // Another family (N) has its own entries; an unknown one has none.
+  CHECK(store->Nearest(family + "x", 1000)->has_value() == false);
+}
+
+// An entry's serialization with an unknown field (number 1000, `bytes` long)
+// appended, as a newer or hostile writer would send it.
+std::string WithUnknownField(const v1::Entry& e, size_t bytes) {
+  std::string wire = e.SerializeAsString();
+  wire.push_back(static_cast<char>(0xc2));  // field 1000, length-delimited
+  wire.push_back(static_cast<char>(0x3e));
+  for (uint64_t n = bytes;; n >>= 7) {
+    if (n < 0x80) {
+      wire.push_back(static_cast<char>(n));
+      break;
+    }
+    wire.push_back(static_cast<char>((n & 0x7f) | 0x80));
+  }
+  wire.append(bytes, 'u');
+  return wire;
+}
+
+TEST_CASE("Store: a version 2 database migrates: families, counts, unknown fields dropped", "[cache][scale]") {
+  TempDir dir;
+  const std::string path = dir.File("cache.db");
+  const v1::Entry small = MakeTestEntry(1024, 4096);
+  const v1::Entry large = MakeTestEntry(8192, 4096);
+  {
+    auto store = OpenOrFail(path);
+    REQUIRE(store->PutAll({small, large}).ok());
+  }
+  {
+    RawDb raw(path);  // what version 2 of the store wrote, an entry with an unknown field
+    DowngradeToVersion2(raw);
+    sqlite3_stmt* stmt = nullptr;
+    REQUIRE(sqlite3_prepare_v2(raw.get(), "UPDATE entries SET entry = ?1 WHERE tuned_at_unix > 0 AND rowid = 1",
+                               -1, &stmt, nullptr) == SQLITE_OK);
+    const std::string blob = WithUnknownField(small, 100000);
+    sqlite3_bind_blob(stmt, 1, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
+    REQUIRE(sqlite3_step(stmt) == SQLITE_DONE);
+    sqlite3_finalize(stmt);
+  }
+  auto store = OpenOrFail(path);
+  CHECK(RawDb(path).QueryText("PRAGMA user_version") == std::to_string(kStoreSchemaVersion));
+  CHECK(RawDb(path).QueryText("SELECT max(length(entry)) < 10000 FROM entries") == "1");
+  auto got = store->Get(KeyOrFail(small));
+  REQUIRE(got.ok());
+  REQUIRE(got->has_value());
+  CHECK(Same(**got, small));
+  auto counts = store->CountByOp();
+  REQUIRE(counts.ok());
+  CHECK(counts->at("rmsnorm.fwd") == 2);
+  absl::StatusOr<NormProblem> problem = NormProblemFromProto(small.problem().norm());
+  REQUIRE(problem.ok());
+  const EntryKey key = KeyOrFail(small);
+  auto nearest = store->Nearest(FamilyKey(*problem, key.device_key, key.software_key), 6000);
+  REQUIRE(nearest.ok());
+  REQUIRE(nearest->has_value());
+  CHECK((*nearest)->problem().norm().m() == 8192);
+}
+
+TEST_CASE("Store: unknown fields are never stored, and an entry over the size cap is refused", "[cache][scale]") {
+  TempDir dir;
+  const std::string path = dir.File("cache.db");
+  auto store = OpenOrFail(path);
+  const v1::Entry clean = MakeTestEntry();
+  v1::Entry with_unknown;
+  REQUIRE(with_unknown.ParseFromString(WithUnknownField(clean, 1000)));
+  REQUIRE(store->Put(with_unknown).ok());
+  CHECK(RawDb(path).QueryText("SELECT length(entry) FROM entries") == std::to_string(clean.ByteSizeLong()));
+
+  v1::Entry huge;
+  REQUIRE(huge.ParseFromString(WithUnknownField(clean, kMaxEntryBytes)));
+  absl::Status s = store->Put(huge);
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(s.message()), Catch::Contains("entry.size:") &&
+                                           Catch::Contains("rmsnorm.fwd") &&
+                                           Catch::Contains("cap"));
 }
 
 }  // namespace

@@ -137,6 +137,15 @@ class DaemonProcess {
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
 
+  // SIGKILL, as a crash or the OOM killer would: nothing is flushed or closed.
+  void Kill() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+
   std::string Log() const {
     std::ifstream in(log_path());
     std::stringstream ss;

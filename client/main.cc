@@ -292,7 +292,7 @@ int main(int argc, char** argv) {
   ls_cmd->add_flag("--stale", ls_stale, "only entries of an older software fingerprint (not served)");
   int64_t ls_limit = 0;
   ls_cmd->add_option("--limit", ls_limit, "list at most this many entries (0: all, read page by page)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 31));
   std::string ls_page_token;
   ls_cmd->add_option("--page-token", ls_page_token, "continue a listing cut by --limit where it stopped");
 

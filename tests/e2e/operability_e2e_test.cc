@@ -52,7 +52,7 @@ TEST_CASE("every ktune subcommand exits 2 on a usage error, 1 on a failure and 0
     std::string message;  // in stderr
   };
   const std::vector<Case> usage = {
-      {"stauts", "unknown command 'stauts' (commands: status, get, tune, ls, export, import, bundle, prewarm)"},
+      {"stauts", "unknown command 'stauts' (commands: status, get, tune, ls, rm, prune, export, import, bundle, prewarm)"},
       {"bundle frob", "unknown command 'bundle frob' (commands: inspect, merge)"},
       {"", "A subcommand is required"},
       {"--bogus status", "--bogus"},
@@ -68,6 +68,10 @@ TEST_CASE("every ktune subcommand exits 2 on a usage error, 1 on a failure and 0
       {"get rmsnorm.fwd --m 8 --n 64 --b-layout nk", "--b-layout: only gemm"},
       {"tune rmsnorm.fwd --m 8", "--n is required"},
       {"ls --op", "--op"},
+      {"ls --limit x", "--limit"},
+      {"rm", "op is required"},
+      {"rm rmsnorm.fwd --n 64", "--m is required"},
+      {"prune", "--stale is required"},
       {"export", "--output is required"},
       {"export -o " + dir.path() + "/x.ktb --since yesterday", "--since"},
       {"import", "file is required"},

@@ -8,14 +8,22 @@
 
 namespace ktune {
 
-EntryCache::EntryCache(Store* store, size_t capacity)
-    : store_(store), shard_capacity_(std::max<size_t>(1, capacity / kShards)) {}
+EntryCache::EntryCache(Store* store, AnswerFn answer_of, size_t capacity)
+    : store_(store), answer_of_(std::move(answer_of)), shard_capacity_(std::max<size_t>(1, capacity / kShards)) {}
+
+std::shared_ptr<const ServedEntry> EntryCache::Served(v1::Entry entry) const {
+  auto served = std::make_shared<ServedEntry>();
+  served->answer = answer_of_(entry);
+  if (served->answer.ok()) served->answer_wire = grpc::Slice(served->answer->SerializeAsString());
+  served->entry = std::move(entry);
+  return served;
+}
 
 EntryCache::Shard& EntryCache::ShardOf(const std::string& flat_key) {
   return shards_[absl::Hash<std::string>()(flat_key) % kShards];
 }
 
-std::shared_ptr<const v1::Entry> EntryCache::Lookup(const EntryKey& key) {
+std::shared_ptr<const ServedEntry> EntryCache::Lookup(const EntryKey& key) {
   std::string flat = FlatKey(key);
   Shard& shard = ShardOf(flat);
   uint64_t version;
@@ -33,14 +41,14 @@ std::shared_ptr<const v1::Entry> EntryCache::Lookup(const EntryKey& key) {
                   std::string(stored.status().message()));
     return nullptr;
   }
-  std::shared_ptr<const v1::Entry> entry;
-  if (stored->has_value()) entry = std::make_shared<const v1::Entry>(**std::move(stored));
+  std::shared_ptr<const ServedEntry> entry;
+  if (stored->has_value()) entry = Served(**std::move(stored));
   RememberIfCurrent(shard, flat, version, entry);
   return entry;
 }
 
 void EntryCache::RememberIfCurrent(Shard& shard, const std::string& flat_key, uint64_t version,
-                                   std::shared_ptr<const v1::Entry> entry) {
+                                   std::shared_ptr<const ServedEntry> entry) {
   absl::MutexLock lock(&shard.mu);
   if (shard.version != version) return;  // a write came between: what was read may be old
   if (auto it = shard.index.find(flat_key); it != shard.index.end()) {

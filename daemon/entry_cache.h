@@ -5,6 +5,12 @@
 // LRU is one indexed point read, and a nearest-shape answer is an index seek
 // on (family, M).
 //
+// Each entry is kept with the answer it gives, built by the caller's
+// `answer_of` once per read from the store: an entry and this build's
+// templates are fixed while the daemon runs, so re-deriving and re-checking
+// its recipe on every hit would compute the same answer again (it cost a hit
+// 5-7 us, more than the rest of GetConfig; bench/LOAD.md, 2026-12-02).
+//
 // Thread-safe. Lookups take one shard's lock of the LRU and, on a miss, a read
 // connection of the store; they never wait for a write's commit. Writes go to
 // the store first (so an acknowledged entry is durable) and then drop the keys
@@ -28,25 +34,43 @@
 #include "absl/synchronization/mutex.h"
 #include "cache/entry.h"
 #include "cache/store.h"
+#include "grpcpp/support/slice.h"
 #include "ktune/v1/ktune.pb.h"
 #include "tuner/problem.h"
 
 namespace ktune {
+
+// A stored entry as the daemon serves it.
+struct ServedEntry {
+  v1::Entry entry;
+  // What `answer_of` made of `entry`: the answer without code, or why the
+  // entry is not served.
+  absl::StatusOr<v1::GetConfigResponse> answer;
+  // `answer` serialized, as GetConfig sends it (empty when it is not ok).
+  // Slices are reference-counted and never changed: every hit sends these.
+  grpc::Slice answer_wire;
+};
 
 class EntryCache {
  public:
   // Decoded entries (and absent keys) the LRU keeps, over all shards.
   static constexpr size_t kDefaultCapacity = 16384;
 
-  explicit EntryCache(Store* store, size_t capacity = kDefaultCapacity);
+  // The answer an entry gives. Must be a function of the entry alone (and of
+  // what is fixed for the cache's lifetime), since it is kept with it.
+  using AnswerFn = std::function<absl::StatusOr<v1::GetConfigResponse>(const v1::Entry&)>;
+
+  EntryCache(Store* store, AnswerFn answer_of, size_t capacity = kDefaultCapacity);
 
   // The entry under exactly `key`, or null. Shared, never copied: the entry
   // stays valid for as long as the caller holds it, whatever is written
   // meanwhile. A store error is logged and answered as a miss.
-  std::shared_ptr<const v1::Entry> Lookup(const EntryKey& key);
+  std::shared_ptr<const ServedEntry> Lookup(const EntryKey& key);
 
   // The stored entry for the same op, dtypes, flags and N on the same device
-  // and software whose M is nearest to problem.m (by ratio), if any.
+  // and software whose M is nearest to problem.m (by ratio), if any. Read
+  // from the store on each call, and without an answer: the caller answers
+  // its own problem with the entry's config.
   std::shared_ptr<const v1::Entry> Nearest(const NormProblem& problem, const std::string& device_key,
                                            const std::string& software_key);
   // Likewise for a GEMM: the same N, K, batch, dtypes, layouts and epilogue.
@@ -74,7 +98,7 @@ class EntryCache {
   static constexpr int kShards = 16;
   struct Node {
     std::string flat_key;
-    std::shared_ptr<const v1::Entry> entry;  // null: known to be absent
+    std::shared_ptr<const ServedEntry> entry;  // null: known to be absent
   };
   struct Shard {
     absl::Mutex mu;
@@ -86,7 +110,8 @@ class EntryCache {
   Shard& ShardOf(const std::string& flat_key);
   // Remembers what a lookup read, unless a write to the shard came between.
   void RememberIfCurrent(Shard& shard, const std::string& flat_key, uint64_t version,
-                         std::shared_ptr<const v1::Entry> entry);
+                         std::shared_ptr<const ServedEntry> entry);
+  std::shared_ptr<const ServedEntry> Served(v1::Entry entry) const;
   // After a write to `keys` has committed: they are read again from the store.
   void Forget(const std::vector<EntryKey>& keys);
   void ForgetAll();
@@ -96,6 +121,7 @@ class EntryCache {
   std::shared_ptr<const v1::Entry> NearestInFamily(const std::string& family_key, int64_t m);
 
   Store* const store_;
+  const AnswerFn answer_of_;
   const size_t shard_capacity_;
   absl::Mutex write_mu_;  // held across a store write and the forgetting after it
   std::array<Shard, kShards> shards_;

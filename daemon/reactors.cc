@@ -8,7 +8,7 @@ namespace ktune {
 
 // ---------------------------------------------------------------- PendingAnswer
 
-PendingAnswer::PendingAnswer(v1::GetConfigResponse* response,
+PendingAnswer::PendingAnswer(grpc::ByteBuffer* response,
                              std::function<absl::Status(v1::GetConfigResponse*)> decorate,
                              std::function<void(const absl::Status&)> finished)
     : state_(std::make_shared<State>()) {
@@ -29,7 +29,10 @@ void PendingAnswer::State::FinishWith(const TuneQueue::Result& result) {
   absl::MutexLock lock(&mu);
   if (finished || reactor == nullptr) return;
   finished = true;
-  if (status.ok()) *response = std::move(answer);
+  if (status.ok()) {
+    grpc::Slice wire(answer.SerializeAsString());
+    *response = grpc::ByteBuffer(&wire, 1);
+  }
   // Before Finish: a caller that has its answer finds it counted.
   if (finished_fn) finished_fn(status);
   reactor->Finish(ToGrpcStatus(status));

@@ -12,13 +12,14 @@
 #include "absl/synchronization/mutex.h"
 #include "daemon/tune_queue.h"
 #include "grpcpp/server_context.h"
+#include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/server_callback.h"
 #include "ktune/v1/ktune.pb.h"
 
 namespace ktune {
 
 // A unary GetConfig waiting for a tune. Finishes exactly once: with the job's
-// answer, or CANCELLED when the client goes away first (which also leaves the
+// answer (serialized into the call's raw response), or CANCELLED when the client goes away first (which also leaves the
 // job, so an abandoned tune is dropped).
 class PendingAnswer final : public grpc::ServerUnaryReactor {
  public:
@@ -26,7 +27,7 @@ class PendingAnswer final : public grpc::ServerUnaryReactor {
   // outside any lock (e.g. to attach the cubin). `finished` (may be null) is
   // called once with the status the call ends with, when it ends (e.g. to
   // count what was answered).
-  PendingAnswer(v1::GetConfigResponse* response,
+  PendingAnswer(grpc::ByteBuffer* response,
                 std::function<absl::Status(v1::GetConfigResponse*)> decorate,
                 std::function<void(const absl::Status&)> finished = nullptr);
 
@@ -44,7 +45,7 @@ class PendingAnswer final : public grpc::ServerUnaryReactor {
   struct State {
     absl::Mutex mu;
     PendingAnswer* reactor ABSL_GUARDED_BY(mu);
-    v1::GetConfigResponse* response ABSL_GUARDED_BY(mu);
+    grpc::ByteBuffer* response ABSL_GUARDED_BY(mu);
     bool finished ABSL_GUARDED_BY(mu) = false;
     std::function<absl::Status(v1::GetConfigResponse*)> decorate;
     std::function<void(const absl::Status&)> finished_fn;

@@ -117,7 +117,14 @@ class UnparseableRequestInterceptor final : public grpc::experimental::Intercept
 class UnparseableRequestInterceptorFactory final
     : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:
+  // Only ktune's typed methods: GetConfig is raw (its handler parses, and
+  // names the method itself), and a call no interceptor is made for skips
+  // gRPC's interception machinery, which costs every call it runs on.
   grpc::experimental::Interceptor* CreateServerInterceptor(grpc::experimental::ServerRpcInfo* info) override {
+    const absl::string_view method = info->method();
+    if (!absl::StartsWith(method, "/ktune.v1.KtuneService/") || method == "/ktune.v1.KtuneService/GetConfig") {
+      return nullptr;
+    }
     return new UnparseableRequestInterceptor(info);
   }
 };

@@ -128,12 +128,13 @@ KtuneServiceImpl::KtuneServiceImpl(Store* store, KernelCache* kernel_cache,
                                    std::string compile_only_reason, const ServiceOptions& options)
     : store_(store),
       kernel_cache_(kernel_cache),
-      entries_(store),
+      entries_(store, [this](const v1::Entry& entry) { return EntryAnswer(entry); }),
       executor_(std::move(executor)),
       compile_only_reason_(std::move(compile_only_reason)),
       target_(executor_ ? executor_->device() : CompileOnlyTarget()),
       target_key_(DeviceKey(target_)),
-      current_software_(CurrentSoftware()),
+      op_software_(OpSoftware()),
+      current_software_(CurrentSoftware(op_software_)),
       options_(options),
       started_(std::chrono::steady_clock::now()),
       queue_(options.max_queued_tunes) {
@@ -225,52 +226,62 @@ void KtuneServiceImpl::RefreshGauges() {
   }
 }
 
-std::map<std::string, std::string> KtuneServiceImpl::CurrentSoftware() {
-  std::map<std::string, std::string> current;
+std::map<std::string, SoftwareFingerprint> KtuneServiceImpl::OpSoftware() {
+  std::map<std::string, SoftwareFingerprint> software;
   v1::Problem gemm;
   gemm.mutable_gemm();
-  if (absl::StatusOr<SoftwareFingerprint> s = BuildSoftware(gemm); s.ok()) current["gemm"] = SoftwareKey(*s);
+  if (absl::StatusOr<SoftwareFingerprint> s = BuildSoftware(gemm); s.ok()) software["gemm"] = *s;
   for (NormOp op : {NormOp::kRMSNorm, NormOp::kLayerNorm}) {
     for (NormPass pass : {NormPass::kForward, NormPass::kBackward}) {
       NormProblem p;
       p.op = op;
       p.pass = pass;
-      absl::StatusOr<const KernelSource*> source = FindKernelSource(NormTemplateId(p));
-      if (!source.ok()) continue;  // not served: none of its entries is stale
-      current[OpName(p)] = SoftwareKey({(*source)->hash, NvrtcVersion(), kSchemaVersion});
+      v1::Problem problem;
+      *problem.mutable_norm() = NormProblemToProto(p);
+      // Not served (its template is missing): none of its entries is stale.
+      if (absl::StatusOr<SoftwareFingerprint> s = BuildSoftware(problem); s.ok()) software[OpName(p)] = *s;
     }
   }
-  return current;
+  return software;
 }
 
-absl::StatusOr<KtuneServiceImpl::Resolved> KtuneServiceImpl::Resolve(
-    const v1::Problem& problem) const {
+std::map<std::string, std::string> KtuneServiceImpl::CurrentSoftware(
+    const std::map<std::string, SoftwareFingerprint>& op_software) {
+  std::map<std::string, std::string> keys;
+  for (const auto& [op, software] : op_software) keys[op] = SoftwareKey(software);
+  return keys;
+}
+
+absl::StatusOr<KtuneServiceImpl::Resolved> KtuneServiceImpl::Resolve(const v1::Problem& problem) const {
+  // Once per request: the problem is converted and validated once, and the
+  // op's software fingerprint and key come from tables made at start.
+  Resolved r;
   if (problem.has_gemm()) {
     if (absl::Status s = ValidateGemmProblem(problem.gemm()); !s.ok()) return s;
-    Resolved r;
-    r.proto = problem;
     r.gemm = problem.gemm();
-    absl::StatusOr<SoftwareFingerprint> software = BuildSoftware(problem);
-    if (!software.ok()) return software.status();
-    r.software = *std::move(software);
-    absl::StatusOr<ProblemKeyParts> key = ProblemKeyOf(problem);
-    if (!key.ok()) return key.status();
-    r.key = EntryKey{key->op, key->key, target_key_, SoftwareKey(r.software)};
-    return r;
+    r.key.op = "gemm";
+    r.key.problem_key = GemmCanonicalKey(problem.gemm());
+  } else if (problem.has_norm()) {
+    absl::StatusOr<NormProblem> norm = NormProblemFromProto(problem.norm());
+    if (!norm.ok()) return norm.status();
+    if (absl::Status s = ValidateNormProblem(*norm); !s.ok()) return s;
+    r.problem = *norm;
+    r.key.op = OpName(*norm);
+    r.key.problem_key = CanonicalKey(*norm);
+  } else {
+    return absl::InvalidArgumentError("problem: missing (set problem.norm)");
   }
-  if (!problem.has_norm()) return absl::InvalidArgumentError("problem: missing (set problem.norm)");
-  Resolved r;
-  absl::StatusOr<NormProblem> norm = NormProblemFromProto(problem.norm());
-  if (!norm.ok()) return norm.status();
-  if (absl::Status s = ValidateNormProblem(*norm); !s.ok()) return s;
+  auto software = op_software_.find(r.key.op);
+  auto software_key = current_software_.find(r.key.op);
+  if (software == op_software_.end() || software_key == current_software_.end()) {
+    // As BuildSoftware answers it (the op's template is not in this build).
+    absl::StatusOr<SoftwareFingerprint> built = BuildSoftware(problem);
+    return built.ok() ? absl::InternalError(absl::StrCat("no software fingerprint for ", r.key.op)) : built.status();
+  }
+  r.software = software->second;
+  r.key.software_key = software_key->second;
+  r.key.device_key = target_key_;
   r.proto = problem;
-  r.problem = *norm;
-  absl::StatusOr<SoftwareFingerprint> software = BuildSoftware(problem);
-  if (!software.ok()) return software.status();
-  r.software = *std::move(software);
-  absl::StatusOr<ProblemKeyParts> key = ProblemKeyOf(problem);
-  if (!key.ok()) return key.status();
-  r.key = EntryKey{key->op, key->key, target_key_, SoftwareKey(r.software)};
   return r;
 }
 
@@ -314,21 +325,17 @@ absl::Status KtuneServiceImpl::AttachCode(LaunchRecipe* recipe) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<LaunchRecipe> KtuneServiceImpl::ServedRecipe(const v1::Problem& problem, const v1::Config& config,
-                                                            bool compile) {
+absl::StatusOr<LaunchRecipe> KtuneServiceImpl::ServedRecipe(const v1::Problem& problem, const v1::Config& config) {
   absl::StatusOr<LaunchRecipe> recipe = TemplateRecipe(problem, config, target_);
   if (!recipe.ok()) return recipe.status();
-  if (compile) {
-    if (absl::Status s = AttachCode(&*recipe); !s.ok()) return s;
-  }
+  if (absl::Status s = AttachCode(&*recipe); !s.ok()) return s;
   return recipe;
 }
 
-absl::Status KtuneServiceImpl::AnswerFromEntry(const v1::Entry& entry, bool include_cubin,
-                                               v1::GetConfigResponse* response) {
+absl::StatusOr<v1::GetConfigResponse> KtuneServiceImpl::EntryAnswer(const v1::Entry& entry) const {
   // The stored recipe is checked, then the template's own is served: a store
   // or bundle can say which config won, never how to launch it.
-  absl::StatusOr<LaunchRecipe> recipe = ServedRecipe(entry.problem(), entry.config(), /*compile=*/false);
+  absl::StatusOr<LaunchRecipe> recipe = TemplateRecipe(entry.problem(), entry.config(), target_);
   if (!recipe.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("stored entry: recipe: this build's template writes none for its config on ", Arch(target_),
@@ -337,20 +344,31 @@ absl::Status KtuneServiceImpl::AnswerFromEntry(const v1::Entry& entry, bool incl
   if (absl::Status s = CompareRecipe("stored entry: ", WithoutLoweredNames(entry.recipe()), *recipe); !s.ok()) {
     return s;
   }
+  v1::GetConfigResponse response;
+  *response.mutable_config() = entry.config();
+  response.set_source(v1::TUNED);
+  *response.mutable_measurement() = entry.measurement();
+  *response.mutable_recipe() = RecipeToProto(*recipe, /*include_cubin=*/false);
+  *response.mutable_device() = entry.device();
+  *response.mutable_software() = entry.software();
+  return response;
+}
+
+absl::Status KtuneServiceImpl::AnswerFromEntry(const ServedEntry& served, bool include_cubin,
+                                               v1::GetConfigResponse* response) {
+  if (!served.answer.ok()) return served.answer.status();
+  *response = *served.answer;
   if (include_cubin) {
     // Entries carry no code; the recipe compiles deterministically from the
     // embedded template (same software fingerprint), once per process.
-    if (absl::Status s = AttachCode(&*recipe); !s.ok()) {
-      spdlog::warn("event=cubin_recompile_failed template=\"{}\" error=\"{}\"", SafeText(recipe->template_id),
+    LaunchRecipe recipe = RecipeFromProto(response->recipe());
+    if (absl::Status s = AttachCode(&recipe); !s.ok()) {
+      spdlog::warn("event=cubin_recompile_failed template=\"{}\" error=\"{}\"", SafeText(recipe.template_id),
                    SafeText(s.message(), 1024));
+    } else {
+      *response->mutable_recipe() = RecipeToProto(recipe, /*include_cubin=*/true);
     }
   }
-  *response->mutable_config() = entry.config();
-  response->set_source(v1::TUNED);
-  *response->mutable_measurement() = entry.measurement();
-  *response->mutable_recipe() = RecipeToProto(*recipe, include_cubin);
-  *response->mutable_device() = entry.device();
-  *response->mutable_software() = entry.software();
   return absl::OkStatus();
 }
 
@@ -359,7 +377,7 @@ absl::Status KtuneServiceImpl::AnswerUntuned(const Resolved& r, const NormConfig
                                              v1::GetConfigResponse* response) {
   v1::Config proto;
   *proto.mutable_norm() = NormConfigToProto(config);
-  absl::StatusOr<LaunchRecipe> compiled = ServedRecipe(r.proto, proto, /*compile=*/true);
+  absl::StatusOr<LaunchRecipe> compiled = ServedRecipe(r.proto, proto);
   if (!compiled.ok()) return compiled.status();
   *response->mutable_config() = std::move(proto);
   response->set_source(source);
@@ -375,7 +393,7 @@ absl::Status KtuneServiceImpl::AnswerNearestGemm(const Resolved& r, const v1::En
   // The tuned config of another M, re-judged and re-written for this one; a
   // cuBLASLt algorithm is not (the caller would have to check it for this M).
   if (config.has_cublaslt()) return absl::NotFoundError("the nearest entry is a cuBLASLt algorithm");
-  absl::StatusOr<LaunchRecipe> compiled = ServedRecipe(r.proto, nearest.config(), /*compile=*/true);
+  absl::StatusOr<LaunchRecipe> compiled = ServedRecipe(r.proto, nearest.config());
   if (!compiled.ok()) {
     // A config the template refuses for this M is no answer; a compile error is.
     return absl::IsInternal(compiled.status()) ? compiled.status()
@@ -435,7 +453,7 @@ absl::Status KtuneServiceImpl::AnswerUntunedGemm(const Resolved& r, bool include
         "no heuristic answer for this GEMM: no template serves it unsplit (fp8: K over 4096 needs split-K, "
         "promotion or cuBLASLt, measured and checked on the GPU first); ask with TUNE_ON_MISS");
   }
-  absl::StatusOr<LaunchRecipe> compiled = ServedRecipe(r.proto, config, /*compile=*/true);
+  absl::StatusOr<LaunchRecipe> compiled = ServedRecipe(r.proto, config);
   if (!compiled.ok()) return compiled.status();
   *response->mutable_config() = std::move(config);
   response->set_source(v1::HEURISTIC);
@@ -548,22 +566,18 @@ TuneQueue::Result KtuneServiceImpl::TuneGemmAndStore(const Resolved& r, int repe
                "candidates={}+{} seconds={:.2f}",
                r.key.problem_key, w.Name(), result->winner_timing.median_us, result->sustained, m->throughput(),
                result->template_candidates, result->cublaslt_candidates, result->tune_seconds);
-  v1::GetConfigResponse response;
-  if (absl::Status s = AnswerFromEntry(entry, /*include_cubin=*/false, &response); !s.ok()) return s;
-  return response;
+  return EntryAnswer(entry);
 }
 
 TuneQueue::Result KtuneServiceImpl::TuneAndStore(const Resolved& r, int repetitions, bool force,
                                                  const std::atomic<bool>& cancelled,
                                                  const TuneQueue::ProgressFn& progress) {
-  v1::GetConfigResponse response;
   // A key stored while this job waited in the queue (e.g. a background tune
   // that ran first) is answered, not tuned again.
   if (!force) {
-    if (std::shared_ptr<const v1::Entry> hit = entries_.Lookup(r.key)) {
-      if (absl::Status s = AnswerFromEntry(*hit, false, &response); s.ok()) return response;
-      response.Clear();  // not servable: tuned again, and replaced
-    }
+    if (std::shared_ptr<const ServedEntry> hit = entries_.Lookup(r.key); hit != nullptr && hit->answer.ok()) {
+      return *hit->answer;
+    }  // else not servable: tuned again, and replaced
   }
   if (cancelled) return absl::CancelledError("every caller waiting for this tune went away");
   if (r.gemm.has_value()) return TuneGemmAndStore(r, repetitions, cancelled, progress);
@@ -637,8 +651,7 @@ TuneQueue::Result KtuneServiceImpl::TuneAndStore(const Resolved& r, int repetiti
                result->candidates_measured, result->compiled, result->kernel_cache_hits,
                result->tune_seconds, result->compile_seconds, result->run_seconds, result->prepare_seconds,
                result->verify_seconds, result->time_seconds);
-  if (absl::Status s = AnswerFromEntry(entry, /*include_cubin=*/false, &response); !s.ok()) return s;
-  return response;
+  return EntryAnswer(entry);
 }
 
 absl::StatusOr<std::unique_ptr<TuneQueue::Ticket>> KtuneServiceImpl::JoinTune(
@@ -663,51 +676,76 @@ absl::StatusOr<std::unique_ptr<TuneQueue::Ticket>> KtuneServiceImpl::JoinTune(
 }
 
 grpc::ServerUnaryReactor* KtuneServiceImpl::GetConfig(grpc::CallbackServerContext* context,
-                                                      const v1::GetConfigRequest* request,
-                                                      v1::GetConfigResponse* response) {
+                                                      const grpc::ByteBuffer* request_bytes,
+                                                      grpc::ByteBuffer* response) {
+  v1::GetConfigRequest request;
+  grpc::ByteBuffer bytes = *request_bytes;  // shares the slices; parsing consumes its argument
+  if (!grpc::SerializationTraits<v1::GetConfigRequest>::Deserialize(&bytes, &request).ok()) {
+    return Finish(context, absl::InvalidArgumentError(
+                               "the request is not a valid /ktune.v1.KtuneService/GetConfig request message "
+                               "(protobuf parse failed)"));
+  }
+  GetConfigReply reply{response};
   // The hot path pays one level check when debug logging is off.
-  bool pending = false;
-  if (!spdlog::should_log(spdlog::level::debug)) return ServeGetConfig(context, request, response, &pending);
+  if (!spdlog::should_log(spdlog::level::debug)) return ServeGetConfig(context, request, &reply);
   const absl::Time start = absl::Now();
-  grpc::ServerUnaryReactor* reactor = ServeGetConfig(context, request, response, &pending);
-  // gRPC keeps request and response until this handler has returned. A
-  // pending answer (a TUNE_ON_MISS miss waiting for its tune) is written by
-  // the tune's thread, so it is not read: source PENDING. An error leaves the
-  // response empty: source NONE.
-  const std::string source = pending                  ? "PENDING"
-                             : response->has_config() ? v1::Source_Name(response->source())
-                                                      : "NONE";
-  absl::StatusOr<Resolved> resolved = Resolve(request->problem());
+  grpc::ServerUnaryReactor* reactor = ServeGetConfig(context, request, &reply);
+  // A pending answer (a TUNE_ON_MISS miss waiting for its tune) is written by
+  // the tune's thread: source PENDING. An error sends no answer: source NONE.
+  const std::string source = reply.pending                             ? "PENDING"
+                             : reply.source != v1::SOURCE_UNSPECIFIED ? v1::Source_Name(reply.source)
+                                                                      : "NONE";
+  absl::StatusOr<Resolved> resolved = Resolve(request.problem());
   spdlog::debug("event=request op=GetConfig problem=\"{}\" policy={} source={} us={}",
-                resolved.ok() ? resolved->key.problem_key : "invalid", v1::Policy_Name(request->policy()), source,
+                resolved.ok() ? resolved->key.problem_key : "invalid", v1::Policy_Name(request.policy()), source,
                 absl::ToInt64Microseconds(absl::Now() - start));
   return reactor;
 }
 
 grpc::ServerUnaryReactor* KtuneServiceImpl::ServeGetConfig(grpc::CallbackServerContext* context,
-                                                           const v1::GetConfigRequest* request,
-                                                           v1::GetConfigResponse* response,
-                                                           bool* answer_pending) {
+                                                           const v1::GetConfigRequest& request_message,
+                                                           GetConfigReply* reply) {
   const auto start = std::chrono::steady_clock::now();  // for the latency histogram
+  const v1::GetConfigRequest* request = &request_message;
+  // Answers built here are serialized into the reply before the call ends.
+  v1::GetConfigResponse answer;
+  v1::GetConfigResponse* response = &answer;
+  auto finish = [&](const absl::Status& status) {
+    if (status.ok()) {
+      std::string wire;
+      answer.SerializeToString(&wire);
+      grpc::Slice slice(std::move(wire));
+      *reply->wire = grpc::ByteBuffer(&slice, 1);
+      reply->source = answer.source();
+    }
+    return Finish(context, status);
+  };
   if (absl::Status s = options_.auth.Check(*context, Authorizer::Access::kUse); !s.ok()) {
-    return Finish(context, s);
+    return finish(s);
   }
   // The whole request is checked before anything is looked up: an unknown
   // policy is refused whether or not the key is stored.
   if (!v1::Policy_IsValid(request->policy())) {
     CountAnswer(Answer::kError, start);
-    return Finish(context, absl::InvalidArgumentError(absl::StrCat("policy: unknown value ", request->policy())));
+    return finish(absl::InvalidArgumentError(absl::StrCat("policy: unknown value ", request->policy())));
   }
   absl::StatusOr<Resolved> resolved = Resolve(request->problem());
   if (!resolved.ok()) {
     CountAnswer(Answer::kError, start);
-    return Finish(context, resolved.status());
+    return finish(resolved.status());
   }
-  if (std::shared_ptr<const v1::Entry> hit = entries_.Lookup(resolved->key)) {
+  if (std::shared_ptr<const ServedEntry> hit = entries_.Lookup(resolved->key)) {
+    if (hit->answer.ok() && !request->include_cubin()) {
+      // The hot path: the entry's answer as serialized when it was read.
+      *reply->wire = grpc::ByteBuffer(&hit->answer_wire, 1);
+      reply->source = v1::TUNED;
+      CountAnswer(Answer::kHit, start);
+      return Finish(context, absl::OkStatus());
+    }
     absl::Status served = AnswerFromEntry(*hit, request->include_cubin(), response);
     if (served.ok()) {
       CountAnswer(Answer::kHit, start);
-      return Finish(context, absl::OkStatus());
+      return finish(absl::OkStatus());
     }
     // Not this build's recipe for its config (a store written by hand, or a
     // device whose recipe differs): answered as a miss, never as stored.
@@ -719,11 +757,11 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::ServeGetConfig(grpc::CallbackServerC
   switch (request->policy()) {
     case v1::CACHED_ONLY:
       CountAnswer(Answer::kNotFound, start);
-      return Finish(context, absl::NotFoundError(absl::StrCat(
+      return finish(absl::NotFoundError(absl::StrCat(
                                  "no tuned entry for ", resolved->key.problem_key, " on ",
                                  compile_only() ? "this compile-only daemon" : target_.name)));
     case v1::TUNE_ON_MISS: {
-      *answer_pending = true;
+      reply->pending = true;
       auto attach = [this, include_cubin, problem = resolved->proto](v1::GetConfigResponse* r) -> absl::Status {
         if (!include_cubin) return absl::OkStatus();
         // The tune's answer is this build's recipe for its config (TuneAndStore
@@ -745,7 +783,7 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::ServeGetConfig(grpc::CallbackServerC
                                                                                                         : Answer::kError;
         CountAnswer(answer, start);
       };
-      auto* pending = new PendingAnswer(response, std::move(attach), std::move(count));
+      auto* pending = new PendingAnswer(reply->wire, std::move(attach), std::move(count));
       absl::StatusOr<std::unique_ptr<TuneQueue::Ticket>> ticket =
           JoinTune(*resolved, JobPriority::kInteractive, 0, false, pending->Done(), nullptr);
       if (!ticket.ok()) {
@@ -789,11 +827,11 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::ServeGetConfig(grpc::CallbackServerC
         response->set_tune_queued(background.ok());
       }
       CountAnswer(answer, start);
-      return Finish(context, answered);
+      return finish(answered);
     }
     default:  // refused above; a value added to the enum and not served here
       CountAnswer(Answer::kError, start);
-      return Finish(context, absl::InvalidArgumentError(
+      return finish(absl::InvalidArgumentError(
                                  absl::StrCat("policy: unknown value ", request->policy())));
   }
 }
@@ -818,7 +856,7 @@ grpc::ServerWriteReactor<v1::TuneEvent>* KtuneServiceImpl::Tune(
   }
   const bool force = request->options().force();
   if (!force && !compile_only()) {
-    if (std::shared_ptr<const v1::Entry> hit = entries_.Lookup(resolved->key)) {
+    if (std::shared_ptr<const ServedEntry> hit = entries_.Lookup(resolved->key)) {
       v1::TuneEvent event;
       if (AnswerFromEntry(*hit, false, event.mutable_result()).ok()) {
         stream->Push(std::move(event));

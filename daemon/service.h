@@ -50,7 +50,14 @@ struct ServiceOptions {
   Authorizer auth;      // tokens for TCP callers and for imports
 };
 
-class KtuneServiceImpl final : public v1::KtuneService::CallbackService {
+// GetConfig is a raw method (bytes in, bytes out): a stored entry's answer is
+// serialized once, when the entry is read from the store (ServedEntry), and
+// every hit sends those bytes. Copying and serializing the answer per call
+// cost a hit as much as the rest of the handler (bench/LOAD.md, 2026-12-02).
+using KtuneServiceBase =
+    v1::KtuneService::WithRawCallbackMethod_GetConfig<v1::KtuneService::CallbackService>;
+
+class KtuneServiceImpl final : public KtuneServiceBase {
  public:
   // `executor` runs candidates (a worker process in ktuned). It may be null:
   // the daemon is then compile-only, for the reason given. `kernel_cache` may
@@ -61,9 +68,9 @@ class KtuneServiceImpl final : public v1::KtuneService::CallbackService {
   // Cancels queued tunes and waits for the running one.
   ~KtuneServiceImpl() override;
 
-  grpc::ServerUnaryReactor* GetConfig(grpc::CallbackServerContext* context,
-                                      const v1::GetConfigRequest* request,
-                                      v1::GetConfigResponse* response) override;
+  // A v1::GetConfigRequest in, a v1::GetConfigResponse out.
+  grpc::ServerUnaryReactor* GetConfig(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
   grpc::ServerWriteReactor<v1::TuneEvent>* Tune(grpc::CallbackServerContext* context,
                                                 const v1::TuneRequest* request) override;
   grpc::ServerUnaryReactor* ListEntries(grpc::CallbackServerContext* context,
@@ -95,12 +102,16 @@ class KtuneServiceImpl final : public v1::KtuneService::CallbackService {
   // Stops taking tuning jobs (shutdown): queued ones are cancelled.
   void StopTuning() { queue_.Shutdown(); }
 
-  // GetConfig itself; GetConfig adds the debug log line around it.
-  // *pending is set when the answer is left to a tune (the response is then
-  // written by another thread).
+  // Where a GetConfig's answer goes, and what it was.
+  struct GetConfigReply {
+    grpc::ByteBuffer* wire;                         // what gRPC sends
+    v1::Source source = v1::SOURCE_UNSPECIFIED;     // of a sent answer (for the debug log)
+    bool pending = false;  // left to a tune: written later, by the tune's thread
+  };
+  // GetConfig itself, on a parsed request; GetConfig adds the debug log line
+  // around it.
   grpc::ServerUnaryReactor* ServeGetConfig(grpc::CallbackServerContext* context,
-                                           const v1::GetConfigRequest* request,
-                                           v1::GetConfigResponse* response, bool* pending);
+                                           const v1::GetConfigRequest& request, GetConfigReply* reply);
 
   // Everything a request's problem resolves to before any work is done.
   struct Resolved {
@@ -144,11 +155,14 @@ class KtuneServiceImpl final : public v1::KtuneService::CallbackService {
   absl::StatusOr<v1::DeleteEntriesResponse> Delete(const v1::DeleteEntriesRequest& request);
 
  private:
-  // Answers from a stored entry (source TUNED) with the recipe this build
-  // writes for its problem and config on this device, after checking that the
-  // stored recipe is that recipe (VerifyRecipe); INVALID_ARGUMENT naming the
-  // field when it is not (the entry is then not served).
-  absl::Status AnswerFromEntry(const v1::Entry& entry, bool include_cubin, v1::GetConfigResponse* response);
+  // The answer a stored entry gives (source TUNED, no code): the recipe this
+  // build writes for its problem and config on this device, after checking
+  // that the stored recipe is that recipe (CompareRecipe); INVALID_ARGUMENT
+  // naming the field when it is not (the entry is then not served). A
+  // function of the entry alone while the daemon runs, so EntryCache keeps it.
+  absl::StatusOr<v1::GetConfigResponse> EntryAnswer(const v1::Entry& entry) const;
+  // Serves `served`'s answer into `response`, with its code when asked for.
+  absl::Status AnswerFromEntry(const ServedEntry& served, bool include_cubin, v1::GetConfigResponse* response);
   // Answers `config` for the problem (source HEURISTIC or NEAREST), compiled
   // once per process.
   absl::Status AnswerUntuned(const Resolved& resolved, const NormConfig& config, v1::Source source,
@@ -163,9 +177,9 @@ class KtuneServiceImpl final : public v1::KtuneService::CallbackService {
                                                               bool force, TuneQueue::DoneFn done,
                                                               TuneQueue::ProgressFn progress);
   // The recipe this build writes for (problem, config) on this device
-  // (TemplateRecipe), compiled when `compile` (lowered names; the cubin is
-  // kept in it too, and sent when the caller asked for it).
-  absl::StatusOr<LaunchRecipe> ServedRecipe(const v1::Problem& problem, const v1::Config& config, bool compile);
+  // (TemplateRecipe), compiled (lowered names; the cubin is kept in it too,
+  // and sent when the caller asked for it).
+  absl::StatusOr<LaunchRecipe> ServedRecipe(const v1::Problem& problem, const v1::Config& config);
   // Fills recipe->cubin and its kernels' lowered names: memoised, else from
   // the kernel cache, else compiled. Only code is memoised, keyed by what
   // determines it (CompileKey); the recipe's geometry is left as it is, so an
@@ -173,9 +187,12 @@ class KtuneServiceImpl final : public v1::KtuneService::CallbackService {
   absl::Status AttachCode(LaunchRecipe* recipe);
   // Remembers a compiled recipe's code (a tune's winner).
   void RememberCode(const LaunchRecipe& recipe);
-  // The software key this binary would tune each op with: an entry of this
-  // daemon's device under another one is stale (kept, listed, never served).
-  static std::map<std::string, std::string> CurrentSoftware();
+  // The software this binary tunes each op with (BuildSoftware of any of the
+  // op's problems: it depends on the op alone), by op name.
+  static std::map<std::string, SoftwareFingerprint> OpSoftware();
+  // Their keys: an entry of this daemon's device under another one is stale
+  // (kept, listed, never served).
+  static std::map<std::string, std::string> CurrentSoftware(const std::map<std::string, SoftwareFingerprint>& op_software);
   EntryFilter::Stale StaleFilter() const;
   // INVALID_ARGUMENT unless `op` is "" or an op this daemon serves.
   absl::Status CheckOpFilter(const std::string& op) const;
@@ -210,7 +227,8 @@ class KtuneServiceImpl final : public v1::KtuneService::CallbackService {
   const std::string compile_only_reason_;
   const DeviceInfo target_;
   const std::string target_key_;  // DeviceKey(target_), on every request's key
-  const std::map<std::string, std::string> current_software_;  // CurrentSoftware()
+  const std::map<std::string, SoftwareFingerprint> op_software_;  // OpSoftware()
+  const std::map<std::string, std::string> current_software_;     // their keys
   const ServiceOptions options_;
   const std::chrono::steady_clock::time_point started_;
   Metrics metrics_;

@@ -1,6 +1,7 @@
 #include "tuner/problem.h"
 
 #include <cmath>
+#include <cstdio>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -101,9 +102,14 @@ absl::Status ValidateNormProblem(const NormProblem& p) {
 }
 
 std::string CanonicalKey(const NormProblem& p) {
-  return absl::StrFormat("%s m=%d n=%d in=%s out=%s wt=%s w=%d b=%d eps=%.9g", OpName(p), p.m,
-                         p.n, DTypeName(p.input_dtype), DTypeName(p.output_dtype),
-                         DTypeName(p.weight_dtype), p.has_weight ? 1 : 0, p.has_bias ? 1 : 0, p.eps);
+  // Stored keys read "%s m=%d n=%d in=%s out=%s wt=%s w=%d b=%d eps=%.9g";
+  // written with StrCat (and printf for the float) because every request
+  // makes one, and StrFormat took a cache hit a microsecond.
+  char eps[32];
+  std::snprintf(eps, sizeof(eps), "%.9g", static_cast<double>(p.eps));
+  return absl::StrCat(OpName(p), " m=", p.m, " n=", p.n, " in=", DTypeName(p.input_dtype),
+                      " out=", DTypeName(p.output_dtype), " wt=", DTypeName(p.weight_dtype),
+                      " w=", p.has_weight ? 1 : 0, " b=", p.has_bias ? 1 : 0, " eps=", eps);
 }
 
 int64_t MinimumBytes(const NormProblem& p) {

@@ -2,6 +2,10 @@
 // conversions of tuner/wire.h.
 #include <catch2/catch.hpp>
 
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+
 #include "google/protobuf/util/message_differencer.h"
 #include "tuner/fingerprint.h"
 #include "tuner/problem.h"
@@ -58,6 +62,32 @@ TEST_CASE("ValidateNormProblem accepts the served range and names bad fields", "
     INFO(CanonicalKey(c.problem) << " -> " << s.ToString());
     CHECK(s.code() == c.code);
     CHECK(s.message().find(c.mentions) != std::string::npos);
+  }
+}
+
+TEST_CASE("canonical keys keep the stored format for any eps and size", "[tuner][problem]") {
+  // Keys are what stored entries are found by: CanonicalKey must write what
+  // the format below writes, for every value, or stores stop hitting.
+  NormProblem p = Rms(1, 1);
+  std::vector<float> eps = {1e-5f, 1e-6f, 1e-12f, 1.0f, 0.5f, 3.0e-38f, 1.17549435e-38f, 0.1f, 0.3333333f};
+  for (uint32_t bits = 0x00800000u; bits < 0x3f800000u; bits += 0x00123457u) {
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    eps.push_back(f);
+  }
+  for (float e : eps) {
+    for (int64_t m : {int64_t{1}, int64_t{4096}, int64_t{1} << 40}) {
+      p.eps = e;
+      p.m = m;
+      p.n = m / 2 + 1;
+      p.op = m == 1 ? NormOp::kLayerNorm : NormOp::kRMSNorm;
+      p.pass = m == 4096 ? NormPass::kBackward : NormPass::kForward;
+      p.has_bias = m == 1;
+      const std::string expected = absl::StrFormat(
+          "%s m=%d n=%d in=%s out=%s wt=%s w=%d b=%d eps=%.9g", OpName(p), p.m, p.n, DTypeName(p.input_dtype),
+          DTypeName(p.output_dtype), DTypeName(p.weight_dtype), p.has_weight ? 1 : 0, p.has_bias ? 1 : 0, p.eps);
+      CHECK(CanonicalKey(p) == expected);
+    }
   }
 }
 

@@ -1,7 +1,9 @@
 #include "tuner/problem.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -105,8 +107,18 @@ std::string CanonicalKey(const NormProblem& p) {
   // Stored keys read "%s m=%d n=%d in=%s out=%s wt=%s w=%d b=%d eps=%.9g";
   // written with StrCat (and printf for the float) because every request
   // makes one, and StrFormat took a cache hit a microsecond.
-  char eps[32];
-  std::snprintf(eps, sizeof(eps), "%.9g", static_cast<double>(p.eps));
+  // printf's %.9g is still most of the cost (glibc's float formatting), and
+  // nearly every request carries the same eps: each thread remembers the
+  // text of the last one it formatted, compared bit for bit (-0 and 0, or
+  // two NaNs, print differently).
+  thread_local uint32_t last_eps_bits = 0xffffffffu;  // a NaN no caller can pass: eps is validated finite
+  thread_local char eps[32] = "";
+  uint32_t bits;
+  std::memcpy(&bits, &p.eps, sizeof(bits));
+  if (bits != last_eps_bits || eps[0] == '\0') {
+    std::snprintf(eps, sizeof(eps), "%.9g", static_cast<double>(p.eps));
+    last_eps_bits = bits;
+  }
   return absl::StrCat(OpName(p), " m=", p.m, " n=", p.n, " in=", DTypeName(p.input_dtype),
                       " out=", DTypeName(p.output_dtype), " wt=", DTypeName(p.weight_dtype),
                       " w=", p.has_weight ? 1 : 0, " b=", p.has_bias ? 1 : 0, " eps=", eps);

@@ -367,6 +367,7 @@ int main(int argc, char** argv) {
   bool perf = false;
   std::string wrap;
   int load_threads = 1;
+  int rounds = 1;
   app.add_option("--server", server, "an already running ktuned holding the hit's entry (default: start one)");
   app.add_option("--ktuned", ktuned, "the ktuned to start")->capture_default_str();
   app.add_option("--daemon-cpus", daemon_cpus, "CPUs the started ktuned is pinned to (\"\" = any)")
@@ -379,6 +380,11 @@ int main(int argc, char** argv) {
   app.add_option("--calls", only, "which calls to run: empty, hit, heuristic")->capture_default_str();
   app.add_option("--load-threads", load_threads, "threads driving the clients (asynchronously)")
       ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  app.add_option("--rounds", rounds,
+                 "rounds of the calls, alternated (empty, hit, heuristic, then again); each row is the median "
+                 "over rounds, and 'vs empty' the median of the ratios within a round, with their range")
+      ->check(CLI::Range(1, 100))
       ->capture_default_str();
   app.add_option("--wrap", wrap, "a command the started ktuned runs under, e.g. \"valgrind --tool=callgrind\"");
   app.add_flag("--perf", perf, "also count the daemon's instructions per call (perf stat)");
@@ -410,29 +416,60 @@ int main(int argc, char** argv) {
   // A width with no stored entry, so every call is a miss.
   const grpc::ByteBuffer heuristic_request = Serialize(NormRequest(m, n / 2, ktune::v1::HEURISTIC_ON_MISS));
 
-  std::printf("ktune_load_bench: %s, daemon CPUs %s, load generator CPUs %s (%d load thread%s), %.1f s per run\n",
+  std::printf("ktune_load_bench: %s, daemon CPUs %s, load generator CPUs %s (%d load thread%s), %.1f s per run, "
+              "%d round%s\n",
               server.c_str(),
               daemon_pid > 0 ? (daemon_cpus.empty() ? "any" : daemon_cpus.c_str()) : "(not started here)",
               client_cpus.empty() ? "any" : client_cpus.c_str(), load_threads, load_threads == 1 ? "" : "s",
-              seconds);
+              seconds, rounds, rounds == 1 ? "" : "s");
   std::printf("%-10s %8s %12s %9s %9s %9s %12s %12s %9s%s\n", "call", "clients", "calls/s", "p50 us", "p99 us",
               "p99.9 us", "daemon us/c", "client us/c", "vs empty", perf ? "  daemon kinstr/c" : "");
   const std::string perf_out = perf ? (std::filesystem::temp_directory_path() / "ktune-load-perf.txt").string() : "";
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+  };
   for (int count : client_counts) {
     std::vector<std::unique_ptr<LoadClient>> clients;
     for (int i = 0; i < count; ++i) clients.push_back(std::make_unique<LoadClient>(server));
-    double empty_rate = 0;
+    std::vector<Call> calls;
     for (Call call : {Call::kEmpty, Call::kHit, Call::kHeuristic}) {
-      if (std::find(only.begin(), only.end(), CallName(call)) == only.end()) continue;
-      const grpc::ByteBuffer& request =
-          call == Call::kEmpty ? empty_request : call == Call::kHit ? hit_request : heuristic_request;
-      const RunResult r = Run(clients, load_threads, call, request, warmup, seconds, daemon_pid, perf_out);
-      if (call == Call::kEmpty) empty_rate = r.calls_per_s;
-      std::printf("%-10s %8d %12.0f %9.0f %9.0f %9.0f %12.1f %12.1f %9.2f", CallName(call), count, r.calls_per_s,
-                  r.p50_us, r.p99_us, r.p999_us, r.daemon_cpu_us, r.client_cpu_us,
-                  empty_rate > 0 ? r.calls_per_s / empty_rate : 0);
-      if (perf && r.daemon_kinstructions > 0) std::printf("  %16.1f", r.daemon_kinstructions);
-      if (perf && r.daemon_kinstructions == 0) std::printf("  %16s", "n/a");  // no hardware counters
+      if (std::find(only.begin(), only.end(), CallName(call)) != only.end()) calls.push_back(call);
+    }
+    // results[c][round]: the calls alternate within a round, so a drift of
+    // the machine over the run moves all of them alike.
+    std::vector<std::vector<RunResult>> results(calls.size());
+    for (int round = 0; round < rounds; ++round) {
+      for (size_t c = 0; c < calls.size(); ++c) {
+        const grpc::ByteBuffer& request = calls[c] == Call::kEmpty ? empty_request
+                                          : calls[c] == Call::kHit ? hit_request
+                                                                   : heuristic_request;
+        results[c].push_back(Run(clients, load_threads, calls[c], request, warmup, seconds, daemon_pid, perf_out));
+      }
+    }
+    const bool have_empty = !calls.empty() && calls[0] == Call::kEmpty;
+    for (size_t c = 0; c < calls.size(); ++c) {
+      auto stat = [&](double RunResult::*field) {
+        std::vector<double> v;
+        for (const RunResult& r : results[c]) v.push_back(r.*field);
+        return median(v);
+      };
+      std::vector<double> ratios;
+      for (int round = 0; round < rounds && have_empty; ++round) {
+        const double empty_rate = results[0][round].calls_per_s;
+        ratios.push_back(empty_rate > 0 ? results[c][round].calls_per_s / empty_rate : 0);
+      }
+      std::printf("%-10s %8d %12.0f %9.0f %9.0f %9.0f %12.1f %12.1f %9.2f", CallName(calls[c]), count,
+                  stat(&RunResult::calls_per_s), stat(&RunResult::p50_us), stat(&RunResult::p99_us),
+                  stat(&RunResult::p999_us), stat(&RunResult::daemon_cpu_us), stat(&RunResult::client_cpu_us),
+                  median(ratios));
+      if (rounds > 1 && !ratios.empty()) {
+        std::printf("  [%.2f-%.2f]", *std::min_element(ratios.begin(), ratios.end()),
+                    *std::max_element(ratios.begin(), ratios.end()));
+      }
+      const double kinstructions = stat(&RunResult::daemon_kinstructions);
+      if (perf && kinstructions > 0) std::printf("  %16.1f", kinstructions);
+      if (perf && kinstructions == 0) std::printf("  %16s", "n/a");  // no hardware counters
       std::printf("\n");
       std::fflush(stdout);
     }

@@ -19,6 +19,10 @@
 #include "daemon/service.h"
 #include "daemon/status_mapping.h"
 #include "grpc/grpc.h"
+#include "openssl/bio.h"
+#include "openssl/err.h"
+#include "openssl/pem.h"
+#include "openssl/x509.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/auth_metadata_processor.h"
@@ -188,6 +192,40 @@ absl::Status ValidateListenAddress(const std::string& address, bool have_tls) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// A certificate and a key that do not belong together start fine and then
+// fail every handshake, which callers see only as UNAVAILABLE; so the pair is
+// checked at start (a rotated pair is gRPC's to check when it reloads).
+absl::Status CheckKeyPair(const std::string& cert_pem, const std::string& cert_path, const std::string& key_pem,
+                          const std::string& key_path) {
+  // No passphrase prompt on the terminal: an encrypted key is refused.
+  auto no_passphrase = [](char*, int, int, void*) -> int { return 0; };
+  std::unique_ptr<BIO, decltype(&BIO_free)> cert_bio(BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size())),
+                                                     &BIO_free);
+  std::unique_ptr<X509, decltype(&X509_free)> cert(
+      cert_bio ? PEM_read_bio_X509(cert_bio.get(), nullptr, no_passphrase, nullptr) : nullptr, &X509_free);
+  if (!cert) return absl::InvalidArgumentError(absl::StrCat("--tls-cert ", cert_path, ": no certificate in it"));
+  std::unique_ptr<BIO, decltype(&BIO_free)> key_bio(BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size())),
+                                                    &BIO_free);
+  std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)> key(
+      key_bio ? PEM_read_bio_PrivateKey(key_bio.get(), nullptr, no_passphrase, nullptr) : nullptr, &EVP_PKEY_free);
+  ERR_clear_error();  // OpenSSL's error queue is per thread; leave it empty for gRPC
+  if (!key) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tls-key ", key_path, ": no private key in it (an encrypted key is not supported)"));
+  }
+  const bool match = X509_check_private_key(cert.get(), key.get()) == 1;
+  ERR_clear_error();
+  if (!match) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tls-key ", key_path, " is not the key of the certificate in --tls-cert ", cert_path));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options,
                                                       KtuneServiceImpl* service) {
   const bool have_tls = !options.tls_cert_file.empty() && !options.tls_key_file.empty();
@@ -197,12 +235,17 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   if (options.listen.empty()) return absl::InvalidArgumentError("no --listen address");
   std::shared_ptr<grpc::ServerCredentials> tcp_credentials = grpc::InsecureServerCredentials();
   if (have_tls) {
+    std::vector<std::string> pems;
     for (const std::string* path : {&options.tls_cert_file, &options.tls_key_file}) {
       absl::StatusOr<std::string> pem = ReadInputFile(*path, kPemFile);
       if (!pem.ok()) return pem.status();
       if (pem->find("-----BEGIN ") == std::string::npos) {
         return absl::InvalidArgumentError(absl::StrCat(*path, ": not a PEM file"));
       }
+      pems.push_back(*std::move(pem));
+    }
+    if (absl::Status s = CheckKeyPair(pems[0], options.tls_cert_file, pems[1], options.tls_key_file); !s.ok()) {
+      return s;
     }
     // Watched files, so certificates rotate without a restart.
     auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(

@@ -113,6 +113,42 @@ TEST_CASE("ktune speaks TLS for status, get, import and prewarm, and a wrong CA 
   CHECK(daemon.Stop() == 0);
 }
 
+TEST_CASE("ktuned refuses at start a key that is not its certificate's, naming both files", "[e2e][tls]") {
+  TempDir dir;
+  const testing::TestCa ca = testing::MakeTestCa(dir.path(), "ca");
+  const std::string cert_a = dir.path() + "/a.pem", key_a = dir.path() + "/a.key";
+  const std::string cert_b = dir.path() + "/b.pem", key_b = dir.path() + "/b.key";
+  testing::MakeServerCert(dir.path(), ca, cert_a, key_a);
+  testing::MakeServerCert(dir.path(), ca, cert_b, key_b);
+  const std::string garbage = Write(dir, "garbage.pem", "-----BEGIN PRIVATE KEY-----\nnot base64\n-----END PRIVATE KEY-----\n");
+  const std::string ktuned = std::string(KTUNED_PATH);
+  auto start = [&](const std::string& cert, const std::string& key) {
+    return RunCommand(absl::StrCat("timeout 20 ", ktuned, " --listen 127.0.0.1:", testing::FreeTcpPort(),
+                                   " --listen unix:", dir.path(), "/s.sock --db ", dir.path(), "/x.db --tls-cert ",
+                                   cert, " --tls-key ", key),
+                      dir.path());
+  };
+  const testing::CommandResult swapped = start(cert_a, key_b);
+  INFO(swapped.err);
+  CHECK(swapped.exit_code != 0);
+  CHECK(swapped.exit_code != 124);  // refused at start, not left serving
+  CHECK(swapped.err.find("--tls-key " + key_b + " is not the key of the certificate in --tls-cert " + cert_a) !=
+        std::string::npos);
+  const testing::CommandResult no_key = start(cert_a, garbage);
+  INFO(no_key.err);
+  CHECK((no_key.exit_code != 0 && no_key.exit_code != 124));
+  CHECK(no_key.err.find("--tls-key " + garbage + ": no private key in it") != std::string::npos);
+  const testing::CommandResult key_as_cert = start(key_a, key_a);
+  INFO(key_as_cert.err);
+  CHECK((key_as_cert.exit_code != 0 && key_as_cert.exit_code != 124));
+  CHECK(key_as_cert.err.find("--tls-cert " + key_a + ": no certificate in it") != std::string::npos);
+  // The matching pair starts.
+  DaemonProcess daemon(dir.path(), dir.path() + "/ok.db");
+  REQUIRE(daemon.Start({"--listen", absl::StrCat("127.0.0.1:", testing::FreeTcpPort()), "--tls-cert", cert_b,
+                        "--tls-key", key_b}));
+  CHECK(daemon.Stop() == 0);
+}
+
 TEST_CASE("ktuned serves a rotated certificate without a restart", "[e2e][tls]") {
   TempDir dir;
   const testing::TestCa old_ca = testing::MakeTestCa(dir.path(), "old-ca");

@@ -7,42 +7,44 @@ GPU kept busy for 200 ms first (a large GEMM pulls the clocks down under the
 power limit within tens of ms, so a peer timed from idle would be flattered),
 then a pair of CUDA events around each call, input sets rotated past the L2,
 the median. Operands for torch are drawn as ktune draws its own (uniform in
-[-1, 1)); runs before session 4 gave torch N(0, 1) operands instead.
+[-1, 1)); runs before 00757fe (2026-11-29) gave torch N(0, 1) operands
+instead.
 TFLOP/s = 2*M*N*K / time.
 
-Pairing (--rounds R, default 5, since session 9): ktune_gemm_bench tunes
+Pairing (--rounds R, default 5, since 0a61686): ktune_gemm_bench tunes
 each shape and then, in the same GPU state, times its answer on request
 (--paired); this driver alternates R timings of ktune's answer with R of
 torch's, the order swapped every round (ours first in even rounds), and
 compares the medians of the two sides. Both run under the same clocks and
-thermal history, which the earlier protocols did not give: sessions 4-6
-timed torch after every tune ("batched"), session 7 right after each shape's
-tune, session 8 after 2 s of idle on both sides ("settled"), and in session
-9 that settled figure of one unchanged cuBLASLt algorithm moved by -12% to
-+2% against the tune's own, more than any gap it was meant to measure.
+thermal history, which the earlier protocols did not give: they timed torch
+after every tune ("batched"), then right after each shape's tune, then after
+2 s of idle on both sides ("settled", 6e8ce73), and at 4ecdf53 that settled
+figure of one unchanged cuBLASLt algorithm moved by -12% to +2% against the
+tune's own, more than any gap it was meant to measure (bench/RESULTS.md,
+2026-11-30, "The GEMM bench against torch: from "settled" to "paired"").
 --rounds 0 compares the tune's own figure with one torch timing instead.
 
-The tune's own three figures (cuBLASLt, template, ktune) are, since session
-20, those of its sustained finals where they ran (problems of 100 us and
+The tune's own three figures (cuBLASLt, template, ktune) are, since 1dcdd72,
+those of its sustained finals where they ran (problems of 100 us and
 more, tuner/gemm_tuner.h): each candidate timed after 200 ms of its own heat,
 as the block column times ktune's answer. The JSON keeps every finalist's
 interleaved figure too ("median_us"; "sustained_us" beside it).
 
-Blocks (since session 10): after the alternated rounds, each side is timed
+Blocks (since 1e8044e): after the alternated rounds, each side is timed
 R + 1 times in a row, the first discarded, and the medians compared ("block"
 column, "block_*_us" in the JSON); the side that goes first alternates from
-shape to shape. Alternating two processes on one GPU is not neutral: in
-session 10 (bench/RESULTS.md) two identical torch._scaled_mm processes at
-fp8 8192 x 4096 x 14336 read 770-784 us each timed in a row, but taking
-turns the one whose CUDA context was created first read 813-825 us and the
-other 768-789 us. It does not follow context order: with the driver's
-context created first (it starts CUDA before the bench, since session 10),
+shape to shape. Alternating two processes on one GPU is not neutral: two
+identical torch._scaled_mm processes at fp8 8192 x 4096 x 14336 read
+766-807 us each timed in a row, but taking turns the one started first read
+789-825 us and the other 768-789 us (bench/RESULTS.md, 2026-11-30, "The
+alternation control"). It does not follow context order: with the driver's
+context created first (it starts CUDA before the bench, since 1e8044e),
 ktune's side was still the slower one alternated. Why is not known. The
 block figure times each side after its own kind, as each would run in a
 real program, and is the one "vs torch" reports; "alt" is the alternated
 ratio (torch's median time over ours).
 
-Head to head (since session 22, the "h2h" column): where the sustained
+Head to head (since a266442, the "h2h" column): where the sustained
 finals ran, ktune_gemm_bench times the best template against cuBLASLt's
 default in 8 rounds, the two windows of a round back to back, and reports
 the median of the rounds' ratios (above 1: the template is faster); see its
@@ -217,7 +219,7 @@ def main():
         time_torch = torch_timer(row["m"], row["n"], row["k"], args.dtype)
         if args.rounds > 0:
             timers = {"ktune": bench.time_answer_us, "torch": time_torch}
-            # The alternated rounds ("paired_*_us" in the JSON, as before session 10).
+            # The alternated rounds ("paired_*_us" in the JSON, as before 1e8044e).
             for side in timers:
                 row[f"paired_{side}_us"] = []
             for r in range(args.rounds):

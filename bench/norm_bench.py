@@ -14,13 +14,14 @@ Timing, the same for everyone: a CUDA graph of K calls rotating input sets that
 together exceed 3x the 60 MB L2, replayed many times; median per call. PyTorch
 backward cannot be captured apart from its forward, so a peer's backward time
 is graph(forward + backward) - graph(forward), both captured the same way.
-Outputs, the same for everyone since session 12: each timed call of ours takes
+Outputs, the same for everyone since 4bddd4b: each timed call of ours takes
 what it writes (y, mean, rstd; dx, dw, db and the workspace) from PyTorch's
 caching allocator, as a peer's call does. Before, ours wrote into one buffer
 per input set, while a peer's output, freed before its next call, may come
 back at one address (the allocator's reuse; not checked). At RMSNorm 4096 x
 4096 (64 MB a call) ours ran 1-2% faster from the allocator than rotating
-(session 12, bench/RESULTS.md).
+(bench/RESULTS.md, 2026-11-30, "What max-autotune runs at RMSNorm 4096 x
+4096, and where the outputs go").
 
 Bytes (fewest): forward reads x, w(, b) and writes y; backward reads x, dy, w
 and writes dx, dw(, db). TB/s = bytes / time.

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Times the norm forward template at fixed configs, from one or more template
-trees, beside torch.compile: the lab behind bench/RESULTS.md's "lab" tables
-(a change to a template is measured here, config by config, before the tuner
-sees it). Run on the GPU machine:
+trees, beside torch.compile: the harness behind bench/RESULTS.md's
+fixed-config tables (the sections marked "lab"; a change to a template is
+measured here, config by config, before the tuner sees it). Run on the GPU
+machine:
 
   git worktree add /tmp/base HEAD     # or any other tree of kernel_templates
   python3 bench/norm_variant_lab.py --trees base=/tmp/base/kernel_templates,new=kernel_templates \\
@@ -48,7 +49,7 @@ def kernel(tree, op, c, m, n):
     t = "ktune::bf16"
     flags = ["true" if c["keep"] else "false"]
     with open(os.path.join(tree, "norm", f"{op}_fwd.cuh")) as f:
-        if "FULL_TILES" in f.read():  # trees from before session 10 lack it
+        if "FULL_TILES" in f.read():  # trees from before 1843eff lack it
             # As tuner/norm_space.cc's FullTiles: pd1, an exact tiling, rows of <= 2 KB (bf16).
             r_block = c["warps"] * 32 // c["xb"] * c["vec"] * c["chunks"]
             exact = m % c["xb"] == 0 and n == r_block

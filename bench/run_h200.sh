@@ -21,7 +21,7 @@ export LD_LIBRARY_PATH=$PWD/.gpu/lib:/usr/local/cuda/lib64
 bin=$PWD/.gpu/bin
 work=$(mktemp -d)
 sock="unix:$work/ktuned.sock"
-# At most 8 files come back from a device run: keep to env.txt, gpu_tests.log,
+# At most 8 files come back from a run on the GPU machine: keep to env.txt, gpu_tests.log,
 # ktuned.log, norm_bench.{json,txt}, tuning_bench.{json,txt}, latency.txt,
 # gemm_bench.{json,txt} (not all in one run).
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv >"$out/env.txt" 2>&1

@@ -70,10 +70,11 @@ inline int GemmEpilogueCode(const v1::GemmProblem& p) {
 // precision (about 14 bits kept, as DeepSeek-V3's report found), so the error
 // grows with K: on the H200 every fp8 wgmma config was outside the
 // verification tolerance (3-4% off) at K = 8192 and 14336, and inside it at
-// K = 4096 and at 14336 split four ways (session 6, device run 4,
-// bench/RESULTS.md). Beyond it, split K, or promote (CUTLASS's remedy: add
-// into a second set of fp32 registers every few steps; the wgmma space's
-// `promote`, for tiles of at most 96 accumulators).
+// K = 4096 and at 14336 split four ways (bench/RESULTS.md, 2026-11-29, "fp8
+// in the wgmma template on the GPU", run 4 at 5ea37ac). Beyond it, split K,
+// or promote (CUTLASS's remedy: add into a second set of fp32 registers every
+// few steps; the wgmma space's `promote`, for tiles of at most 96
+// accumulators).
 constexpr int64_t kMaxFp8KPerAccumulator = 4096;
 
 }  // namespace ktune

@@ -65,9 +65,10 @@ struct GemmTuneOptions {
   // Where the sustained finals' tie window keeps cuBLASLt's default against a
   // faster median, the fastest and the default are timed head to head in
   // this many rounds (TimeHeadToHead) and the fastest answers if it wins
-  // them (HeadToHeadFavoursFirst). 0: the window decides alone. (Session 22,
-  // fp8 8192 x 6144 x 4096: the window kept the default against a template
-  // 2.3% faster sustained, which then beat it by 2.8-4.0% in all 8 rounds.)
+  // them (HeadToHeadFavoursFirst). 0: the window decides alone. (At fp8
+  // 8192 x 6144 x 4096 the window kept the default against a template 2.3%
+  // faster sustained, which then beat it by 2.8-4.0% in all 8 rounds:
+  // bench/RESULTS.md, 2026-12-01, "The head-to-head", a266442.)
   int tie_break_rounds = 8;
   KernelCache* kernel_cache = nullptr;           // not owned; may be null
   const std::atomic<bool>* cancelled = nullptr;  // checked between candidates
@@ -82,7 +83,8 @@ struct GemmTuneOptions {
 // finalist: after `heat_ms` of itself, `calls` calls, in `rounds` rounds, `a`
 // first in even rounds and `b` first in odd ones. On a power-limited GPU a
 // timing of one window mostly reads where the power controller has left the
-// clocks (they wander +-4% from window to window, session 21), and the two
+// clocks (they wander +-4% from window to window: bench/RESULTS.md,
+// 2026-12-01, "What the power limit does to the sustained finals"), and the two
 // timings of one round see nearly the same state; so each round gives a
 // ratio, and their median compares the two with much less of that noise
 // than one median per candidate over rounds seconds apart.
@@ -98,8 +100,8 @@ absl::StatusOr<HeadToHead> TimeHeadToHead(CandidateExecutor* executor, const Lau
                                           const std::atomic<bool>* cancelled = nullptr);
 // Whether `a` won the head-to-head: faster in every round but at most one,
 // and by at least the smallest tie window (1%) at the median round. One
-// round may go the other way: one window in eight met a sudden clock step
-// in session 22's runs; a drift that lasts touches both sides of a round.
+// round may go the other way: a single window can meet a sudden clock step;
+// a drift that lasts touches both sides of a round.
 bool HeadToHeadFavoursFirst(const HeadToHead& h);
 
 struct GemmCandidateOutcome {
@@ -148,9 +150,10 @@ struct GemmTuneResult {
 // every finalist timed in the same round); returns the index into
 // `finals`. Other candidates get no preference: among them a tie goes to
 // the faster, since nothing is safer about one template config or cuBLASLt
-// algorithm than another (in session 16 a tie-break by space order answered
-// four of five fp8 8192 x 4096 x 4096 tunes with a wgmma config 1.5-2.6%
-// slower than the fastest finalist, bench/RESULTS.md).
+// algorithm than another (a tie-break by space order answered four of five
+// fp8 8192 x 4096 x 4096 tunes with a wgmma config 1.5-2.6% slower than the
+// fastest finalist: bench/RESULTS.md, 2026-11-30, "Five tunes of one fp8
+// shape", fb2fcd5).
 // REQUIRES: finals non-empty; passes.size() == finals.size(); preferred, if
 // any, < finals.size().
 size_t PickGemmWinner(const std::vector<Timing>& finals, const std::vector<std::vector<Timing>>& passes,

@@ -374,7 +374,7 @@ TEST_CASE("every tail split of the wgmma template matches a float64 reference", 
   std::printf("tail-split wgmma configs verified: %d\n", tested);
 }
 
-// B as [K, N], read N-major (session 12). Every config once, at a problem
+// B as [K, N], read N-major. Every config once, at a problem
 // with a K tail, split-K, a C and SiLU; the tuner's pick at the others (the
 // unpruned spaces of all five are about 1100 compiles).
 TEST_CASE("every wgmma GEMM config with B as [K, N] matches a float64 reference", "[gpu][gemm][wgmma][kn]") {

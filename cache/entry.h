@@ -1,7 +1,8 @@
 // A cache entry is a v1::Entry (proto/ktune/v1/ktune.proto): the same message
-// is stored in SQLite, served over gRPC and carried in bundles. This file
-// derives its key and checks that every field is present and in range.
-// Thread-safe: pure functions.
+// is stored in SQLite, served over gRPC and carried in bundles, for a norm
+// problem (RMSNorm or LayerNorm, forward or backward) or a GEMM problem alike.
+// This file derives its key and family and checks that every field is present
+// and in range. Thread-safe: pure functions.
 #pragma once
 
 #include <cstddef>
@@ -15,11 +16,12 @@
 
 namespace ktune {
 
-// The four parts of a cache key (DESIGN.md): the op, the problem, the device
-// and the software fingerprint, each as stable text.
+// The four parts of a cache key: the op, the problem, the device and the
+// software fingerprint, each as stable text (ProblemKeyOf, tuner/wire.h;
+// DeviceKey and SoftwareKey, tuner/fingerprint.h).
 struct EntryKey {
-  std::string op;            // "rmsnorm.fwd"
-  std::string problem_key;   // CanonicalKey(problem)
+  std::string op;            // "rmsnorm.fwd", ..., or "gemm"
+  std::string problem_key;   // CanonicalKey(norm problem) or GemmCanonicalKey(GEMM problem)
   std::string device_key;    // DeviceKey(device)
   std::string software_key;  // SoftwareKey(software)
 };
@@ -30,16 +32,25 @@ bool operator==(const EntryKey& a, const EntryKey& b);
 // fields of 50 MB) from ever reaching the store, a listing or a bundle.
 inline constexpr size_t kMaxEntryBytes = size_t{64} << 10;
 
-// INVALID_ARGUMENT naming the first missing or out-of-range field: the problem
-// (ValidateNormProblem), the device (cc, SM count, name), the software
-// fingerprint (64-hex template hash, versions), the config (positive knobs),
-// the recipe (template id, arch matching the device, at least one kernel with
-// grid and block), the measurement (finite, positive time; spread >= 0) and
-// the provenance (tuned_at_unix > 0, candidates_measured >= 1). An entry of
-// this build's software fingerprint (one it would serve) must also carry
-// exactly the recipe this build writes for its problem and config
+// INVALID_ARGUMENT naming the first missing or out-of-range field, checked in
+// this order: the serialized size without the cubin (kMaxEntryBytes); the
+// problem, a norm one (ValidateNormProblem) or a GEMM one
+// (ValidateGemmProblem); the device (cc, SM count, name); the software
+// fingerprint (64-hex template hash, versions); the config of the problem's
+// kind: a norm config's knobs in range and, on an architecture this build
+// knows, runnable (CanImplement), or a GEMM config naming its source
+// (mma_sync, wgmma, skinny, whose template must run the problem on a known
+// architecture, or a cuBLASLt algorithm of the right size and version) with a
+// recipe of that source; the recipe (template id and hash, arch matching the
+// device; a cuBLASLt recipe has no kernels and the config's algorithm, any
+// other one 1 to 16 kernels, each with grid and block); the measurement
+// (finite, positive time; spread and throughput finite and >= 0; repetitions >=
+// 1) and the provenance (tuned_at_unix > 0, candidates_measured >= 1). An
+// entry of this build's software fingerprint (one it would serve) must also
+// carry exactly the recipe this build writes for its problem and config
 // (VerifyRecipe, cache/recipe_check.h: every field, no lowered names, no
-// cubin). The message starts with the field's path:
+// cubin), and so must be of an architecture this build knows. The message
+// starts with the field's path:
 // "entry.measurement.time_us: must be finite and > 0, got -1".
 absl::Status ValidateEntry(const v1::Entry& entry);
 

@@ -3,8 +3,10 @@
 // sharding a batch job uses to take its share of the list.
 //
 // Keys are what dedup, sharding and reports go by: the cache key's problem
-// part (CanonicalKey for norms, GemmCanonicalKey for GEMM), so "the same
-// problem" here means the same cache entry on a daemon.
+// part (ProblemKeyOf, tuner/wire.h: CanonicalKey for norms, GemmCanonicalKey
+// for GEMM), so "the same problem" here means the same cache entry on a
+// daemon. A problem without such a key (see ProblemKey) is keyed by its own
+// text instead, so it is still listed, deduplicated and sharded.
 // Thread-safe: values and pure functions only.
 #pragma once
 
@@ -26,17 +28,20 @@ struct PrewarmProblem {
 
 // "rmsnorm.fwd m=4096 n=4096 in=bf16 ..." for norms (tuner/problem.h
 // CanonicalKey), "gemm m=.. n=.. k=.. batch=.. ..." for GEMM
-// (tuner/gemm_problem.h GemmCanonicalKey). REQUIRES: a norm problem decodes
-// (NormProblemFromProto succeeds).
+// (tuner/gemm_problem.h GemmCanonicalKey). Never fails: where ProblemKeyOf
+// refuses the problem (a norm that does not decode, a GEMM that
+// ValidateGemmProblem refuses, its dtypes or layouts included), the key is
+// "invalid " followed by the problem's ShortDebugString.
 std::string ProblemKey(const v1::Problem& problem);
 
 bool IsGemm(const PrewarmProblem& p);
 
-// Every problem checked as ktuned checks it (ValidateNormProblem; for a GEMM
-// the size rules, ValidateGemmShape: which dtypes and layouts a daemon serves
-// is its own answer), so a list that can only fail is refused before any
-// daemon is called. INVALID_ARGUMENT names the first bad problem by its key
-// and the validator's message.
+// Every norm problem checked as ktuned checks it (NormProblemFromProto, then
+// ValidateNormProblem); a GEMM only by the size rules (ValidateGemmShape:
+// which dtypes and layouts a daemon serves is its own answer), so a list that
+// can only fail is refused before any daemon is called. INVALID_ARGUMENT
+// names the first bad problem by its key (ProblemKey) and the validator's
+// message.
 absl::Status ValidatePrewarmProblems(const std::vector<PrewarmProblem>& problems);
 
 // Problems in first-seen order without duplicates (by key).

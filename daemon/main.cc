@@ -1,6 +1,16 @@
-// ktuned: the ktune daemon. Parses flags, opens the store and the GPU (if
-// any), serves gRPC until SIGTERM or SIGINT, then drains and exits 0. SIGHUP
-// re-reads the token files; the TLS files are re-read on their own.
+// ktuned: the ktune daemon, norms and GEMM. Parses and checks its flags,
+// listen addresses and token files, opens the store and the compiled-kernel
+// cache, and starts a GPU worker: this binary re-executed with --worker-fd
+// (tuner/worker.h), so candidates run out of process. Without a worker (no
+// GPU, no driver) it is compile-only: cached and heuristic answers, no tuning.
+// It then imports --import-bundle if one is given, serves gRPC (and /metrics
+// with --metrics-listen), tells systemd READY=1, and runs until SIGTERM or
+// SIGINT; then it drains for up to --drain-seconds, cancels the tunes left and
+// exits 0. SIGHUP re-reads the token files (one that cannot be read keeps the
+// previous tokens); the TLS files are re-read on their own, every
+// --tls-refresh-seconds. Exit 2: a usage error, a bad flag, token file,
+// listen or metrics address, or a bundle that is there but bad; exit 1: the
+// store, the kernel cache or a listener could not be opened.
 #include <signal.h>
 
 #include <cstdio>

@@ -1,13 +1,18 @@
-// Runs GEMM candidates on a Device: the mma.sync template's compiled recipes
-// and cuBLASLt's algorithms, on the same inputs, checked against the same
-// reference, timed by the same protocol (tuner/measure.h).
+// Runs GEMM candidates on a Device: compiled recipes of our templates
+// (mma.sync, wgmma and skinny; a recipe's single kernel gets its arguments
+// bound by parameter name, TMA descriptors encoded once per parameter and
+// rotation set) and cuBLASLt's algorithms, on the same inputs, checked
+// against the same reference, timed by the same protocol (tuner/measure.h).
 //
-// Inputs are random in [-1, 1) (never zeros), bf16 or fp8 e4m3 (with scales
-// 0.5 and 0.25, so a candidate ignoring one fails), the same in every
-// rotation set; D is poisoned (NaN) before each check. The reference is
-// kernel_templates/gemm/gemm_reference.cuh, fp32 on the device, computed once
-// for set 0. Calls use alpha = 1 and beta = 1 (C, when the problem has one,
-// is added as is: a residual add).
+// A and B are uniform in [-1, 1) from a seeded generator, bf16 or fp8 e4m3
+// (with per-tensor scales 0.5 and 0.25, so a candidate ignoring one fails);
+// C (when the problem has one, in D's type) and the bias (bf16, N values) are
+// uniform in [-1, 1) too. Every rotation set holds the same contents. Before
+// each check set 0's D is poisoned (NaN). The reference is
+// kernel_templates/gemm/gemm_reference.cuh, compiled through NVRTC and run in
+// fp32 on the device once, at Create, for set 0. Calls use alpha = 1 and
+// beta = 1 (C is added as is: a residual add). A recipe with a workspace
+// (split-K) gets one zeroed when it is loaded, as its contract asks.
 //
 // One GemmRunner per (problem, device); it owns the device buffers.
 // Thread-compatible.
@@ -66,15 +71,18 @@ class GemmRunner {
  public:
   // REQUIRES: ValidateGemmProblem(problem) OK. `cublaslt` may be
   // null (no cuBLASLt candidates); it must outlive the runner. Allocates the
-  // inputs (rotation sets), D, the reference and a cuBLASLt workspace of
-  // kCublasLtWorkspaceBytes.
+  // inputs (rotation sets), D, the bias, the fp8 scales and, with `cublaslt`,
+  // a cuBLASLt workspace of kCublasLtWorkspaceBytes; then computes the
+  // reference (INTERNAL if its kernel does not compile). Device errors as
+  // the Device returns them.
   static absl::StatusOr<std::unique_ptr<GemmRunner>> Create(const v1::GemmProblem& problem, Device* device,
                                                            CublasLt* cublaslt, uint64_t seed = 1);
   ~GemmRunner();
 
-  // Runs the recipe (kernels, or a cuBLASLt call) once on set 0 and checks
-  // every element of D. A wrong answer is a value (ok == false); a launch
-  // error or fault is a status.
+  // Runs the recipe (its one kernel, or a cuBLASLt call) once on set 0 and
+  // checks every element of D. A wrong answer is a value (ok == false); a
+  // recipe of more than one kernel or with a parameter the runner cannot
+  // bind is INVALID_ARGUMENT; a launch error or fault is a status.
   absl::StatusOr<VerifyResult> Verify(const LaunchRecipe& recipe);
 
   // Times the recipe, inputs rotated past the L2. REQUIRES: Verify passed.

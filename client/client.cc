@@ -175,7 +175,7 @@ absl::Status Client::ExportBundleStream(
     const v1::ExportBundleRequest& request,
     const std::function<absl::Status(const v1::ExportBundleChunk&)>& on_chunk) {
   grpc::ClientContext context;
-  Prepare(&context);
+  if (absl::Status s = Prepare(&context); !s.ok()) return s;
   std::unique_ptr<grpc::ClientReader<v1::ExportBundleChunk>> reader = stub_->ExportBundleStream(&context, request);
   v1::ExportBundleChunk chunk;
   while (reader->Read(&chunk)) {
@@ -190,7 +190,7 @@ absl::Status Client::ExportBundleStream(
 
 absl::StatusOr<v1::DeleteEntriesResponse> Client::DeleteEntries(const v1::DeleteEntriesRequest& request) {
   grpc::ClientContext context;
-  Prepare(&context);
+  if (absl::Status s = Prepare(&context); !s.ok()) return s;
   v1::DeleteEntriesResponse response;
   grpc::Status s = stub_->DeleteEntries(&context, request, &response);
   if (!s.ok()) return FromGrpcStatus(s, address_);

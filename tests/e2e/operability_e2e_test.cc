@@ -114,7 +114,7 @@ TEST_CASE("every ktune subcommand exits 2 on a usage error, 1 on a failure and 0
 TEST_CASE("ktuned exits 2 on a usage error, whatever the flag", "[e2e]") {
   TempDir dir;
   const std::string ktuned = absl::StrCat(testing::KtunedPath(), " --db ", dir.path(), "/x.db ");
-  for (const std::string& args : {"--bogus", "--log-level loud", "--drain-seconds -1", "--drain-seconds",
+  for (const char* args : {"--bogus", "--log-level loud", "--drain-seconds -1", "--drain-seconds",
                                   "--listen unix:relative.sock", "--search sideways", "extra"}) {
     INFO(args);
     const auto r = RunCommand(ktuned + args, dir.path());

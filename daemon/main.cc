@@ -9,8 +9,9 @@
 // exits 0. SIGHUP re-reads the token files (one that cannot be read keeps the
 // previous tokens); the TLS files are re-read on their own, every
 // --tls-refresh-seconds. Exit 2: a usage error, a bad flag, token file,
-// listen or metrics address, or a bundle that is there but bad; exit 1: the
-// store, the kernel cache or a listener could not be opened.
+// TLS certificate or key, listen or metrics address, or a bundle that is
+// there but bad; exit 1: the store, the kernel cache or a listener could not
+// be opened. A start that fails leaves no database file it created.
 #include <signal.h>
 
 #include <cstdio>
@@ -37,6 +38,35 @@
 #include "tuner/nvrtc_compiler.h"
 #include "tuner/paths.h"
 #include "tuner/worker.h"
+
+namespace {
+
+// Removes the SQLite database at `path` (and its -wal, -shm and -journal
+// files) on destruction, unless it was there before or Keep() was called.
+class RemoveIfStartFails {
+ public:
+  explicit RemoveIfStartFails(std::string path) : path_(std::move(path)) {
+    std::error_code ec;
+    existed_ = std::filesystem::exists(path_, ec) || ec;  // unsure: leave it alone
+  }
+  RemoveIfStartFails(const RemoveIfStartFails&) = delete;
+  RemoveIfStartFails& operator=(const RemoveIfStartFails&) = delete;
+  ~RemoveIfStartFails() {
+    if (existed_ || kept_) return;
+    for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {
+      std::error_code ec;
+      std::filesystem::remove(path_ + suffix, ec);
+    }
+  }
+  void Keep() { kept_ = true; }
+
+ private:
+  std::string path_;
+  bool existed_ = false;
+  bool kept_ = false;
+};
+
+}  // namespace
 
 int main(int argc, char** argv) {
   // The GPU worker: ktuned re-executes itself to run candidates out of process
@@ -182,6 +212,10 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (absl::Status s = ktune::CheckTlsFiles(tls_cert, tls_key); !s.ok()) {
+    spdlog::critical("event=bad_flag error=\"{}\"", std::string(s.message()));
+    return 2;
+  }
   if (!metrics_listen.empty() && !ktune::IsLoopbackTcp(metrics_listen) && !metrics_allow_remote) {
     spdlog::critical("event=bad_flag error=\"--metrics-listen {}: beyond loopback the metrics endpoint is "
                      "readable by anyone who can reach it (plain HTTP, no token); pass "
@@ -190,6 +224,11 @@ int main(int argc, char** argv) {
   }
   service_options.auth = ktune::Authorizer(token, admin_token);
 
+  // What can only fail once the database is open (a bundle that does not
+  // import, a port already taken) must change nothing either: a database
+  // file this start created is removed again unless the daemon comes up.
+  // Declared before the store, so the store is closed first.
+  RemoveIfStartFails new_database(db_path);
   absl::StatusOr<std::unique_ptr<ktune::Store>> store = ktune::Store::Open(db_path);
   if (!store.ok()) {
     spdlog::critical("event=store_open_failed db=\"{}\" error=\"{}\"", db_path, std::string(store.status().message()));
@@ -276,6 +315,7 @@ int main(int argc, char** argv) {
     spdlog::critical("event=listen_failed error=\"{}\"", std::string(server.status().message()));
     return 1;
   }
+  new_database.Keep();
   for (const std::string& address : listen) {
     spdlog::info("event=listening address=\"{}\" db=\"{}\" mode={} nvrtc={}", address, db_path,
                  service.compile_only() ? "compile-only" : "gpu", ktune::NvrtcVersion());

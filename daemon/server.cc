@@ -226,27 +226,30 @@ absl::Status CheckKeyPair(const std::string& cert_pem, const std::string& cert_p
 
 }  // namespace
 
+absl::Status CheckTlsFiles(const std::string& cert_file, const std::string& key_file) {
+  if (cert_file.empty() != key_file.empty()) {
+    return absl::InvalidArgumentError("--tls-cert and --tls-key must be given together");
+  }
+  if (cert_file.empty()) return absl::OkStatus();
+  std::vector<std::string> pems;
+  for (const std::string* path : {&cert_file, &key_file}) {
+    absl::StatusOr<std::string> pem = ReadInputFile(*path, kPemFile);
+    if (!pem.ok()) return pem.status();
+    if (pem->find("-----BEGIN ") == std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(*path, ": not a PEM file"));
+    }
+    pems.push_back(*std::move(pem));
+  }
+  return CheckKeyPair(pems[0], cert_file, pems[1], key_file);
+}
+
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options,
                                                       KtuneServiceImpl* service) {
   const bool have_tls = !options.tls_cert_file.empty() && !options.tls_key_file.empty();
-  if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
-    return absl::InvalidArgumentError("--tls-cert and --tls-key must be given together");
-  }
+  if (absl::Status s = CheckTlsFiles(options.tls_cert_file, options.tls_key_file); !s.ok()) return s;
   if (options.listen.empty()) return absl::InvalidArgumentError("no --listen address");
   std::shared_ptr<grpc::ServerCredentials> tcp_credentials = grpc::InsecureServerCredentials();
   if (have_tls) {
-    std::vector<std::string> pems;
-    for (const std::string* path : {&options.tls_cert_file, &options.tls_key_file}) {
-      absl::StatusOr<std::string> pem = ReadInputFile(*path, kPemFile);
-      if (!pem.ok()) return pem.status();
-      if (pem->find("-----BEGIN ") == std::string::npos) {
-        return absl::InvalidArgumentError(absl::StrCat(*path, ": not a PEM file"));
-      }
-      pems.push_back(*std::move(pem));
-    }
-    if (absl::Status s = CheckKeyPair(pems[0], options.tls_cert_file, pems[1], options.tls_key_file); !s.ok()) {
-      return s;
-    }
     // Watched files, so certificates rotate without a restart.
     auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
         options.tls_key_file, options.tls_cert_file, std::max(1u, options.tls_refresh_s));

@@ -38,6 +38,13 @@ bool IsLoopbackTcp(const std::string& address);
 // Checks one listen address: INVALID_ARGUMENT naming what is wrong.
 absl::Status ValidateListenAddress(const std::string& address, bool have_tls);
 
+// Checks --tls-cert and --tls-key: both or neither, each a PEM file within
+// its size bound, the first holding a certificate, the second an unencrypted
+// private key that is that certificate's. INVALID_ARGUMENT (or the file's own
+// error) naming the flag and the file. A pair that does not match would start
+// and then fail every handshake, seen by callers only as UNAVAILABLE.
+absl::Status CheckTlsFiles(const std::string& cert_file, const std::string& key_file);
+
 class Server {
  public:
   // Binds every listener (a Unix socket's directory is created 0700 and the

@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
+
 #include <catch2/catch.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -51,7 +53,8 @@ TEST_CASE("ktuned and ktune refuse a default socket directory another user could
   }
 }
 
-TEST_CASE("a second ktuned on a taken TCP port exits with a clear error", "[e2e][listen]") {
+TEST_CASE("a second ktuned on a taken TCP port exits with a clear error and leaves no database behind",
+          "[e2e][listen]") {
   TempDir dir, second_dir;
   const std::string tcp = absl::StrCat("127.0.0.1:", testing::FreeTcpPort());
   const std::string metrics = absl::StrCat("127.0.0.1:", testing::FreeTcpPort());
@@ -66,6 +69,9 @@ TEST_CASE("a second ktuned on a taken TCP port exits with a clear error", "[e2e]
   auto metrics_port = RunCommand(second + " --metrics-listen " + metrics, second_dir.path());
   CHECK(metrics_port.exit_code == 2);
   CHECK(metrics_port.err.find("--metrics-listen " + metrics + ": address already in use") != std::string::npos);
+  // Both failed after opening the store: the database that start created is gone.
+  CHECK_FALSE(std::filesystem::exists(second_dir.path() + "/cache.db"));
+  CHECK_FALSE(std::filesystem::exists(second_dir.path() + "/cache.db-wal"));
   CHECK(first.NewClient()->GetStatus().ok());
   CHECK(first.Stop() == 0);
 }

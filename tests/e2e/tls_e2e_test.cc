@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -142,6 +143,9 @@ TEST_CASE("ktuned refuses at start a key that is not its certificate's, naming b
   INFO(key_as_cert.err);
   CHECK((key_as_cert.exit_code != 0 && key_as_cert.exit_code != 124));
   CHECK(key_as_cert.err.find("--tls-cert " + key_a + ": no certificate in it") != std::string::npos);
+  // Refused as a bad flag, before the database is touched.
+  for (const testing::CommandResult* refused : {&swapped, &no_key, &key_as_cert}) CHECK(refused->exit_code == 2);
+  CHECK_FALSE(std::filesystem::exists(dir.path() + "/x.db"));
   // The matching pair starts.
   DaemonProcess daemon(dir.path(), dir.path() + "/ok.db");
   REQUIRE(daemon.Start({"--listen", absl::StrCat("127.0.0.1:", testing::FreeTcpPort()), "--tls-cert", cert_b,

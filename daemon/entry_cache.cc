@@ -14,7 +14,11 @@ EntryCache::EntryCache(Store* store, AnswerFn answer_of, size_t capacity)
 std::shared_ptr<const ServedEntry> EntryCache::Served(v1::Entry entry) const {
   auto served = std::make_shared<ServedEntry>();
   served->answer = answer_of_(entry);
-  if (served->answer.ok()) served->answer_wire = grpc::Slice(served->answer->SerializeAsString());
+  if (served->answer.ok()) {
+    bool own_buffer;
+    (void)grpc::SerializationTraits<v1::GetConfigResponse>::Serialize(*served->answer, &served->answer_wire,
+                                                                       &own_buffer);
+  }
   served->entry = std::move(entry);
   return served;
 }

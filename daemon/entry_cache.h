@@ -34,7 +34,8 @@
 #include "absl/synchronization/mutex.h"
 #include "cache/entry.h"
 #include "cache/store.h"
-#include "grpcpp/support/slice.h"
+#include "grpcpp/impl/codegen/proto_utils.h"  // grpc::SerializationTraits for protobuf
+#include "grpcpp/support/byte_buffer.h"
 #include "ktune/v1/ktune.pb.h"
 #include "tuner/problem.h"
 
@@ -47,8 +48,9 @@ struct ServedEntry {
   // entry is not served.
   absl::StatusOr<v1::GetConfigResponse> answer;
   // `answer` serialized, as GetConfig sends it (empty when it is not ok).
-  // Slices are reference-counted and never changed: every hit sends these.
-  grpc::Slice answer_wire;
+  // Its slices are reference-counted and never changed: a hit sends a
+  // shallow copy of these bytes.
+  grpc::ByteBuffer answer_wire;
 };
 
 class EntryCache {

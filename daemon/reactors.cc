@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "cache/bundle.h"
 #include "daemon/status_mapping.h"
+#include "grpcpp/impl/codegen/proto_utils.h"
 
 namespace ktune {
 
@@ -30,8 +31,8 @@ void PendingAnswer::State::FinishWith(const TuneQueue::Result& result) {
   if (finished || reactor == nullptr) return;
   finished = true;
   if (status.ok()) {
-    grpc::Slice wire(answer.SerializeAsString());
-    *response = grpc::ByteBuffer(&wire, 1);
+    bool own_buffer;
+    (void)grpc::SerializationTraits<v1::GetConfigResponse>::Serialize(answer, response, &own_buffer);
   }
   // Before Finish: a caller that has its answer finds it counted.
   if (finished_fn) finished_fn(status);

@@ -13,6 +13,7 @@
 #include "cache/recipe_check.h"
 #include "daemon/reactors.h"
 #include "daemon/status_mapping.h"
+#include "grpcpp/impl/codegen/proto_utils.h"
 #include "spdlog/spdlog.h"
 #include "tuner/cublaslt.h"
 #include "tuner/gemm_problem.h"
@@ -693,15 +694,16 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::GetConfig(grpc::CallbackServerContex
   // The hot path pays one level check when debug logging is off.
   if (!spdlog::should_log(spdlog::level::debug)) return ServeGetConfig(context, request, &reply);
   const absl::Time start = absl::Now();
+  std::string problem_key;
+  reply.problem_key = &problem_key;
   grpc::ServerUnaryReactor* reactor = ServeGetConfig(context, request, &reply);
   // A pending answer (a TUNE_ON_MISS miss waiting for its tune) is written by
   // the tune's thread: source PENDING. An error sends no answer: source NONE.
   const std::string source = reply.pending                             ? "PENDING"
                              : reply.source != v1::SOURCE_UNSPECIFIED ? v1::Source_Name(reply.source)
                                                                       : "NONE";
-  absl::StatusOr<Resolved> resolved = Resolve(request.problem());
   spdlog::debug("event=request op=GetConfig problem=\"{}\" policy={} source={} us={}",
-                resolved.ok() ? resolved->key.problem_key : "invalid", v1::Policy_Name(request.policy()), source,
+                problem_key.empty() ? "invalid" : problem_key, v1::Policy_Name(request.policy()), source,
                 absl::ToInt64Microseconds(absl::Now() - start));
   return reactor;
 }
@@ -716,10 +718,8 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::ServeGetConfig(grpc::CallbackServerC
   v1::GetConfigResponse* response = &answer;
   auto finish = [&](const absl::Status& status) {
     if (status.ok()) {
-      std::string wire;
-      answer.SerializeToString(&wire);
-      grpc::Slice slice(std::move(wire));
-      *reply->wire = grpc::ByteBuffer(&slice, 1);
+      bool own_buffer;
+      (void)grpc::SerializationTraits<v1::GetConfigResponse>::Serialize(answer, reply->wire, &own_buffer);
       reply->source = answer.source();
     }
     return Finish(context, status);
@@ -738,10 +738,11 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::ServeGetConfig(grpc::CallbackServerC
     CountAnswer(Answer::kError, start);
     return finish(resolved.status());
   }
+  if (reply->problem_key != nullptr) *reply->problem_key = resolved->key.problem_key;
   if (std::shared_ptr<const ServedEntry> hit = entries_.Lookup(resolved->key)) {
     if (hit->answer.ok() && !request->include_cubin()) {
       // The hot path: the entry's answer as serialized when it was read.
-      *reply->wire = grpc::ByteBuffer(&hit->answer_wire, 1);
+      *reply->wire = hit->answer_wire;  // shallow: shares the slices
       reply->source = v1::TUNED;
       CountAnswer(Answer::kHit, start);
       return Finish(context, absl::OkStatus());

@@ -107,6 +107,9 @@ class KtuneServiceImpl final : public KtuneServiceBase {
     grpc::ByteBuffer* wire;                         // what gRPC sends
     v1::Source source = v1::SOURCE_UNSPECIFIED;     // of a sent answer (for the debug log)
     bool pending = false;  // left to a tune: written later, by the tune's thread
+    // When set (debug logging), the problem's canonical key once resolved;
+    // left empty for a problem that does not resolve.
+    std::string* problem_key = nullptr;
   };
   // GetConfig itself, on a parsed request; GetConfig adds the debug log line
   // around it.

@@ -202,16 +202,21 @@ TEST_CASE("ktuned at debug level logs each GetConfig: op, problem key, source an
   REQUIRE(daemon.NewClient()->GetConfig(request).ok());
   request.set_policy(v1::CACHED_ONLY);
   REQUIRE_FALSE(daemon.NewClient()->GetConfig(request).ok());
+  v1::GetConfigRequest invalid = request;
+  *invalid.mutable_problem() = RmsProblem(0, 4096);
+  REQUIRE(daemon.NewClient()->GetConfig(invalid).status().code() == absl::StatusCode::kInvalidArgument);
   CHECK(daemon.Stop() == 0);
   std::vector<std::string> lines;
   for (absl::string_view line : absl::StrSplit(daemon.Log(), '\n')) {
     if (absl::StrContains(line, "event=request op=GetConfig")) lines.emplace_back(line);
   }
-  REQUIRE(lines.size() == 2);
+  REQUIRE(lines.size() == 3);
   CHECK(absl::StrContains(lines[0], "level=debug"));
   CHECK(absl::StrContains(lines[0], "problem=\"rmsnorm.fwd m=4096 n=4096"));
   CHECK(absl::StrContains(lines[0], "policy=HEURISTIC_ON_MISS source=HEURISTIC us="));
+  CHECK(absl::StrContains(lines[1], "problem=\"rmsnorm.fwd m=4096 n=4096"));
   CHECK(absl::StrContains(lines[1], "policy=CACHED_ONLY source=NONE us="));
+  CHECK(absl::StrContains(lines[2], "problem=\"invalid\" policy=CACHED_ONLY source=NONE us="));
 
   // At info level there is no such line.
   TempDir quiet_dir;

@@ -21,6 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
+#include "client/answer_text.h"
 #include "client/bundle_command.h"
 #include "client/cli_util.h"
 #include "client/client.h"
@@ -121,58 +122,9 @@ absl::StatusOr<ktune::v1::Problem> BuildProblem(const ProblemFlags& f) {
   return problem;
 }
 
-std::string ConfigText(const ktune::v1::Config& config) {
-  if (config.has_gemm()) {
-    if (config.gemm().has_cublaslt()) {
-      return absl::StrFormat("cublaslt algorithm (cuBLASLt %d, workspace %d bytes)", config.gemm().cublaslt().version(),
-                             config.gemm().cublaslt().workspace_bytes());
-    }
-    if (config.gemm().has_skinny()) {
-      return absl::StrFormat("skinny warps=%d unroll=%d%s", config.gemm().skinny().warps(),
-                             config.gemm().skinny().unroll(), config.gemm().skinny().pipelined() ? " pipelined" : "");
-    }
-    if (config.gemm().has_wgmma()) {
-      const ktune::v1::WgmmaTile& t = config.gemm().wgmma();
-      return absl::StrFormat("wgmma %dx%d consumers=%d%s cluster=%dx1 stages=%d group=%d%s%s%s%s%s", t.block_m(),
-                             t.block_n(), t.consumers(), t.pingpong() ? " pingpong" : "", t.cluster_m(), t.stages(),
-                             t.group_m(), t.k_rows() > 1 ? absl::StrCat(" k_rows=", t.k_rows()) : "",
-                             t.promote() ? " promote" : "",
-                             t.split_k() > 1 ? absl::StrCat(" split_k=", t.split_k()) : "",
-                             t.tail_split() > 1 ? absl::StrCat(" tail_split=", t.tail_split()) : "",
-                             t.swap_ab() ? " swap_ab" : "");
-    }
-    const ktune::v1::MmaSyncTile& t = config.gemm().mma_sync();
-    return absl::StrFormat("mma_sync %dx%dx%d warps=%dx%d stages=%d group=%d%s", t.block_m(), t.block_n(),
-                           t.block_k(), t.warps_m(), t.warps_n(), t.stages(), t.group_m(),
-                           t.split_k() > 1 ? absl::StrCat(" split_k=", t.split_k()) : "");
-  }
-  if (!config.has_norm()) return "-";
-  const ktune::v1::NormConfig& c = config.norm();
-  std::string text = absl::StrFormat("xb=%d rb=%d warps=%d vec=%d depth=%d %s", c.x_block(),
-                                     c.r_block(), c.num_warps(), c.vec(), c.pipeline_depth(),
-                                     c.persistent() ? "persistent" : "looped");
-  if (c.split_size() > 0) absl::StrAppend(&text, " split=", c.split_size());
-  if (c.cluster() > 1) absl::StrAppend(&text, " cluster=", c.cluster());
-  return text;
-}
-
-std::string ProblemText(const ktune::v1::Problem& problem) {
-  if (problem.has_gemm()) {
-    const ktune::v1::GemmProblem& g = problem.gemm();
-    return absl::StrFormat("gemm %dx%dx%d %s", g.m(), g.n(), g.k(), g.a_dtype() == ktune::v1::FP8_E4M3 ? "fp8" : "bf16");
-  }
-  if (!problem.has_norm()) return "?";
-  absl::StatusOr<ktune::NormProblem> p = ktune::NormProblemFromProto(problem.norm());
-  if (!p.ok()) return "?";
-  return absl::StrFormat("%s %dx%d %s%s%s%s", ktune::OpName(*p), p->m, p->n,
-                         ktune::DTypeName(p->input_dtype),
-                         p->weight_dtype != p->input_dtype ? " w:fp32" : "",
-                         p->has_weight ? "" : " no-weight", p->has_bias ? " bias" : "");
-}
-
 void PrintAnswer(const GetConfigResponse& r) {
   std::printf("source       %s\n", ktune::v1::Source_Name(r.source()).c_str());
-  std::printf("config       %s\n", ConfigText(r.config()).c_str());
+  std::printf("config       %s\n", ktune::ConfigText(r.config()).c_str());
   if (r.source() == ktune::v1::TUNED) {
     std::printf("time         %.2f us (spread %.1f%%, %d reps%s), %.3f %s\n", r.measurement().time_us(),
                 100 * r.measurement().spread(), r.measurement().repetitions(),
@@ -190,17 +142,6 @@ void PrintAnswer(const GetConfigResponse& r) {
                 k.programmatic_dependent() ? "  programmatic dependent" : "");
   }
   if (!recipe.cubin().empty()) std::printf("cubin        %zu bytes\n", recipe.cubin().size());
-}
-
-// One line per answer, under the header "problem source config time_us TB/s".
-void PrintRow(const ktune::v1::Problem& problem, const GetConfigResponse& r) {
-  if (r.source() == ktune::v1::TUNED) {
-    std::printf("%-32s %-9s %-44s %9.2f %7.3f\n", ProblemText(problem).c_str(), "TUNED",
-                ConfigText(r.config()).c_str(), r.measurement().time_us(), r.measurement().throughput());
-  } else {
-    std::printf("%-32s %-9s %-44s %9s %7s\n", ProblemText(problem).c_str(),
-                ktune::v1::Source_Name(r.source()).c_str(), ConfigText(r.config()).c_str(), "-", "-");
-  }
 }
 
 // The innermost subcommand the command line selected (the app itself if none).
@@ -401,7 +342,7 @@ int main(int argc, char** argv) {
     if (json) {
       std::printf("%s\n", ktune::ToJson(*r).c_str());
     } else if (brief) {
-      PrintRow(*problem, *r);
+      std::printf("%s\n", ktune::AnswerRow(*problem, *r).c_str());
     } else {
       PrintAnswer(*r);
     }
@@ -420,7 +361,7 @@ int main(int argc, char** argv) {
       if (show_candidates && e.has_candidate()) {
         const auto& c = e.candidate();
         // Tab-separated: candidate, config, status, median microseconds (0: not timed).
-        std::fprintf(stderr, "candidate\t%s\t%s\t%.2f\n", ConfigText(c.config()).c_str(), c.status().c_str(),
+        std::fprintf(stderr, "candidate\t%s\t%s\t%.2f\n", ktune::ConfigText(c.config()).c_str(), c.status().c_str(),
                      c.has_measurement() ? c.measurement().time_us() : 0.0);
       }
       if (json || !e.has_progress()) return;
@@ -473,8 +414,8 @@ int main(int argc, char** argv) {
         }
         const std::string throughput =
             absl::StrFormat("%.3f %s", e.measurement().throughput(), e.measurement().throughput_unit());
-        std::printf("%-34s %-20s %-44s %10.2f %16s  %s\n", ProblemText(e.problem()).c_str(),
-                    e.device().name().c_str(), ConfigText(e.config()).c_str(), e.measurement().time_us(),
+        std::printf("%-34s %-20s %-44s %10.2f %16s  %s\n", ktune::ProblemText(e.problem()).c_str(),
+                    e.device().name().c_str(), ktune::ConfigText(e.config()).c_str(), e.measurement().time_us(),
                     throughput.c_str(),
                     absl::FormatTime("%Y-%m-%d %H:%M", absl::FromUnixSeconds(e.tuned_at_unix()),
                                      absl::UTCTimeZone())

@@ -126,7 +126,10 @@ v1::Problem Gemm(int64_t m, int64_t n, int64_t k, v1::Layout a, v1::Layout b, DT
 }
 
 // A linear layer y[T, out] = x[T, in] W[out, in]^T, forward and optionally
-// its two backward GEMMs.
+// its input gradient (dgrad). Its weight gradient dW[out, in] = dy^T x reads
+// both operands along the tokens, so A would be dy^T, column-major: no ktune
+// GEMM template reads A so (ValidateGemmProblem refuses it), and a prewarm
+// list holds only problems ktuned can serve.
 void AddLinear(int64_t tokens, int64_t out_features, int64_t in_features, bool backward, DType dtype,
                ProblemList* list) {
   // Forward: W stored [out, in] row-major is B = W^T in column-major.
@@ -134,8 +137,6 @@ void AddLinear(int64_t tokens, int64_t out_features, int64_t in_features, bool b
   if (!backward) return;
   // dgrad: dx[T, in] = dy[T, out] W[out, in].
   list->Add(Gemm(tokens, in_features, out_features, v1::ROW_MAJOR, v1::ROW_MAJOR, dtype));
-  // wgrad: dW[out, in] = dy^T[out, T] x[T, in].
-  list->Add(Gemm(out_features, in_features, tokens, v1::COL_MAJOR, v1::ROW_MAJOR, dtype));
 }
 
 }  // namespace

@@ -11,7 +11,8 @@
 //          [T * kv_heads, head_dim].
 //   GEMMs  QKV [T, (heads + 2 kv_heads) * head_dim, hidden], O, fused
 //          gate/up [T, 2 * intermediate, hidden], down, lm_head
-//          [T, vocab, hidden]; backward adds each one's dgrad and wgrad.
+//          [T, vocab, hidden]; backward adds each one's dgrad (not
+//          wgrad: its A is column-major, which ktuned does not serve).
 //          Mixture-of-experts expert GEMMs are grouped GEMMs and not listed.
 // Weights are in the model dtype (torch_dtype / dtype), as Hugging Face
 // models keep them. Problems are deduplicated; forward ones come first.

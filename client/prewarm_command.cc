@@ -8,6 +8,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "client/answer_text.h"
 #include "client/model_shapes.h"
 #include "client/prewarm.h"
 #include "client/prewarm_list.h"
@@ -30,6 +31,29 @@ int CountGemm(const std::vector<PrewarmProblem>& problems) {
   int n = 0;
   for (const PrewarmProblem& p : problems) n += IsGemm(p) ? 1 : 0;
   return n;
+}
+
+// --answers: what `server` answers for each problem now, one row each.
+int PrintAnswers(const std::vector<PrewarmProblem>& problems, const std::string& server,
+                 const ClientOptions& options) {
+  std::unique_ptr<Client> client = Client::Create(server, options);
+  std::printf("%s\n", AnswerHeader().c_str());
+  int refused = 0;
+  for (const PrewarmProblem& p : problems) {
+    v1::GetConfigRequest request;
+    *request.mutable_problem() = p.problem;
+    request.set_policy(v1::HEURISTIC_ON_MISS);
+    absl::StatusOr<v1::GetConfigResponse> answer = client->GetConfig(request);
+    if (answer.ok()) {
+      std::printf("%s\n", AnswerRow(p.problem, *answer).c_str());
+    } else {
+      ++refused;
+      std::printf("%-36s %s\n", ProblemText(p.problem).c_str(), answer.status().ToString().c_str());
+    }
+  }
+  std::fflush(stdout);
+  if (refused > 0) std::fprintf(stderr, "ktune prewarm: %d of %zu problems got no answer\n", refused, problems.size());
+  return refused > 0 ? kExitIncomplete : kExitDone;
 }
 
 void PrintSummary(const PrewarmReport& r) {
@@ -79,6 +103,8 @@ std::unique_ptr<PrewarmCommand> PrewarmCommand::Add(CLI::App* app) {
   cmd->add_option("--repetitions", c->repetitions_, "timed repetitions per candidate (>= 20; 0: default)");
   cmd->add_flag("--json", c->json_, "print the summary as JSON on stdout");
   cmd->add_flag("--dry-run", c->dry_run_, "list the problems (after --shard) and exit; contacts no daemon");
+  cmd->add_flag("--answers", c->answers_,
+                "tune nothing: print what the daemon answers for each problem now (heuristic on a miss)");
   return c;
 }
 
@@ -139,7 +165,15 @@ int PrewarmCommand::Run(const std::string& default_server, const ClientOptions& 
   }
   if (servers.empty()) return UsageError(absl::InvalidArgumentError("--servers: no address given"));
 
+  if (answers_ && servers.size() > 1) {
+    return UsageError(absl::InvalidArgumentError("--answers asks one daemon: give one server"));
+  }
+  if (answers_ && (dry_run_ || json_)) {
+    return UsageError(absl::InvalidArgumentError("--answers prints a table: not with --dry-run or --json"));
+  }
+
   const int gemm = CountGemm(*problems);
+  if (answers_) return PrintAnswers(*problems, servers.front(), client);
   if (dry_run_) {
     for (const PrewarmProblem& p : *problems) {
       std::printf("%s\n", p.key.c_str());

@@ -5,7 +5,9 @@
 // global --server) and prints the summary (text, or --json on stdout).
 // Exit codes: 0 every problem done, 1 some failed or not done (or no usable
 // server), 2 usage error (bad flags, shapes file or model config: nothing is
-// tuned then).
+// tuned then). With --answers it tunes nothing itself: it asks one daemon
+// each problem's answer now (GetConfig, heuristic on a miss) and prints a
+// row per problem; exit 1 if any was refused.
 // Thread-safety: one per process; Add before parsing, Run after.
 #pragma once
 
@@ -48,6 +50,7 @@ class PrewarmCommand {
   int repetitions_ = 0;
   bool json_ = false;
   bool dry_run_ = false;
+  bool answers_ = false;
 };
 
 }  // namespace ktune

@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
   // lock (gRPC's included) then takes a process-wide graph lock, a measurable
   // share of a cache hit under concurrent callers (bench/LOAD.md).
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  CLI::App app{"ktuned: kernel autotuning daemon (RMSNorm and LayerNorm, forward and backward; GEMM next)"};
+  CLI::App app{"ktuned: kernel autotuning daemon (RMSNorm and LayerNorm, forward and backward, and GEMM)"};
   app.set_version_flag("--version", "ktuned " KTUNE_VERSION);
   std::vector<std::string> listen;
   std::string db_path = ktune::DefaultDatabasePath();

@@ -29,6 +29,7 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/security/tls_certificate_provider.h"
 #include "grpcpp/security/tls_credentials_options.h"
+#include "grpc/health/v1/health.pb.h"
 #include "grpcpp/server_builder.h"
 #include "grpcpp/support/server_interceptor.h"
 #include "spdlog/spdlog.h"
@@ -262,6 +263,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
 
   std::unique_ptr<Server> server(new Server());
   grpc::EnableDefaultHealthCheckService(true);
+  // The health service's messages live in gRPC's C core, not in protobuf's
+  // descriptor pool, so reflection could list the service but not describe
+  // it. Naming a descriptor of proto/grpc/health/v1/health.proto links that
+  // file's generated code, which adds them to the pool.
+  (void)grpc::health::v1::HealthCheckRequest::descriptor();
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   static_assert(kImportPieceBytes + 1024 <= kMaxRequestBytes, "an import piece must fit a request");

@@ -7,6 +7,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -17,6 +18,7 @@
 #include <catch2/catch.hpp>
 #include <yaml-cpp/yaml.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "tests/e2e/daemon_process.h"
@@ -289,6 +291,39 @@ TEST_CASE("every Kubernetes manifest parses and has the workloads deploy/ promis
   REQUIRE(by_kind_name.count("ConfigMap/ktune-shapes"));
   const YAML::Node shapes = YAML::Load(by_kind_name["ConfigMap/ktune-shapes"]["data"]["shapes.yaml"].as<std::string>());
   CHECK(shapes["problems"].IsSequence());
+}
+
+TEST_CASE("the DaemonSet's ktuned arguments start a daemon", "[deploy][e2e]") {
+  // Flags that exist can still be refused together (a metrics address beyond
+  // loopback without --metrics-allow-remote): start ktuned with the
+  // manifest's own arguments, its paths moved into a scratch directory.
+  TempDir dir;
+  YAML::Node ktuned;
+  for (const YAML::Node& doc : YAML::LoadAllFromFile((kDeploy / "k8s" / "daemonset.yaml").string())) {
+    if (doc["kind"].as<std::string>() == "DaemonSet") ktuned = doc["spec"]["template"]["spec"]["containers"][0];
+  }
+  REQUIRE(ktuned);
+  std::string command = testing::KtunedPath();
+  std::string socket;
+  for (std::string arg : StringList(ktuned["args"])) {
+    for (const char* prefix : {"/run/ktune", "/var/lib/ktune", "/var/cache/ktune", "/bundles"}) {
+      const size_t at = arg.find(prefix);
+      if (at != std::string::npos) arg.replace(at, std::strlen(prefix), dir.path() + prefix);
+    }
+    if (absl::EndsWith(arg, ":9477")) arg = absl::StrCat("0.0.0.0:", testing::FreeTcpPort());
+    if (absl::StartsWith(arg, "unix:")) socket = arg;
+    absl::StrAppend(&command, " '", arg, "'");
+  }
+  REQUIRE_FALSE(socket.empty());
+  std::filesystem::create_directories(dir.path() + "/run/ktune");
+  std::filesystem::permissions(dir.path() + "/run/ktune", std::filesystem::perms::owner_all);
+  const CommandResult run = RunCommand(
+      absl::StrCat(command, " & pid=$!; ok=1; for i in $(seq 100); do ", std::string(KTUNE_CLI_PATH), " --server ",
+                   socket, " status >/dev/null 2>&1 && { ok=0; break; }; sleep 0.1; done; kill -TERM $pid; ",
+                   "wait $pid; exit $ok"),
+      dir.path());
+  INFO(run.err);
+  CHECK(run.exit_code == 0);
 }
 
 TEST_CASE("the flag check reads the binaries' grammar and catches a flag that does not exist", "[deploy]") {

@@ -21,6 +21,9 @@ packages=(build-essential cmake ninja-build pkg-config
 # The fuzz targets (tests/fuzz): clang and its libFuzzer/sanitizer runtimes,
 # which libclang-common-14-dev only recommends.
 if [ "$mode" = test ]; then packages+=(clang libclang-rt-14-dev); fi
+# The README's Python quick start, which its doc test runs (tests/docs):
+# gRPC's Python runtime and protobuf's, matching Debian's protoc and plugin.
+if [ "$mode" = test ]; then packages+=(python3-grpcio python3-protobuf); fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -19,8 +19,9 @@ packages=(build-essential cmake ninja-build pkg-config
   libsqlite3-dev libspdlog-dev catch2 libcli11-dev libssl-dev libcpp-httplib-dev
   nlohmann-json3-dev libyaml-cpp-dev)
 # The fuzz targets (tests/fuzz): clang and its libFuzzer/sanitizer runtimes,
-# which libclang-common-14-dev only recommends.
-if [ "$mode" = test ]; then packages+=(clang libclang-rt-14-dev); fi
+# which libclang-common-14-dev only recommends. The bench plots' test
+# (tests/bench/plot_results_test.py): Debian's matplotlib.
+if [ "$mode" = test ]; then packages+=(clang libclang-rt-14-dev python3-matplotlib); fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

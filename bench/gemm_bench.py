@@ -65,6 +65,8 @@ import statistics
 
 import torch
 
+from run_info import run_info
+
 L2_BYTES = 60 << 20
 SHAPES = [(8192, 8192, 8192)] + [(m, n, k) for m in (8192, 2048, 128, 16, 1)
                                  for n, k in ((4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096))]
@@ -174,6 +176,7 @@ def main():
     ap.add_argument("--shapes", default=",".join(f"{m}x{n}x{k}" for m, n, k in SHAPES))
     ap.add_argument("--rounds", type=int, default=5,
                     help="timings of each side, alternated (0: the tune's own figure against one torch timing)")
+    ap.add_argument("--commit", help="the commit measured, for the JSON (default: git rev-parse --short HEAD)")
     args = ap.parse_args()
     if not 0 <= args.rounds <= 50:
         ap.error(f"--rounds: {args.rounds} is not in [0, 50]")
@@ -185,6 +188,7 @@ def main():
             ap.error(f"--shapes: {shape!r} is not MxNxK (positive integers)")
     if not shapes:
         ap.error("--shapes: no shape given")
+    info = run_info(args.commit)
     ours_json = args.out + ".ktune.json"  # ktune_gemm_bench's rows, rewritten after each shape
     if os.path.exists(ours_json):
         os.remove(ours_json)
@@ -251,7 +255,8 @@ def main():
               f"{h2h} | {row['ktune_answer']}{same_kernel_as_torch(row, args.dtype)}",
               flush=True)
         with open(args.out, "w") as f:
-            json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)
+            json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, **info, "rows": rows}, f,
+                      indent=1)
     if args.rounds > 0 and bench.close() != 0:
         print("ktune_gemm_bench failed (see its output above)", flush=True)
     for shape in sorted(set(shapes) - {key(r) for r in rows}):

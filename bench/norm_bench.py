@@ -49,6 +49,8 @@ import torch
 from cuda.bindings import driver as cu
 import torch.nn.functional as F
 
+from run_info import run_info
+
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 SHAPES = [(32768, 1024), (32768, 4096), (16384, 8192), (8192, 16384), (65536, 2048),
@@ -386,6 +388,7 @@ def main():
     ap.add_argument("--shapes", default="all",
                     help="all (the bench shapes), cliff (non-powers of two and their neighbours), "
                          "or e.g. 32768x1024,4096x5120")
+    ap.add_argument("--commit", help="the commit measured, for the JSON (default: git rev-parse --short HEAD)")
     args = ap.parse_args()
     args.peers = [p for p in args.peers.split(",") if p]
     shapes = {"all": SHAPES, "cliff": CLIFF_SHAPES}.get(args.shapes)
@@ -398,6 +401,7 @@ def main():
             ap.error(f"--shapes {args.shapes!r}: expected all, cliff, or MxN[,MxN...] with M, N >= 1")
     torch.manual_seed(0)
     ceiling = copy_ceiling_tbs()
+    info = run_info(args.commit)
     rows = []
     for op in args.ops.split(","):
         for m, n in shapes:
@@ -407,7 +411,7 @@ def main():
             torch.cuda.empty_cache()
             # Written after every shape: a run cut short keeps what it measured.
             with open(args.out, "w") as f:
-                json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "copy_tbs": ceiling,
+                json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, **info, "copy_tbs": ceiling,
                            "peers": args.peers, "rows": rows}, f, indent=1)
 
     print(f"\nbf16 norms on {torch.cuda.get_device_name()}; copy ceiling in this run {ceiling:.2f} TB/s "

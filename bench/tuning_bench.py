@@ -19,6 +19,8 @@ import sys
 import tempfile
 import time
 
+from run_info import run_info
+
 OPS = ["rmsnorm.fwd", "rmsnorm.bwd", "layernorm.fwd", "layernorm.bwd"]
 SHAPES = [(32768, 1024), (32768, 4096), (16384, 8192), (8192, 16384), (65536, 2048),
           (4096, 4096), (4096, 5120), (16384, 12288)]  # bench/norm_bench.py's
@@ -55,10 +57,12 @@ class Daemon:
         self.log.close()
 
 
-def save(path, rows):
-    """Written after every tune: a run cut short keeps what it measured."""
+def save(path, info, rows):
+    """Written after every tune: a run cut short keeps what it measured. An
+    object with the run's date and commit beside "rows" (before issue 32, the
+    bare list of rows)."""
     with open(path, "w") as f:
-        json.dump(rows, f, indent=1)
+        json.dump({**info, "rows": rows}, f, indent=1)
 
 
 def main():
@@ -69,9 +73,11 @@ def main():
     ap.add_argument("--max-candidates", type=int, default=10)
     ap.add_argument("--ops", default=",".join(OPS))
     ap.add_argument("--shapes", default=",".join(f"{m}x{n}" for m, n in SHAPES))
+    ap.add_argument("--commit", help="the commit measured, for the JSON (default: git rev-parse --short HEAD)")
     args = ap.parse_args()
     ops = args.ops.split(",")
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    info = run_info(args.commit)
     work = tempfile.mkdtemp(prefix="ktune-tuning-")
     rows = []
     # Three daemons side by side (only one tunes at a time): each problem gets
@@ -92,7 +98,7 @@ def main():
                              "warm_config": warm_cfg, "warm_us": warm_us, "fresh_config": fresh_cfg,
                              "fresh_us": fresh_us, "descent_s": descent_s, "descent_config": descent_cfg,
                              "descent_us": descent_us})
-                save(args.out, rows)
+                save(args.out, info, rows)
                 print(f"  {op} {m}x{n}: cold {cold_s:.1f} s, warm {warm_s:.1f} s, descent {descent_s:.1f} s",
                       flush=True)
     finally:

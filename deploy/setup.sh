@@ -23,7 +23,8 @@ packages=(build-essential cmake ninja-build pkg-config
 if [ "$mode" = test ]; then packages+=(clang libclang-rt-14-dev); fi
 # The README's Python quick start, which its doc test runs (tests/docs):
 # gRPC's Python runtime and protobuf's, matching Debian's protoc and plugin.
-if [ "$mode" = test ]; then packages+=(python3-grpcio python3-protobuf); fi
+# The bench plots' test (tests/bench/plot_results_test.py): Debian's matplotlib.
+if [ "$mode" = test ]; then packages+=(python3-grpcio python3-protobuf python3-matplotlib); fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark JSON as PNGs (issue 32). Reads what bench/norm_bench.py,
+"""Benchmark JSON as PNGs. Reads what bench/norm_bench.py,
 bench/gemm_bench.py and bench/tuning_bench.py write (--norm takes one file per
 run, e.g. the RMSNorm and the LayerNorm run) and writes into --out only the
 plots of what it is given: norm-forward.png, norm-backward.png (TB/s per shape:

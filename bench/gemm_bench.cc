@@ -26,7 +26,7 @@
 // The JSON also names the settings of ktune's answer when it is a cuBLASLt
 // algorithm, and of cuBLASLt's own pick under PyTorch's 1 MiB workspace, the
 // algorithm torch._scaled_mm runs (cuBLASLt's trace showed the two alike at
-// fp8 8192 x 4096 x 14336: bench/RESULTS.md, 2026-11-30, "The kernel
+// fp8 8192 x 4096 x 14336: bench/results/2026-11-30-norms-gemm-95556ee.md, "The kernel
 // torch._scaled_mm runs is ktune's answer"; torch.matmul calls cuBLAS
 // instead), and
 // whether the two are one kernel.
@@ -43,8 +43,8 @@
 // ratio compares medians over windows seconds apart, which the power
 // controller's wandering clocks move by several percent (the same bf16
 // shape's ratio read 0.934-0.986x over six tunes, 0.98-0.99x interleaved:
-// bench/RESULTS.md, 2026-12-01, "What the power limit does to the sustained
-// finals"); this is the steadier figure for how far the template trails
+// bench/results/2026-12-01-gemm-power-tail-split-54c97c5.md, "What the power
+// limit does to the sustained finals"); this is the steadier figure for how far the template trails
 // or leads cuBLASLt. 0 turns it off.
 // Default shapes: issue 5's (M in {1, 16, 128, 2048, 8192} x (N, K) in
 // {(4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096)}, plus 8192^3), bf16

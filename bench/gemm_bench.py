@@ -20,8 +20,10 @@ thermal history, which the earlier protocols did not give: they timed torch
 after every tune ("batched"), then right after each shape's tune, then after
 2 s of idle on both sides ("settled", 6e8ce73), and at 4ecdf53 that settled
 figure of one unchanged cuBLASLt algorithm moved by -12% to +2% against the
-tune's own, more than any gap it was meant to measure (bench/RESULTS.md,
-2026-11-30, "The GEMM bench against torch: from "settled" to "paired"").
+tune's own, more than any gap it was meant to measure
+(bench/results/2026-11-30-gemm-paired-263d781.md, "The GEMM bench against
+torch: from "settled" to "paired""; why the bench works this way:
+bench/results/decisions/gemm-bench-protocol.md).
 --rounds 0 compares the tune's own figure with one torch timing instead.
 
 The tune's own three figures (cuBLASLt, template, ktune) are, since 1dcdd72,
@@ -36,8 +38,8 @@ column, "block_*_us" in the JSON); the side that goes first alternates from
 shape to shape. Alternating two processes on one GPU is not neutral: two
 identical torch._scaled_mm processes at fp8 8192 x 4096 x 14336 read
 766-807 us each timed in a row, but taking turns the one started first read
-789-825 us and the other 768-789 us (bench/RESULTS.md, 2026-11-30, "The
-alternation control"). It does not follow context order: with the driver's
+789-825 us and the other 768-789 us (bench/results/2026-11-30-norms-gemm-6cf1718.md,
+"The alternation control"). It does not follow context order: with the driver's
 context created first (it starts CUDA before the bench, since 1e8044e),
 ktune's side was still the slower one alternated. Why is not known. The
 block figure times each side after its own kind, as each would run in a

@@ -20,8 +20,8 @@ caching allocator, as a peer's call does. Before, ours wrote into one buffer
 per input set, while a peer's output, freed before its next call, may come
 back at one address (the allocator's reuse; not checked). At RMSNorm 4096 x
 4096 (64 MB a call) ours ran 1-2% faster from the allocator than rotating
-(bench/RESULTS.md, 2026-11-30, "What max-autotune runs at RMSNorm 4096 x
-4096, and where the outputs go").
+(bench/results/2026-11-30-norms-gemm-4bddd4b.md, "What max-autotune runs at
+RMSNorm 4096 x 4096, and where the outputs go").
 
 Bytes (fewest): forward reads x, w(, b) and writes y; backward reads x, dy, w
 and writes dx, dw(, db). TB/s = bytes / time.

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Times the norm forward template at fixed configs, from one or more template
-trees, beside torch.compile: the harness behind bench/RESULTS.md's
-fixed-config tables (the sections marked "lab"; a change to a template is
+trees, beside torch.compile: the harness behind the fixed-config tables in
+bench/results/ (the files and sections marked "fixed configs"; a change to a template is
 measured here, config by config, before the tuner sees it). Run on the GPU
 machine:
 

@@ -8,8 +8,8 @@ config it tried, not only the one it runs). Run on the GPU machine:
 
 A profiler trace read this way showed that max-autotune's LayerNorm forward
 at 32768x1024 is one row per 2-warp CTA, a geometry our template has
-(bench/RESULTS.md, 2026-11-29, "LayerNorm forward 32768x1024: what
-max-autotune runs").
+(bench/results/2026-11-29-layernorm-cliff-and-max-autotune.md, "LayerNorm
+forward 32768x1024: what max-autotune runs").
 """
 import argparse
 import json

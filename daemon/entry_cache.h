@@ -9,7 +9,8 @@
 // `answer_of` once per read from the store: an entry and this build's
 // templates are fixed while the daemon runs, so re-deriving and re-checking
 // its recipe on every hit would compute the same answer again (it cost a hit
-// 5-7 us, more than the rest of GetConfig; bench/LOAD.md, 2026-12-02).
+// 5-7 us, more than the rest of GetConfig; bench/results/2026-12-02-load-c52fae7.md).
+// Why: bench/results/decisions/getconfig-hit-path.md
 //
 // Thread-safe. Lookups take one shard's lock of the LRU and, on a miss, a read
 // connection of the store; they never wait for a write's commit. Writes go to

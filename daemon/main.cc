@@ -75,7 +75,9 @@ int main(int argc, char** argv) {
 
   // absl::Mutex's deadlock detection is on in this build of abseil: every
   // lock (gRPC's included) then takes a process-wide graph lock, a measurable
-  // share of a cache hit under concurrent callers (bench/LOAD.md).
+  // share of a cache hit under concurrent callers
+  // (bench/results/2026-12-01-load-2core-414c014.md).
+  // Why: bench/results/decisions/getconfig-hit-path.md
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   CLI::App app{"ktuned: kernel autotuning daemon (RMSNorm and LayerNorm, forward and backward, and GEMM)"};
   app.set_version_flag("--version", "ktuned " KTUNE_VERSION);

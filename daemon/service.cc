@@ -424,27 +424,28 @@ void KtuneServiceImpl::CountTune(const std::string& key, const absl::Status& sta
 absl::Status KtuneServiceImpl::AnswerUntunedGemm(const Resolved& r, bool include_cubin,
                                                  v1::GetConfigResponse* response) {
   // What a compiler gets before a GEMM is tuned: the template family that won
-  // the H200's bench for such a problem (bench/RESULTS.md, 2026-11-29, GEMM
-  // under one tuner, 5237382) with its model's best config: skinny for
+  // the H200's bench for such a problem
+  // (bench/results/2026-11-29-gemm-5237382.md) with its model's best config: skinny for
   // M <= 16, wgmma on sm_90, else mma.sync.
   // The untuned wgmma answer is the model's best without split-K: a split-K
   // recipe needs a zeroed workspace, and the model's split-K estimate has not
   // been checked against the GPU yet. fp8 is answered alike since its wgmma
-  // kernels ran correctly on the H200 (bench/RESULTS.md, 2026-11-29, 5ea37ac:
+  // kernels ran correctly on the H200 (bench/results/2026-11-29-gemm-fp8-wgmma-5ea37ac.md:
   // every config of the GPU tests and of the 21 bench shapes); where its K is
   // too long for one fp8 accumulator the space has only split or promoted
   // configs. Promoted configs verify on the H200 but stay below cuBLASLt
-  // (0.80-0.94x, bench/RESULTS.md, 2026-11-30, 263d781; 0.94-0.98x at the
-  // 8192-row bench shapes since 6a2c972, bench/RESULTS.md, 2026-11-30),
+  // (0.80-0.94x, bench/results/2026-11-30-gemm-paired-263d781.md; 0.94-0.98x at the
+  // 8192-row bench shapes since 6a2c972,
+  // bench/results/2026-11-30-gemm-fp8-promotion-6a2c972.md),
   // which a caller without an answer falls back to, so they are tuned but
   // never an untuned answer: such a K has no answer.
   // The skinny template's fp8 form serves M <= 16 like its bf16 form since it
-  // ran correctly on the H200 (bench/RESULTS.md, 2026-11-30, 158b556: the GPU
+  // ran correctly on the H200 (bench/results/2026-11-30-norms-gemm-158b556.md: the GPU
   // tests, and the best own kernel at 7 of the 8 fp8 bench shapes with
   // M <= 16); its config is the one most often fastest there
   // (SkinnyUntunedConfig).
   // B as [K, N] alike since its wgmma kernels ran correctly on the H200
-  // (bench/RESULTS.md, 2026-11-30, 723fbce: the GPU tests, and every
+  // (bench/results/2026-11-30-wgmma-kn-norm-clusters-c3fea25.md, 723fbce: the GPU tests, and every
   // candidate at four bench shapes).
   v1::Config config;
   if (const std::optional<SkinnyConfig> skinny = SkinnyUntunedConfig(*r.gemm, target_)) {

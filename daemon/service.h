@@ -53,7 +53,9 @@ struct ServiceOptions {
 // GetConfig is a raw method (bytes in, bytes out): a stored entry's answer is
 // serialized once, when the entry is read from the store (ServedEntry), and
 // every hit sends those bytes. Copying and serializing the answer per call
-// cost a hit as much as the rest of the handler (bench/LOAD.md, 2026-12-02).
+// cost a hit as much as the rest of the handler
+// (bench/results/2026-12-02-load-3a30df0.md).
+// Why: bench/results/decisions/getconfig-hit-path.md
 using KtuneServiceBase =
     v1::KtuneService::WithRawCallbackMethod_GetConfig<v1::KtuneService::CallbackService>;
 

@@ -127,12 +127,13 @@ absl::Status CublasLtCanServe(const v1::GemmProblem& problem);
 // not candidates).
 inline constexpr uint64_t kCublasLtWorkspaceBytes = uint64_t{32} << 20;
 // A second, smaller cap the heuristic is also asked with (PyTorch's: its
-// cublasLtMatmul calls pass 1 MiB, by cuBLASLt's trace in bench/RESULTS.md,
-// 2026-11-30, "The kernel torch._scaled_mm runs is ktune's answer"): it
+// cublasLtMatmul calls pass 1 MiB, by cuBLASLt's trace in
+// bench/results/2026-11-30-norms-gemm-95556ee.md, "The kernel torch._scaled_mm
+// runs is ktune's answer"): it
 // ranks by the workspace allowed, and under 1 MiB it names algorithms the
 // 32 MiB list lacks (on the H200, fp8 at M = 16 and 128 with K = 14336;
-// one of them is the answer at 128 x 4096 x 14336: bench/RESULTS.md,
-// 2026-11-30, "The GEMM bench against torch", 263d781).
+// one of them is the answer at 128 x 4096 x 14336:
+// bench/results/2026-11-30-gemm-paired-263d781.md, 263d781).
 inline constexpr uint64_t kCublasLtSmallWorkspaceBytes = uint64_t{1} << 20;
 
 class CublasLt {

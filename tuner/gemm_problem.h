@@ -70,11 +70,12 @@ inline int GemmEpilogueCode(const v1::GemmProblem& p) {
 // precision (about 14 bits kept, as DeepSeek-V3's report found), so the error
 // grows with K: on the H200 every fp8 wgmma config was outside the
 // verification tolerance (3-4% off) at K = 8192 and 14336, and inside it at
-// K = 4096 and at 14336 split four ways (bench/RESULTS.md, 2026-11-29, "fp8
-// in the wgmma template on the GPU", run 4 at 5ea37ac). Beyond it, split K,
+// K = 4096 and at 14336 split four ways
+// (bench/results/2026-11-29-gemm-fp8-wgmma-5ea37ac.md, run 4 at 5ea37ac). Beyond it, split K,
 // or promote (CUTLASS's remedy: add into a second set of fp32 registers every
 // few steps; the wgmma space's `promote`, for tiles of at most 96
 // accumulators).
+// Why: bench/results/decisions/fp8-promotion.md
 constexpr int64_t kMaxFp8KPerAccumulator = 4096;
 
 }  // namespace ktune

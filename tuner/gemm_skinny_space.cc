@@ -50,8 +50,9 @@ absl::Status CanImplementSkinny(const v1::GemmProblem& p, const SkinnyConfig& c,
   if (c.pipelined && GemmIsFp8(p) && p.m() > 8) {
     // Two rounds of 16 rows of e4m3 A and B spill past 128 registers with
     // some epilogues, and were 4-8% slower than the plain loop at M = 16
-    // where they did not (bench/RESULTS.md, 2026-11-30, "Where the skinny
-    // GEMM's time goes", the runs before fb2fcd5).
+    // where they did not (bench/results/2026-11-30-gemm-skinny-pipelined-fb2fcd5.md,
+    // "Where the skinny GEMM's time goes", the runs before fb2fcd5).
+    // Why: bench/results/decisions/skinny-gemm.md
     return fail("pipelined serves fp8 at M <= 8 only");
   }
   return absl::OkStatus();
@@ -63,8 +64,9 @@ std::vector<SkinnyConfig> SkinnySearchSpace(const v1::GemmProblem& p, const Devi
     for (int unroll : {2, 4}) grid.push_back({warps, unroll, false});
   }
   // Pipelined, the configs that fit 128 registers with both rounds' loads
-  // and were fastest in the H200 runs of bench/RESULTS.md, 2026-11-30, "Where
-  // the skinny GEMM's time goes" (the runs before fb2fcd5).
+  // and were fastest in the H200 runs of
+  // bench/results/2026-11-30-gemm-skinny-pipelined-fb2fcd5.md, "Where the skinny
+  // GEMM's time goes" (the runs before fb2fcd5).
   for (const SkinnyConfig& c : {SkinnyConfig{8, 1, true}, SkinnyConfig{8, 2, true}, SkinnyConfig{4, 2, true}}) {
     grid.push_back(c);
   }

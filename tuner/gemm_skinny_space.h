@@ -51,8 +51,8 @@ std::vector<SkinnyConfig> SkinnySearchSpace(const v1::GemmProblem& problem, cons
 
 // The config to answer with before a tune (the daemon's HEURISTIC source):
 // w8 u1 pipelined where the space offers it, the fastest skinny config at 7
-// of the 12 such bench shapes on the H200 (bench/RESULTS.md, 2026-11-30, GEMM
-// tables at fb2fcd5; w4 u2 pipelined at 4);
+// of the 12 such bench shapes on the H200
+// (bench/results/2026-11-30-gemm-skinny-pipelined-fb2fcd5.md; w4 u2 pipelined at 4);
 // else w8 u4, the fastest at 2 of the 4 fp8 M = 16 shapes; else the space's
 // first. nullopt when the template cannot serve the problem.
 std::optional<SkinnyConfig> SkinnyUntunedConfig(const v1::GemmProblem& problem, const DeviceInfo& device);

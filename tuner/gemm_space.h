@@ -6,10 +6,10 @@
 // Contract with the template: every config CanImplementGemm accepts compiles
 // under NVRTC without spilling and computes the right answer for every problem
 // it was accepted for (tests/tuner/gemm_space_test.cc compiles them all; the
-// H200 run of the template at fixed configs in bench/RESULTS.md, 2026-11-29,
-// "the mma.sync GEMM template, first H200 run", checked the answers of the
+// H200 run of the template at fixed configs,
+// bench/results/2026-11-29-gemm-mma-sync-fixed-configs.md, checked the answers of the
 // unsplit configs; the GPU tests check split-K's, first run at c8b9478:
-// bench/RESULTS.md, 2026-11-30).
+// bench/results/2026-11-30-norms-gemm-158b556.md).
 // Thread-safe: pure functions.
 #pragma once
 

@@ -86,8 +86,9 @@ size_t PickGemmWinner(const std::vector<Timing>& finals, const std::vector<std::
   // fastest's moved between passes is their uncertainty, not the jitter of
   // single calls (the spread), which a power-limited fp8 GEMM keeps above 3%
   // (at fp8 8192 x 6144 x 4096 it kept cuBLASLt's default against a template
-  // whose combined median was 2.9% faster: bench/RESULTS.md, 2026-11-30,
-  // "GEMM tie window", 6cf1718).
+  // whose combined median was 2.9% faster:
+  // bench/results/2026-11-30-norms-gemm-6cf1718.md, "GEMM tie window").
+  // Why: bench/results/decisions/gemm-tie-break.md
   const double window = TieWindowUs(finals[best].pass_range, finals[best].median_us);
   if (finals[*preferred].median_us > finals[best].median_us + window) return best;
   // Within the window, pass by pass: the clocks' drift between passes moves
@@ -95,7 +96,8 @@ size_t PickGemmWinner(const std::vector<Timing>& finals, const std::vector<std::
   // window (1%) in every pass is faster, however far the passes moved. (At
   // 6a2c972 the window alone kept cuBLASLt's default against a template 2.5%
   // faster at fp8 8192 x 4096 x 4096, as in two of six tunes of it at
-  // fb2fcd5; bench/RESULTS.md, 2026-11-30.)
+  // fb2fcd5; bench/results/2026-11-30-gemm-fp8-promotion-6a2c972.md and
+  // bench/results/2026-11-30-gemm-skinny-pipelined-fb2fcd5.md.)
   const std::vector<Timing>& mine = passes[best];
   const std::vector<Timing>& theirs = passes[*preferred];
   bool faster_every_pass = !mine.empty() && mine.size() == theirs.size();
@@ -178,13 +180,12 @@ absl::StatusOr<GemmTuneResult> TuneGemm(const v1::GemmProblem& problem, Candidat
   const std::vector<WgmmaTileConfig> wgmma_space = WgmmaSearchSpace(problem, info, options.space);
   // Where the wgmma template serves M > 16, mma.sync's best ran 1.3-2.0x
   // slower than the best other template at all 13 such bench shapes, in two
-  // H200 runs (bench/RESULTS.md, 2026-11-29, "GEMM: cuBLASLt, mma.sync,
-  // wgmma/TMA and skinny templates under one tuner": runs 7 and 8, the latter
+  // H200 runs (bench/results/2026-11-29-gemm-5237382.md: runs 7 and 8, the latter
   // at 5237382): not worth its compiles and measurements there. At M <= 16 it
   // came within 2% of the skinny template once, so it stays. B as [K, N]
   // (which wgmma reads too) alike: at four bench shapes its best ran 2.1-2.2x
-  // faster than mma.sync's (bench/RESULTS.md, 2026-11-30, "wgmma with B as
-  // [K, N]", 723fbce).
+  // faster than mma.sync's (bench/results/2026-11-30-wgmma-kn-norm-clusters-c3fea25.md,
+  // "wgmma with B as [K, N]", 723fbce).
   const bool try_mma_sync = wgmma_space.empty() || problem.m() <= 16;
   for (const GemmTileConfig& t :
        try_mma_sync ? GemmSearchSpace(problem, info, options.space) : std::vector<GemmTileConfig>()) {
@@ -391,11 +392,12 @@ absl::StatusOr<GemmTuneResult> TuneGemm(const v1::GemmProblem& problem, Candidat
   // clock. A large GEMM run back to back settles at the clocks its own power
   // draw allows, and a kernel that draws less per FLOP holds higher ones: at
   // fp8 8192 x 14336 x 4096 a wgmma config 0.6% faster than cuBLASLt's
-  // default interleaved was 9% faster timed after its own heat (bench/
-  // RESULTS.md, 2026-12-01, "Interleaved finals and sustained timing
-  // disagree", e1d90dd). So the fastest few, the best template and the
+  // default interleaved was 9% faster timed after its own heat
+  // (bench/results/2026-12-01-gemm-sustained-finals-0fa526c.md, "Interleaved
+  // finals and sustained timing disagree", e1d90dd). So the fastest few, the best template and the
   // default are each timed after sustained_heat_ms of itself, and those timings
   // decide, with the same preference for the default.
+  // Why: bench/results/decisions/gemm-sustained-finals.md
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t x, size_t y) { return finals[x].median_us < finals[y].median_us; });
   std::vector<size_t> chosen;  // into finalists
@@ -433,8 +435,9 @@ absl::StatusOr<GemmTuneResult> TuneGemm(const v1::GemmProblem& problem, Candidat
   // The window kept the default against a faster median: their windows were
   // seconds apart, and the clocks wander by more than the gap between them.
   // A head-to-head, whose two windows of a round see nearly the same clocks,
-  // tells them apart (bench/RESULTS.md, 2026-12-01, "The head-to-head",
-  // a266442).
+  // tells them apart (bench/results/2026-12-01-gemm-tie-break-25d0244.md, "The
+  // head-to-head", a266442).
+  // Why: bench/results/decisions/gemm-tie-break.md
   const size_t fastest = IndexOfFastest(sustained);
   if (options.tie_break_rounds > 0 && default_sustained && s == *default_sustained && fastest != s) {
     const GemmCandidate& challenger = candidates[finalists[chosen[fastest]]];

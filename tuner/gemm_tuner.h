@@ -68,7 +68,8 @@ struct GemmTuneOptions {
   // them (HeadToHeadFavoursFirst). 0: the window decides alone. (At fp8
   // 8192 x 6144 x 4096 the window kept the default against a template 2.3%
   // faster sustained, which then beat it by 2.8-4.0% in all 8 rounds:
-  // bench/RESULTS.md, 2026-12-01, "The head-to-head", a266442.)
+  // bench/results/2026-12-01-gemm-tie-break-25d0244.md, "The head-to-head", a266442.)
+  // Why: bench/results/decisions/gemm-tie-break.md
   int tie_break_rounds = 8;
   KernelCache* kernel_cache = nullptr;           // not owned; may be null
   const std::atomic<bool>* cancelled = nullptr;  // checked between candidates
@@ -83,8 +84,8 @@ struct GemmTuneOptions {
 // finalist: after `heat_ms` of itself, `calls` calls, in `rounds` rounds, `a`
 // first in even rounds and `b` first in odd ones. On a power-limited GPU a
 // timing of one window mostly reads where the power controller has left the
-// clocks (they wander +-4% from window to window: bench/RESULTS.md,
-// 2026-12-01, "What the power limit does to the sustained finals"), and the two
+// clocks (they wander +-4% from window to window:
+// bench/results/2026-12-01-gemm-power-tail-split-54c97c5.md), and the two
 // timings of one round see nearly the same state; so each round gives a
 // ratio, and their median compares the two with much less of that noise
 // than one median per candidate over rounds seconds apart.
@@ -152,8 +153,8 @@ struct GemmTuneResult {
 // the faster, since nothing is safer about one template config or cuBLASLt
 // algorithm than another (a tie-break by space order answered four of five
 // fp8 8192 x 4096 x 4096 tunes with a wgmma config 1.5-2.6% slower than the
-// fastest finalist: bench/RESULTS.md, 2026-11-30, "Five tunes of one fp8
-// shape", fb2fcd5).
+// fastest finalist: bench/results/2026-11-30-gemm-skinny-pipelined-fb2fcd5.md,
+// "Five tunes of one fp8 shape", fb2fcd5).
 // REQUIRES: finals non-empty; passes.size() == finals.size(); preferred, if
 // any, < finals.size().
 size_t PickGemmWinner(const std::vector<Timing>& finals, const std::vector<std::vector<Timing>>& passes,

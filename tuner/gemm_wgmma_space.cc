@@ -36,8 +36,9 @@ constexpr int kMaxSplitK = 16;
 constexpr int kMaxStages = 16;
 // How long a freed stage takes to come back full while every SM streams
 // (the model's streaming bound): fitted to a 64 x 64 fp8 tile at M = 128 on
-// the H200, whose 4- and 6-stage times gave 1.0-1.3 us (bench/RESULTS.md,
-// 2026-11-30, "Small tiles at small M want deeper rings", 3b7825f).
+// the H200, whose 4- and 6-stage times gave 1.0-1.3 us
+// (bench/results/2026-11-30-gemm-deep-rings-3b7825f.md, "Small tiles at small M
+// want deeper rings").
 constexpr double kLoadLatencyUs = 1.2;
 constexpr int kFixedStages[] = {4, 5, 3, 6};  // the grid's rings besides the deepest that fits
 // Raster groups besides the default 8 (WgmmaTileConfig::group_m): tile rows
@@ -81,14 +82,15 @@ int Accumulators(const WgmmaTileConfig& c) { return c.rows_per_consumer() * c.bl
 //
 // Spans of kMaxFp8KPerAccumulator are not enough once there are several: on
 // the H200 every promoted config at K = 8192 and 14336 missed the tolerance by
-// the same margin (4096-spans; bench/RESULTS.md, 2026-11-30, "fp8 promotion:
-// wrong at K = 8192 and 14336", fixed in 0a61686). The tensor cores'
+// the same margin (4096-spans; bench/results/2026-11-30-gemm-paired-263d781.md,
+// "fp8 promotion: wrong at K = 8192 and 14336", fixed in 0a61686). The tensor cores'
 // reduced-precision adds truncate, so the error has a sign: per add it scales
 // with the running sum (~sqrt(span)), and the spans' errors add up, giving an
 // error ~ K * sqrt(span), against a tolerance ~ sqrt(K) (the output's rms).
 // K * span is what must stay bounded: K = 8192 at 4096 (2^25) failed by 2%,
 // so spans are the longest power of two, at most kMaxPromotionSpan, that
 // keeps K * span within 2^23 (about half the tolerance), and at least a step.
+// Why: bench/results/decisions/fp8-promotion.md
 int PromoteSteps(const v1::GemmProblem& p, const WgmmaTileConfig& c) {
   if (!c.promote) return 0;
   constexpr int64_t kMaxPromotionSpan = 1024;  // the model charges a step per span
@@ -183,8 +185,8 @@ void AddWithPromotedTwin(WgmmaTileConfig c, bool promoted_only, std::vector<Wgmm
 // alone or in 2x1 clusters, 3 to 6 stages and the deepest ring the device's
 // shared memory holds (up to 16; small tiles at small M stream their
 // operands, and a deeper ring keeps more of them in flight: 5-13% at M = 128,
-// bench/RESULTS.md, 2026-11-30, "Small tiles at small M want deeper rings",
-// 3b7825f); alone, split-K by 2 or 4 too; unsplit, with
+// bench/results/2026-11-30-gemm-deep-rings-3b7825f.md, "Small tiles at small M
+// want deeper rings"); alone, split-K by 2 or 4 too; unsplit, with
 // promotion too. The
 // accumulator limit leaves ping-pong 128 x 128 and 64 x 256 tiles
 // (CanImplementWgmma). 192 columns are for promoted tiles only: promotion
@@ -236,7 +238,8 @@ std::vector<WgmmaTileConfig> Grid(int64_t smem_optin) {
 // split 2 or 4 ways: 24 configs. Each of those knobs decided the fastest
 // config at some of the bench's M = 1 and 16 shapes in the H200's tunes;
 // two consumers and 2x1 clusters sharing A were 1-5% slower everywhere
-// (bench/RESULTS.md, 2026-11-30, "Swapped tiles", 7a81ab9).
+// (bench/results/2026-11-30-gemm-swapped-tiles-7a81ab9.md, "Swapped tiles").
+// Why: bench/results/decisions/skinny-gemm.md
 std::vector<WgmmaTileConfig> SwapGrid(const v1::GemmProblem& p, int64_t smem_optin) {
   std::vector<WgmmaTileConfig> grid;
   if (p.m() > kMaxSwapRows) return grid;
@@ -397,25 +400,25 @@ double WgmmaModelTimeUs(const v1::GemmProblem& p, const WgmmaTileConfig& c, cons
   // waits; a ping-pong pair hides each other's epilogue. The ring keeps
   // (stages - 1) steps of 64 in flight.
   // (Ping-pong 128 x 128 measured 10-15% below cooperative 128 x 256 on
-  // the H200 at large shapes: bench/RESULTS.md, 2026-11-29, "GEMM: cuBLASLt,
-  // mma.sync, wgmma/TMA and skinny templates under one tuner", run 7.)
+  // the H200 at large shapes: bench/results/2026-11-29-gemm-5237382.md, run 7.)
   const double consumer_efficiency = c.pingpong ? 0.95 : c.consumers == 2 ? 0.97 : 0.85;
   // A pair sharing B by multicast moves a quarter less through L2. Before
   // 44326c9 every 2x1-cluster config ran at 50-73% of the same config alone
-  // (bench/RESULTS.md, 2026-11-29, GEMM under one tuner, run 7): each
+  // (bench/results/2026-11-29-gemm-5237382.md, run 7): each
   // consumer arrival on a stage's barrier carried a GPU-wide fence
   // (`.release.cluster`), twice per step of K. Without it (44326c9) the
   // pairs ran at 0.96-1.02x their twins in the first round of tunes at bf16
-  // 8192^3 and fp8 8192 x 4096 x 14336 (bench/RESULTS.md, 2026-11-30, "2x1
-  // clusters now run as fast as their twins", 84ca4c2), and a cluster was
+  // 8192^3 and fp8 8192 x 4096 x 14336 (bench/results/2026-11-30-norms-gemm-4bddd4b.md,
+  // "2x1 clusters now run as fast as their twins", 84ca4c2), and a cluster was
   // the best own kernel at bf16 and fp8 8192^3. No consistent gain to model:
   // a cluster ranks as its twin (no factor here), and measurement picks.
+  // Why: bench/results/decisions/gemm-wgmma-clusters.md
   const double pipelining = std::min(1.0, (c.stages - 1) * c.k_rows * kRowBytes / 384.0);  // 3 rows of 128 bytes
   // Each promotion drains the consumer's wgmmas: charged as about one step
   // of K per span. Since 6a2c972 (the accumulator no longer zeroed, see the
   // template) a promoted 64 x 192 tile runs within a few percent of the same
-  // tile unpromoted (bench/RESULTS.md, 2026-11-30, "Where the promoted fp8
-  // kernels' time went"), so this overcharges; it is
+  // tile unpromoted (bench/results/2026-11-30-gemm-fp8-promotion-6a2c972.md,
+  // "Where the promoted fp8 kernels' time went"), so this overcharges; it is
   // kept because every unsplit fp8 config at such K promotes alike (the
   // charge moves them together) and it ranks two slices of K per stage,
   // half the steps per span, below one, as measured.

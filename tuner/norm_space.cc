@@ -88,13 +88,14 @@ int GradientParts(const NormProblem& p) {
 // without bounds checks (the template's FULL_TILES). Those checks are
 // branches that ptxas does not hoist loads above; without them it issues x
 // and w (and b) first. Measured on the H200 at fixed configs, 32768 x 1024
-// (bench/RESULTS.md, 2026-11-30, "Norm forward: FULL_TILES", 1843eff):
+// (bench/results/2026-11-30-norms-gemm-6cf1718.md, "Norm forward: FULL_TILES", 1843eff):
 // RMSNorm +1-3%, LayerNorm -1.5 to +1%. Derived, not a knob, and only where
 // measured: rows of at most 2 KB (longer ones already reach 96-98% of the
 // ceiling, and hoisting makes w and b live across the reductions, which
 // LiveWordsWith counts: at 8 KB rows it cost occupancy and spilled in the
 // compile-all test), one row block per CTA (not the pipelined or looped
 // variants).
+// Why: bench/results/decisions/layernorm-fwd-32768x1024.md
 bool FullTiles(const NormProblem& p, const NormConfig& c) {
   constexpr int64_t kMaxRowBytes = 2048;
   return IsForward(p) && c.persistent && c.pipeline_depth == 1 && p.m % c.x_block == 0 &&
@@ -182,8 +183,8 @@ int64_t RowBlocks(const NormProblem& p, const NormConfig& c) { return CeilDiv(p.
 // LayerNorm backward, persistent, unpipelined, on sm_90: whether each CTA
 // prefetches its next row block into L2 with the bulk-copy engine (the
 // template's PREFETCH_L2). Derived, not a knob, from fixed-config runs on the
-// H200 (bench/RESULTS.md, 2026-11-29, "why torch.compile's norm forward was
-// 3-4% faster"): LayerNorm +8-20% (8192 x 16384 at 1 CTA per SM: 3.34 ->
+// H200 (bench/results/2026-11-29-norm-fwd-l2-evict-last.md): LayerNorm +8-20%
+// (8192 x 16384 at 1 CTA per SM: 3.34 ->
 // 3.69 TB/s; 32768 x 1024 at 10: +8%); RMSNorm, with half the work per row,
 // -2 to +1%, so not there. The pipelined variant, where registers allow it,
 // is unchanged and remains a candidate. The bulk prefetch moves 16-byte
@@ -197,14 +198,16 @@ bool PrefetchNextRowsToL2(const NormProblem& p, const NormConfig& c, const Devic
 
 // Forward, persistent: whether x is loaded with an L2 evict_last policy
 // (LoadHint::kKeepL2, the template's X_KEEP_L2). Derived, not a knob, from the
-// same fixed-config runs on the H200 (bench/RESULTS.md, 2026-11-29, "why
-// torch.compile's norm forward was 3-4% faster"): +3-6% at rows of 8 KB and
+// same fixed-config runs on the H200
+// (bench/results/2026-11-29-norm-fwd-l2-evict-last.md): +3-6% at rows of 8 KB and
 // more, +3% for one-wave pipelined grids, 1-2.5% slower for 2 KB rows launched
 // a CTA per row block. 4 KB rows were not among them; with the policy the
 // bench's 65536 x 2048 forwards ran 4.22 (RMSNorm) and 4.21 TB/s (LayerNorm)
-// at 10e9d3c, against 4.16 and 4.04 at 4611260 (bench/RESULTS.md, 2026-11-29,
-// the norm family against three peers). (cache_hint needs sm_80, as every norm
+// at 10e9d3c, against 4.16 and 4.04 at 4611260
+// (bench/results/2026-11-29-norm-family-10e9d3c.md,
+// bench/results/2026-11-29-norm-family-4611260.md). (cache_hint needs sm_80, as every norm
 // kernel does.)
+// Why: bench/results/decisions/norm-memory-hints.md
 bool KeepXInL2(const NormProblem& p, const NormConfig& c) {
   if (!IsForward(p) || !c.persistent) return false;
   constexpr int64_t kMinRowBytes = 4096;
@@ -298,9 +301,8 @@ std::vector<int> SplitSizes(const NormProblem& p, const NormConfig& c, const Dev
   if (out.size() > 2) out.resize(2);
   // With P in [wave, 2 * wave) the "one-wave" split launches up to two waves
   // of CTAs, and its double nearly one: that double joins the candidates when
-  // its grid fills at least 90% of a wave (H200, fixed configs, bench/
-  // RESULTS.md, 2026-11-29, "why torch.compile's norm forward was 3-4%
-  // faster": LayerNorm
+  // its grid fills at least 90% of a wave (H200, fixed configs,
+  // bench/results/2026-11-29-norm-fwd-l2-evict-last.md: LayerNorm
   // 8192 x 16384, one CTA per SM, split 32's 256 CTAs ran 3.48 TB/s and split
   // 64's 128 ran 3.69; RMSNorm 16384 x 8192, 512 CTAs for 264 slots 3.84, 256
   // of them 3.90). First in the list: the pipelined variant stays at the
@@ -415,8 +417,9 @@ std::vector<NormConfig> NormSearchSpace(const NormProblem& p, const DeviceInfo& 
   // Backward: each geometry with its SPLIT_SIZEs; pipelining only where a CTA
   // walks at least two row blocks. Unpruned, each persistent one-row-per-CTA
   // config also in clusters of 2, 4 and 8 (sm_90), where its CTAs make at
-  // least two of them. Pruned, none: on the H200 (bench/RESULTS.md,
-  // 2026-11-30, "Norm backward in thread-block clusters", 025dee3) a
+  // least two of them. Pruned, none: on the H200
+  // (bench/results/2026-11-30-wgmma-kn-norm-clusters-c3fea25.md, "Norm backward in
+  // thread-block clusters", 025dee3) a
   // cluster of 4 ran at 0.60-0.97x its twin at 38 of 44 configs of five
   // backward shapes, and at best 1.03x, never the winner. The losses grow
   // with the split, probably because a one-wave persistent grid in
@@ -424,6 +427,7 @@ std::vector<NormConfig> NormSearchSpace(const NormProblem& p, const DeviceInfo& 
   // cluster, so part of it runs as a second wave (not measured:
   // cudaOccupancyMaxActiveClusters was not queried). The workspace bytes a
   // cluster saves are 1-2% of the op's.
+  // Why: bench/results/decisions/norm-bwd-clusters.md
   const std::vector<int> clusters = pruned ? std::vector<int>{} : std::vector<int>{2, 4, 8};
   auto add_with_clusters = [&](NormConfig c) {
     add(c);

@@ -10,12 +10,14 @@
 //             (createpolicy + .L2::cache_hint): the forward norms' x
 // Stores are plain (write-back) as well.
 //
-// Why no streaming hints: on the H200 (lab run, 2026-11-29, bench/RESULTS.md)
+// Why no streaming hints: on the H200 at fixed configs
+// (bench/results/2026-11-29-norm-memory-hints.md)
 // evict-first loads (ld.global.cs) made the norm kernels 2-4% slower forward
 // and 6-9% slower backward than plain loads, at the same configs; st.global.cs
 // made no difference beyond noise, and plain stores were as fast or faster.
 //
-// Why kKeepL2 for x read once: in a later lab (session 4, bench/RESULTS.md),
+// Why kKeepL2 for x read once: in later fixed-config runs
+// (bench/results/2026-11-29-norm-fwd-l2-evict-last.md),
 // marking the forward's x loads evict_last moved the persistent forward
 // kernels with rows of 8 KB and more from 3.96-4.10 to 4.10-4.24 TB/s (+3-6%,
 // the speed of torch.compile's Triton kernels, which load x with the same
@@ -23,6 +25,7 @@
 // grids (+3%), and on the backward's x and dy 12% slower, so
 // tuner/norm_space.cc decides where it is used. The L1::evict_last qualifier
 // alone changed nothing.
+// Why: bench/results/decisions/norm-memory-hints.md
 //
 // REQUIRES: every address is aligned to the access width.
 #pragma once

@@ -50,8 +50,10 @@
 //     shrinks CLUSTER-fold: at 16384 x 8192 and SPLIT_SIZE 64 from 8 MiB each
 //     way to 2 at CLUSTER 4, about 1.5% of the op's bytes. On the H200 the
 //     clustered kernels ran at 0.60-1.03x the same config without a cluster
-//     (session 13), so the tuner offers them only in its unpruned space
+//     (bench/results/2026-11-30-wgmma-kn-norm-clusters-c3fea25.md), so the
+//     tuner offers them only in its unpruned space
 //     (tuner/norm_space.cc has the measurement).
+//     Why: bench/results/decisions/norm-bwd-clusters.md
 //   looped (XBLOCK == 1, any N): pass 1 over R_BLOCK chunks forms the row sums,
 //     pass 2 reads the row again (from L2) and writes dx; the partials then
 //     cannot live in registers and are accumulated in the CTA's own workspace

@@ -29,7 +29,8 @@
 // split arrives last, so D may differ in its last bits from run to run. A
 // fixed order, reading this CTA's own partial back, spilled: 4 bytes at 128
 // accumulators (64 x 256 on four warps), and 8 bytes even at 64 (64 x 128,
-// BK 64, with a GELU or SiLU epilogue), in sessions 7 and 8. The wgmma
+// BK 64, with a GELU or SiLU epilogue), in the compile checks when split-K
+// was added here (1da3e05). The wgmma
 // template, whose consumers have 232 registers for 128 accumulators, sums in
 // split order.
 //

@@ -25,10 +25,12 @@
 // in flight while this round multiplies, instead of every warp waiting a full
 // memory latency per round. The two rounds would take the kernel to ~250
 // registers and one CTA per SM, so it is also bounded to 128 registers (512
-// threads per SM). On the H200 (session 16's lab, bench/RESULTS.md) the best
+// threads per SM). On the H200 at fixed configs
+// (bench/results/2026-11-30-gemm-skinny-pipelined-fb2fcd5.md) the best
 // pipelined config was 3-9% faster than the best plain one for bf16 at M = 1
 // and 16, 0-5% for fp8 at M = 1, and 4-8% slower for fp8 at M = 16, so the
 // tuner tries both.
+// Why: bench/results/decisions/skinny-gemm.md
 //
 // Kernel arguments, in order: a, b, c, d, bias, M, N, K, alpha, beta, as
 // kernel_templates/gemm/gemm_mma.cuh, then a_scale, b_scale (const float*,

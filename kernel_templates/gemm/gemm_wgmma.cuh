@@ -85,7 +85,8 @@
 // (Promoting a span while the next span's wgmmas, into a third set of
 // registers, are in flight would avoid the drain, but ptxas then serializes
 // every wgmma of the kernel: C7514, an accumulator read while any wgmma is
-// in flight. Session 11, bench/RESULTS.md.)
+// in flight. bench/results/2026-11-30-norms-gemm-95556ee.md.)
+// Why: bench/results/decisions/fp8-promotion.md
 //
 // Kernel arguments, in order (the recipe's `params`):
 //   tma_a:KBxBM   TmaDescriptor (by value)  A as a 3D tensor (K, M, batch) of
@@ -328,11 +329,12 @@ __device__ __forceinline__ void fence_accumulators(float (&acc)[MSUB][HALF_N]) {
 // An arrival on the mbarrier at the same offset in CTA `rank` of the cluster.
 // The default semantics (release at CTA scope), as CUTLASS's cluster
 // barriers arrive: `.release.cluster` compiles to MEMBAR.ALL.CTA,
-// MEMBAR.ALL.GPU, ERRBAR and CGAERRBAR before every arrival (cuobjdump,
-// session 11), and the consumers arrive twice per step of K, a GPU-wide fence
+// MEMBAR.ALL.GPU, ERRBAR and CGAERRBAR before every arrival (cuobjdump of
+// the template before 44326c9), and the consumers arrive twice per step of K, a GPU-wide fence
 // stalling their whole warpgroup each time. Nothing needs that order here:
 // what an arrival releases is a stage the wgmmas have finished reading
 // (wgmma.wait_group), and the producer's next write to it is a TMA.
+// Why: bench/results/decisions/gemm-wgmma-clusters.md
 __device__ __forceinline__ void mbar_arrive_cluster(unsigned long long* bar, unsigned int rank) {
   asm volatile(
       "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
@@ -635,7 +637,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
     // kPromote, cooperative: the two consumers' spans are half a span apart,
     // so while one waits for its wgmmas to promote, the other's keep the
     // tensor pipe busy (spans in step drain it for both at once). The first
-    // span is shorter; no span is longer than PROMOTE_STEPS. (Session 20,
+    // span is shorter; no span is longer than PROMOTE_STEPS.
+    // (bench/results/2026-12-01-gemm-sustained-finals-0fa526c.md,
     // fp8, two runs each: the finalists' interleaved times 1-6% lower at
     // 8192 x 4096 x 14336 and 2048 x 4096 x 14336, about 1% sustained;
     // configs of 2-3 stages or 128 rows per consumer 3-15% slower.)
@@ -710,8 +713,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) __cluster_dims__(CLU
             // it here compiled to about 290 instructions in the window where
             // the tensor pipe stands drained, against 96 adds without
             // (cuobjdump, 64 x 192 per consumer), and cost 7% at fp8 8192 x
-            // 4096 x 14336, up to 23% with spans of one step (session 17,
-            // bench/RESULTS.md).
+            // 4096 x 14336, up to 23% with spans of one step
+            // (bench/results/2026-11-30-gemm-fp8-promotion-6a2c972.md).
             wgmma_wait<0>();
             fence_accumulators(acc);
 #pragma unroll

@@ -100,6 +100,7 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
   // Approximate division: IEEE `1.0f / N` compiles to rcp.rn, whose slow-path
   // CALL splits the first basic block so the x loads cannot be hoisted above it
   // (a 2-3% loss at short rows). __fdividef is within 2 ulp for any N here.
+  // Why: bench/results/decisions/layernorm-fwd-32768x1024.md
   const float inv_n = __fdividef(1.0f, static_cast<float>(N));
   int parity = 0;  // alternates the cross-warp scratch slot
 

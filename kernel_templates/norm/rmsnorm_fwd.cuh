@@ -24,16 +24,18 @@
 // N % R_BLOCK == 0: every row of a row block exists and every vector of a pass
 // lies inside its row, so no bounds check is compiled. Those runtime checks are
 // branches, and ptxas does not hoist the x and w loads above them; without them
-// a short-row kernel issues its loads first (lab, session 10: +1-3% at
-// 32768 x 1024).
+// a short-row kernel issues its loads first (fixed configs, +1-3% at
+// 32768 x 1024: bench/results/2026-11-30-norms-gemm-6cf1718.md).
 // CTAS_PER_SM is not a tuning knob either: the host derives it from the others
 // (an estimate of the registers they need) and sizes pipelined grids by it;
 // here it caps the registers so that many CTAs really fit on an SM.
 //
 // Grid: a persistent PIPELINE == 1 CTA normalizes exactly one row block, so
 // its grid must be the row blocks (the host's recipe is); the grid-stride
-// loop's back edge cost it 4-5% at short rows (lab, session 8). Every other
+// loop's back edge cost it 4-5% at short rows (fixed configs:
+// bench/results/2026-11-30-norms-gemm-158b556.md). Every other
 // variant walks row blocks in a grid-stride loop, so any grid size is correct.
+// Why: bench/results/decisions/layernorm-fwd-32768x1024.md
 // PIPELINE == 2 (persistent only) issues the next row block's loads before the
 // current one is reduced and stored: with a grid of about one wave per SM the
 // load latency is hidden inside each CTA instead of by other CTAs.

@@ -211,7 +211,7 @@ TEST_CASE("ktuned serves status, heuristic answers and refuses what it cannot do
     REQUIRE(fp8->recipe().kernels_size() == 1);
     CHECK(fp8->recipe().kernels(0).name_expression().find("ktune::gemm_wgmma<ktune::e4m3,") == 0);
     // At M <= 16 both types are answered by the skinny template (its fp8 form
-    // ran on the H200: bench/RESULTS.md, 2026-11-30, 158b556).
+    // ran on the H200: bench/results/2026-11-30-norms-gemm-158b556.md).
     g->set_m(8);
     auto decode = client->GetConfig(request);
     REQUIRE(decode.ok());

@@ -186,7 +186,7 @@ TEST_CASE("problems of a few rows get swapped tiles: the weight's rows by the na
   }
   for (int64_t m : {33, 128, 8192}) CHECK(swapped_of(LinearGemm(m, 4096, 4096), {false, 0, 0}).empty());
   // The pruned spaces keep the fastest swapped configs of the H200's tunes in
-  // bench/RESULTS.md, 2026-11-30, "Swapped tiles" (7a81ab9; fp8 and bf16 alike).
+  // bench/results/2026-11-30-gemm-swapped-tiles-7a81ab9.md, "Swapped tiles" (fp8 and bf16 alike).
   auto kept_names = [&](const v1::GemmProblem& p) {
     std::vector<std::string> names;
     for (const WgmmaTileConfig& c : swapped_of(p, pruned)) names.push_back(ToString(c));

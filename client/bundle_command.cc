@@ -1,5 +1,6 @@
 #include "client/bundle_command.h"
 
+#include "client/answer_text.h"
 #include "client/cli_util.h"
 
 #include <unistd.h>
@@ -47,18 +48,6 @@ std::optional<v1::Bundle> LoadBundle(const std::string& path, int* exit_code) {
 
 std::string Date(int64_t unix_seconds) {
   return absl::FormatTime("%Y-%m-%d %H:%M", absl::FromUnixSeconds(unix_seconds), absl::UTCTimeZone());
-}
-
-std::string ShortProblem(const v1::Problem& problem) {
-  if (problem.has_gemm()) {
-    const v1::GemmProblem& g = problem.gemm();
-    return absl::StrFormat("gemm %dx%dx%d %s", g.m(), g.n(), g.k(), g.a_dtype() == v1::FP8_E4M3 ? "fp8" : "bf16");
-  }
-  if (!problem.has_norm()) return "?";
-  absl::StatusOr<NormProblem> p = NormProblemFromProto(problem.norm());
-  if (!p.ok()) return "?";
-  return absl::StrFormat("%s %dx%d %s%s%s", OpName(*p), p->m, p->n, DTypeName(p->input_dtype),
-                         p->has_weight ? "" : " no-weight", p->has_bias ? " bias" : "");
 }
 
 void PrintReport(const v1::ImportBundleResponse& r) {
@@ -225,11 +214,11 @@ int BundleCommands::Inspect() {
   std::printf("entries      %d\n", bundle->entries_size());
   for (const auto& [op, n] : by_op) std::printf("  %-11s %d\n", op.c_str(), n);
   if (bundle->entries_size() == 0) return 0;
-  std::printf("\n%-28s %-16s %-7s %-7s %-16s %10s %7s  %-16s %-9s %s\n", "problem", "device", "arch",
+  std::printf("\n%-36s %-16s %-7s %-7s %-16s %10s %7s  %-16s %-9s %s\n", "problem", "device", "arch",
               "driver", "template", "time_us", "spread", "tuned_at (UTC)", "by", "notes");
   for (const v1::Entry& e : bundle->entries()) {
-    std::printf("%-28s %-16s sm_%d%d   %-7d %-16s %10.2f %6.1f%%  %-16s %-9s %s\n",
-                ShortProblem(e.problem()).c_str(), e.device().name().c_str(), e.device().cc_major(),
+    std::printf("%-36s %-16s sm_%d%d   %-7d %-16s %10.2f %6.1f%%  %-16s %-9s %s\n",
+                ProblemText(e.problem()).c_str(), e.device().name().c_str(), e.device().cc_major(),
                 e.device().cc_minor(), e.device().driver_version(),
                 e.software().template_hash().substr(0, 16).c_str(), e.measurement().time_us(),
                 100 * e.measurement().spread(), Date(e.tuned_at_unix()).c_str(),

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "tuner/gemm_problem.h"
+#include "tuner/kernel_instance.h"
 #include "tuner/kernel_source.h"
 
 namespace ktune {
@@ -258,10 +259,23 @@ absl::StatusOr<LaunchRecipe> GemmLaunchRecipe(const v1::GemmProblem& p, const Ge
   absl::StatusOr<LaunchRecipe> recipe = GemmTemplateRecipe(kTemplateId, Arch(d));
   if (!recipe.ok()) return recipe.status();
   KernelLaunch k;
-  k.name_expression = absl::StrFormat(
-      "ktune::gemm_mma<ktune::bf16, %s, %s, %d, %s, %d, %d, %d, %d, %d, %d, %d, %d>", TypeName(GemmDType(p)),
-      GemmBIsNK(p) ? "true" : "false", GemmEpilogueCode(p), GemmHasC(p) ? "true" : "false", c.block_m, c.block_n,
-      c.block_k, c.warps_m, c.warps_n, c.stages, c.group_m, c.split_k);
+  absl::StatusOr<std::string> name = KernelInstance("gemm_mma")
+                                         .Type("T", "ktune::bf16")
+                                         .Type("TD", TypeName(GemmDType(p)))
+                                         .Bool("B_NK", GemmBIsNK(p))
+                                         .Int("EPI", GemmEpilogueCode(p))
+                                         .Bool("HAS_C", GemmHasC(p))
+                                         .Int("BM", c.block_m)
+                                         .Int("BN", c.block_n)
+                                         .Int("BK", c.block_k)
+                                         .Int("WARPS_M", c.warps_m)
+                                         .Int("WARPS_N", c.warps_n)
+                                         .Int("STAGES", c.stages)
+                                         .Int("GROUP_M", c.group_m)
+                                         .Int("SPLIT_K", c.split_k)
+                                         .NameExpression();
+  if (!name.ok()) return name.status();
+  k.name_expression = *std::move(name);
   k.grid = {static_cast<uint32_t>(Tiles(p, c)), static_cast<uint32_t>(c.split_k), static_cast<uint32_t>(GemmBatch(p))};
   k.block = {static_cast<uint32_t>(c.threads()), 1, 1};
   k.dynamic_smem_bytes = static_cast<uint32_t>(GemmSharedMemoryBytes(c));

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "tuner/gemm_problem.h"
+#include "tuner/kernel_instance.h"
 
 namespace ktune {
 namespace {
@@ -559,13 +560,27 @@ absl::StatusOr<LaunchRecipe> WgmmaLaunchRecipe(const v1::GemmProblem& p, const W
   absl::StatusOr<LaunchRecipe> recipe = GemmTemplateRecipe(kTemplateId, "sm_90a");
   if (!recipe.ok()) return recipe.status();
   KernelLaunch k;
-  k.name_expression = absl::StrFormat("ktune::gemm_wgmma<%s, %s, %d, %s, %d, %d, %d, %s, %d, %d, %d, %d, %d, %d, %s, %s, %d>",
-                                      GemmIsFp8(p) ? "ktune::e4m3" : "ktune::bf16",
-                                      GemmDType(p) == v1::FP32 ? "float" : "ktune::bf16", GemmEpilogueCode(p),
-                                      GemmHasC(p) ? "true" : "false", c.block_m, c.block_n, c.consumers,
-                                      c.pingpong ? "true" : "false", c.cluster_m, c.stages, c.group_m, c.split_k,
-                                      c.k_rows, PromoteSteps(p, c), GemmBIsNK(p) ? "false" : "true",
-                                      c.swap_ab ? "true" : "false", c.tail_split);
+  absl::StatusOr<std::string> name = KernelInstance("gemm_wgmma")
+                                         .Type("TAB", GemmIsFp8(p) ? "ktune::e4m3" : "ktune::bf16")
+                                         .Type("TD", GemmDType(p) == v1::FP32 ? "float" : "ktune::bf16")
+                                         .Int("EPI", GemmEpilogueCode(p))
+                                         .Bool("HAS_C", GemmHasC(p))
+                                         .Int("BM", c.block_m)
+                                         .Int("BN", c.block_n)
+                                         .Int("CONSUMERS", c.consumers)
+                                         .Bool("PINGPONG", c.pingpong)
+                                         .Int("CLUSTER_M", c.cluster_m)
+                                         .Int("STAGES", c.stages)
+                                         .Int("GROUP_M", c.group_m)
+                                         .Int("SPLIT_K", c.split_k)
+                                         .Int("K_ROWS", c.k_rows)
+                                         .Int("PROMOTE_STEPS", PromoteSteps(p, c))
+                                         .Bool("B_KN", !GemmBIsNK(p))
+                                         .Bool("SWAP_AB", c.swap_ab)
+                                         .Int("TAIL_SPLIT", c.tail_split)
+                                         .NameExpression();
+  if (!name.ok()) return name.status();
+  k.name_expression = *std::move(name);
   k.grid = {static_cast<uint32_t>(GridX(p, c, d)), 1, static_cast<uint32_t>(GemmBatch(p))};
   k.block = {static_cast<uint32_t>(c.threads()), 1, 1};
   k.dynamic_smem_bytes = static_cast<uint32_t>(WgmmaSharedMemoryBytes(c));

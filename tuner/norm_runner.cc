@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "tuner/host_float.h"
+#include "tuner/kernel_instance.h"
 #include "tuner/kernel_source.h"
 #include "tuner/norm_space.h"
 #include "tuner/nvrtc_compiler.h"
@@ -284,12 +285,18 @@ absl::StatusOr<LaunchRecipe> NormCheckRecipe(const NormProblem& p, const DeviceI
   // so both checks compute the same errors.
   recipe.nvrtc_options = {absl::StrCat("--gpu-architecture=", recipe.arch), "-std=c++17",
                           "--fmad=false"};
-  auto flag = [](bool b) { return b ? "true" : "false"; };
   KernelLaunch k;
-  k.name_expression = absl::StrFormat(
-      "ktune::norm_check<%s, %s, %s, %s, %s, %s, %s>", TemplateTypeName(p.input_dtype),
-      TemplateTypeName(p.weight_dtype), TemplateTypeName(p.output_dtype), flag(!IsForward(p)),
-      flag(IsLayerNorm(p)), flag(p.has_weight), flag(IsForward(p) && HasBias(p)));
+  absl::StatusOr<std::string> name = KernelInstance("norm_check")
+                                         .Type("TIn", TemplateTypeName(p.input_dtype))
+                                         .Type("TW", TemplateTypeName(p.weight_dtype))
+                                         .Type("TOut", TemplateTypeName(p.output_dtype))
+                                         .Bool("BACKWARD", !IsForward(p))
+                                         .Bool("LAYERNORM", IsLayerNorm(p))
+                                         .Bool("HAS_W", p.has_weight)
+                                         .Bool("HAS_B", IsForward(p) && HasBias(p))
+                                         .NameExpression();
+  if (!name.ok()) return name.status();
+  k.name_expression = *std::move(name);
   constexpr int64_t kThreads = 256;  // norm_check's block
   const int64_t blocks = std::min<int64_t>((p.m * p.n + kThreads - 1) / kThreads,
                                            int64_t{8} * std::max(device.sm_count, 1));

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "tuner/kernel_instance.h"
 #include "tuner/kernel_source.h"
 
 namespace ktune {
@@ -600,12 +601,6 @@ absl::StatusOr<LaunchRecipe> NormLaunchRecipe(const NormProblem& p, const NormCo
   const std::string in = TemplateTypeName(p.input_dtype);
   const std::string out = TemplateTypeName(p.output_dtype);
   const std::string wt = TemplateTypeName(p.weight_dtype);
-  const char* has_w = p.has_weight ? "true" : "false";
-  const char* has_b = p.has_bias ? "true" : "false";
-  const char* persistent = c.persistent ? "true" : "false";
-  const char* keep_x = KeepXInL2(p, c) ? "true" : "false";
-  const char* full_tiles = FullTiles(p, c) ? "true" : "false";
-  const char* prefetch = PrefetchNextRowsToL2(p, c, d) ? "true" : "false";
   const bool ln = IsLayerNorm(p);
   // Every norm kernel waits for the kernel before it (griddepcontrol, sm_90+;
   // common/dependent_launch.cuh), so its launch may overlap that one's tail.
@@ -615,54 +610,45 @@ absl::StatusOr<LaunchRecipe> NormLaunchRecipe(const NormProblem& p, const NormCo
   k.block = {static_cast<uint32_t>(c.threads()), 1, 1};
   k.dynamic_smem_bytes = 0;
   k.programmatic_dependent = programmatic_dependent;
+  // The arguments every norm kernel template takes by these names.
+  auto common = [&](KernelInstance& t) -> KernelInstance& {
+    return t.Type("TIn", in).Type("TOut", out).Type("TW", wt).Bool("HAS_WEIGHT", p.has_weight)
+        .Int("NUM_WARPS", c.num_warps).Int("VEC", c.vec).Int("CHUNKS", c.chunks())
+        .Int("PIPELINE", c.pipeline_depth).Int("CTAS_PER_SM", CtasPerSm(p, c, d));
+  };
   if (IsForward(p)) {
-    if (ln) {
-      k.name_expression = absl::StrFormat(
-          "ktune::layernorm_fwd<%s, %s, %s, %s, %s, %d, %d, %d, %d, %s, %d, %s, %s, %d>", in, out,
-          wt, has_w, has_b, c.num_warps, c.x_block, c.vec, c.chunks(), persistent,
-          c.pipeline_depth, keep_x, full_tiles, CtasPerSm(p, c, d));
-      // Pointers x, w, b, y (16-byte aligned), mean, rstd (float*, may be null); M, N; eps.
-      k.params = {"x", "w", "b", "y", "mean", "rstd", "M", "N", "eps"};
-    } else {
-      k.name_expression = absl::StrFormat(
-          "ktune::rmsnorm_fwd<%s, %s, %s, %s, %d, %d, %d, %d, %s, %d, %s, %s, %d>", in, out, wt,
-          has_w, c.num_warps, c.x_block, c.vec, c.chunks(), persistent, c.pipeline_depth, keep_x,
-          full_tiles, CtasPerSm(p, c, d));
-      // Pointers x, w, y (16-byte aligned), rstd (float*, may be null); int M, N; float eps.
-      k.params = {"x", "w", "y", "rstd", "M", "N", "eps"};
-    }
+    KernelInstance t(ln ? "layernorm_fwd" : "rmsnorm_fwd");
+    common(t).Int("XBLOCK", c.x_block).Bool("PERSISTENT", c.persistent).Bool("X_KEEP_L2", KeepXInL2(p, c))
+        .Bool("FULL_TILES", FullTiles(p, c));
+    if (ln) t.Bool("HAS_BIAS", p.has_bias);
+    absl::StatusOr<std::string> name = t.NameExpression();
+    if (!name.ok()) return name.status();
+    k.name_expression = *std::move(name);
+    // Pointers x, w, (b,) y (16-byte aligned), (mean,) rstd (float*, may be
+    // null); int M, N; float eps.
+    k.params = ln ? std::vector<std::string>{"x", "w", "b", "y", "mean", "rstd", "M", "N", "eps"}
+                  : std::vector<std::string>{"x", "w", "y", "rstd", "M", "N", "eps"};
     recipe.kernels.push_back(std::move(k));
     recipe.workspace_bytes = 0;
     return recipe;
   }
 
   // Backward: the fused kernel, then the partials' reduction.
-  const char* smem_partials = SmemPartials(p, c, d) ? "true" : "false";
-  if (c.cluster > 1 && ln) {
-    k.name_expression = absl::StrFormat(
-        "ktune::layernorm_bwd_cluster<%s, %s, %s, %s, %s, %d, %d, %d, %d, %d, %d, %s, %s, %d>", in, out, wt,
-        has_w, has_b, c.num_warps, c.vec, c.chunks(), c.pipeline_depth, c.split_size, CtasPerSm(p, c, d),
-        smem_partials, prefetch, c.cluster);
-    k.params = {"x", "dy", "w", "mean", "rstd", "dx", "ws", "M", "N"};
-  } else if (c.cluster > 1) {
-    k.name_expression = absl::StrFormat(
-        "ktune::rmsnorm_bwd_cluster<%s, %s, %s, %s, %d, %d, %d, %d, %d, %d, %s, %d>", in, out, wt, has_w,
-        c.num_warps, c.vec, c.chunks(), c.pipeline_depth, c.split_size, CtasPerSm(p, c, d), smem_partials,
-        c.cluster);
-    k.params = {"x", "dy", "w", "rstd", "dx", "ws", "M", "N"};
-  } else if (ln) {
-    k.name_expression = absl::StrFormat(
-        "ktune::layernorm_bwd<%s, %s, %s, %s, %s, %d, %d, %d, %d, %s, %d, %d, %d, %s, %s>", in, out,
-        wt, has_w, has_b, c.num_warps, c.x_block, c.vec, c.chunks(), persistent, c.pipeline_depth,
-        c.split_size, CtasPerSm(p, c, d), smem_partials, prefetch);
-    k.params = {"x", "dy", "w", "mean", "rstd", "dx", "ws", "M", "N"};
+  // One fused kernel template per op, and a cluster variant of each.
+  KernelInstance t(absl::StrCat(ln ? "layernorm" : "rmsnorm", c.cluster > 1 ? "_bwd_cluster" : "_bwd"));
+  common(t).Int("SPLIT_SIZE", c.split_size).Bool("SMEM_PARTIALS", SmemPartials(p, c, d));
+  if (ln) t.Bool("HAS_BIAS", p.has_bias);
+  if (c.cluster > 1) {
+    t.Int("CLUSTER", c.cluster);
+    if (ln) t.Bool("PREFETCH_L2", PrefetchNextRowsToL2(p, c, d));  // the RMSNorm cluster kernel takes none
   } else {
-    k.name_expression = absl::StrFormat(
-        "ktune::rmsnorm_bwd<%s, %s, %s, %s, %d, %d, %d, %d, %s, %d, %d, %d, %s, %s>", in, out, wt, has_w,
-        c.num_warps, c.x_block, c.vec, c.chunks(), persistent, c.pipeline_depth, c.split_size,
-        CtasPerSm(p, c, d), smem_partials, prefetch);
-    k.params = {"x", "dy", "w", "rstd", "dx", "ws", "M", "N"};
+    t.Int("XBLOCK", c.x_block).Bool("PERSISTENT", c.persistent).Bool("PREFETCH_L2", PrefetchNextRowsToL2(p, c, d));
   }
+  absl::StatusOr<std::string> name = t.NameExpression();
+  if (!name.ok()) return name.status();
+  k.name_expression = *std::move(name);
+  k.params = ln ? std::vector<std::string>{"x", "dy", "w", "mean", "rstd", "dx", "ws", "M", "N"}
+                : std::vector<std::string>{"x", "dy", "w", "rstd", "dx", "ws", "M", "N"};
   k.dynamic_smem_bytes = static_cast<uint32_t>(PartialsSmemBytes(p, c, d));
   recipe.kernels.push_back(std::move(k));
   recipe.workspace_bytes = WorkspaceBytes(p, c);
@@ -671,9 +657,15 @@ absl::StatusOr<LaunchRecipe> NormLaunchRecipe(const NormProblem& p, const NormCo
     ReduceGeometry g = ReduceGeometryFor(PartialRows(p, c));
     if (c.reduce_rows > 0) g.threads_y = c.reduce_rows;  // tuned
     KernelLaunch r;
-    r.name_expression = absl::StrFormat("ktune::norm_bwd_reduce<%s, %s, %s, %d, %d>", wt, has_w,
-                                        ln && p.has_bias ? "true" : "false", g.threads_x,
-                                        g.threads_y);
+    absl::StatusOr<std::string> reduce = KernelInstance("norm_bwd_reduce")
+                                             .Type("TW", wt)
+                                             .Bool("HAS_WEIGHT", p.has_weight)
+                                             .Bool("HAS_BIAS", ln && p.has_bias)
+                                             .Int("THREADS_X", g.threads_x)
+                                             .Int("THREADS_Y", g.threads_y)
+                                             .NameExpression();
+    if (!reduce.ok()) return reduce.status();
+    r.name_expression = *std::move(reduce);
     r.grid = {static_cast<uint32_t>(CeilDiv(p.n, g.threads_x)), static_cast<uint32_t>(parts), 1};
     r.block = {static_cast<uint32_t>(g.threads_x), static_cast<uint32_t>(g.threads_y), 1};
     r.dynamic_smem_bytes = 0;

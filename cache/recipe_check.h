@@ -1,9 +1,11 @@
 // The one recipe check of the answer contract (DESIGN.md): a recipe is served
 // or stored only if it is exactly the recipe this build's templates write for
 // its problem and config on its device, in every field. Import (ValidateEntry,
-// so DecodeBundle and PlanMerge) and every answer path of ktuned (tuned,
-// heuristic, nearest, a tune's result) go through VerifyRecipe, so nothing a
-// bundle, a store or an earlier request holds can change what a caller gets:
+// so DecodeBundle and PlanMerge) and a tune's answer go through VerifyRecipe;
+// a stored entry's answer and a tune's winner through its two halves
+// (TemplateRecipe, then CompareRecipe against the stored or measured recipe);
+// heuristic and nearest answers serve TemplateRecipe's own output. So nothing
+// a bundle, a store or an earlier request holds can change what a caller gets:
 // launch geometry, workspace, kernel names, NVRTC options all come from the
 // template. Compiled code (cubin, lowered names) is a product of compiling
 // that recipe, never part of a stored one.

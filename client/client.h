@@ -77,7 +77,8 @@ class Client {
 };
 
 // The gRPC service config every Client's channel carries: the retry policy
-// for UNAVAILABLE on GetConfig, GetStatus, ListEntries and ExportBundle.
+// for UNAVAILABLE on GetConfig, GetStatus, ListEntries, ExportBundle and
+// ExportBundleStream.
 std::string ServiceConfigJson();
 
 // The server's error as an absl::Status; UNAVAILABLE gets a hint about the

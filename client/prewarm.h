@@ -13,7 +13,8 @@
 // is dropped and its problem goes back to the queue, so the other servers of
 // its kind finish it; with none left, the rest is reported as not done.
 // Problem-level answers are outcomes, never a reason to stop: UNIMPLEMENTED
-// (GEMM today) is "not served yet", other errors are that problem's failure.
+// (an op an older ktuned does not serve) is "not served", other errors are
+// that problem's failure.
 //
 // Thread-safety: Prewarm() is blocking and may be called from any thread;
 // observer calls are serialized (one at a time, from the worker threads).

@@ -3,8 +3,9 @@
 // Callers on the Unix socket are trusted by its file permissions (0660, in a
 // 0700 directory). TCP callers must present `authorization: Bearer <token>`
 // when the daemon has a token (--token-file); a TCP listener beyond loopback
-// is refused at start without TLS and a token. Importing a bundle changes what
-// every caller is served, so it needs the admin token (--admin-token-file)
+// is refused at start without TLS and a token. Importing a bundle or deleting
+// entries changes what every caller is served, so it needs the admin token
+// (--admin-token-file)
 // from any transport, or, when the daemon has none, must come over the Unix
 // socket.
 //
@@ -25,7 +26,7 @@ namespace ktune {
 
 class Authorizer {
  public:
-  enum class Access { kUse, kAdmin };  // kUse: every call but an import
+  enum class Access { kUse, kAdmin };  // kAdmin: imports and deletes; kUse: every other call
 
   Authorizer() : Authorizer("", "") {}
   Authorizer(std::string token, std::string admin_token);

@@ -128,8 +128,9 @@ class KtuneServiceImpl final : public KtuneServiceBase {
   };
   // INVALID_ARGUMENT / UNIMPLEMENTED for problems this daemon cannot serve.
   absl::StatusOr<Resolved> Resolve(const v1::Problem& problem) const;
-  // GEMM: the model's best mma.sync tile as a HEURISTIC answer (compiled), and
-  // the tune of both sources (tuner/gemm_tuner.h) stored as an entry.
+  // GEMM: a HEURISTIC answer (compiled) from the family that won the bench
+  // for such a problem: the skinny kernel for M <= 16, wgmma on sm_90, else
+  // mma.sync, each the model's best config (tuner/gemm_tuner.h tunes them all).
   absl::Status AnswerUntunedGemm(const Resolved& r, bool include_cubin, v1::GetConfigResponse* response);
   // NEAREST for a GEMM: `nearest`'s own-template config, its recipe written
   // for r's problem. NOT_FOUND when it cannot serve r (a cuBLASLt algorithm,

@@ -1,5 +1,6 @@
-// The one place where absl::Status becomes grpc::Status (and back, for the
-// client). Codes map one to one; the message is kept verbatim.
+// The one place where the daemon's absl::Status becomes grpc::Status (the
+// client maps back in client/client.cc). Codes map one to one; the message is
+// kept verbatim.
 #pragma once
 
 #include "absl/status/status.h"

@@ -22,7 +22,7 @@ namespace ktune {
 using DevicePtr = uint64_t;  // CUdeviceptr
 
 // A function loaded from a cubin; owned by the Device that loaded it and valid
-// until UnloadModule or the Device's destruction.
+// until UnloadKernel or the Device's destruction.
 struct LoadedKernel {
   void* module = nullptr;    // CUmodule
   void* function = nullptr;  // CUfunction

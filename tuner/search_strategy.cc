@@ -74,7 +74,8 @@ bool AreNeighbours(const NormConfig& a, const NormConfig& b) {
   const int differences = (a.x_block != b.x_block) + (a.r_block != b.r_block) +
                           (a.num_warps != b.num_warps) + (a.vec != b.vec) +
                           (a.pipeline_depth != b.pipeline_depth) + (a.split_size != b.split_size) +
-                          (a.persistent != b.persistent);
+                          (a.persistent != b.persistent) + (a.reduce_rows != b.reduce_rows) +
+                          (a.cluster != b.cluster);
   return differences == 1;
 }
 

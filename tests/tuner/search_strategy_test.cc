@@ -119,6 +119,15 @@ TEST_CASE("neighbours differ in exactly one knob", "[tuner][strategy]") {
   NormConfig c = a;
   c.persistent = !a.persistent;
   CHECK(AreNeighbours(a, c));
+  // Every knob counts: a backward's cluster and reduce rows too.
+  NormConfig clustered = a;
+  clustered.cluster = 2;
+  CHECK(AreNeighbours(a, clustered));
+  clustered.vec = 2;
+  CHECK_FALSE(AreNeighbours(a, clustered));
+  NormConfig reduce = a;
+  reduce.reduce_rows = 8;
+  CHECK(AreNeighbours(a, reduce));
 }
 
 }  // namespace

@@ -805,7 +805,9 @@ Store::~Store() = default;
 const std::string& Store::path() const { return impl_->path; }
 
 absl::StatusOr<std::optional<v1::Entry>> Store::Get(const EntryKey& key) {
-  ReaderLease r(impl_->AcquireReader());
+  ReaderLease lease(impl_->AcquireReader());
+  Reader* r = &*lease;
+  r->mu.AssertHeld();  // AcquireReader locked it: tells the thread-safety analysis
   auto reset = r->get.Use();
   if (absl::Status s = BindKey(r->get, key); !s.ok()) return s;
   absl::StatusOr<bool> row = r->get.Step();
@@ -867,7 +869,9 @@ absl::StatusOr<Page> Store::ListPage(const EntryFilter& filter, const PageReques
   const std::string sql =
       absl::StrCat("SELECT op, problem_key, device_key, software_key, entry FROM entries", where.sql,
                    kKeyOrder, " LIMIT ?");
-  ReaderLease r(impl_->AcquireReader());
+  ReaderLease lease(impl_->AcquireReader());
+  Reader* r = &*lease;
+  r->mu.AssertHeld();  // AcquireReader locked it: tells the thread-safety analysis
   absl::StatusOr<Statement> stmt = Statement::Prepare(r->db.get(), "list_page", sql);
   if (!stmt.ok()) return stmt.status();
   auto reset = stmt->Use();
@@ -894,7 +898,9 @@ absl::StatusOr<Page> Store::ListPage(const EntryFilter& filter, const PageReques
 }
 
 absl::StatusOr<std::optional<v1::Entry>> Store::Nearest(const std::string& family_key, int64_t m) {
-  ReaderLease r(impl_->AcquireReader());
+  ReaderLease lease(impl_->AcquireReader());
+  Reader* r = &*lease;
+  r->mu.AssertHeld();  // AcquireReader locked it: tells the thread-safety analysis
   struct Found {
     int64_t m;
     v1::Entry entry;
@@ -924,7 +930,9 @@ absl::StatusOr<std::optional<v1::Entry>> Store::Nearest(const std::string& famil
 }
 
 absl::StatusOr<std::vector<EntryGroupCount>> Store::CountByGroup() {
-  ReaderLease r(impl_->AcquireReader());
+  ReaderLease lease(impl_->AcquireReader());
+  Reader* r = &*lease;
+  r->mu.AssertHeld();  // AcquireReader locked it: tells the thread-safety analysis
   Statement& stmt = r->count_groups;
   auto reset = stmt.Use();
   std::vector<EntryGroupCount> out;

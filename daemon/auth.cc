@@ -61,12 +61,13 @@ absl::Status Authorizer::CheckTcpCaller(absl::string_view authorization) const {
 }
 
 absl::Status Authorizer::CheckPresented(bool local, absl::string_view presented, Access access) const {
-  absl::ReaderMutexLock lock(&tokens_->mu);
-  const std::string& token = tokens_->token;
-  const std::string& admin_token = tokens_->admin_token;
+  // Through a plain reference, so the thread-safety analysis sees that the
+  // lock taken is the one guarding the tokens read.
+  Tokens& t = *tokens_;
+  absl::ReaderMutexLock lock(&t.mu);
   if (access == Access::kAdmin) {
-    if (!admin_token.empty()) {
-      if (SameToken(presented, admin_token)) return absl::OkStatus();
+    if (!t.admin_token.empty()) {
+      if (SameToken(presented, t.admin_token)) return absl::OkStatus();
       return absl::PermissionDeniedError(
           "this call (import, rm, prune) needs the admin token (ktune --token-file ADMIN_TOKEN_FILE)");
     }
@@ -75,12 +76,12 @@ absl::Status Authorizer::CheckPresented(bool local, absl::string_view presented,
         "this call (import, rm, prune) over TCP needs an admin token: start ktuned with --admin-token-file, "
         "or call over the Unix socket");
   }
-  if (local || token.empty()) return absl::OkStatus();
+  if (local || t.token.empty()) return absl::OkStatus();
   if (presented.empty()) {
     return absl::UnauthenticatedError(
         "this ktuned needs a token from TCP callers (ktune --token-file FILE, or KTUNE_TOKEN)");
   }
-  if (SameToken(presented, token) || (!admin_token.empty() && SameToken(presented, admin_token))) {
+  if (SameToken(presented, t.token) || (!t.admin_token.empty() && SameToken(presented, t.admin_token))) {
     return absl::OkStatus();
   }
   return absl::UnauthenticatedError("wrong token");

@@ -94,7 +94,7 @@ class Metrics {
   absl::Mutex mu_;
   std::map<std::string, Family> families_ ABSL_GUARDED_BY(mu_);
   // Where updates of undeclared families go.
-  const std::vector<double> no_bounds_;
+  const std::vector<double> no_bounds_{};
   Sample undeclared_;
   Histogram undeclared_histogram_{&no_bounds_};
 };

@@ -50,15 +50,14 @@
 // {(4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096)}, plus 8192^3), bf16
 // (fp8: e4m3 A and B with per-tensor scales, bf16 D; cuBLASLt's algorithms and
 // the wgmma template).
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -117,7 +116,8 @@ int main(int argc, char** argv) {
   app.add_flag("--paired", paired, "after each tune, time the answer on request from stdin (see the header)");
   ktune::GemmTuneOptions options;
   bool unpruned = false;
-  auto* all = app.add_flag("--unpruned", unpruned, "every template config, not the model's pick (slow: minutes a shape)");
+  auto* all =
+      app.add_flag("--unpruned", unpruned, "every template config, not the model's pick (slow: minutes a shape)");
   app.add_option("--max-candidates", options.space.max_candidates, "per template space, after pruning")
       ->check(CLI::Range(1, 10000))
       ->excludes(all);
@@ -181,8 +181,8 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<ktune::CublasLt>> lt = ktune::CublasLt::Open();
 
   nlohmann::json rows = nlohmann::json::array();
-  std::printf("%-22s | %9s | %9s %-32s | %9s %-36s | %7s | %5s | %6s\n", "M x N x K", "cuBLASLt", "template",
-              "(best)", "ktune", "(answer)", "vs dflt", "cands", "tune s");
+  std::printf("%-22s | %9s | %9s %-32s | %9s %-36s | %7s | %5s | %6s\n", "M x N x K", "cuBLASLt", "template", "(best)",
+              "ktune", "(answer)", "vs dflt", "cands", "tune s");
   for (const auto& [m, n, k] : shapes) {
     ktune::v1::GemmProblem p;
     p.set_m(m);
@@ -207,19 +207,28 @@ int main(int argc, char** argv) {
     const double dflt = r->cublaslt_default ? Tflops(p, r->cublaslt_default->median_us) : 0;
     const double tmpl = r->best_template ? Tflops(p, r->best_template->median_us) : 0;
     const double ours = Tflops(p, r->winner_timing.median_us);
-    std::printf("%-22s | %9.1f | %9.1f %-32s | %9.1f %-36s | %6.3fx | %2d+%-2d | %6.1f\n", shape.c_str(), dflt,
-                tmpl, r->best_template_name.c_str(), ours, r->winner.Name().c_str(), dflt > 0 ? ours / dflt : 0,
+    std::printf("%-22s | %9.1f | %9.1f %-32s | %9.1f %-36s | %6.3fx | %2d+%-2d | %6.1f\n", shape.c_str(), dflt, tmpl,
+                r->best_template_name.c_str(), ours, r->winner.Name().c_str(), dflt > 0 ? ours / dflt : 0,
                 r->template_candidates, r->cublaslt_candidates, r->tune_seconds);
     std::fflush(stdout);
-    nlohmann::json row = {{"m", m}, {"n", n}, {"k", k}, {"dtype", dtype}, {"b_layout", layout},
+    nlohmann::json row = {{"m", m},
+                          {"n", n},
+                          {"k", k},
+                          {"dtype", dtype},
+                          {"b_layout", layout},
                           {"cublaslt_default_tflops", dflt},
-                          {"best_template_tflops", tmpl}, {"best_template", r->best_template_name},
-                          {"ktune_tflops", ours}, {"ktune_answer", r->winner.Name()},
+                          {"best_template_tflops", tmpl},
+                          {"best_template", r->best_template_name},
+                          {"ktune_tflops", ours},
+                          {"ktune_answer", r->winner.Name()},
                           {"template_candidates", r->template_candidates},
-                          {"cublaslt_candidates", r->cublaslt_candidates}, {"tune_seconds", r->tune_seconds},
+                          {"cublaslt_candidates", r->cublaslt_candidates},
+                          {"tune_seconds", r->tune_seconds},
                           {"outcomes", nlohmann::json::array()}};
     for (const ktune::GemmCandidateOutcome& o : r->outcomes) {
-      row["outcomes"].push_back({{"name", o.name}, {"status", o.status}, {"median_us", o.timing.median_us},
+      row["outcomes"].push_back({{"name", o.name},
+                                 {"status", o.status},
+                                 {"median_us", o.timing.median_us},
                                  {"finalist", o.finalist},
                                  {"spread", o.timing.spread}});
       if (!o.sustained) continue;
@@ -234,22 +243,26 @@ int main(int argc, char** argv) {
       std::printf("    tie-break    %-41s %6.3fx cuBLASLt's default (median of %zu rounds): %s\n",
                   r->tie_break_challenger.c_str(), r->tie_break->median_ratio, r->tie_break->ratios.size(),
                   won ? "won" : "lost");
-      row["tie_break"] = {{"challenger", r->tie_break_challenger}, {"ratios", r->tie_break->ratios},
-                          {"median_ratio", r->tie_break->median_ratio}, {"won", won}};
+      row["tie_break"] = {{"challenger", r->tie_break_challenger},
+                          {"ratios", r->tie_break->ratios},
+                          {"median_ratio", r->tie_break->median_ratio},
+                          {"won", won}};
     }
     if (head_to_head_rounds > 0 && r->sustained && r->best_template_candidate && r->cublaslt_default_candidate) {
-      absl::StatusOr<ktune::HeadToHead> h =
-          ktune::TimeHeadToHead(executor.get(), r->best_template_candidate->recipe,
-                                r->cublaslt_default_candidate->recipe, head_to_head_rounds,
-                                options.sustained_heat_ms, kHeadToHeadCalls);
+      absl::StatusOr<ktune::HeadToHead> h = ktune::TimeHeadToHead(
+          executor.get(), r->best_template_candidate->recipe, r->cublaslt_default_candidate->recipe,
+          head_to_head_rounds, options.sustained_heat_ms, kHeadToHeadCalls);
       if (!h.ok()) {
         std::printf("    head-to-head failed: %s\n", std::string(h.status().message()).c_str());
       } else {
         const auto [low, high] = std::minmax_element(h->ratios.begin(), h->ratios.end());
         std::printf("    head-to-head %-41s %6.3fx cuBLASLt's default (median of %d rounds; %.3f-%.3f)\n",
                     r->best_template_name.c_str(), h->median_ratio, head_to_head_rounds, *low, *high);
-        row["head_to_head"] = {{"template", r->best_template_name}, {"template_us", h->a_us},
-                               {"default_us", h->b_us}, {"ratios", h->ratios}, {"median_ratio", h->median_ratio}};
+        row["head_to_head"] = {{"template", r->best_template_name},
+                               {"template_us", h->a_us},
+                               {"default_us", h->b_us},
+                               {"ratios", h->ratios},
+                               {"median_ratio", h->median_ratio}};
       }
       std::fflush(stdout);
     }
@@ -262,7 +275,7 @@ int main(int argc, char** argv) {
       absl::StatusOr<std::vector<ktune::CublasLtAlgo>> pick =
           (*lt)->Heuristic(p, 1, ktune::kCublasLtSmallWorkspaceBytes);
       absl::StatusOr<ktune::CublasLtAlgoSettings> small_pick =
-          !pick.ok() ? absl::StatusOr<ktune::CublasLtAlgoSettings>(pick.status())
+          !pick.ok()      ? absl::StatusOr<ktune::CublasLtAlgoSettings>(pick.status())
           : pick->empty() ? absl::NotFoundError("the heuristic returned nothing")
                           : (*lt)->ReadSettings(pick->front());
       row["answer_cublaslt_settings"] = text(answer);
@@ -271,8 +284,8 @@ int main(int argc, char** argv) {
     }
     rows.push_back(row);
     if (!json_path.empty()) std::ofstream(json_path) << rows.dump(1) << "\n";  // after every problem
-    if (paired && !ServePairedTimings(executor.get(), r->winner.recipe, std::to_string(m) + "x" + std::to_string(n) +
-                                                                           "x" + std::to_string(k))) {
+    if (paired && !ServePairedTimings(executor.get(), r->winner.recipe,
+                                      std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k))) {
       break;  // the driver has gone
     }
   }

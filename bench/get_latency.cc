@@ -54,6 +54,7 @@ int main(int argc, char** argv) {
   std::sort(us.begin(), us.end());
   auto pct = [&](double q) { return us[static_cast<size_t>(q * (us.size() - 1))]; };
   std::printf("GetConfig %s over %s, %d calls: p50 %.1f us  p90 %.1f us  p99 %.1f us  max %.1f us\n",
-              heuristic ? "heuristic answer" : "cache hit", server.c_str(), calls, pct(0.5), pct(0.9), pct(0.99), us.back());
+              heuristic ? "heuristic answer" : "cache hit", server.c_str(), calls, pct(0.5), pct(0.9), pct(0.99),
+              us.back());
   return 0;
 }

@@ -181,8 +181,7 @@ class LoadClient {
     }
     if (call_ == Call::kEmpty) return true;
     ktune::v1::GetConfigResponse answer;
-    if (!grpc::GenericDeserialize<grpc::ProtoBufferReader, ktune::v1::GetConfigResponse>(&response_, &answer)
-             .ok()) {
+    if (!grpc::GenericDeserialize<grpc::ProtoBufferReader, ktune::v1::GetConfigResponse>(&response_, &answer).ok()) {
       *error = "undecodable GetConfigResponse";
       return false;
     }
@@ -268,7 +267,8 @@ RunResult Run(std::vector<std::unique_ptr<LoadClient>>& clients, int load_thread
         auto* client = static_cast<LoadClient*>(tag);
         float us = 0;
         if (!client->Check(ok, &us, &error)) {
-          if (!failed.exchange(true)) std::fprintf(stderr, "load_bench: %s call failed: %s\n", CallName(call), error.c_str());
+          if (!failed.exchange(true))
+            std::fprintf(stderr, "load_bench: %s call failed: %s\n", CallName(call), error.c_str());
           phase = 2;
         }
         completed.fetch_add(1, std::memory_order_relaxed);
@@ -317,13 +317,12 @@ RunResult Run(std::vector<std::unique_ptr<LoadClient>>& clients, int load_thread
   return r;
 }
 
-pid_t StartDaemon(const std::string& ktuned, const std::string& dir, const std::string& cpus,
-                  const std::string& wrap) {
+pid_t StartDaemon(const std::string& ktuned, const std::string& dir, const std::string& cpus, const std::string& wrap) {
   std::vector<std::string> args;
   for (absl::string_view word : absl::StrSplit(wrap, ' ', absl::SkipEmpty())) args.emplace_back(word);
-  const std::vector<std::string> own = {ktuned,           "--listen", "unix:" + dir + "/ktuned.sock",
-                                   "--db",           dir + "/cache.db", "--kernel-cache-dir",
-                                   dir + "/kernels", "--log-level", "warn"};
+  const std::vector<std::string> own = {ktuned,           "--listen",        "unix:" + dir + "/ktuned.sock",
+                                        "--db",           dir + "/cache.db", "--kernel-cache-dir",
+                                        dir + "/kernels", "--log-level",     "warn"};
   args.insert(args.end(), own.begin(), own.end());
   const pid_t pid = fork();
   if (pid == 0) {
@@ -357,8 +356,8 @@ int main(int argc, char** argv) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   CLI::App app{"ktune_load_bench: GetConfig lookups/s and latency under 1, 8 and 64 concurrent clients"};
   std::string server;
-  std::string ktuned = (std::filesystem::read_symlink("/proc/self/exe").parent_path().parent_path() /
-                        "daemon" / "ktuned").string();
+  std::string ktuned =
+      (std::filesystem::read_symlink("/proc/self/exe").parent_path().parent_path() / "daemon" / "ktuned").string();
   std::string daemon_cpus = "0", client_cpus = "1";
   std::vector<int> client_counts = {1, 8, 64};
   double seconds = 3, warmup = 0.5;
@@ -375,7 +374,9 @@ int main(int argc, char** argv) {
   app.add_option("--client-cpus", client_cpus, "CPUs the load generator is pinned to (\"\" = any)")
       ->capture_default_str();
   app.add_option("--clients", client_counts, "concurrent clients, one run each")->capture_default_str();
-  app.add_option("--seconds", seconds, "measured seconds per run")->check(CLI::Range(0.1, 600.0))->capture_default_str();
+  app.add_option("--seconds", seconds, "measured seconds per run")
+      ->check(CLI::Range(0.1, 600.0))
+      ->capture_default_str();
   app.add_option("--warmup", warmup, "unmeasured seconds before each run")->capture_default_str();
   app.add_option("--calls", only, "which calls to run: empty, hit, heuristic")->capture_default_str();
   app.add_option("--load-threads", load_threads, "threads driving the clients (asynchronously)")
@@ -400,7 +401,8 @@ int main(int argc, char** argv) {
     daemon_pid = StartDaemon(ktuned, dir, daemon_cpus, wrap);
     server = "unix:" + dir + "/ktuned.sock";
     absl::StatusOr<ktune::v1::ImportBundleResponse> imported =
-        ktune::Client::Create(server, 30)->ImportBundle(ktune::EncodeBundle({HitEntry(m, n)}, "load_bench", 1764400000));
+        ktune::Client::Create(server, 30)
+            ->ImportBundle(ktune::EncodeBundle({HitEntry(m, n)}, "load_bench", 1764400000));
     if (!imported.ok() || imported->added() != 1) {
       std::fprintf(stderr, "load_bench: importing the hit's entry failed: %s\n",
                    imported.ok() ? "not added" : imported.status().ToString().c_str());
@@ -416,12 +418,12 @@ int main(int argc, char** argv) {
   // A width with no stored entry, so every call is a miss.
   const grpc::ByteBuffer heuristic_request = Serialize(NormRequest(m, n / 2, ktune::v1::HEURISTIC_ON_MISS));
 
-  std::printf("ktune_load_bench: %s, daemon CPUs %s, load generator CPUs %s (%d load thread%s), %.1f s per run, "
-              "%d round%s\n",
-              server.c_str(),
-              daemon_pid > 0 ? (daemon_cpus.empty() ? "any" : daemon_cpus.c_str()) : "(not started here)",
-              client_cpus.empty() ? "any" : client_cpus.c_str(), load_threads, load_threads == 1 ? "" : "s",
-              seconds, rounds, rounds == 1 ? "" : "s");
+  std::printf(
+      "ktune_load_bench: %s, daemon CPUs %s, load generator CPUs %s (%d load thread%s), %.1f s per run, "
+      "%d round%s\n",
+      server.c_str(), daemon_pid > 0 ? (daemon_cpus.empty() ? "any" : daemon_cpus.c_str()) : "(not started here)",
+      client_cpus.empty() ? "any" : client_cpus.c_str(), load_threads, load_threads == 1 ? "" : "s", seconds, rounds,
+      rounds == 1 ? "" : "s");
   std::printf("%-10s %8s %12s %9s %9s %9s %12s %12s %9s%s\n", "call", "clients", "calls/s", "p50 us", "p99 us",
               "p99.9 us", "daemon us/c", "client us/c", "vs empty", perf ? "  daemon kinstr/c" : "");
   const std::string perf_out = perf ? (std::filesystem::temp_directory_path() / "ktune-load-perf.txt").string() : "";

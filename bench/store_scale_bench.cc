@@ -90,8 +90,8 @@ int Fill(const std::string& db, int64_t entries) {
     return 0;
   }
   if (have != 0) {
-    std::fprintf(stderr, "%s holds %lld entries, not %lld: remove it first\n", db.c_str(),
-                 static_cast<long long>(have), static_cast<long long>(entries));
+    std::fprintf(stderr, "%s holds %lld entries, not %lld: remove it first\n", db.c_str(), static_cast<long long>(have),
+                 static_cast<long long>(entries));
     return 1;
   }
   const auto t0 = Clock::now();
@@ -171,8 +171,8 @@ int main(int argc, char** argv) {
   std::filesystem::remove(sock);
 
   const auto t0 = Clock::now();
-  pid_t daemon = Spawn({ktuned, "--listen", address, "--db", db, "--kernel-cache-dir", dir + "/kernels"},
-                       dir + "/ktuned.log");
+  pid_t daemon =
+      Spawn({ktuned, "--listen", address, "--db", db, "--kernel-cache-dir", dir + "/kernels"}, dir + "/ktuned.log");
   double start_ms = -1;
   while (Ms(Clock::now() - t0) < 120000) {
     if (std::filesystem::exists(sock) && ktune::Client::Create(address, 1)->GetStatus().ok()) {
@@ -224,13 +224,15 @@ int main(int argc, char** argv) {
       // keys its answers by its own target, so such a lookup misses.
       break;
     }
-    if (i == 0) cold = ms;
-    else hot.push_back(ms);
+    if (i == 0)
+      cold = ms;
+    else
+      hot.push_back(ms);
   }
 
   const std::string bundle = dir + "/all.ktb";
-  auto [export_ms, cli_peak] = Run({ktune, "--server", address, "--timeout", "3600", "export", "-o", bundle},
-                                   dir + "/export.out");
+  auto [export_ms, cli_peak] =
+      Run({ktune, "--server", address, "--timeout", "3600", "export", "-o", bundle}, dir + "/export.out");
   const double daemon_peak = ProcMb(daemon, "VmHWM");
   const double after_rss = ProcMb(daemon, "VmRSS");
   kill(daemon, SIGTERM);

@@ -5,8 +5,8 @@
 #include <array>
 #include <cstring>
 #include <map>
-#include <utility>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
@@ -128,7 +128,7 @@ void BundleEncoder::Add(const v1::Entry& entry) {
   }
   // Field 4, length-delimited: tag (4 << 3 | 2), a varint length, the bytes.
   std::string framed(1, static_cast<char>((4 << 3) | 2));
-  for (uint64_t n = bytes.size(); ; n >>= 7) {
+  for (uint64_t n = bytes.size();; n >>= 7) {
     if (n < 0x80) {
       framed.push_back(static_cast<char>(n));
       break;
@@ -159,39 +159,35 @@ absl::StatusOr<v1::Bundle> DecodeBundle(std::string_view file_bytes) {
   // The frame first, cheapest checks first: nothing is hashed or parsed until
   // the sizes are known to be consistent and bounded.
   if (file.size() < kBundleHeaderBytes) {
-    return Invalid(absl::StrCat("truncated: ", file.size(), " bytes, shorter than the ",
-                                kBundleHeaderBytes, "-byte header"));
+    return Invalid(
+        absl::StrCat("truncated: ", file.size(), " bytes, shorter than the ", kBundleHeaderBytes, "-byte header"));
   }
   if (std::memcmp(file.data() + kMagicOffset, kBundleMagic, sizeof(kBundleMagic)) != 0) {
     return Invalid("not a ktune bundle (bad magic)");
   }
   const uint32_t version = ReadLittleEndian<uint32_t>(file, kVersionOffset);
   if (version != kBundleFormatVersion) {
-    return Invalid(absl::StrCat("unsupported format version ", version, " (this ktune reads ",
-                                kBundleFormatVersion, ")"));
+    return Invalid(
+        absl::StrCat("unsupported format version ", version, " (this ktune reads ", kBundleFormatVersion, ")"));
   }
   const uint64_t declared = ReadLittleEndian<uint64_t>(file, kLengthOffset);
   constexpr uint64_t kMaxPayloadBytes = kMaxBundleBytes - kBundleHeaderBytes;
   if (declared > kMaxPayloadBytes || file.size() > kMaxBundleBytes) {
-    return Invalid(absl::StrCat("too large: header says ", declared, " payload bytes, file has ",
-                                file.size(), " bytes; the limit is ", kMaxBundleBytes,
-                                " bytes in all"));
+    return Invalid(absl::StrCat("too large: header says ", declared, " payload bytes, file has ", file.size(),
+                                " bytes; the limit is ", kMaxBundleBytes, " bytes in all"));
   }
   const absl::string_view payload = file.substr(kBundleHeaderBytes);
   if (payload.size() < declared) {
-    return Invalid(absl::StrCat("truncated: header says ", declared, " payload bytes, file has ",
-                                payload.size()));
+    return Invalid(absl::StrCat("truncated: header says ", declared, " payload bytes, file has ", payload.size()));
   }
   if (payload.size() > declared) {
-    return Invalid(absl::StrCat("trailing bytes: header says ", declared,
-                                " payload bytes, file has ", payload.size()));
+    return Invalid(absl::StrCat("trailing bytes: header says ", declared, " payload bytes, file has ", payload.size()));
   }
   const Sha256 actual = Sha256Of(payload);
   const auto* expected = reinterpret_cast<const unsigned char*>(file.data() + kChecksumOffset);
   if (std::memcmp(actual.data(), expected, kChecksumBytes) != 0) {
-    return Invalid(absl::StrCat("checksum mismatch: header says sha256 ",
-                                Hex(expected, kChecksumBytes), ", payload has ",
-                                Hex(actual.data(), actual.size())));
+    return Invalid(absl::StrCat("checksum mismatch: header says sha256 ", Hex(expected, kChecksumBytes),
+                                ", payload has ", Hex(actual.data(), actual.size())));
   }
 
   v1::Bundle bundle;
@@ -202,8 +198,8 @@ absl::StatusOr<v1::Bundle> DecodeBundle(std::string_view file_bytes) {
   // would be kept verbatim (an entry with 50 MB of them broke every listing).
   bundle.DiscardUnknownFields();
   if (bundle.format_version() != static_cast<int32_t>(kBundleFormatVersion)) {
-    return Invalid(absl::StrCat("payload format_version ", bundle.format_version(),
-                                " does not match the header's ", kBundleFormatVersion));
+    return Invalid(absl::StrCat("payload format_version ", bundle.format_version(), " does not match the header's ",
+                                kBundleFormatVersion));
   }
 
   // Entries are numbered from 0, as in the payload's repeated field.
@@ -223,8 +219,8 @@ absl::StatusOr<v1::Bundle> DecodeBundle(std::string_view file_bytes) {
     if (!key.ok()) return Invalid(absl::StrCat(prefix, key.status().message()));
     auto [it, inserted] = first_index_of_key.emplace(FlatKey(*key), i);
     if (!inserted) {
-      return Invalid(absl::StrCat("entry ", i, " duplicates entry ", it->second, " (", key->op, " ",
-                                  key->problem_key, " on ", key->device_key, ")"));
+      return Invalid(absl::StrCat("entry ", i, " duplicates entry ", it->second, " (", key->op, " ", key->problem_key,
+                                  " on ", key->device_key, ")"));
     }
   }
   return bundle;

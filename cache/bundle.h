@@ -78,8 +78,7 @@ class BundleEncoder {
 };
 
 // Encodes entries (cubins stripped) into a bundle file.
-std::string EncodeBundle(const std::vector<v1::Entry>& entries, const std::string& created_by,
-                         int64_t created_at_unix);
+std::string EncodeBundle(const std::vector<v1::Entry>& entries, const std::string& created_by, int64_t created_at_unix);
 
 // INVALID_ARGUMENT saying exactly what is wrong: "not a ktune bundle (bad
 // magic)", "truncated: header says 812 payload bytes, file has 400", "checksum

@@ -15,20 +15,17 @@ std::string DeviceText(const v1::DeviceFingerprint& d) {
 }
 
 // The software fingerprint's differences in words, or "" when equal.
-std::string SoftwareDifference(const v1::SoftwareFingerprint& here,
-                               const v1::SoftwareFingerprint& bundled) {
+std::string SoftwareDifference(const v1::SoftwareFingerprint& here, const v1::SoftwareFingerprint& bundled) {
   std::vector<std::string> parts;
   if (here.template_hash() != bundled.template_hash()) {
-    parts.push_back(absl::StrCat("template hash ", bundled.template_hash().substr(0, 12),
-                                 " in bundle, ", here.template_hash().substr(0, 12), " here"));
+    parts.push_back(absl::StrCat("template hash ", bundled.template_hash().substr(0, 12), " in bundle, ",
+                                 here.template_hash().substr(0, 12), " here"));
   }
   if (here.nvrtc_version() != bundled.nvrtc_version()) {
-    parts.push_back(absl::StrCat("NVRTC ", bundled.nvrtc_version(), " in bundle, ",
-                                 here.nvrtc_version(), " here"));
+    parts.push_back(absl::StrCat("NVRTC ", bundled.nvrtc_version(), " in bundle, ", here.nvrtc_version(), " here"));
   }
   if (here.schema_version() != bundled.schema_version()) {
-    parts.push_back(absl::StrCat("schema ", bundled.schema_version(), " in bundle, ",
-                                 here.schema_version(), " here"));
+    parts.push_back(absl::StrCat("schema ", bundled.schema_version(), " in bundle, ", here.schema_version(), " here"));
   }
   std::string out;
   for (const std::string& p : parts) absl::StrAppend(&out, out.empty() ? "" : "; ", p);
@@ -101,20 +98,18 @@ CompatibilityVerdict JudgeCompatibility(const v1::Entry& entry, const v1::Device
   }
   if (from.cc_major() != device.cc_major() || from.cc_minor() != device.cc_minor() ||
       from.sm_count() != device.sm_count()) {
-    return {Compatibility::kIncompatible, absl::StrCat("another architecture: tuned on ", DeviceText(from),
-                                                       ", this is ", DeviceText(device))};
+    return {Compatibility::kIncompatible,
+            absl::StrCat("another architecture: tuned on ", DeviceText(from), ", this is ", DeviceText(device))};
   }
   if (std::string diff = SoftwareDifference(software, entry.software()); !diff.empty()) {
     return {Compatibility::kIncompatible, absl::StrCat("another software fingerprint: ", diff)};
   }
   std::vector<std::string> diffs;
   if (from.driver_version() != device.driver_version()) {
-    diffs.push_back(absl::StrCat("driver ", from.driver_version(), " in bundle, ",
-                                 device.driver_version(), " here"));
+    diffs.push_back(absl::StrCat("driver ", from.driver_version(), " in bundle, ", device.driver_version(), " here"));
   }
   if (from.memory_bytes() != device.memory_bytes()) {
-    diffs.push_back(absl::StrCat("memory ", from.memory_bytes(), " B in bundle, ",
-                                 device.memory_bytes(), " B here"));
+    diffs.push_back(absl::StrCat("memory ", from.memory_bytes(), " B in bundle, ", device.memory_bytes(), " B here"));
   }
   if (diffs.empty()) return {Compatibility::kExact, "same device and software fingerprint"};
   std::string reason = "same GPU kind and architecture, ";
@@ -144,9 +139,9 @@ absl::StatusOr<MergePlan> PlanMerge(const std::vector<v1::Entry>& incoming, v1::
     CompatibilityVerdict verdict{Compatibility::kNotJudged, target.not_judged_note};
     if (target.device.has_value()) {
       absl::StatusOr<v1::SoftwareFingerprint> software = target.software_for(entry);
-      verdict = software.ok() ? JudgeCompatibility(entry, *target.device, *software)
-                              : CompatibilityVerdict{Compatibility::kIncompatible,
-                                                     std::string(software.status().message())};
+      verdict = software.ok()
+                    ? JudgeCompatibility(entry, *target.device, *software)
+                    : CompatibilityVerdict{Compatibility::kIncompatible, std::string(software.status().message())};
       if (verdict.compatibility == Compatibility::kCompatible) {
         *entry.mutable_device() = *target.device;
         entry.set_needs_revalidation(true);
@@ -165,9 +160,9 @@ absl::StatusOr<MergePlan> PlanMerge(const std::vector<v1::Entry>& incoming, v1::
     } else {
       const std::string flat = FlatKey(*key);
       auto earlier = planned.find(flat);
-      std::optional<v1::Entry> stored =
-          earlier != planned.end() ? std::optional<v1::Entry>(plan.writes[earlier->second])
-                                   : (existing ? existing(*key) : std::nullopt);
+      std::optional<v1::Entry> stored = earlier != planned.end()
+                                            ? std::optional<v1::Entry>(plan.writes[earlier->second])
+                                            : (existing ? existing(*key) : std::nullopt);
       if (!stored.has_value()) {
         action = "added";
         reason = "new key";
@@ -193,8 +188,7 @@ absl::StatusOr<MergePlan> PlanMerge(const std::vector<v1::Entry>& incoming, v1::
   return plan;
 }
 
-absl::StatusOr<MergedBundles> MergeOffline(const std::vector<NamedEntries>& inputs,
-                                           v1::MergePolicy policy) {
+absl::StatusOr<MergedBundles> MergeOffline(const std::vector<NamedEntries>& inputs, v1::MergePolicy policy) {
   std::map<std::string, v1::Entry> merged;  // flat key -> entry; ordered output
   MergedBundles out;
   MergeTarget target;
@@ -233,8 +227,8 @@ absl::StatusOr<v1::MergePolicy> ParseMergePolicy(std::string_view name) {
   if (name == "keep-faster") return v1::KEEP_FASTER;
   if (name == "prefer-incoming") return v1::PREFER_INCOMING;
   if (name == "prefer-existing") return v1::PREFER_EXISTING;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "policy: \"", std::string(name), "\" is not one of keep-faster, prefer-incoming, prefer-existing"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("policy: \"", std::string(name), "\" is not one of keep-faster, prefer-incoming, prefer-existing"));
 }
 
 std::string_view MergePolicyName(v1::MergePolicy policy) {

@@ -92,14 +92,13 @@ struct NamedEntries {
 };
 
 struct MergedBundles {
-  std::vector<v1::Entry> entries;  // ordered by key
+  std::vector<v1::Entry> entries;   // ordered by key
   v1::ImportBundleResponse report;  // every input's decisions, reasons prefixed "NAME: "
 };
 
 // Merges the inputs in order by `policy`, with no target GPU (not_judged):
 // the first input's entries are all added, later ones meet what came before.
-absl::StatusOr<MergedBundles> MergeOffline(const std::vector<NamedEntries>& inputs,
-                                           v1::MergePolicy policy);
+absl::StatusOr<MergedBundles> MergeOffline(const std::vector<NamedEntries>& inputs, v1::MergePolicy policy);
 
 // "keep-faster", "prefer-incoming", "prefer-existing" <-> MergePolicy.
 absl::StatusOr<v1::MergePolicy> ParseMergePolicy(std::string_view name);

@@ -43,8 +43,7 @@ absl::Status Bad(absl::string_view prefix, absl::string_view field, absl::string
 // the field path below the entry ("problem.n: ..."); only the prefix is added.
 // Their codes vary (an unserved op is UNIMPLEMENTED for a request), but for a
 // stored or imported entry any such problem is an invalid argument.
-absl::Status FromTuner(absl::string_view prefix, absl::string_view field_root,
-                       const absl::Status& status) {
+absl::Status FromTuner(absl::string_view prefix, absl::string_view field_root, const absl::Status& status) {
   absl::string_view message = status.message();
   if (message.substr(0, field_root.size()) == field_root) {
     return absl::InvalidArgumentError(absl::StrCat(prefix, message));
@@ -55,14 +54,12 @@ absl::Status FromTuner(absl::string_view prefix, absl::string_view field_root,
 // Printable text of bounded length. Control characters are refused because
 // keys built from these strings are joined with one (FlatKey) and end up in
 // logs and terminals.
-absl::Status CheckText(absl::string_view prefix, absl::string_view field, const std::string& text,
-                       bool required) {
+absl::Status CheckText(absl::string_view prefix, absl::string_view field, const std::string& text, bool required) {
   if (text.empty()) {
     return required ? Bad(prefix, field, "must not be empty") : absl::OkStatus();
   }
   if (text.size() > kMaxTextBytes) {
-    return Bad(prefix, field,
-               absl::StrCat("must be at most ", kMaxTextBytes, " bytes, got ", text.size()));
+    return Bad(prefix, field, absl::StrCat("must be at most ", kMaxTextBytes, " bytes, got ", text.size()));
   }
   for (unsigned char c : text) {
     if (c < 0x20 || c == 0x7f) {
@@ -80,8 +77,7 @@ bool IsSha256Hex(const std::string& text) {
   return true;
 }
 
-absl::Status CheckSha256Hex(absl::string_view prefix, absl::string_view field,
-                            const std::string& text) {
+absl::Status CheckSha256Hex(absl::string_view prefix, absl::string_view field, const std::string& text) {
   if (IsSha256Hex(text)) return absl::OkStatus();
   return Bad(prefix, field,
              absl::StrCat("must be 64 lowercase hex digits (sha256), got \"", text.substr(0, 80),
@@ -89,43 +85,35 @@ absl::Status CheckSha256Hex(absl::string_view prefix, absl::string_view field,
 }
 
 absl::Status CheckDevice(absl::string_view prefix, const v1::DeviceFingerprint& device) {
-  if (absl::Status s = CheckText(prefix, "device.name", device.name(), /*required=*/true);
-      !s.ok()) {
+  if (absl::Status s = CheckText(prefix, "device.name", device.name(), /*required=*/true); !s.ok()) {
     return s;
   }
   if (device.cc_major() < 1 || device.cc_major() > kMaxCcMajor) {
-    return Bad(prefix, "device.cc_major",
-               absl::StrCat("must be in [1, ", kMaxCcMajor, "], got ", device.cc_major()));
+    return Bad(prefix, "device.cc_major", absl::StrCat("must be in [1, ", kMaxCcMajor, "], got ", device.cc_major()));
   }
   if (device.cc_minor() < 0 || device.cc_minor() > kMaxCcMinor) {
-    return Bad(prefix, "device.cc_minor",
-               absl::StrCat("must be in [0, ", kMaxCcMinor, "], got ", device.cc_minor()));
+    return Bad(prefix, "device.cc_minor", absl::StrCat("must be in [0, ", kMaxCcMinor, "], got ", device.cc_minor()));
   }
   if (device.sm_count() < 1 || device.sm_count() > kMaxSmCount) {
-    return Bad(prefix, "device.sm_count",
-               absl::StrCat("must be in [1, ", kMaxSmCount, "], got ", device.sm_count()));
+    return Bad(prefix, "device.sm_count", absl::StrCat("must be in [1, ", kMaxSmCount, "], got ", device.sm_count()));
   }
   if (device.driver_version() < 0) {
-    return Bad(prefix, "device.driver_version",
-               absl::StrCat("must be >= 0, got ", device.driver_version()));
+    return Bad(prefix, "device.driver_version", absl::StrCat("must be >= 0, got ", device.driver_version()));
   }
   return absl::OkStatus();
 }
 
 absl::Status CheckSoftware(absl::string_view prefix, const v1::SoftwareFingerprint& software) {
-  if (absl::Status s = CheckSha256Hex(prefix, "software.template_hash", software.template_hash());
-      !s.ok()) {
+  if (absl::Status s = CheckSha256Hex(prefix, "software.template_hash", software.template_hash()); !s.ok()) {
     return s;
   }
   if (software.nvrtc_version() < 1) {
-    return Bad(prefix, "software.nvrtc_version",
-               absl::StrCat("must be >= 1, got ", software.nvrtc_version()));
+    return Bad(prefix, "software.nvrtc_version", absl::StrCat("must be >= 1, got ", software.nvrtc_version()));
   }
   // A newer schema is accepted: its key simply never matches this version's
   // lookups, so such an entry is stale here rather than wrong.
   if (software.schema_version() < 1) {
-    return Bad(prefix, "software.schema_version",
-               absl::StrCat("must be >= 1, got ", software.schema_version()));
+    return Bad(prefix, "software.schema_version", absl::StrCat("must be >= 1, got ", software.schema_version()));
   }
   return absl::OkStatus();
 }
@@ -155,8 +143,7 @@ absl::Status CheckNormConfig(absl::string_view prefix, const v1::Config& config,
   if (!parsed.ok()) return FromTuner(prefix, "config.norm", parsed.status());
   const NormConfig& c = *parsed;
   if (c.num_warps > kMaxWarpsPerCta) {
-    return Bad(prefix, "config.norm.num_warps",
-               absl::StrCat("must be <= ", kMaxWarpsPerCta, ", got ", c.num_warps));
+    return Bad(prefix, "config.norm.num_warps", absl::StrCat("must be <= ", kMaxWarpsPerCta, ", got ", c.num_warps));
   }
   // Fewer threads than rows would leave threads_per_row() at zero, and every
   // derived quantity (chunks, grid) undefined.
@@ -165,12 +152,10 @@ absl::Status CheckNormConfig(absl::string_view prefix, const v1::Config& config,
                absl::StrCat("must be <= num_warps * 32 = ", c.threads(), ", got ", c.x_block));
   }
   if (problem.pass == NormPass::kForward && c.split_size != 0) {
-    return Bad(prefix, "config.norm.split_size",
-               absl::StrCat("must be 0 for a forward problem, got ", c.split_size));
+    return Bad(prefix, "config.norm.split_size", absl::StrCat("must be 0 for a forward problem, got ", c.split_size));
   }
   if (problem.pass == NormPass::kForward && c.reduce_rows != 0) {
-    return Bad(prefix, "config.norm.reduce_rows",
-               absl::StrCat("must be 0 for a forward problem, got ", c.reduce_rows));
+    return Bad(prefix, "config.norm.reduce_rows", absl::StrCat("must be 0 for a forward problem, got ", c.reduce_rows));
   }
   if (c.reduce_rows > 32 || (c.reduce_rows & (c.reduce_rows - 1)) != 0) {
     return Bad(prefix, "config.norm.reduce_rows",
@@ -213,9 +198,9 @@ absl::Status CheckGemmConfig(absl::string_view prefix, const v1::Entry& entry) {
   auto OwnTemplate = [&](const absl::Status& fields, const char* source, const char* template_id) -> absl::Status {
     if (!fields.ok()) return FromTuner(prefix, "config.gemm", fields);
     if (recipe.template_id() != template_id) {
-      return Bad(prefix, "recipe.template_id",
-                 absl::StrCat("a ", source, " config needs a ", template_id, " recipe, got '", recipe.template_id(),
-                              "'"));
+      return Bad(
+          prefix, "recipe.template_id",
+          absl::StrCat("a ", source, " config needs a ", template_id, " recipe, got '", recipe.template_id(), "'"));
     }
     if (!device.has_value()) return absl::OkStatus();
     const absl::StatusOr<LaunchRecipe> expected = OwnGemmRecipe(problem, g, *device);
@@ -252,25 +237,20 @@ absl::Status CheckGemmConfig(absl::string_view prefix, const v1::Entry& entry) {
   }
 }
 
-absl::Status CheckKernel(absl::string_view prefix, const std::string& field,
-                         const v1::KernelLaunch& kernel) {
+absl::Status CheckKernel(absl::string_view prefix, const std::string& field, const v1::KernelLaunch& kernel) {
   if (absl::Status s = CheckText(prefix, field + ".name_expression", kernel.name_expression(),
                                  /*required=*/true);
       !s.ok()) {
     return s;
   }
-  if (absl::Status s =
-          CheckText(prefix, field + ".lowered_name", kernel.lowered_name(), /*required=*/false);
-      !s.ok()) {
+  if (absl::Status s = CheckText(prefix, field + ".lowered_name", kernel.lowered_name(), /*required=*/false); !s.ok()) {
     return s;
   }
   if (kernel.grid_size() != 3) {
-    return Bad(prefix, field + ".grid",
-               absl::StrCat("must have 3 values, got ", kernel.grid_size()));
+    return Bad(prefix, field + ".grid", absl::StrCat("must have 3 values, got ", kernel.grid_size()));
   }
   if (kernel.block_size() != 3) {
-    return Bad(prefix, field + ".block",
-               absl::StrCat("must have 3 values, got ", kernel.block_size()));
+    return Bad(prefix, field + ".block", absl::StrCat("must have 3 values, got ", kernel.block_size()));
   }
   uint64_t threads = 1;
   for (int d = 0; d < 3; ++d) {
@@ -284,17 +264,15 @@ absl::Status CheckKernel(absl::string_view prefix, const std::string& field,
     if (threads > kMaxThreadsPerBlock) break;  // before a third factor could overflow
   }
   if (threads > kMaxThreadsPerBlock) {
-    return Bad(prefix, field + ".block",
-               absl::StrCat("must have at most ", kMaxThreadsPerBlock, " threads"));
+    return Bad(prefix, field + ".block", absl::StrCat("must have at most ", kMaxThreadsPerBlock, " threads"));
   }
   if (kernel.params_size() > kMaxListItems) {
-    return Bad(
-        prefix, field + ".params",
-        absl::StrCat("must have at most ", kMaxListItems, " items, got ", kernel.params_size()));
+    return Bad(prefix, field + ".params",
+               absl::StrCat("must have at most ", kMaxListItems, " items, got ", kernel.params_size()));
   }
   for (int i = 0; i < kernel.params_size(); ++i) {
-    if (absl::Status s = CheckText(prefix, absl::StrCat(field, ".params[", i, "]"),
-                                   kernel.params(i), /*required=*/true);
+    if (absl::Status s =
+            CheckText(prefix, absl::StrCat(field, ".params[", i, "]"), kernel.params(i), /*required=*/true);
         !s.ok()) {
       return s;
     }
@@ -304,32 +282,27 @@ absl::Status CheckKernel(absl::string_view prefix, const std::string& field,
 
 absl::Status CheckRecipe(absl::string_view prefix, const v1::LaunchRecipe& recipe,
                          const v1::DeviceFingerprint& device) {
-  if (absl::Status s =
-          CheckText(prefix, "recipe.template_id", recipe.template_id(), /*required=*/true);
-      !s.ok()) {
+  if (absl::Status s = CheckText(prefix, "recipe.template_id", recipe.template_id(), /*required=*/true); !s.ok()) {
     return s;
   }
-  if (absl::Status s = CheckSha256Hex(prefix, "recipe.template_hash", recipe.template_hash());
-      !s.ok()) {
+  if (absl::Status s = CheckSha256Hex(prefix, "recipe.template_hash", recipe.template_hash()); !s.ok()) {
     return s;
   }
   // The winner was measured on `device`, so it was compiled for that device's
   // architecture; the "a" suffix names the arch-specific Hopper/Blackwell target.
   const std::string arch = absl::StrCat("sm_", device.cc_major(), device.cc_minor());
   if (recipe.arch() != arch && recipe.arch() != arch + "a") {
-    return Bad(
-        prefix, "recipe.arch",
-        absl::StrCat("must be \"", arch, "\" or \"", arch, "a\" for a cc ", device.cc_major(), ".",
-                     device.cc_minor(), " device, got \"", recipe.arch().substr(0, 32), "\""));
+    return Bad(prefix, "recipe.arch",
+               absl::StrCat("must be \"", arch, "\" or \"", arch, "a\" for a cc ", device.cc_major(), ".",
+                            device.cc_minor(), " device, got \"", recipe.arch().substr(0, 32), "\""));
   }
   if (recipe.nvrtc_options_size() > kMaxListItems) {
     return Bad(prefix, "recipe.nvrtc_options",
-               absl::StrCat("must have at most ", kMaxListItems, " items, got ",
-                            recipe.nvrtc_options_size()));
+               absl::StrCat("must have at most ", kMaxListItems, " items, got ", recipe.nvrtc_options_size()));
   }
   for (int i = 0; i < recipe.nvrtc_options_size(); ++i) {
-    if (absl::Status s = CheckText(prefix, absl::StrCat("recipe.nvrtc_options[", i, "]"),
-                                   recipe.nvrtc_options(i), /*required=*/true);
+    if (absl::Status s = CheckText(prefix, absl::StrCat("recipe.nvrtc_options[", i, "]"), recipe.nvrtc_options(i),
+                                   /*required=*/true);
         !s.ok()) {
       return s;
     }
@@ -346,14 +319,11 @@ absl::Status CheckRecipe(absl::string_view prefix, const v1::LaunchRecipe& recip
     return Bad(prefix, "recipe.cublaslt_algo", "must be empty for a kernel recipe");
   }
   if (recipe.kernels_size() < 1 || recipe.kernels_size() > kMaxKernels) {
-    return Bad(
-        prefix, "recipe.kernels",
-        absl::StrCat("must have 1 to ", kMaxKernels, " kernels, got ", recipe.kernels_size()));
+    return Bad(prefix, "recipe.kernels",
+               absl::StrCat("must have 1 to ", kMaxKernels, " kernels, got ", recipe.kernels_size()));
   }
   for (int i = 0; i < recipe.kernels_size(); ++i) {
-    if (absl::Status s =
-            CheckKernel(prefix, absl::StrCat("recipe.kernels[", i, "]"), recipe.kernels(i));
-        !s.ok()) {
+    if (absl::Status s = CheckKernel(prefix, absl::StrCat("recipe.kernels[", i, "]"), recipe.kernels(i)); !s.ok()) {
       return s;
     }
   }
@@ -383,20 +353,16 @@ absl::Status CheckRecipeIsBuilds(absl::string_view prefix, const v1::Entry& entr
 
 absl::Status CheckMeasurement(absl::string_view prefix, const v1::Measurement& m) {
   if (!std::isfinite(m.time_us()) || m.time_us() <= 0) {
-    return Bad(prefix, "measurement.time_us",
-               absl::StrCat("must be finite and > 0, got ", m.time_us()));
+    return Bad(prefix, "measurement.time_us", absl::StrCat("must be finite and > 0, got ", m.time_us()));
   }
   if (!std::isfinite(m.spread()) || m.spread() < 0) {
-    return Bad(prefix, "measurement.spread",
-               absl::StrCat("must be finite and >= 0, got ", m.spread()));
+    return Bad(prefix, "measurement.spread", absl::StrCat("must be finite and >= 0, got ", m.spread()));
   }
   if (m.repetitions() < 1) {
-    return Bad(prefix, "measurement.repetitions",
-               absl::StrCat("must be >= 1, got ", m.repetitions()));
+    return Bad(prefix, "measurement.repetitions", absl::StrCat("must be >= 1, got ", m.repetitions()));
   }
   if (!std::isfinite(m.throughput()) || m.throughput() < 0) {
-    return Bad(prefix, "measurement.throughput",
-               absl::StrCat("must be finite and >= 0, got ", m.throughput()));
+    return Bad(prefix, "measurement.throughput", absl::StrCat("must be finite and >= 0, got ", m.throughput()));
   }
   return CheckText(prefix, "measurement.throughput_unit", m.throughput_unit(),
                    /*required=*/false);
@@ -446,8 +412,8 @@ absl::Status ValidateEntry(const v1::Entry& entry, std::string_view prefix_text)
   if (absl::Status s = CheckDevice(prefix, entry.device()); !s.ok()) return s;
   if (!entry.has_software()) return Bad(prefix, "software", "missing");
   if (absl::Status s = CheckSoftware(prefix, entry.software()); !s.ok()) return s;
-  if (absl::Status s = gemm ? CheckGemmConfig(prefix, entry)
-                            : CheckNormConfig(prefix, entry.config(), *problem, entry.device());
+  if (absl::Status s =
+          gemm ? CheckGemmConfig(prefix, entry) : CheckNormConfig(prefix, entry.config(), *problem, entry.device());
       !s.ok()) {
     return s;
   }
@@ -460,8 +426,7 @@ absl::Status ValidateEntry(const v1::Entry& entry, std::string_view prefix_text)
     return Bad(prefix, "tuned_at_unix", absl::StrCat("must be > 0, got ", entry.tuned_at_unix()));
   }
   if (entry.candidates_measured() < 1) {
-    return Bad(prefix, "candidates_measured",
-               absl::StrCat("must be >= 1, got ", entry.candidates_measured()));
+    return Bad(prefix, "candidates_measured", absl::StrCat("must be >= 1, got ", entry.candidates_measured()));
   }
   return CheckText(prefix, "ktune_version", entry.ktune_version(), /*required=*/false);
 }
@@ -483,16 +448,14 @@ std::string FlatKey(const EntryKey& key) {
   return absl::StrCat(key.op, kSep, key.problem_key, kSep, key.device_key, kSep, key.software_key);
 }
 
-std::string FamilyKey(const NormProblem& problem, const std::string& device_key,
-                      const std::string& software_key) {
+std::string FamilyKey(const NormProblem& problem, const std::string& device_key, const std::string& software_key) {
   NormProblem family = problem;
   family.m = 0;
   constexpr absl::string_view kSep("\x1f", 1);
   return absl::StrCat(OpName(family), kSep, CanonicalKey(family), kSep, device_key, kSep, software_key);
 }
 
-std::string FamilyKey(const v1::GemmProblem& problem, const std::string& device_key,
-                      const std::string& software_key) {
+std::string FamilyKey(const v1::GemmProblem& problem, const std::string& device_key, const std::string& software_key) {
   v1::GemmProblem family = problem;
   family.set_m(0);
   constexpr absl::string_view kSep("\x1f", 1);

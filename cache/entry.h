@@ -68,10 +68,8 @@ std::string FlatKey(const EntryKey& key);
 // Entries that differ only in M share a family: op, the problem with m = 0,
 // device and software. The store indexes entries by (family, m) so that the
 // entry of the nearest M is found without reading any other.
-std::string FamilyKey(const NormProblem& problem, const std::string& device_key,
-                      const std::string& software_key);
-std::string FamilyKey(const v1::GemmProblem& problem, const std::string& device_key,
-                      const std::string& software_key);
+std::string FamilyKey(const NormProblem& problem, const std::string& device_key, const std::string& software_key);
+std::string FamilyKey(const v1::GemmProblem& problem, const std::string& device_key, const std::string& software_key);
 
 struct EntryFamily {
   std::string key;  // FamilyKey

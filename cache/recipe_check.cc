@@ -92,13 +92,11 @@ absl::StatusOr<LaunchRecipe> TemplateRecipe(const v1::Problem& problem, const v1
   return r;
 }
 
-absl::Status CompareRecipe(std::string_view prefix_text, const v1::LaunchRecipe& got,
-                           const LaunchRecipe& expected) {
+absl::Status CompareRecipe(std::string_view prefix_text, const v1::LaunchRecipe& got, const LaunchRecipe& expected) {
   const std::string prefix(prefix_text);
   auto differs = [&](const std::string& field, const std::string& is, const std::string& want) {
-    return absl::InvalidArgumentError(absl::StrCat(prefix, "recipe.", field, ": is ", is,
-                                                   ", but this template writes ", want,
-                                                   " for the problem and config"));
+    return absl::InvalidArgumentError(absl::StrCat(prefix, "recipe.", field, ": is ", is, ", but this template writes ",
+                                                   want, " for the problem and config"));
   };
   if (got.template_id() != expected.template_id) {
     return differs("template_id", Shown(got.template_id()), Shown(expected.template_id));
@@ -114,8 +112,7 @@ absl::Status CompareRecipe(std::string_view prefix_text, const v1::LaunchRecipe&
     return differs("nvrtc_options", List(got.nvrtc_options()), List(expected.nvrtc_options));
   }
   if (got.kernels_size() != static_cast<int>(expected.kernels.size())) {
-    return differs("kernels", absl::StrCat(got.kernels_size(), " kernels"),
-                   absl::StrCat(expected.kernels.size()));
+    return differs("kernels", absl::StrCat(got.kernels_size(), " kernels"), absl::StrCat(expected.kernels.size()));
   }
   for (int i = 0; i < got.kernels_size(); ++i) {
     const v1::KernelLaunch& k = got.kernels(i);
@@ -127,9 +124,9 @@ absl::Status CompareRecipe(std::string_view prefix_text, const v1::LaunchRecipe&
     // Lowered names come from compiling the recipe (the daemon does so
     // itself); a stored or bundled recipe carries none.
     if (k.lowered_name() != want.lowered_name) {
-      return differs(field + "lowered_name", Shown(k.lowered_name()),
-                     want.lowered_name.empty() ? "none (lowered names come from compiling it)"
-                                               : Shown(want.lowered_name));
+      return differs(
+          field + "lowered_name", Shown(k.lowered_name()),
+          want.lowered_name.empty() ? "none (lowered names come from compiling it)" : Shown(want.lowered_name));
     }
     if (!std::equal(k.grid().begin(), k.grid().end(), want.grid.begin(), want.grid.end())) {
       return differs(field + "grid", Dims(k.grid()), Dims(want.grid));
@@ -184,9 +181,9 @@ absl::Status VerifyRecipe(const v1::Problem& problem, const v1::Config& config, 
                           const DeviceInfo& device, std::string_view prefix) {
   absl::StatusOr<LaunchRecipe> expected = TemplateRecipe(problem, config, device);
   if (!expected.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        std::string(prefix), "recipe: this build's template writes none for the problem and config on ", Arch(device), ": ",
-        expected.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(std::string(prefix), "recipe: this build's template writes none for the problem and config on ",
+                     Arch(device), ": ", expected.status().message()));
   }
   return CompareRecipe(prefix, recipe, *expected);
 }

@@ -43,8 +43,7 @@ absl::StatusOr<LaunchRecipe> TemplateRecipe(const v1::Problem& problem, const v1
 // cuBLASLt algorithm, cubin). Otherwise INVALID_ARGUMENT naming the first
 // field that differs, after `prefix`: "entry 0: recipe.kernels[0].grid: is
 // (157, 1, 1), but this template writes (160, 1, 1) for the problem and config".
-absl::Status CompareRecipe(std::string_view prefix, const v1::LaunchRecipe& recipe,
-                           const LaunchRecipe& expected);
+absl::Status CompareRecipe(std::string_view prefix, const v1::LaunchRecipe& recipe, const LaunchRecipe& expected);
 
 // TemplateRecipe, then CompareRecipe: `recipe` is exactly what this build
 // writes for (problem, config) on `device`. A config the template refuses is

@@ -7,13 +7,13 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
-#include <thread>
-#include <variant>
-#include <vector>
 #include <iterator>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <utility>
+#include <variant>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -106,15 +106,14 @@ class Statement {
   ~Statement() { sqlite3_finalize(stmt_); }
 
   // `name` identifies the statement in error messages.
-  static absl::StatusOr<Statement> Prepare(sqlite3* db, absl::string_view name,
-                                           absl::string_view sql) {
+  static absl::StatusOr<Statement> Prepare(sqlite3* db, absl::string_view name, absl::string_view sql) {
     Statement s;
     s.db_ = db;
     s.name_ = std::string(name);
-    absl::Status status = Check(db,
-                                sqlite3_prepare_v3(db, sql.data(), static_cast<int>(sql.size()),
-                                                   SQLITE_PREPARE_PERSISTENT, &s.stmt_, nullptr),
-                                absl::StrCat("sqlite3_prepare(", name, ")"));
+    absl::Status status = Check(
+        db,
+        sqlite3_prepare_v3(db, sql.data(), static_cast<int>(sql.size()), SQLITE_PREPARE_PERSISTENT, &s.stmt_, nullptr),
+        absl::StrCat("sqlite3_prepare(", name, ")"));
     if (!status.ok()) return status;
     return s;
   }
@@ -326,10 +325,9 @@ struct Identity {
 
 absl::StatusOr<Identity> ReadIdentity(sqlite3* db) {
   Identity id;
-  for (auto [sql, out] :
-       {std::pair<absl::string_view, int64_t*>{"PRAGMA application_id", &id.application_id},
-        {"PRAGMA user_version", &id.user_version},
-        {"SELECT count(*) FROM sqlite_schema", &id.schema_objects}}) {
+  for (auto [sql, out] : {std::pair<absl::string_view, int64_t*>{"PRAGMA application_id", &id.application_id},
+                          {"PRAGMA user_version", &id.user_version},
+                          {"SELECT count(*) FROM sqlite_schema", &id.schema_objects}}) {
     absl::StatusOr<int64_t> v = QueryInt(db, sql);
     if (!v.ok()) return v.status();
     *out = *v;
@@ -339,19 +337,18 @@ absl::StatusOr<Identity> ReadIdentity(sqlite3* db) {
 
 // OK with the version to migrate from, or why this file must not be touched.
 absl::StatusOr<int64_t> VersionToMigrateFrom(const Identity& id) {
-  bool empty = id.schema_objects == 0 && id.user_version == 0 &&
-               (id.application_id == 0 || id.application_id == kApplicationId);
+  bool empty =
+      id.schema_objects == 0 && id.user_version == 0 && (id.application_id == 0 || id.application_id == kApplicationId);
   if (empty) return 0;
   if (id.application_id != kApplicationId || id.user_version <= 0) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "not a ktune database (an SQLite file with application_id 0x%x, user_version %d and %d "
-        "schema objects); refusing to modify it",
-        id.application_id, id.user_version, id.schema_objects));
+    return absl::FailedPreconditionError(
+        absl::StrFormat("not a ktune database (an SQLite file with application_id 0x%x, user_version %d and %d "
+                        "schema objects); refusing to modify it",
+                        id.application_id, id.user_version, id.schema_objects));
   }
   if (id.user_version > kStoreSchemaVersion) {
-    return absl::FailedPreconditionError(absl::StrCat("written by a newer ktune (schema version ",
-                                                      id.user_version, "; this ktune knows up to ",
-                                                      kStoreSchemaVersion, ")"));
+    return absl::FailedPreconditionError(absl::StrCat("written by a newer ktune (schema version ", id.user_version,
+                                                      "; this ktune knows up to ", kStoreSchemaVersion, ")"));
   }
   return id.user_version;
 }
@@ -375,17 +372,14 @@ absl::Status Prefixed(absl::string_view prefix, const absl::Status& status) {
 // Destroyed without Commit(), it rolls back.
 class Transaction {
  public:
-  static absl::StatusOr<Transaction> Begin(sqlite3* db, Statement& begin, Statement& commit,
-                                           Statement& rollback) {
+  static absl::StatusOr<Transaction> Begin(sqlite3* db, Statement& begin, Statement& commit, Statement& rollback) {
     auto reset = begin.Use();
     absl::StatusOr<bool> row = begin.Step();
     if (!row.ok()) return row.status();
     return Transaction(db, commit, rollback);
   }
   Transaction(Transaction&& other) noexcept
-      : db_(std::exchange(other.db_, nullptr)),
-        commit_(other.commit_),
-        rollback_(other.rollback_) {}
+      : db_(std::exchange(other.db_, nullptr)), commit_(other.commit_), rollback_(other.rollback_) {}
   Transaction& operator=(Transaction&&) = delete;
   Transaction(const Transaction&) = delete;
   Transaction& operator=(const Transaction&) = delete;
@@ -407,8 +401,7 @@ class Transaction {
   }
 
  private:
-  Transaction(sqlite3* db, Statement& commit, Statement& rollback)
-      : db_(db), commit_(commit), rollback_(rollback) {}
+  Transaction(sqlite3* db, Statement& commit, Statement& rollback) : db_(db), commit_(commit), rollback_(rollback) {}
   sqlite3* db_;  // null once committed
   Statement& commit_;
   Statement& rollback_;
@@ -520,8 +513,7 @@ struct Store::Impl {
   absl::Status OpenReaders();
   absl::StatusOr<Transaction> BeginTransaction() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // The stored blob under `key`, if any.
-  absl::StatusOr<std::optional<std::string>> GetBlob(const EntryKey& key)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  absl::StatusOr<std::optional<std::string>> GetBlob(const EntryKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Writes one entry inside the caller's transaction and counts it.
   // REQUIRES: ValidateEntry(entry).ok().
   absl::Status PutOne(const v1::Entry& entry, PutAllStats* stats) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
@@ -568,29 +560,28 @@ constexpr absl::string_view kGetSql =
 }  // namespace
 
 absl::Status Store::Impl::PrepareTransactionStatements() {
-  return PrepareAll(db.get(), {{&begin, "begin", "BEGIN IMMEDIATE"},
-                               {&commit, "commit", "COMMIT"},
-                               {&rollback, "rollback", "ROLLBACK"}});
+  return PrepareAll(
+      db.get(),
+      {{&begin, "begin", "BEGIN IMMEDIATE"}, {&commit, "commit", "COMMIT"}, {&rollback, "rollback", "ROLLBACK"}});
 }
 
 absl::Status Store::Impl::PrepareEntryStatements() {
-  return PrepareAll(
-      db.get(),
-      {
-          {&get, "get", kGetSql},
-          {&upsert, "upsert",
-           "INSERT INTO entries (op, problem_key, device_key, software_key, entry, tuned_at_unix, "
-           "time_us, family_key, m) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) "
-           "ON CONFLICT (op, problem_key, device_key, software_key) DO UPDATE SET "
-           "entry = excluded.entry, tuned_at_unix = excluded.tuned_at_unix, "
-           "time_us = excluded.time_us, family_key = excluded.family_key, m = excluded.m"},
-          {&quarantine_put, "quarantine_put",
-           "INSERT OR REPLACE INTO quarantine (device_key, software_key, candidate, reason, detail, "
-           "at_unix) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"},
-          {&quarantine_list, "quarantine_list",
-           "SELECT candidate, reason, detail, at_unix FROM quarantine WHERE device_key = ?1 AND "
-           "software_key = ?2 ORDER BY candidate"},
-      });
+  return PrepareAll(db.get(),
+                    {
+                        {&get, "get", kGetSql},
+                        {&upsert, "upsert",
+                         "INSERT INTO entries (op, problem_key, device_key, software_key, entry, tuned_at_unix, "
+                         "time_us, family_key, m) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) "
+                         "ON CONFLICT (op, problem_key, device_key, software_key) DO UPDATE SET "
+                         "entry = excluded.entry, tuned_at_unix = excluded.tuned_at_unix, "
+                         "time_us = excluded.time_us, family_key = excluded.family_key, m = excluded.m"},
+                        {&quarantine_put, "quarantine_put",
+                         "INSERT OR REPLACE INTO quarantine (device_key, software_key, candidate, reason, detail, "
+                         "at_unix) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"},
+                        {&quarantine_list, "quarantine_list",
+                         "SELECT candidate, reason, detail, at_unix FROM quarantine WHERE device_key = ?1 AND "
+                         "software_key = ?2 ORDER BY candidate"},
+                    });
 }
 
 absl::Status Store::Impl::OpenReaders() {
@@ -603,23 +594,21 @@ absl::Status Store::Impl::OpenReaders() {
     const std::string name = absl::StrCat("reader ", i);
     if (absl::Status s = Check(raw, rc, absl::StrCat("sqlite3_open_v2(", name, ")")); !s.ok()) return s;
     sqlite3_extended_result_codes(raw, 1);
-    if (absl::Status s = Check(raw, sqlite3_busy_timeout(raw, kBusyTimeoutMs), "sqlite3_busy_timeout");
-        !s.ok()) {
+    if (absl::Status s = Check(raw, sqlite3_busy_timeout(raw, kBusyTimeoutMs), "sqlite3_busy_timeout"); !s.ok()) {
       return s;
     }
     // A reader never writes; say so to SQLite too.
     if (absl::Status s = r.db.Exec("query_only", "PRAGMA query_only=1"); !s.ok()) return s;
-    absl::Status s = PrepareAll(
-        raw, {{&r.get, "get", kGetSql},
-              {&r.nearest_up, "nearest_up",
-               "SELECT entry, m, op, problem_key, device_key, software_key FROM entries "
-               "WHERE family_key = ?1 AND m >= ?2 ORDER BY m ASC LIMIT 1"},
-              {&r.nearest_down, "nearest_down",
-               "SELECT entry, m, op, problem_key, device_key, software_key FROM entries "
-               "WHERE family_key = ?1 AND m < ?2 ORDER BY m DESC LIMIT 1"},
-              {&r.count_groups, "count_groups",
-               "SELECT op, device_key, software_key, n FROM entry_counts "
-               "ORDER BY op, device_key, software_key"}});
+    absl::Status s = PrepareAll(raw, {{&r.get, "get", kGetSql},
+                                      {&r.nearest_up, "nearest_up",
+                                       "SELECT entry, m, op, problem_key, device_key, software_key FROM entries "
+                                       "WHERE family_key = ?1 AND m >= ?2 ORDER BY m ASC LIMIT 1"},
+                                      {&r.nearest_down, "nearest_down",
+                                       "SELECT entry, m, op, problem_key, device_key, software_key FROM entries "
+                                       "WHERE family_key = ?1 AND m < ?2 ORDER BY m DESC LIMIT 1"},
+                                      {&r.count_groups, "count_groups",
+                                       "SELECT op, device_key, software_key, n FROM entry_counts "
+                                       "ORDER BY op, device_key, software_key"}});
     if (!s.ok()) return s;
   }
   return absl::OkStatus();
@@ -638,8 +627,8 @@ Reader& Store::Impl::AcquireReader() {
 absl::StatusOr<v1::Entry> Store::Impl::Decode(absl::string_view blob, const EntryKey& key) const {
   v1::Entry entry;
   if (!entry.ParseFromArray(blob.data(), static_cast<int>(blob.size()))) {
-    return absl::DataLossError(absl::StrCat(path, ": stored entry for ", key.op, " ", key.problem_key,
-                                            " does not parse"));
+    return absl::DataLossError(
+        absl::StrCat(path, ": stored entry for ", key.op, " ", key.problem_key, " does not parse"));
   }
   // Written before unknown fields were dropped on import: they stay out of
   // every answer, listing and bundle.
@@ -719,20 +708,17 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
   // NOMUTEX: the connection is only used under Impl::mu.
   sqlite3* raw = nullptr;
   int rc =
-      sqlite3_open_v2(path.c_str(), &raw,
-                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+      sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   impl->db = Database(raw);  // owns the handle even when the open failed
   if (absl::Status s = Check(raw, rc, "sqlite3_open_v2"); !s.ok()) return in_path(s);
   sqlite3_extended_result_codes(raw, 1);
   // SQLite quietly falls back to read-only when the file is not writable;
   // say so now rather than fail at the first Put.
   if (sqlite3_db_readonly(raw, "main") == 1) {
-    return in_path(absl::PermissionDeniedError(
-        "opened read-only (no write permission on the file?); the store needs to write"));
+    return in_path(
+        absl::PermissionDeniedError("opened read-only (no write permission on the file?); the store needs to write"));
   }
-  if (absl::Status s =
-          Check(raw, sqlite3_busy_timeout(raw, kBusyTimeoutMs), "sqlite3_busy_timeout");
-      !s.ok()) {
+  if (absl::Status s = Check(raw, sqlite3_busy_timeout(raw, kBusyTimeoutMs), "sqlite3_busy_timeout"); !s.ok()) {
     return in_path(s);
   }
 
@@ -741,9 +727,9 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
   absl::StatusOr<Identity> id = ReadIdentity(raw);
   if (!id.ok()) {
     if ((sqlite3_errcode(raw) & 0xff) == SQLITE_NOTADB) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(path, ": not a ktune database (not an SQLite file; SQLite says \"",
-                       sqlite3_errmsg(raw), "\"); refusing to modify it"));
+      return absl::FailedPreconditionError(absl::StrCat(path,
+                                                        ": not a ktune database (not an SQLite file; SQLite says \"",
+                                                        sqlite3_errmsg(raw), "\"); refusing to modify it"));
     }
     return in_path(id.status());
   }
@@ -757,11 +743,10 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
   absl::StatusOr<std::string> mode = QueryText(raw, "PRAGMA journal_mode=WAL");
   if (!mode.ok()) return in_path(mode.status());
   if (*mode != "wal") {
-    return in_path(absl::FailedPreconditionError(absl::StrCat(
-        "cannot use WAL mode (journal mode is \"", *mode, "\"; is this a network filesystem?)")));
+    return in_path(absl::FailedPreconditionError(
+        absl::StrCat("cannot use WAL mode (journal mode is \"", *mode, "\"; is this a network filesystem?)")));
   }
-  if (absl::Status s = impl->db.Exec("synchronous", "PRAGMA synchronous=FULL"); !s.ok())
-    return in_path(s);
+  if (absl::Status s = impl->db.Exec("synchronous", "PRAGMA synchronous=FULL"); !s.ok()) return in_path(s);
 
   if (absl::Status s = impl->PrepareTransactionStatements(); !s.ok()) return in_path(s);
 
@@ -785,9 +770,9 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
         }
       }
       // Pragmas take no parameters; both values are integers from this file.
-      if (absl::Status s = impl->db.Exec("set schema version",
-                                         absl::StrCat("PRAGMA application_id=", kApplicationId,
-                                                      "; PRAGMA user_version=", kStoreSchemaVersion));
+      if (absl::Status s = impl->db.Exec(
+              "set schema version",
+              absl::StrCat("PRAGMA application_id=", kApplicationId, "; PRAGMA user_version=", kStoreSchemaVersion));
           !s.ok()) {
         return in_path(s);
       }
@@ -866,9 +851,8 @@ absl::StatusOr<Page> Store::ListPage(const EntryFilter& filter, const PageReques
   SqlWhere where = WhereOf(filter, page.after);
   // One row past the limit tells whether there are more.
   where.values.push_back(int64_t{page.limit} + 1);
-  const std::string sql =
-      absl::StrCat("SELECT op, problem_key, device_key, software_key, entry FROM entries", where.sql,
-                   kKeyOrder, " LIMIT ?");
+  const std::string sql = absl::StrCat("SELECT op, problem_key, device_key, software_key, entry FROM entries",
+                                       where.sql, kKeyOrder, " LIMIT ?");
   ReaderLease lease(impl_->AcquireReader());
   Reader* r = &*lease;
   r->mu.AssertHeld();  // AcquireReader locked it: tells the thread-safety analysis
@@ -882,8 +866,7 @@ absl::StatusOr<Page> Store::ListPage(const EntryFilter& filter, const PageReques
     absl::StatusOr<bool> row = stmt->Step();
     if (!row.ok()) return row.status();
     if (!*row) break;
-    if (static_cast<int>(out.entries.size()) == page.limit ||
-        (!out.entries.empty() && bytes >= page.max_bytes)) {
+    if (static_cast<int>(out.entries.size()) == page.limit || (!out.entries.empty() && bytes >= page.max_bytes)) {
       out.more = true;
       break;
     }
@@ -940,8 +923,8 @@ absl::StatusOr<std::vector<EntryGroupCount>> Store::CountByGroup() {
     absl::StatusOr<bool> row = stmt.Step();
     if (!row.ok()) return row.status();
     if (!*row) break;
-    out.push_back({std::string(stmt.ColumnBytes(0)), std::string(stmt.ColumnBytes(1)),
-                   std::string(stmt.ColumnBytes(2)), stmt.ColumnInt64(3)});
+    out.push_back({std::string(stmt.ColumnBytes(0)), std::string(stmt.ColumnBytes(1)), std::string(stmt.ColumnBytes(2)),
+                   stmt.ColumnInt64(3)});
   }
   return out;
 }
@@ -983,8 +966,7 @@ absl::StatusOr<DeleteResult> Store::Delete(const EntryFilter& filter, bool dry_r
     }
   }
   if (dry_run || result.deleted == 0) return result;  // the transaction rolls back
-  absl::StatusOr<Statement> del =
-      Statement::Prepare(db, "delete", absl::StrCat("DELETE FROM entries", where.sql));
+  absl::StatusOr<Statement> del = Statement::Prepare(db, "delete", absl::StrCat("DELETE FROM entries", where.sql));
   if (!del.ok()) return del.status();
   {
     auto reset = del->Use();
@@ -1002,8 +984,7 @@ absl::Status Store::Quarantine(const QuarantineRecord& record) {
   Statement& stmt = impl_->quarantine_put;
   auto reset = stmt.Use();
   for (auto [i, text] : {std::pair{1, &record.device_key}, std::pair{2, &record.software_key},
-                         std::pair{3, &record.candidate}, std::pair{4, &record.reason},
-                         std::pair{5, &record.detail}}) {
+                         std::pair{3, &record.candidate}, std::pair{4, &record.reason}, std::pair{5, &record.detail}}) {
     if (absl::Status s = stmt.BindText(i, *text); !s.ok()) return s;
   }
   if (absl::Status s = stmt.BindInt64(6, record.at_unix); !s.ok()) return s;

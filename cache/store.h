@@ -88,7 +88,7 @@ struct EntryGroupCount {
 };
 
 struct DeleteResult {
-  int64_t deleted = 0;          // or, dry run, that would be
+  int64_t deleted = 0;           // or, dry run, that would be
   std::vector<EntryKey> listed;  // the first max_listed of them, in key order
 };
 

@@ -1,8 +1,5 @@
 #include "client/bundle_command.h"
 
-#include "client/answer_text.h"
-#include "client/cli_util.h"
-
 #include <unistd.h>
 
 #include <cstdio>
@@ -18,6 +15,8 @@
 #include "absl/time/time.h"
 #include "cache/bundle.h"
 #include "cache/bundle_merge.h"
+#include "client/answer_text.h"
+#include "client/cli_util.h"
 #include "google/protobuf/util/json_util.h"
 #include "tuner/input_file.h"
 #include "tuner/problem.h"
@@ -53,12 +52,11 @@ std::string Date(int64_t unix_seconds) {
 void PrintReport(const v1::ImportBundleResponse& r) {
   std::printf("%-9s %-12s %-20s %-60s %s\n", "action", "compat", "device", "problem", "reason");
   for (const v1::MergeDecision& d : r.decisions()) {
-    std::printf("%-9s %-12s %-20s %-60s %s\n", d.action().c_str(), d.compatibility().c_str(),
-                d.device_name().c_str(), d.problem_key().c_str(), d.reason().c_str());
+    std::printf("%-9s %-12s %-20s %-60s %s\n", d.action().c_str(), d.compatibility().c_str(), d.device_name().c_str(),
+                d.problem_key().c_str(), d.reason().c_str());
   }
-  std::printf("%d added, %d replaced, %d kept, %d unchanged, %d rejected%s\n", r.added(),
-              r.replaced(), r.kept(), r.unchanged(), r.rejected(),
-              r.dry_run() ? " (dry run: nothing written)" : "");
+  std::printf("%d added, %d replaced, %d kept, %d unchanged, %d rejected%s\n", r.added(), r.replaced(), r.kept(),
+              r.unchanged(), r.rejected(), r.dry_run() ? " (dry run: nothing written)" : "");
 }
 
 }  // namespace
@@ -112,8 +110,8 @@ int BundleCommands::Export(Client* client) {
     absl::Time t;
     std::string err;
     if (!absl::ParseTime("%Y-%m-%d", since_, absl::UTCTimeZone(), &t, &err)) {
-      return PrintUsageError(absl::InvalidArgumentError(
-          absl::StrCat("--since: \"", since_, "\" is not a date YYYY-MM-DD (", err, ")")));
+      return PrintUsageError(
+          absl::InvalidArgumentError(absl::StrCat("--since: \"", since_, "\" is not a date YYYY-MM-DD (", err, ")")));
     }
     request.set_since_unix(absl::ToUnixSeconds(t));
   }
@@ -188,8 +186,7 @@ int BundleCommands::Import(Client* client) {
     std::printf("%s\n", ToJson(*r).c_str());
     return 0;
   }
-  std::printf("%s %s (policy %s)\n", dry_run_ ? "dry run of importing" : "imported", file_.c_str(),
-              policy_.c_str());
+  std::printf("%s %s (policy %s)\n", dry_run_ ? "dry run of importing" : "imported", file_.c_str(), policy_.c_str());
   PrintReport(*r);
   return 0;
 }
@@ -214,15 +211,14 @@ int BundleCommands::Inspect() {
   std::printf("entries      %d\n", bundle->entries_size());
   for (const auto& [op, n] : by_op) std::printf("  %-11s %d\n", op.c_str(), n);
   if (bundle->entries_size() == 0) return 0;
-  std::printf("\n%-36s %-16s %-7s %-7s %-16s %10s %7s  %-16s %-9s %s\n", "problem", "device", "arch",
-              "driver", "template", "time_us", "spread", "tuned_at (UTC)", "by", "notes");
+  std::printf("\n%-36s %-16s %-7s %-7s %-16s %10s %7s  %-16s %-9s %s\n", "problem", "device", "arch", "driver",
+              "template", "time_us", "spread", "tuned_at (UTC)", "by", "notes");
   for (const v1::Entry& e : bundle->entries()) {
-    std::printf("%-36s %-16s sm_%d%d   %-7d %-16s %10.2f %6.1f%%  %-16s %-9s %s\n",
-                ProblemText(e.problem()).c_str(), e.device().name().c_str(), e.device().cc_major(),
-                e.device().cc_minor(), e.device().driver_version(),
+    std::printf("%-36s %-16s sm_%d%d   %-7d %-16s %10.2f %6.1f%%  %-16s %-9s %s\n", ProblemText(e.problem()).c_str(),
+                e.device().name().c_str(), e.device().cc_major(), e.device().cc_minor(), e.device().driver_version(),
                 e.software().template_hash().substr(0, 16).c_str(), e.measurement().time_us(),
-                100 * e.measurement().spread(), Date(e.tuned_at_unix()).c_str(),
-                e.ktune_version().c_str(), e.needs_revalidation() ? "needs revalidation" : "");
+                100 * e.measurement().spread(), Date(e.tuned_at_unix()).c_str(), e.ktune_version().c_str(),
+                e.needs_revalidation() ? "needs revalidation" : "");
   }
   return 0;
 }
@@ -238,8 +234,8 @@ int BundleCommands::Merge() {
   }
   absl::StatusOr<MergedBundles> merged = MergeOffline(inputs, *ParseMergePolicy(policy_));
   if (!merged.ok()) return Fail(merged.status());
-  const std::string bytes = EncodeBundle(merged->entries, absl::StrCat("ktune ", KTUNE_VERSION),
-                                         absl::ToUnixSeconds(absl::Now()));
+  const std::string bytes =
+      EncodeBundle(merged->entries, absl::StrCat("ktune ", KTUNE_VERSION), absl::ToUnixSeconds(absl::Now()));
   if (absl::Status s = WriteFileAtomically(output_, bytes); !s.ok()) return Fail(s);
   if (json_) {
     std::printf("%s\n", ToJson(merged->report).c_str());

@@ -61,7 +61,7 @@ class BundleCommands {
   std::string policy_ = "keep-faster";
   bool dry_run_ = false;
   bool json_ = false;
-  std::string file_;                // import, inspect
+  std::string file_;                 // import, inspect
   std::vector<std::string> inputs_;  // merge
 };
 

@@ -20,8 +20,7 @@ bool UsesTls(const std::string& address, const ClientOptions& options) {
 
 }  // namespace
 
-absl::Status FromGrpcStatus(const grpc::Status& status, const std::string& address,
-                            const ClientOptions& options) {
+absl::Status FromGrpcStatus(const grpc::Status& status, const std::string& address, const ClientOptions& options) {
   if (status.ok()) return absl::OkStatus();
   const auto code = static_cast<absl::StatusCode>(status.error_code());
   if (code == absl::StatusCode::kUnavailable) {
@@ -29,15 +28,13 @@ absl::Status FromGrpcStatus(const grpc::Status& status, const std::string& addre
     // handshake, which gRPC reports as "cannot connect" like a dead daemon.
     std::string tls_hint;
     if (UsesTls(address, options)) {
-      tls_hint = absl::StrCat(
-          " and serving TLS with a certificate signed by the CA in ",
-          options.tls_ca_file.empty() ? "--tls-ca" : options.tls_ca_file, " for the name ",
-          options.tls_server_name.empty() ? "of the address" : options.tls_server_name,
-          " (--tls-server-name)");
+      tls_hint = absl::StrCat(" and serving TLS with a certificate signed by the CA in ",
+                              options.tls_ca_file.empty() ? "--tls-ca" : options.tls_ca_file, " for the name ",
+                              options.tls_server_name.empty() ? "of the address" : options.tls_server_name,
+                              " (--tls-server-name)");
     }
-    return absl::UnavailableError(absl::StrCat("cannot reach ktuned at ", address, " (",
-                                               status.error_message(), "); is it running", tls_hint,
-                                               "?"));
+    return absl::UnavailableError(absl::StrCat("cannot reach ktuned at ", address, " (", status.error_message(),
+                                               "); is it running", tls_hint, "?"));
   }
   return absl::Status(code, status.error_message());
 }
@@ -116,8 +113,8 @@ absl::Status Client::FromGrpc(const grpc::Status& status) const {
   if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
     const grpc_connectivity_state state = channel_->GetState(/*try_to_connect=*/false);
     if (state == GRPC_CHANNEL_TRANSIENT_FAILURE || state == GRPC_CHANNEL_CONNECTING) {
-      return FromGrpcStatus(grpc::Status(grpc::StatusCode::UNAVAILABLE, "no connection before the deadline"),
-                            address_, options_);
+      return FromGrpcStatus(grpc::Status(grpc::StatusCode::UNAVAILABLE, "no connection before the deadline"), address_,
+                            options_);
     }
   }
   return FromGrpcStatus(status, address_, options_);
@@ -132,8 +129,8 @@ absl::StatusOr<v1::GetConfigResponse> Client::GetConfig(const v1::GetConfigReque
   return response;
 }
 
-absl::StatusOr<v1::GetConfigResponse> Client::Tune(
-    const v1::TuneRequest& request, const std::function<void(const v1::TuneEvent&)>& on_event) {
+absl::StatusOr<v1::GetConfigResponse> Client::Tune(const v1::TuneRequest& request,
+                                                   const std::function<void(const v1::TuneEvent&)>& on_event) {
   grpc::ClientContext context;
   if (absl::Status s = Prepare(&context); !s.ok()) return s;
   std::unique_ptr<grpc::ClientReader<v1::TuneEvent>> reader = stub_->Tune(&context, request);
@@ -171,9 +168,8 @@ absl::StatusOr<v1::ExportBundleResponse> Client::ExportBundle(const v1::ExportBu
   return response;
 }
 
-absl::Status Client::ExportBundleStream(
-    const v1::ExportBundleRequest& request,
-    const std::function<absl::Status(const v1::ExportBundleChunk&)>& on_chunk) {
+absl::Status Client::ExportBundleStream(const v1::ExportBundleRequest& request,
+                                        const std::function<absl::Status(const v1::ExportBundleChunk&)>& on_chunk) {
   grpc::ClientContext context;
   if (absl::Status s = Prepare(&context); !s.ok()) return s;
   std::unique_ptr<grpc::ClientReader<v1::ExportBundleChunk>> reader = stub_->ExportBundleStream(&context, request);

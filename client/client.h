@@ -83,7 +83,6 @@ std::string ServiceConfigJson();
 
 // The server's error as an absl::Status; UNAVAILABLE gets a hint about the
 // address (and, over TLS, about the CA file and the server name).
-absl::Status FromGrpcStatus(const grpc::Status& status, const std::string& address,
-                            const ClientOptions& options = {});
+absl::Status FromGrpcStatus(const grpc::Status& status, const std::string& address, const ClientOptions& options = {});
 
 }  // namespace ktune

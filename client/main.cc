@@ -10,8 +10,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <map>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <string>
 
@@ -50,8 +50,7 @@ struct ProblemFlags {
 };
 
 void AddProblemFlags(CLI::App* cmd, ProblemFlags* f) {
-  cmd->add_option("op", f->op, "rmsnorm.fwd, rmsnorm.bwd, layernorm.fwd, layernorm.bwd or gemm")
-      ->required();
+  cmd->add_option("op", f->op, "rmsnorm.fwd, rmsnorm.bwd, layernorm.fwd, layernorm.bwd or gemm")->required();
   cmd->add_option("--m", f->m, "rows (norms) / M (gemm)")->required();
   cmd->add_option("--n", f->n, "normalized width (norms) / N (gemm)")->required();
   cmd->add_option("--k", f->k, "K (gemm only)");
@@ -81,8 +80,7 @@ absl::StatusOr<ktune::v1::Problem> BuildProblem(const ProblemFlags& f) {
   if (!dtype.ok()) return dtype.status();
   // An fp8 GEMM's D is bf16 (the only one it has), so that is its default.
   const bool fp8_gemm = f.op == "gemm" && *dtype == ktune::DType::kFP8E4M3;
-  absl::StatusOr<ktune::DType> out =
-      DTypeFlag("--out-dtype", f.out_dtype, fp8_gemm ? ktune::DType::kBF16 : *dtype);
+  absl::StatusOr<ktune::DType> out = DTypeFlag("--out-dtype", f.out_dtype, fp8_gemm ? ktune::DType::kBF16 : *dtype);
   if (!out.ok()) return out.status();
   absl::StatusOr<ktune::DType> weight = DTypeFlag("--weight-dtype", f.weight_dtype, *dtype);
   if (!weight.ok()) return weight.status();
@@ -133,12 +131,11 @@ void PrintAnswer(const GetConfigResponse& r) {
   }
   std::printf("device       %s\n", r.device().name().c_str());
   const ktune::v1::LaunchRecipe& recipe = r.recipe();
-  std::printf("template     %s (%s)\n", recipe.template_id().c_str(),
-              recipe.template_hash().substr(0, 16).c_str());
+  std::printf("template     %s (%s)\n", recipe.template_id().c_str(), recipe.template_hash().substr(0, 16).c_str());
   for (const auto& k : recipe.kernels()) {
     std::printf("kernel       %s\n", k.lowered_name().c_str());
-    std::printf("  grid       %u,%u,%u  block %u,%u,%u  smem %u B%s\n", k.grid(0), k.grid(1), k.grid(2),
-                k.block(0), k.block(1), k.block(2), k.dynamic_smem_bytes(),
+    std::printf("  grid       %u,%u,%u  block %u,%u,%u  smem %u B%s\n", k.grid(0), k.grid(1), k.grid(2), k.block(0),
+                k.block(1), k.block(2), k.dynamic_smem_bytes(),
                 k.programmatic_dependent() ? "  programmatic dependent" : "");
   }
   if (!recipe.cubin().empty()) std::printf("cubin        %zu bytes\n", recipe.cubin().size());
@@ -164,8 +161,8 @@ int ParseFailure(const CLI::App& app, const CLI::ParseError& e) {
       absl::StrAppend(&names, names.empty() ? "" : ", ", sub->get_name());
     }
     const std::string path = at == &app ? "" : absl::StrCat(at->get_name(), " ");
-    std::fprintf(stderr, "ktune: error: unknown command '%s%s' (commands: %s)\n", path.c_str(),
-                 extra.front().c_str(), names.c_str());
+    std::fprintf(stderr, "ktune: error: unknown command '%s%s' (commands: %s)\n", path.c_str(), extra.front().c_str(),
+                 names.c_str());
     return ktune::kExitUsage;
   }
   std::fprintf(stderr, "ktune: error: %s\n", e.what());
@@ -187,8 +184,7 @@ int main(int argc, char** argv) {
                  "send this token with every call (TCP daemons, imports); default $KTUNE_TOKEN")
       ->check(CLI::ExistingFile);
   std::string tls_ca, tls_server_name;
-  app.add_option("--tls-ca", tls_ca,
-                 "reach TCP daemons over TLS, trusting the CA certificate (PEM) in this file")
+  app.add_option("--tls-ca", tls_ca, "reach TCP daemons over TLS, trusting the CA certificate (PEM) in this file")
       ->envname("KTUNE_TLS_CA")
       ->check(CLI::ExistingFile);
   app.add_option("--tls-server-name", tls_server_name,
@@ -299,8 +295,8 @@ int main(int argc, char** argv) {
       std::printf("mode         compile-only (%s)\n", r->compile_only_reason().c_str());
     }
     for (const auto& d : r->devices()) {
-      std::printf("gpu          %s (sm_%d%d, %d SMs, driver %d)\n", d.name().c_str(), d.cc_major(),
-                  d.cc_minor(), d.sm_count(), d.driver_version());
+      std::printf("gpu          %s (sm_%d%d, %d SMs, driver %d)\n", d.name().c_str(), d.cc_major(), d.cc_minor(),
+                  d.sm_count(), d.driver_version());
     }
     std::printf("nvrtc        %d\n", r->nvrtc_version());
     std::printf("database     %s\n", r->db_path().c_str());
@@ -329,7 +325,7 @@ int main(int argc, char** argv) {
     if (!problem.ok()) return ktune::PrintUsageError(problem.status());
     ktune::v1::GetConfigRequest request;
     *request.mutable_problem() = *problem;
-    request.set_policy(policy == "cached"  ? ktune::v1::CACHED_ONLY
+    request.set_policy(policy == "cached" ? ktune::v1::CACHED_ONLY
                        : policy == "tune" ? ktune::v1::TUNE_ON_MISS
                                           : ktune::v1::HEURISTIC_ON_MISS);
     request.set_include_cubin(!cubin_out.empty());
@@ -368,8 +364,8 @@ int main(int argc, char** argv) {
       const auto& p = e.progress();
       std::string best = p.best_time_us() > 0 ? absl::StrFormat("  best %.2f us", p.best_time_us()) : "";
       if (live) {
-        std::fprintf(stderr, "\r\033[K%-9s %4d/%-4d%s  %s", p.stage().c_str(), p.done(), p.total(),
-                     best.c_str(), p.message().c_str());
+        std::fprintf(stderr, "\r\033[K%-9s %4d/%-4d%s  %s", p.stage().c_str(), p.done(), p.total(), best.c_str(),
+                     p.message().c_str());
         std::fflush(stderr);
       } else if (p.done() == p.total()) {
         std::fprintf(stderr, "%s %d/%d%s %s\n", p.stage().c_str(), p.done(), p.total(), best.c_str(),
@@ -414,12 +410,10 @@ int main(int argc, char** argv) {
         }
         const std::string throughput =
             absl::StrFormat("%.3f %s", e.measurement().throughput(), e.measurement().throughput_unit());
-        std::printf("%-34s %-20s %-44s %10.2f %16s  %s\n", ktune::ProblemText(e.problem()).c_str(),
-                    e.device().name().c_str(), ktune::ConfigText(e.config()).c_str(), e.measurement().time_us(),
-                    throughput.c_str(),
-                    absl::FormatTime("%Y-%m-%d %H:%M", absl::FromUnixSeconds(e.tuned_at_unix()),
-                                     absl::UTCTimeZone())
-                        .c_str());
+        std::printf(
+            "%-34s %-20s %-44s %10.2f %16s  %s\n", ktune::ProblemText(e.problem()).c_str(), e.device().name().c_str(),
+            ktune::ConfigText(e.config()).c_str(), e.measurement().time_us(), throughput.c_str(),
+            absl::FormatTime("%Y-%m-%d %H:%M", absl::FromUnixSeconds(e.tuned_at_unix()), absl::UTCTimeZone()).c_str());
       }
       next = r->next_page_token();
       if (next.empty() || (ls_limit > 0 && listed >= ls_limit)) break;
@@ -431,7 +425,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     std::printf("%lld entries\n", static_cast<long long>(listed));
-    if (!next.empty()) std::printf("more: ktune ls --limit %lld --page-token %s\n", static_cast<long long>(ls_limit), next.c_str());
+    if (!next.empty())
+      std::printf("more: ktune ls --limit %lld --page-token %s\n", static_cast<long long>(ls_limit), next.c_str());
     return 0;
   }
 

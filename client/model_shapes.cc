@@ -171,15 +171,13 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view text, const std::
   if (c.head_dim == 0) {
     if (c.hidden_size % c.num_attention_heads != 0) {
       return r.Error("head_dim", absl::StrCat("missing, and hidden_size ", c.hidden_size,
-                                              " is not a multiple of num_attention_heads ",
-                                              c.num_attention_heads));
+                                              " is not a multiple of num_attention_heads ", c.num_attention_heads));
     }
     c.head_dim = c.hidden_size / c.num_attention_heads;
   }
   if (c.num_attention_heads % c.num_key_value_heads != 0) {
-    return r.Error("num_key_value_heads", absl::StrCat("must divide num_attention_heads (",
-                                                       c.num_attention_heads, "), got ",
-                                                       c.num_key_value_heads));
+    return r.Error("num_key_value_heads", absl::StrCat("must divide num_attention_heads (", c.num_attention_heads,
+                                                       "), got ", c.num_key_value_heads));
   }
   if (!(v = r.Dim({"intermediate_size", "n_inner", "ffn_dim"})).ok()) return v.status();
   c.intermediate_size = *v == 0 ? 4 * c.hidden_size : *v;  // GPT-2 leaves n_inner null: 4 x hidden
@@ -210,8 +208,8 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view text, const std::
   if (eps.has_value()) c.eps = static_cast<float>(*eps);
   // LayerNorm carries a bias unless the config turns biases off ("bias": false).
   c.norm_bias = c.norm == NormOp::kLayerNorm && r.Bool("bias").value_or(true);
-  c.qk_norm = r.Bool("qk_norm").value_or(false) || r.Bool("use_qk_norm").value_or(false) ||
-              c.model_type == "qwen3" || c.model_type == "qwen3_moe";
+  c.qk_norm = r.Bool("qk_norm").value_or(false) || r.Bool("use_qk_norm").value_or(false) || c.model_type == "qwen3" ||
+              c.model_type == "qwen3_moe";
 
   // Newer transformers write "dtype", older "torch_dtype"; multimodal configs
   // keep it at the top level.
@@ -272,8 +270,8 @@ absl::StatusOr<std::vector<PrewarmProblem>> DeriveModelProblems(const ModelConfi
         absl::StatusOr<NormProblem> norm = NormProblemFromProto(p.norm());
         if (!norm.ok()) return norm.status();
         if (absl::Status s = ValidateNormProblem(*norm); !s.ok()) {
-          return absl::InvalidArgumentError(absl::StrCat("--tokens ", t, ": ", OpName(*norm), " [", norm->m,
-                                                         ", ", norm->n, "] is out of bounds: ", s.message()));
+          return absl::InvalidArgumentError(absl::StrCat("--tokens ", t, ": ", OpName(*norm), " [", norm->m, ", ",
+                                                         norm->n, "] is out of bounds: ", s.message()));
         }
         list.Add(std::move(p));
       }
@@ -282,11 +280,11 @@ absl::StatusOr<std::vector<PrewarmProblem>> DeriveModelProblems(const ModelConfi
   const int64_t q_width = c.num_attention_heads * c.head_dim;
   const int64_t qkv_width = (c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim;
   for (int64_t t : options.tokens) {
-    AddLinear(t, qkv_width, c.hidden_size, options.backward, dtype, &list);               // QKV
-    AddLinear(t, c.hidden_size, q_width, options.backward, dtype, &list);                 // O
+    AddLinear(t, qkv_width, c.hidden_size, options.backward, dtype, &list);                // QKV
+    AddLinear(t, c.hidden_size, q_width, options.backward, dtype, &list);                  // O
     AddLinear(t, 2 * c.intermediate_size, c.hidden_size, options.backward, dtype, &list);  // gate/up
-    AddLinear(t, c.hidden_size, c.intermediate_size, options.backward, dtype, &list);     // down
-    AddLinear(t, c.vocab_size, c.hidden_size, options.backward, dtype, &list);            // lm_head
+    AddLinear(t, c.hidden_size, c.intermediate_size, options.backward, dtype, &list);      // down
+    AddLinear(t, c.vocab_size, c.hidden_size, options.backward, dtype, &list);             // lm_head
   }
   return list.Take();
 }

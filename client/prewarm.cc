@@ -14,18 +14,23 @@
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "client/client.h"
-#include "tuner/input_file.h"
 #include "nlohmann/json.hpp"
+#include "tuner/input_file.h"
 
 namespace ktune {
 
 const char* PrewarmOutcomeName(PrewarmOutcome outcome) {
   switch (outcome) {
-    case PrewarmOutcome::kTuned: return "tuned";
-    case PrewarmOutcome::kAlreadyTuned: return "skipped_already";
-    case PrewarmOutcome::kNotServed: return "not_served";
-    case PrewarmOutcome::kFailed: return "failed";
-    case PrewarmOutcome::kNotDone: return "not_done";
+    case PrewarmOutcome::kTuned:
+      return "tuned";
+    case PrewarmOutcome::kAlreadyTuned:
+      return "skipped_already";
+    case PrewarmOutcome::kNotServed:
+      return "not_served";
+    case PrewarmOutcome::kFailed:
+      return "failed";
+    case PrewarmOutcome::kNotDone:
+      return "not_done";
   }
   return "?";
 }
@@ -33,11 +38,16 @@ const char* PrewarmOutcomeName(PrewarmOutcome outcome) {
 const char* PrewarmServerStateName(PrewarmServerReport::State state) {
   using S = PrewarmServerReport::State;
   switch (state) {
-    case S::kUsed: return "used";
-    case S::kUnreachable: return "unreachable";
-    case S::kCompileOnly: return "compile_only";
-    case S::kNoDevice: return "no_device";
-    case S::kLost: return "lost";
+    case S::kUsed:
+      return "used";
+    case S::kUnreachable:
+      return "unreachable";
+    case S::kCompileOnly:
+      return "compile_only";
+    case S::kNoDevice:
+      return "no_device";
+    case S::kLost:
+      return "lost";
   }
   return "?";
 }
@@ -66,12 +76,12 @@ std::string StatusText(const absl::Status& s) {
 // One GPU kind's share of the run.
 struct KindState {
   std::string name;
-  std::vector<int> servers;        // indexes into the report's servers
-  int checking = 0;                // servers still in the resume pass
-  int in_flight = 0;               // problems being tuned now
-  int live = 0;                    // servers not lost
-  std::vector<bool> finished;      // per problem: an outcome is recorded
-  std::deque<size_t> queue;        // problems to tune, built when checking hits 0
+  std::vector<int> servers;    // indexes into the report's servers
+  int checking = 0;            // servers still in the resume pass
+  int in_flight = 0;           // problems being tuned now
+  int live = 0;                // servers not lost
+  std::vector<bool> finished;  // per problem: an outcome is recorded
+  std::deque<size_t> queue;    // problems to tune, built when checking hits 0
   std::string last_loss;
 
   static bool ResumeDone(KindState* k) { return k->checking == 0; }
@@ -80,8 +90,7 @@ struct KindState {
 
 class PrewarmRun {
  public:
-  PrewarmRun(const std::vector<PrewarmProblem>& problems, const PrewarmOptions& options,
-             PrewarmObserver* observer)
+  PrewarmRun(const std::vector<PrewarmProblem>& problems, const PrewarmOptions& options, PrewarmObserver* observer)
       : problems_(problems), options_(options), observer_(observer) {}
 
   PrewarmReport Execute(const std::vector<std::string>& addresses) {
@@ -147,8 +156,8 @@ class PrewarmRun {
     absl::MutexLock lock(&mu_);
     for (size_t i = 0; i < servers.size(); ++i) {
       if (servers[i].state != PrewarmServerReport::State::kUsed) continue;
-      auto it = std::find_if(kinds_.begin(), kinds_.end(),
-                             [&](const KindState& k) { return k.name == servers[i].kind; });
+      auto it =
+          std::find_if(kinds_.begin(), kinds_.end(), [&](const KindState& k) { return k.name == servers[i].kind; });
       if (it == kinds_.end()) {
         kinds_.emplace_back();
         it = std::prev(kinds_.end());
@@ -228,8 +237,7 @@ class PrewarmRun {
       if (r.ok() && r->source() == v1::TUNED) {
         Record(kind, i, report_.servers[server].address, PrewarmOutcome::kAlreadyTuned, "");
       } else if (!r.ok() && absl::IsUnimplemented(r.status())) {
-        Record(kind, i, report_.servers[server].address, PrewarmOutcome::kNotServed,
-               std::string(r.status().message()));
+        Record(kind, i, report_.servers[server].address, PrewarmOutcome::kNotServed, std::string(r.status().message()));
       }
       // NOT_FOUND is the work to do; other errors are reported when it is tried.
     }
@@ -238,8 +246,7 @@ class PrewarmRun {
 
   // Tunes one problem. OK with the outcome set, or the status that lost the
   // server (the problem is then not done).
-  absl::Status TuneOne(Client* client, const PrewarmProblem& problem, PrewarmOutcome* outcome,
-                       std::string* detail) {
+  absl::Status TuneOne(Client* client, const PrewarmProblem& problem, PrewarmOutcome* outcome, std::string* detail) {
     // Asked again: another prewarm, or a compiler's background tune, may have
     // stored it since the resume pass.
     v1::GetConfigRequest get;
@@ -283,8 +290,8 @@ class PrewarmRun {
     if (observer_ != nullptr) observer_->OnServerLost(r.address, r.error, kind.live);
   }
 
-  void Record(KindState& kind, size_t i, const std::string& server, PrewarmOutcome outcome,
-              std::string detail) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  void Record(KindState& kind, size_t i, const std::string& server, PrewarmOutcome outcome, std::string detail)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     kind.finished[i] = true;
     PrewarmProblemReport result{problems_[i].key, kind.name, server, outcome, std::move(detail)};
     ++report_.counts[outcome];
@@ -338,9 +345,8 @@ absl::StatusOr<std::vector<std::string>> ReadServersFile(const std::string& path
 
 std::string PrewarmReportJson(const PrewarmReport& report) {
   using Json = nlohmann::ordered_json;
-  constexpr PrewarmOutcome kAll[] = {PrewarmOutcome::kTuned, PrewarmOutcome::kAlreadyTuned,
-                                     PrewarmOutcome::kNotServed, PrewarmOutcome::kFailed,
-                                     PrewarmOutcome::kNotDone};
+  constexpr PrewarmOutcome kAll[] = {PrewarmOutcome::kTuned, PrewarmOutcome::kAlreadyTuned, PrewarmOutcome::kNotServed,
+                                     PrewarmOutcome::kFailed, PrewarmOutcome::kNotDone};
   Json j;
   j["complete"] = report.complete();
   j["problems"] = report.problems;

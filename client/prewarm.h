@@ -58,10 +58,10 @@ struct PrewarmProblemReport {
 };
 
 struct PrewarmReport {
-  int problems = 0;                        // in the list
-  std::vector<std::string> kinds;          // GPU kinds with at least one usable server
-  std::map<PrewarmOutcome, int> counts;    // over problems x kinds
-  std::vector<PrewarmServerReport> servers;  // in the order given
+  int problems = 0;                           // in the list
+  std::vector<std::string> kinds;             // GPU kinds with at least one usable server
+  std::map<PrewarmOutcome, int> counts;       // over problems x kinds
+  std::vector<PrewarmServerReport> servers;   // in the order given
   std::vector<PrewarmProblemReport> results;  // every problem x kind
   double seconds = 0;
 
@@ -86,10 +86,10 @@ class PrewarmObserver {
 };
 
 struct PrewarmOptions {
-  double call_timeout_s = 600;   // each GetConfig / Tune call
-  double probe_timeout_s = 10;   // GetStatus at the start
-  int repetitions = 0;           // TuneOptions.repetitions; 0 = daemon default
-  int max_busy_retries = 5;      // RESOURCE_EXHAUSTED (queue full): back off and retry
+  double call_timeout_s = 600;  // each GetConfig / Tune call
+  double probe_timeout_s = 10;  // GetStatus at the start
+  int repetitions = 0;          // TuneOptions.repetitions; 0 = daemon default
+  int max_busy_retries = 5;     // RESOURCE_EXHAUSTED (queue full): back off and retry
   // Token and TLS for every server; its timeout_s is replaced by the two above.
   ClientOptions client;
 };

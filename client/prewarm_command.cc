@@ -34,8 +34,7 @@ int CountGemm(const std::vector<PrewarmProblem>& problems) {
 }
 
 // --answers: what `server` answers for each problem now, one row each.
-int PrintAnswers(const std::vector<PrewarmProblem>& problems, const std::string& server,
-                 const ClientOptions& options) {
+int PrintAnswers(const std::vector<PrewarmProblem>& problems, const std::string& server, const ClientOptions& options) {
   std::unique_ptr<Client> client = Client::Create(server, options);
   std::printf("%s\n", AnswerHeader().c_str());
   int refused = 0;
@@ -78,9 +77,8 @@ void PrintSummary(const PrewarmReport& r) {
       return it == s.counts.end() ? 0 : it->second;
     };
     std::printf("  %-40s %-12s tuned %d, already %d, failed %d  %s%s%s\n", s.address.c_str(),
-                PrewarmServerStateName(s.state), count(PrewarmOutcome::kTuned),
-                count(PrewarmOutcome::kAlreadyTuned), count(PrewarmOutcome::kFailed), s.kind.c_str(),
-                s.error.empty() ? "" : "  ", s.error.c_str());
+                PrewarmServerStateName(s.state), count(PrewarmOutcome::kTuned), count(PrewarmOutcome::kAlreadyTuned),
+                count(PrewarmOutcome::kFailed), s.kind.c_str(), s.error.empty() ? "" : "  ", s.error.c_str());
   }
 }
 
@@ -93,8 +91,7 @@ std::unique_ptr<PrewarmCommand> PrewarmCommand::Add(CLI::App* app) {
   c->command_ = cmd;
   cmd->add_option("shapes", c->shapes_path_, "shapes file (YAML or JSON; see deploy/shapes-example.yaml)");
   cmd->add_option("--from-model", c->model_path_, "derive the problems from a Hugging Face config.json");
-  cmd->add_option("--tokens", c->tokens_, "--from-model: token counts (rows), comma-separated")
-      ->capture_default_str();
+  cmd->add_option("--tokens", c->tokens_, "--from-model: token counts (rows), comma-separated")->capture_default_str();
   cmd->add_flag("--backward", c->backward_, "--from-model: backward problems too");
   cmd->add_option("--dtype", c->dtype_, "--from-model: bf16, fp16 or fp32 (default: the config's torch_dtype)");
   cmd->add_option("--servers", c->servers_, "daemons to use, comma-separated (default: --server)");
@@ -134,7 +131,8 @@ int PrewarmCommand::Run(const std::string& default_server, const ClientOptions& 
     options.tokens = *tokens;
     if (!dtype_.empty()) {
       absl::StatusOr<DType> dtype = ParseDType(dtype_);
-      if (!dtype.ok()) return UsageError(absl::InvalidArgumentError(absl::StrCat("--dtype: ", dtype.status().message())));
+      if (!dtype.ok())
+        return UsageError(absl::InvalidArgumentError(absl::StrCat("--dtype: ", dtype.status().message())));
       options.dtype = *dtype;
     }
     problems = DeriveModelProblems(*config, options);
@@ -181,8 +179,8 @@ int PrewarmCommand::Run(const std::string& default_server, const ClientOptions& 
     std::printf("%zu problems (%zu norm, %d gemm)\n", problems->size(), problems->size() - gemm, gemm);
     return kExitDone;
   }
-  std::fprintf(stderr, "ktune prewarm: %zu problems (%zu norm, %d gemm)\n", problems->size(),
-               problems->size() - gemm, gemm);
+  std::fprintf(stderr, "ktune prewarm: %zu problems (%zu norm, %d gemm)\n", problems->size(), problems->size() - gemm,
+               gemm);
 
   PrewarmOptions options;
   options.call_timeout_s = client.timeout_s;

@@ -44,17 +44,15 @@ bool ProblemList::Add(v1::Problem problem) {
 absl::StatusOr<Shard> ParseShard(absl::string_view text) {
   std::vector<absl::string_view> parts = absl::StrSplit(text, '/');
   Shard shard;
-  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &shard.index) ||
-      !absl::SimpleAtoi(parts[1], &shard.count)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--shard: expected i/n (e.g. 0/4), got '", text, "'"));
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &shard.index) || !absl::SimpleAtoi(parts[1], &shard.count)) {
+    return absl::InvalidArgumentError(absl::StrCat("--shard: expected i/n (e.g. 0/4), got '", text, "'"));
   }
   if (shard.count < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--shard: n must be >= 1, got ", shard.count));
   }
   if (shard.index < 0 || shard.index >= shard.count) {
-    return absl::InvalidArgumentError(absl::StrCat("--shard: i must be in [0, ", shard.count - 1,
-                                                   "], got ", shard.index));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--shard: i must be in [0, ", shard.count - 1, "], got ", shard.index));
   }
   return shard;
 }
@@ -69,12 +67,10 @@ uint64_t StableKeyHash(absl::string_view key) {
 }
 
 bool InShard(const PrewarmProblem& problem, const Shard& shard) {
-  return StableKeyHash(problem.key) % static_cast<uint64_t>(shard.count) ==
-         static_cast<uint64_t>(shard.index);
+  return StableKeyHash(problem.key) % static_cast<uint64_t>(shard.count) == static_cast<uint64_t>(shard.index);
 }
 
-std::vector<PrewarmProblem> SelectShard(const std::vector<PrewarmProblem>& problems,
-                                        const Shard& shard) {
+std::vector<PrewarmProblem> SelectShard(const std::vector<PrewarmProblem>& problems, const Shard& shard) {
   std::vector<PrewarmProblem> out;
   for (const PrewarmProblem& p : problems) {
     if (InShard(p, shard)) out.push_back(p);

@@ -77,7 +77,6 @@ bool InShard(const PrewarmProblem& problem, const Shard& shard);
 
 // The problems of `shard`, in list order. Over i = 0..n-1 the shards
 // partition the list.
-std::vector<PrewarmProblem> SelectShard(const std::vector<PrewarmProblem>& problems,
-                                        const Shard& shard);
+std::vector<PrewarmProblem> SelectShard(const std::vector<PrewarmProblem>& problems, const Shard& shard);
 
 }  // namespace ktune

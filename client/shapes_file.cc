@@ -14,18 +14,16 @@
 namespace ktune {
 namespace {
 
-const std::set<std::string> kEntryFields = {"op",           "m",      "n",    "k",   "dtype", "out_dtype",
+const std::set<std::string> kEntryFields = {"op",           "m",      "n",    "k",  "dtype", "out_dtype",
                                             "weight_dtype", "weight", "bias", "eps"};
-const std::set<std::string> kDefaultFields = {"dtype", "out_dtype", "weight_dtype",
-                                              "weight", "bias", "eps"};
+const std::set<std::string> kDefaultFields = {"dtype", "out_dtype", "weight_dtype", "weight", "bias", "eps"};
 const std::set<std::string> kNormOnlyFields = {"weight_dtype", "weight", "bias", "eps"};
 
 // ValidateNormProblem names NormProblem fields; a file's author knows the
 // file's names.
 std::string FileFieldName(const std::string& problem_field) {
   static const std::map<std::string, std::string> kNames = {
-      {"input_dtype", "dtype"}, {"output_dtype", "out_dtype"}, {"has_bias", "bias"},
-      {"has_weight", "weight"}};
+      {"input_dtype", "dtype"}, {"output_dtype", "out_dtype"}, {"has_bias", "bias"}, {"has_weight", "weight"}};
   auto it = kNames.find(problem_field);
   return it == kNames.end() ? problem_field : it->second;
 }
@@ -41,9 +39,8 @@ class ShapesParser {
       root.reset(YAML::Load(std::string(text)));
     } catch (const YAML::Exception& e) {
       // e.mark is 0-based; e.msg is the message without the position.
-      return absl::InvalidArgumentError(absl::StrCat(source_, ":", e.mark.line + 1, ":",
-                                                     e.mark.column + 1, ": not valid YAML or JSON: ",
-                                                     e.msg));
+      return absl::InvalidArgumentError(
+          absl::StrCat(source_, ":", e.mark.line + 1, ":", e.mark.column + 1, ": not valid YAML or JSON: ", e.msg));
     }
     // Nodes are rebound with reset(): yaml-cpp's operator= assigns through
     // the reference instead.
@@ -95,8 +92,8 @@ class ShapesParser {
     const YAML::Mark mark = node.Mark();
     std::string position = source_;
     if (mark.line >= 0) absl::StrAppend(&position, ":", mark.line + 1);
-    return absl::InvalidArgumentError(
-        where.empty() ? absl::StrCat(position, ": ", what) : absl::StrCat(position, ": ", where, ": ", what));
+    return absl::InvalidArgumentError(where.empty() ? absl::StrCat(position, ": ", what)
+                                                    : absl::StrCat(position, ": ", where, ": ", what));
   }
 
   // yaml-cpp expands an alias each time it is walked, so a small file of
@@ -114,8 +111,8 @@ class ShapesParser {
 
   // The entry's own value of `field`, else the default's; `where` is set to
   // the path of whichever was used, so errors point at the right line.
-  std::optional<YAML::Node> Lookup(const YAML::Node& entry, const std::string& entry_path,
-                                   const std::string& field, std::string* where) const {
+  std::optional<YAML::Node> Lookup(const YAML::Node& entry, const std::string& entry_path, const std::string& field,
+                                   std::string* where) const {
     if (entry[field]) {
       *where = entry_path + "." + field;
       return entry[field];

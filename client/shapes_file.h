@@ -55,8 +55,7 @@ namespace ktune {
 inline constexpr int64_t kMaxShapesProblems = 100000;
 
 // `source` is the file name used in error messages.
-absl::StatusOr<std::vector<PrewarmProblem>> ParseShapes(absl::string_view text,
-                                                        const std::string& source);
+absl::StatusOr<std::vector<PrewarmProblem>> ParseShapes(absl::string_view text, const std::string& source);
 
 // Reads `path` (ReadInputFile, kShapesFile) and parses it; when it cannot be
 // read, ReadInputFile's error (tuner/input_file.h: NOT_FOUND,

@@ -92,8 +92,8 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
   if (!text.ok()) return absl::InvalidArgumentError(text.status().message());
   std::string token(absl::StripAsciiWhitespace(*text));
   if (token.size() < kMinTokenLength) {
-    return absl::InvalidArgumentError(absl::StrCat("token file ", path, ": a token needs at least ",
-                                                   kMinTokenLength, " characters"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("token file ", path, ": a token needs at least ", kMinTokenLength, " characters"));
   }
   return token;
 }

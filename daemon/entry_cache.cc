@@ -17,7 +17,7 @@ std::shared_ptr<const ServedEntry> EntryCache::Served(v1::Entry entry) const {
   if (served->answer.ok()) {
     bool own_buffer;
     (void)grpc::SerializationTraits<v1::GetConfigResponse>::Serialize(*served->answer, &served->answer_wire,
-                                                                       &own_buffer);
+                                                                      &own_buffer);
   }
   served->entry = std::move(entry);
   return served;
@@ -104,8 +104,7 @@ std::shared_ptr<const v1::Entry> EntryCache::Nearest(const NormProblem& problem,
   return NearestInFamily(FamilyKey(problem, device_key, software_key), problem.m);
 }
 
-std::shared_ptr<const v1::Entry> EntryCache::Nearest(const v1::GemmProblem& problem,
-                                                     const std::string& device_key,
+std::shared_ptr<const v1::Entry> EntryCache::Nearest(const v1::GemmProblem& problem, const std::string& device_key,
                                                      const std::string& software_key) {
   return NearestInFamily(FamilyKey(problem, device_key, software_key), problem.m());
 }

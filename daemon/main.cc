@@ -22,10 +22,10 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
-#include "cache/store.h"
-#include "cache/bundle_merge.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "cache/bundle_merge.h"
+#include "cache/store.h"
 #include "daemon/auth.h"
 #include "daemon/metrics.h"
 #include "daemon/sd_notify.h"
@@ -127,8 +127,7 @@ int main(int argc, char** argv) {
                  "seconds one candidate may run before the watchdog kills its worker")
       ->check(CLI::Range(0.1, 3600.0))
       ->capture_default_str();
-  app.add_option("--kernel-cache-dir", kernel_cache_dir, "compiled kernels kept between tunes")
-      ->capture_default_str();
+  app.add_option("--kernel-cache-dir", kernel_cache_dir, "compiled kernels kept between tunes")->capture_default_str();
   app.add_option("--kernel-cache-max-mb", kernel_cache_mb, "bound on the kernel cache (LRU eviction)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))
       ->capture_default_str();
@@ -163,8 +162,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   service_options.background_tunes = !no_background_tunes;
-  service_options.search =
-      search == "grid" ? ktune::SearchKind::kGrid : ktune::SearchKind::kCoordinateDescent;
+  service_options.search = search == "grid" ? ktune::SearchKind::kGrid : ktune::SearchKind::kCoordinateDescent;
   if (listen.empty()) listen.push_back(ktune::DefaultServerAddress());
 
   // Logs go to stderr (journald and kubectl logs pick it up); stdout stays quiet.
@@ -206,8 +204,8 @@ int main(int argc, char** argv) {
   for (const std::string& address : listen) {
     absl::Status s = ktune::ValidateListenAddress(address, have_tls);
     if (s.ok() && address.rfind("unix:", 0) != 0 && !ktune::IsLoopbackTcp(address) && token.empty()) {
-      s = absl::InvalidArgumentError(absl::StrCat(
-          "--listen ", address, ": TCP beyond loopback needs a token too (--token-file)"));
+      s = absl::InvalidArgumentError(
+          absl::StrCat("--listen ", address, ": TCP beyond loopback needs a token too (--token-file)"));
     }
     if (!s.ok()) {
       spdlog::critical("event=bad_flag error=\"{}\"", std::string(s.message()));
@@ -219,9 +217,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (!metrics_listen.empty() && !ktune::IsLoopbackTcp(metrics_listen) && !metrics_allow_remote) {
-    spdlog::critical("event=bad_flag error=\"--metrics-listen {}: beyond loopback the metrics endpoint is "
-                     "readable by anyone who can reach it (plain HTTP, no token); pass "
-                     "--metrics-allow-remote to mean it\"", metrics_listen);
+    spdlog::critical(
+        "event=bad_flag error=\"--metrics-listen {}: beyond loopback the metrics endpoint is "
+        "readable by anyone who can reach it (plain HTTP, no token); pass "
+        "--metrics-allow-remote to mean it\"",
+        metrics_listen);
     return 2;
   }
   service_options.auth = ktune::Authorizer(token, admin_token);
@@ -240,8 +240,7 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<ktune::KernelCache>> kernel_cache =
       ktune::KernelCache::Open(kernel_cache_dir, static_cast<uint64_t>(kernel_cache_mb) << 20);
   if (!kernel_cache.ok()) {
-    spdlog::critical("event=kernel_cache_open_failed error=\"{}\"",
-                     std::string(kernel_cache.status().message()));
+    spdlog::critical("event=kernel_cache_open_failed error=\"{}\"", std::string(kernel_cache.status().message()));
     return 1;
   }
 
@@ -252,25 +251,27 @@ int main(int argc, char** argv) {
   worker_options.candidate_timeout_s = candidate_timeout_s;
   std::string compile_only_reason;
   std::unique_ptr<ktune::CandidateExecutor> executor;
-  absl::StatusOr<std::unique_ptr<ktune::WorkerExecutor>> worker =
-      ktune::WorkerExecutor::Start(worker_options);
+  absl::StatusOr<std::unique_ptr<ktune::WorkerExecutor>> worker = ktune::WorkerExecutor::Start(worker_options);
   if (worker.ok()) {
     const ktune::DeviceInfo& info = (*worker)->device();
-    spdlog::info("event=device name=\"{}\" cc={}.{} sms={} driver={} worker_pid={}", info.name,
-                 info.cc_major, info.cc_minor, info.sm_count, info.driver_version, (*worker)->pid());
+    spdlog::info("event=device name=\"{}\" cc={}.{} sms={} driver={} worker_pid={}", info.name, info.cc_major,
+                 info.cc_minor, info.sm_count, info.driver_version, (*worker)->pid());
     if (info.name.find("fake") != std::string::npos) {
-      spdlog::warn("event=fake_device note=\"KTUNE_WORKER_FAKE_DEVICE is set: timings are made up "
-                   "(tests only)\"");
+      spdlog::warn(
+          "event=fake_device note=\"KTUNE_WORKER_FAKE_DEVICE is set: timings are made up "
+          "(tests only)\"");
     }
     executor = *std::move(worker);
   } else {
     compile_only_reason = std::string(worker.status().message());
-    spdlog::warn("event=compile_only reason=\"{}\" note=\"serving cached and heuristic answers; "
-                 "tuning is refused\"", compile_only_reason);
+    spdlog::warn(
+        "event=compile_only reason=\"{}\" note=\"serving cached and heuristic answers; "
+        "tuning is refused\"",
+        compile_only_reason);
   }
 
-  ktune::KtuneServiceImpl service(store->get(), kernel_cache->get(), std::move(executor),
-                                  compile_only_reason, service_options);
+  ktune::KtuneServiceImpl service(store->get(), kernel_cache->get(), std::move(executor), compile_only_reason,
+                                  service_options);
   if (!import_bundle.empty()) {
     // A fleet bundle is published after the first prewarm, which needs the
     // daemons running: so a missing file is the normal first start, while a
@@ -295,16 +296,16 @@ int main(int argc, char** argv) {
                          std::string(report.status().message()));
         return 2;
       }
-      spdlog::info("event=import_bundle path=\"{}\" added={} replaced={} unchanged={} kept={} "
-                   "rejected={}", import_bundle, report->added(), report->replaced(),
-                   report->unchanged(), report->kept(), report->rejected());
+      spdlog::info(
+          "event=import_bundle path=\"{}\" added={} replaced={} unchanged={} kept={} "
+          "rejected={}",
+          import_bundle, report->added(), report->replaced(), report->unchanged(), report->kept(), report->rejected());
     }
   }
 
   ktune::MetricsServer metrics_server;
   if (!metrics_listen.empty()) {
-    absl::Status s = metrics_server.Start(metrics_listen, service.metrics(),
-                                          [&service] { service.RefreshGauges(); });
+    absl::Status s = metrics_server.Start(metrics_listen, service.metrics(), [&service] { service.RefreshGauges(); });
     if (!s.ok()) {
       spdlog::critical("event=metrics_listen_failed error=\"{}\"", std::string(s.message()));
       return 2;

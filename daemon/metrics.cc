@@ -71,8 +71,7 @@ void Metrics::Declare(const std::string& family, Kind kind, const std::string& h
   f.help = help;
 }
 
-void Metrics::DeclareHistogram(const std::string& family, const std::string& help,
-                               std::vector<double> bounds) {
+void Metrics::DeclareHistogram(const std::string& family, const std::string& help, std::vector<double> bounds) {
   std::sort(bounds.begin(), bounds.end());
   absl::MutexLock lock(&mu_);
   Family& f = families_[family];
@@ -147,9 +146,7 @@ std::string Metrics::RenderPrometheus() {
   absl::MutexLock lock(&mu_);
   std::string out;
   for (const auto& [name, family] : families_) {
-    const char* type = family.kind == Kind::kCounter ? "counter"
-                       : family.kind == Kind::kGauge ? "gauge"
-                                                     : "histogram";
+    const char* type = family.kind == Kind::kCounter ? "counter" : family.kind == Kind::kGauge ? "gauge" : "histogram";
     absl::StrAppend(&out, "# HELP ", name, " ", family.help, "\n# TYPE ", name, " ", type, "\n");
     if (family.kind != Kind::kHistogram && family.samples.empty()) absl::StrAppend(&out, name, " 0\n");
     for (const auto& [labels, sample] : family.samples) {
@@ -159,8 +156,7 @@ std::string Metrics::RenderPrometheus() {
       // Read once, so the buckets, +Inf and _count agree even while observed.
       const std::vector<uint64_t> cumulative = histogram->Cumulative();
       for (size_t i = 0; i < cumulative.size(); ++i) {
-        const std::string le =
-            i < family.bounds.size() ? absl::StrCat("le=\"", family.bounds[i], "\"") : "le=\"+Inf\"";
+        const std::string le = i < family.bounds.size() ? absl::StrCat("le=\"", family.bounds[i], "\"") : "le=\"+Inf\"";
         absl::StrAppend(&out, SampleName(name + "_bucket", labels, le), " ", cumulative[i], "\n");
       }
       absl::StrAppend(&out, SampleName(name + "_sum", labels), " ", histogram->sum(), "\n");
@@ -261,12 +257,11 @@ struct MetricsServer::Impl {
 MetricsServer::MetricsServer() = default;
 MetricsServer::~MetricsServer() { Stop(); }
 
-absl::Status MetricsServer::Start(const std::string& host_port, Metrics* metrics,
-                                  std::function<void()> refresh) {
+absl::Status MetricsServer::Start(const std::string& host_port, Metrics* metrics, std::function<void()> refresh) {
   const size_t colon = host_port.rfind(':');
   int port = 0;
-  if (colon == std::string::npos || colon == 0 ||
-      !absl::SimpleAtoi(host_port.substr(colon + 1), &port) || port < 1 || port > 65535) {
+  if (colon == std::string::npos || colon == 0 || !absl::SimpleAtoi(host_port.substr(colon + 1), &port) || port < 1 ||
+      port > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat("--metrics-listen ", host_port, ": expected host:port with a port in [1, 65535]"));
   }
@@ -302,8 +297,7 @@ absl::Status MetricsServer::Start(const std::string& host_port, Metrics* metrics
     const int bind_errno = errno;
     impl_.reset();
     return absl::UnavailableError(absl::StrCat("--metrics-listen ", host_port, ": ",
-                                               bind_errno == EADDRINUSE ? "address already in use"
-                                                                        : "cannot bind"));
+                                               bind_errno == EADDRINUSE ? "address already in use" : "cannot bind"));
   }
   impl->thread = std::thread([impl] { impl->http.listen_after_bind(); });
   return absl::OkStatus();

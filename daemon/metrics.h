@@ -54,7 +54,7 @@ class Metrics {
     double sum() const { return sum_.value(); }
 
    private:
-    const std::vector<double>* const bounds_;  // the family's, ascending
+    const std::vector<double>* const bounds_;          // the family's, ascending
     std::unique_ptr<std::atomic<uint64_t>[]> counts_;  // per bucket, the last is +Inf
     Sample sum_;
   };
@@ -117,8 +117,7 @@ class MetricsServer {
   ~MetricsServer();
   // Binds and starts serving on a thread. INVALID_ARGUMENT for a bad address,
   // UNAVAILABLE if the port cannot be bound.
-  absl::Status Start(const std::string& host_port, Metrics* metrics,
-                     std::function<void()> refresh);
+  absl::Status Start(const std::string& host_port, Metrics* metrics, std::function<void()> refresh);
   void Stop();
 
  private:

@@ -9,8 +9,7 @@ namespace ktune {
 
 // ---------------------------------------------------------------- PendingAnswer
 
-PendingAnswer::PendingAnswer(grpc::ByteBuffer* response,
-                             std::function<absl::Status(v1::GetConfigResponse*)> decorate,
+PendingAnswer::PendingAnswer(grpc::ByteBuffer* response, std::function<absl::Status(v1::GetConfigResponse*)> decorate,
                              std::function<void(const absl::Status&)> finished)
     : state_(std::make_shared<State>()) {
   absl::MutexLock lock(&state_->mu);
@@ -182,8 +181,8 @@ void ImportStream::OnReadDone(bool ok) {
     first_ = false;
   }
   if (whole_.bundle().size() + piece_.bundle().size() > kMaxBundleBytes) {
-    Finish(ToGrpcStatus(absl::ResourceExhaustedError(absl::StrCat(
-        "bundle refused, nothing imported: larger than ", kMaxBundleBytes >> 20, " MiB"))));
+    Finish(ToGrpcStatus(absl::ResourceExhaustedError(
+        absl::StrCat("bundle refused, nothing imported: larger than ", kMaxBundleBytes >> 20, " MiB"))));
     return;
   }
   whole_.mutable_bundle()->append(piece_.bundle());

@@ -27,8 +27,7 @@ class PendingAnswer final : public grpc::ServerUnaryReactor {
   // outside any lock (e.g. to attach the cubin). `finished` (may be null) is
   // called once with the status the call ends with, when it ends (e.g. to
   // count what was answered).
-  PendingAnswer(grpc::ByteBuffer* response,
-                std::function<absl::Status(v1::GetConfigResponse*)> decorate,
+  PendingAnswer(grpc::ByteBuffer* response, std::function<absl::Status(v1::GetConfigResponse*)> decorate,
                 std::function<void(const absl::Status&)> finished = nullptr);
 
   // The callback to give TuneQueue::Join as `done`.

@@ -27,8 +27,8 @@ absl::Status SdNotify(std::string_view state) {
   const socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + path.size());
   const int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::UnavailableError(absl::StrCat("sd_notify: socket: ", std::strerror(errno)));
-  const ssize_t sent = sendto(fd, state.data(), state.size(), MSG_NOSIGNAL,
-                              reinterpret_cast<const sockaddr*>(&addr), len);
+  const ssize_t sent =
+      sendto(fd, state.data(), state.size(), MSG_NOSIGNAL, reinterpret_cast<const sockaddr*>(&addr), len);
   const int err = errno;
   close(fd);
   if (sent < 0) {

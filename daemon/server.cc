@@ -19,19 +19,19 @@
 #include "daemon/service.h"
 #include "daemon/status_mapping.h"
 #include "grpc/grpc.h"
-#include "openssl/bio.h"
-#include "openssl/err.h"
-#include "openssl/pem.h"
-#include "openssl/x509.h"
+#include "grpc/health/v1/health.pb.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/auth_metadata_processor.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/security/tls_certificate_provider.h"
 #include "grpcpp/security/tls_credentials_options.h"
-#include "grpc/health/v1/health.pb.h"
 #include "grpcpp/server_builder.h"
 #include "grpcpp/support/server_interceptor.h"
+#include "openssl/bio.h"
+#include "openssl/err.h"
+#include "openssl/pem.h"
+#include "openssl/x509.h"
 #include "spdlog/spdlog.h"
 #include "tuner/input_file.h"
 #include "tuner/paths.h"
@@ -119,8 +119,7 @@ class UnparseableRequestInterceptor final : public grpc::experimental::Intercept
   bool unparseable_ = false;
 };
 
-class UnparseableRequestInterceptorFactory final
-    : public grpc::experimental::ServerInterceptorFactoryInterface {
+class UnparseableRequestInterceptorFactory final : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:
   // Only ktune's typed methods: GetConfig is raw (its handler parses, and
   // names the method itself), and a call no interceptor is made for skips
@@ -142,8 +141,8 @@ class TokenGate final : public grpc::AuthMetadataProcessor {
  public:
   explicit TokenGate(Authorizer auth) : auth_(std::move(auth)) {}
   bool IsBlocking() const override { return false; }  // a compare: no need for a thread
-  grpc::Status Process(const InputMetadata& metadata, grpc::AuthContext* /*context*/,
-                       OutputMetadata* /*consumed*/, OutputMetadata* /*response*/) override {
+  grpc::Status Process(const InputMetadata& metadata, grpc::AuthContext* /*context*/, OutputMetadata* /*consumed*/,
+                       OutputMetadata* /*response*/) override {
     auto it = metadata.find("authorization");
     const absl::string_view value =
         it == metadata.end() ? absl::string_view() : absl::string_view(it->second.data(), it->second.size());
@@ -166,8 +165,7 @@ absl::Status ValidateListenAddress(const std::string& address, bool have_tls) {
   if (absl::StartsWith(address, kUnixPrefix)) {
     const std::string path = address.substr(sizeof(kUnixPrefix) - 1);
     if (path.empty() || path[0] != '/') {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--listen ", address, ": a Unix socket needs an absolute path"));
+      return absl::InvalidArgumentError(absl::StrCat("--listen ", address, ": a Unix socket needs an absolute path"));
     }
     if (path.size() >= sizeof(sockaddr_un{}.sun_path)) {
       return absl::InvalidArgumentError(absl::StrCat("--listen ", address, ": socket path longer than ",
@@ -177,18 +175,16 @@ absl::Status ValidateListenAddress(const std::string& address, bool have_tls) {
   }
   const size_t colon = address.rfind(':');
   if (colon == std::string::npos || colon == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--listen ", address, ": expected unix:/path or host:port"));
+    return absl::InvalidArgumentError(absl::StrCat("--listen ", address, ": expected unix:/path or host:port"));
   }
   int port = 0;
   if (!absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 0 || port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--listen ", address, ": port must be a number in [0, 65535]"));
+    return absl::InvalidArgumentError(absl::StrCat("--listen ", address, ": port must be a number in [0, 65535]"));
   }
   if (!have_tls && !IsLoopbackHost(address.substr(0, colon))) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--listen ", address,
-        ": TCP beyond loopback needs TLS (--tls-cert and --tls-key); use a Unix socket or 127.0.0.1"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--listen ", address,
+                     ": TCP beyond loopback needs TLS (--tls-cert and --tls-key); use a Unix socket or 127.0.0.1"));
   }
   return absl::OkStatus();
 }
@@ -202,8 +198,8 @@ absl::Status CheckKeyPair(const std::string& cert_pem, const std::string& cert_p
                           const std::string& key_path) {
   // No passphrase prompt on the terminal: an encrypted key is refused.
   auto no_passphrase = [](char*, int, int, void*) -> int { return 0; };
-  std::unique_ptr<BIO, decltype(&BIO_free)> cert_bio(BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size())),
-                                                     &BIO_free);
+  std::unique_ptr<BIO, decltype(&BIO_free)> cert_bio(
+      BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size())), &BIO_free);
   std::unique_ptr<X509, decltype(&X509_free)> cert(
       cert_bio ? PEM_read_bio_X509(cert_bio.get(), nullptr, no_passphrase, nullptr) : nullptr, &X509_free);
   if (!cert) return absl::InvalidArgumentError(absl::StrCat("--tls-cert ", cert_path, ": no certificate in it"));
@@ -244,8 +240,7 @@ absl::Status CheckTlsFiles(const std::string& cert_file, const std::string& key_
   return CheckKeyPair(pems[0], cert_file, pems[1], key_file);
 }
 
-absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options,
-                                                      KtuneServiceImpl* service) {
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options, KtuneServiceImpl* service) {
   const bool have_tls = !options.tls_cert_file.empty() && !options.tls_key_file.empty();
   if (absl::Status s = CheckTlsFiles(options.tls_cert_file, options.tls_key_file); !s.ok()) return s;
   if (options.listen.empty()) return absl::InvalidArgumentError("no --listen address");
@@ -296,8 +291,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
       }
       if (std::filesystem::exists(path)) {
         if (SocketIsLive(path)) {
-          return absl::AlreadyExistsError(
-              absl::StrCat("another process is already serving on ", address));
+          return absl::AlreadyExistsError(absl::StrCat("another process is already serving on ", address));
         }
         std::filesystem::remove(path, ec);  // stale socket of a dead daemon
       }
@@ -316,13 +310,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
         return absl::UnavailableError(absl::StrCat("--listen ", address, ": ", problem));
       }
     }
-    return absl::UnavailableError(
-        "gRPC could not bind every --listen address (in use, or permission denied)");
+    return absl::UnavailableError("gRPC could not bind every --listen address (in use, or permission denied)");
   }
   for (const std::string& path : server->socket_paths_) {
     if (chmod(path.c_str(), 0660) != 0) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("chmod 0660 ", path, ": ", std::strerror(errno)));
+      return absl::FailedPreconditionError(absl::StrCat("chmod 0660 ", path, ": ", std::strerror(errno)));
     }
   }
   return server;
@@ -331,8 +323,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
 void Server::Shutdown(double grace_s) {
   if (!server_) return;
   if (server_->GetHealthCheckService()) server_->GetHealthCheckService()->Shutdown();
-  server_->Shutdown(std::chrono::system_clock::now() +
-                    std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000)));
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000)));
   server_->Wait();
   server_.reset();
   for (const std::string& path : socket_paths_) unlink(path.c_str());

@@ -65,8 +65,7 @@ class Server {
   // caller without the token is refused on its metadata alone (an
   // AuthMetadataProcessor, run before the message is read), so remote
   // callers without the token make ktuned buffer nothing at all.
-  static absl::StatusOr<std::unique_ptr<Server>> Start(const ServerOptions& options,
-                                                       KtuneServiceImpl* service);
+  static absl::StatusOr<std::unique_ptr<Server>> Start(const ServerOptions& options, KtuneServiceImpl* service);
   ~Server();
 
   // Stops accepting calls, lets in-flight calls finish for up to `grace_s`

@@ -32,8 +32,8 @@ namespace ktune {
 namespace {
 
 // The ops entries are stored under (OpName, and "gemm").
-constexpr std::array<const char*, 5> kEntryOps = {"rmsnorm.fwd", "rmsnorm.bwd", "layernorm.fwd",
-                                                  "layernorm.bwd", "gemm"};
+constexpr std::array<const char*, 5> kEntryOps = {"rmsnorm.fwd", "rmsnorm.bwd", "layernorm.fwd", "layernorm.bwd",
+                                                  "gemm"};
 
 grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context, const absl::Status& status) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -45,8 +45,8 @@ grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context, const abs
 // The space's first config that is neither split nor promoted (see
 // AnswerUntunedGemm for why those are measured before they are answered).
 std::optional<WgmmaTileConfig> BestUnsplit(const std::vector<WgmmaTileConfig>& space) {
-  const auto it = std::find_if(space.begin(), space.end(),
-                               [](const WgmmaTileConfig& c) { return c.split_k == 1 && !c.promote; });
+  const auto it =
+      std::find_if(space.begin(), space.end(), [](const WgmmaTileConfig& c) { return c.split_k == 1 && !c.promote; });
   if (it == space.end()) return std::nullopt;
   return *it;
 }
@@ -69,9 +69,7 @@ std::string EncodePageToken(const EntryKey& last, absl::string_view scope) {
 
 absl::StatusOr<EntryKey> DecodePageToken(absl::string_view token, absl::string_view scope) {
   // The token itself is never echoed: it is the caller's, of any content.
-  auto bad = [](absl::string_view why) {
-    return absl::InvalidArgumentError(absl::StrCat("page_token: ", why));
-  };
+  auto bad = [](absl::string_view why) { return absl::InvalidArgumentError(absl::StrCat("page_token: ", why)); };
   if (token.size() > kMaxPageTokenBytes) return bad("too long to be a token this server gave");
   std::string raw;
   if (!absl::WebSafeBase64Unescape(token, &raw)) return bad("not a token this server gave (not base64)");
@@ -124,8 +122,7 @@ absl::Status SetTemplateRecipe(const DeviceInfo& device, const LaunchRecipe* mea
 
 }  // namespace
 
-KtuneServiceImpl::KtuneServiceImpl(Store* store, KernelCache* kernel_cache,
-                                   std::unique_ptr<CandidateExecutor> executor,
+KtuneServiceImpl::KtuneServiceImpl(Store* store, KernelCache* kernel_cache, std::unique_ptr<CandidateExecutor> executor,
                                    std::string compile_only_reason, const ServiceOptions& options)
     : store_(store),
       kernel_cache_(kernel_cache),
@@ -151,10 +148,9 @@ void KtuneServiceImpl::DeclareMetrics() {
   metrics_.Declare("ktune_getconfig_total", K::kCounter,
                    "GetConfig answers by how they were obtained (hit, heuristic, nearest, tuned, "
                    "not_found, refused, cancelled, error)");
-  metrics_.DeclareHistogram("ktune_getconfig_seconds",
-                            "GetConfig latency in the daemon (decoded request to answer), by answer",
-                            {25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3,
-                             50e-3, 0.1, 0.25, 1, 10, 60, 300, 1800});
+  metrics_.DeclareHistogram(
+      "ktune_getconfig_seconds", "GetConfig latency in the daemon (decoded request to answer), by answer",
+      {25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 0.1, 0.25, 1, 10, 60, 300, 1800});
   metrics_.Declare("ktune_build_info", K::kGauge, "Always 1; the labels say what this ktuned is built from");
   metrics_.Declare("ktune_compile_only", K::kGauge,
                    "1 when this ktuned has no usable GPU (serves cached and heuristic answers, cannot tune)");
@@ -162,20 +158,17 @@ void KtuneServiceImpl::DeclareMetrics() {
   metrics_.Declare("ktune_tune_seconds_total", K::kCounter, "Wall time spent in tuning jobs");
   metrics_.Declare("ktune_compile_seconds_total", K::kCounter,
                    "NVRTC compile time summed over candidates (all compile threads)");
-  metrics_.Declare("ktune_run_seconds_total", K::kCounter,
-                   "Wall time verifying and timing candidates on the GPU");
+  metrics_.Declare("ktune_run_seconds_total", K::kCounter, "Wall time verifying and timing candidates on the GPU");
   metrics_.Declare("ktune_kernel_cache_hits_total", K::kCounter,
                    "Candidates whose cubin came from the compiled-kernel cache");
   metrics_.Declare("ktune_candidates_compiled_total", K::kCounter, "Candidates compiled by NVRTC");
-  metrics_.Declare("ktune_quarantined_total", K::kCounter,
-                   "Candidates quarantined after a fault or a hang, by reason");
+  metrics_.Declare("ktune_quarantined_total", K::kCounter, "Candidates quarantined after a fault or a hang, by reason");
   metrics_.Declare("ktune_candidates_total", K::kCounter,
                    "Candidates that finished, by outcome (ok, compile_error, wrong_answer, "
                    "launch_error)");
   metrics_.Declare("ktune_tune_jobs_joined_total", K::kCounter,
                    "Tune requests that shared an already queued or running job of their key");
-  metrics_.Declare("ktune_tune_jobs_rejected_total", K::kCounter,
-                   "Tune requests refused because the queue was full");
+  metrics_.Declare("ktune_tune_jobs_rejected_total", K::kCounter, "Tune requests refused because the queue was full");
   metrics_.Declare("ktune_tune_jobs_cancelled_total", K::kCounter,
                    "Tuning jobs dropped because every caller waiting for them went away");
   metrics_.Declare("ktune_tune_queue_depth", K::kGauge, "Tuning jobs waiting");
@@ -339,8 +332,8 @@ absl::StatusOr<v1::GetConfigResponse> KtuneServiceImpl::EntryAnswer(const v1::En
   absl::StatusOr<LaunchRecipe> recipe = TemplateRecipe(entry.problem(), entry.config(), target_);
   if (!recipe.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("stored entry: recipe: this build's template writes none for its config on ", Arch(target_),
-                     ": ", recipe.status().message()));
+        absl::StrCat("stored entry: recipe: this build's template writes none for its config on ", Arch(target_), ": ",
+                     recipe.status().message()));
   }
   if (absl::Status s = CompareRecipe("stored entry: ", WithoutLoweredNames(entry.recipe()), *recipe); !s.ok()) {
     return s;
@@ -373,9 +366,8 @@ absl::Status KtuneServiceImpl::AnswerFromEntry(const ServedEntry& served, bool i
   return absl::OkStatus();
 }
 
-absl::Status KtuneServiceImpl::AnswerUntuned(const Resolved& r, const NormConfig& config,
-                                             v1::Source source, bool include_cubin,
-                                             v1::GetConfigResponse* response) {
+absl::Status KtuneServiceImpl::AnswerUntuned(const Resolved& r, const NormConfig& config, v1::Source source,
+                                             bool include_cubin, v1::GetConfigResponse* response) {
   v1::Config proto;
   *proto.mutable_norm() = NormConfigToProto(config);
   absl::StatusOr<LaunchRecipe> compiled = ServedRecipe(r.proto, proto);
@@ -397,8 +389,7 @@ absl::Status KtuneServiceImpl::AnswerNearestGemm(const Resolved& r, const v1::En
   absl::StatusOr<LaunchRecipe> compiled = ServedRecipe(r.proto, nearest.config());
   if (!compiled.ok()) {
     // A config the template refuses for this M is no answer; a compile error is.
-    return absl::IsInternal(compiled.status()) ? compiled.status()
-                                               : absl::NotFoundError(compiled.status().message());
+    return absl::IsInternal(compiled.status()) ? compiled.status() : absl::NotFoundError(compiled.status().message());
   }
   *response->mutable_config()->mutable_gemm() = config;
   response->set_source(v1::NEAREST);
@@ -481,8 +472,8 @@ std::set<std::string> KtuneServiceImpl::QuarantinedFor(const Resolved& r) {
 std::function<void(const std::string&, const std::string&, const std::string&)> KtuneServiceImpl::QuarantineFn(
     const Resolved& r) {
   return [this, key = r.key](const std::string& candidate, const std::string& reason, const std::string& detail) {
-    spdlog::error("event=candidate_quarantined key=\"{}\" reason={} candidate=\"{}\" detail=\"{}\"",
-                  key.problem_key, reason, SafeText(candidate), SafeText(detail, 2000));
+    spdlog::error("event=candidate_quarantined key=\"{}\" reason={} candidate=\"{}\" detail=\"{}\"", key.problem_key,
+                  reason, SafeText(candidate), SafeText(detail, 2000));
     metrics_.Add("ktune_quarantined_total", 1, "reason", reason);
     absl::Status s = store_->Quarantine({key.device_key, key.software_key, candidate, reason, detail.substr(0, 2000),
                                          absl::ToUnixSeconds(absl::Now())});
@@ -511,8 +502,7 @@ TuneQueue::Result KtuneServiceImpl::TuneGemmAndStore(const Resolved& r, int repe
     event.mutable_progress()->set_message(message);
     progress(event);
   };
-  say("generated", 0, 0,
-      absl::StrCat("GEMM candidates for ", r.key.problem_key, ": our templates and cuBLASLt"));
+  say("generated", 0, 0, absl::StrCat("GEMM candidates for ", r.key.problem_key, ": our templates and cuBLASLt"));
   absl::StatusOr<GemmTuneResult> result = TuneGemm(*r.gemm, executor_.get(), options);
   CountTune(r.key.problem_key, result.status(), result.ok() ? result->tune_seconds : 0,
             result.ok() ? result->compile_seconds : 0);
@@ -568,10 +558,11 @@ TuneQueue::Result KtuneServiceImpl::TuneGemmAndStore(const Resolved& r, int repe
   entry.set_ktune_version(KTUNE_VERSION);
   if (absl::Status s = entries_.Insert(entry); !s.ok()) return s;
   if (w.is_template()) RememberCode(w.recipe);
-  spdlog::info("event=tune_done key=\"{}\" answer=\"{}\" time_us={:.2f} sustained={} tflops={:.1f} "
-               "candidates={}+{} seconds={:.2f}",
-               r.key.problem_key, w.Name(), result->winner_timing.median_us, result->sustained, m->throughput(),
-               result->template_candidates, result->cublaslt_candidates, result->tune_seconds);
+  spdlog::info(
+      "event=tune_done key=\"{}\" answer=\"{}\" time_us={:.2f} sustained={} tflops={:.1f} "
+      "candidates={}+{} seconds={:.2f}",
+      r.key.problem_key, w.Name(), result->winner_timing.median_us, result->sustained, m->throughput(),
+      result->template_candidates, result->cublaslt_candidates, result->tune_seconds);
   return EntryAnswer(entry);
 }
 
@@ -648,28 +639,28 @@ TuneQueue::Result KtuneServiceImpl::TuneAndStore(const Resolved& r, int repetiti
   entry.set_ktune_version(KTUNE_VERSION);
   if (absl::Status s = entries_.Insert(entry); !s.ok()) return s;
   RememberCode(result->recipe);
-  spdlog::info("event=tune_done key=\"{}\" config=\"{}\" time_us={:.2f} tbs={:.3f} strategy={} "
-               "candidates={} measured={} compiled={} cache_hits={} seconds={:.2f} "
-               "compile_seconds={:.2f} run_seconds={:.2f} prepare_seconds={:.3f} verify_seconds={:.3f} "
-               "time_seconds={:.3f}",
-               r.key.problem_key, ToString(result->config), result->timing.median_us,
-               result->throughput_tbs, result->strategy, result->candidates_generated,
-               result->candidates_measured, result->compiled, result->kernel_cache_hits,
-               result->tune_seconds, result->compile_seconds, result->run_seconds, result->prepare_seconds,
-               result->verify_seconds, result->time_seconds);
+  spdlog::info(
+      "event=tune_done key=\"{}\" config=\"{}\" time_us={:.2f} tbs={:.3f} strategy={} "
+      "candidates={} measured={} compiled={} cache_hits={} seconds={:.2f} "
+      "compile_seconds={:.2f} run_seconds={:.2f} prepare_seconds={:.3f} verify_seconds={:.3f} "
+      "time_seconds={:.3f}",
+      r.key.problem_key, ToString(result->config), result->timing.median_us, result->throughput_tbs, result->strategy,
+      result->candidates_generated, result->candidates_measured, result->compiled, result->kernel_cache_hits,
+      result->tune_seconds, result->compile_seconds, result->run_seconds, result->prepare_seconds,
+      result->verify_seconds, result->time_seconds);
   return EntryAnswer(entry);
 }
 
-absl::StatusOr<std::unique_ptr<TuneQueue::Ticket>> KtuneServiceImpl::JoinTune(
-    const Resolved& r, JobPriority priority, int repetitions, bool force, TuneQueue::DoneFn done,
-    TuneQueue::ProgressFn progress) {
+absl::StatusOr<std::unique_ptr<TuneQueue::Ticket>> KtuneServiceImpl::JoinTune(const Resolved& r, JobPriority priority,
+                                                                              int repetitions, bool force,
+                                                                              TuneQueue::DoneFn done,
+                                                                              TuneQueue::ProgressFn progress) {
   if (compile_only()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "this ktuned is compile-only (", compile_only_reason_,
-        "): it answers CACHED_ONLY and HEURISTIC_ON_MISS but cannot tune"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("this ktuned is compile-only (", compile_only_reason_,
+                     "): it answers CACHED_ONLY and HEURISTIC_ON_MISS but cannot tune"));
   }
-  auto work = [this, r, repetitions, force](const std::atomic<bool>& cancelled,
-                                            const TuneQueue::ProgressFn& progress) {
+  auto work = [this, r, repetitions, force](const std::atomic<bool>& cancelled, const TuneQueue::ProgressFn& progress) {
     return TuneAndStore(r, repetitions, force, cancelled, progress);
   };
   absl::StatusOr<std::unique_ptr<TuneQueue::Ticket>> ticket =
@@ -700,7 +691,7 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::GetConfig(grpc::CallbackServerContex
   grpc::ServerUnaryReactor* reactor = ServeGetConfig(context, request, &reply);
   // A pending answer (a TUNE_ON_MISS miss waiting for its tune) is written by
   // the tune's thread: source PENDING. An error sends no answer: source NONE.
-  const std::string source = reply.pending                             ? "PENDING"
+  const std::string source = reply.pending                            ? "PENDING"
                              : reply.source != v1::SOURCE_UNSPECIFIED ? v1::Source_Name(reply.source)
                                                                       : "NONE";
   spdlog::debug("event=request op=GetConfig problem=\"{}\" policy={} source={} us={}",
@@ -763,9 +754,8 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::ServeGetConfig(grpc::CallbackServerC
   switch (request->policy()) {
     case v1::CACHED_ONLY:
       CountAnswer(Answer::kNotFound, start);
-      return finish(absl::NotFoundError(absl::StrCat(
-                                 "no tuned entry for ", resolved->key.problem_key, " on ",
-                                 compile_only() ? "this compile-only daemon" : target_.name)));
+      return finish(absl::NotFoundError(absl::StrCat("no tuned entry for ", resolved->key.problem_key, " on ",
+                                                     compile_only() ? "this compile-only daemon" : target_.name)));
     case v1::TUNE_ON_MISS: {
       reply->pending = true;
       auto attach = [this, include_cubin, problem = resolved->proto](v1::GetConfigResponse* r) -> absl::Status {
@@ -783,10 +773,11 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::ServeGetConfig(grpc::CallbackServerC
       // Counted once the answer is sent, by what it was: a tuned answer, a
       // refusal (compile-only, queue full), a caller that left, or an error.
       auto count = [this, start](const absl::Status& status) {
-        const Answer answer = status.ok()                                                              ? Answer::kTuned
-                              : absl::IsFailedPrecondition(status) || absl::IsResourceExhausted(status) ? Answer::kRefused
-                              : absl::IsCancelled(status)                                               ? Answer::kCancelled
-                                                                                                        : Answer::kError;
+        const Answer answer = status.ok() ? Answer::kTuned
+                              : absl::IsFailedPrecondition(status) || absl::IsResourceExhausted(status)
+                                  ? Answer::kRefused
+                              : absl::IsCancelled(status) ? Answer::kCancelled
+                                                          : Answer::kError;
         CountAnswer(answer, start);
       };
       auto* pending = new PendingAnswer(reply->wire, std::move(attach), std::move(count));
@@ -822,8 +813,8 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::ServeGetConfig(grpc::CallbackServerC
         response->Clear();
         answered = resolved->gemm.has_value()
                        ? AnswerUntunedGemm(*resolved, include_cubin, response)
-                       : AnswerUntuned(*resolved, HeuristicNormConfig(resolved->problem, target_),
-                                       v1::HEURISTIC, include_cubin, response);
+                       : AnswerUntuned(*resolved, HeuristicNormConfig(resolved->problem, target_), v1::HEURISTIC,
+                                       include_cubin, response);
         answer = answered.ok() ? Answer::kHeuristic : Answer::kError;
       }
       if (answered.ok() && !compile_only() && options_.background_tunes) {
@@ -837,13 +828,12 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::ServeGetConfig(grpc::CallbackServerC
     }
     default:  // refused above; a value added to the enum and not served here
       CountAnswer(Answer::kError, start);
-      return finish(absl::InvalidArgumentError(
-                                 absl::StrCat("policy: unknown value ", request->policy())));
+      return finish(absl::InvalidArgumentError(absl::StrCat("policy: unknown value ", request->policy())));
   }
 }
 
-grpc::ServerWriteReactor<v1::TuneEvent>* KtuneServiceImpl::Tune(
-    grpc::CallbackServerContext* context, const v1::TuneRequest* request) {
+grpc::ServerWriteReactor<v1::TuneEvent>* KtuneServiceImpl::Tune(grpc::CallbackServerContext* context,
+                                                                const v1::TuneRequest* request) {
   auto* stream = new TuneStream();
   if (absl::Status s = options_.auth.Check(*context, Authorizer::Access::kUse); !s.ok()) {
     stream->Close(s);
@@ -856,8 +846,8 @@ grpc::ServerWriteReactor<v1::TuneEvent>* KtuneServiceImpl::Tune(
   }
   const int repetitions = request->options().repetitions();
   if (repetitions != 0 && (repetitions < 20 || repetitions > 1000)) {
-    stream->Close(absl::InvalidArgumentError(absl::StrCat(
-        "options.repetitions: must be 0 (default) or in [20, 1000], got ", repetitions)));
+    stream->Close(absl::InvalidArgumentError(
+        absl::StrCat("options.repetitions: must be 0 (default) or in [20, 1000], got ", repetitions)));
     return stream;
   }
   const bool force = request->options().force();
@@ -871,8 +861,8 @@ grpc::ServerWriteReactor<v1::TuneEvent>* KtuneServiceImpl::Tune(
       }
     }
   }
-  absl::StatusOr<std::unique_ptr<TuneQueue::Ticket>> ticket = JoinTune(
-      *resolved, JobPriority::kInteractive, repetitions, force, stream->Done(), stream->Progress());
+  absl::StatusOr<std::unique_ptr<TuneQueue::Ticket>> ticket =
+      JoinTune(*resolved, JobPriority::kInteractive, repetitions, force, stream->Done(), stream->Progress());
   if (!ticket.ok()) {
     stream->Close(ticket.status());
   } else {
@@ -886,8 +876,7 @@ absl::Status KtuneServiceImpl::CheckOpFilter(const std::string& op) const {
   NormOp norm_op;
   NormPass pass;
   absl::Status s = ParseNormOpName(op, &norm_op, &pass);
-  return absl::InvalidArgumentError(
-      absl::StrCat("op: ", s.ok() ? "not served by this daemon" : s.message()));
+  return absl::InvalidArgumentError(absl::StrCat("op: ", s.ok() ? "not served by this daemon" : s.message()));
 }
 
 EntryFilter::Stale KtuneServiceImpl::StaleFilter() const { return {target_key_, current_software_}; }
@@ -900,8 +889,8 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::ListEntries(grpc::CallbackServerCont
   }
   if (absl::Status s = CheckOpFilter(request->op()); !s.ok()) return Finish(context, s);
   if (request->page_size() < 0) {
-    return Finish(context, absl::InvalidArgumentError(
-                               absl::StrCat("page_size: must be >= 0, got ", request->page_size())));
+    return Finish(context,
+                  absl::InvalidArgumentError(absl::StrCat("page_size: must be >= 0, got ", request->page_size())));
   }
   EntryFilter filter;
   filter.op = request->op();
@@ -970,10 +959,10 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::ExportBundle(grpc::CallbackServerCon
     }
     // One answer is one message: past the bound it is refused, not built.
     if (encoder.payload_bytes() > kMaxUnaryExportBytes) {
-      return Finish(context, absl::FailedPreconditionError(absl::StrCat(
-                                 "the bundle is over ", kMaxUnaryExportBytes >> 20,
-                                 " MiB, the most one ExportBundle answer carries; use ExportBundleStream "
-                                 "(`ktune export` streams), or narrow it (op, device_name, since_unix)")));
+      return Finish(context, absl::FailedPreconditionError(
+                                 absl::StrCat("the bundle is over ", kMaxUnaryExportBytes >> 20,
+                                              " MiB, the most one ExportBundle answer carries; use ExportBundleStream "
+                                              "(`ktune export` streams), or narrow it (op, device_name, since_unix)")));
     }
   }
   const std::string header = encoder.Header();
@@ -1063,8 +1052,7 @@ grpc::ServerWriteReactor<v1::ExportBundleChunk>* KtuneServiceImpl::ExportBundleS
   absl::StatusOr<ExportSelection> selection = SelectForExport(*request);
   if (!selection.ok()) return new FailedExportStream(selection.status());
   return new ExportStream(
-      [this, selection = *std::move(selection)](std::optional<EntryKey>* after, BundleEncoder* encoder,
-                                                 bool* done) {
+      [this, selection = *std::move(selection)](std::optional<EntryKey>* after, BundleEncoder* encoder, bool* done) {
         return ExportPage(selection, after, size_t{1} << 20, encoder, done);
       },
       absl::StrCat("op=\"", SafeText(request->op()), "\" gpu=\"", SafeText(request->device_name()),
@@ -1088,8 +1076,8 @@ absl::StatusOr<v1::DeleteEntriesResponse> KtuneServiceImpl::Delete(const v1::Del
     return absl::InvalidArgumentError("nothing to delete: name problems, or ask for the stale entries");
   }
   if (request.problems_size() > kMaxDeleteProblems) {
-    return absl::InvalidArgumentError(absl::StrCat("problems: at most ", kMaxDeleteProblems,
-                                                   " per call, got ", request.problems_size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("problems: at most ", kMaxDeleteProblems, " per call, got ", request.problems_size()));
   }
   // Every problem is checked before anything is deleted.
   std::vector<EntryFilter> filters;
@@ -1142,13 +1130,12 @@ MergeTarget KtuneServiceImpl::ImportTarget() const {
   return target;
 }
 
-absl::StatusOr<v1::ImportBundleResponse> KtuneServiceImpl::Import(
-    const v1::ImportBundleRequest& request) {
+absl::StatusOr<v1::ImportBundleResponse> KtuneServiceImpl::Import(const v1::ImportBundleRequest& request) {
   absl::StatusOr<v1::Bundle> bundle = DecodeBundle(request.bundle());
   if (!bundle.ok()) {
     spdlog::warn("event=import_refused error=\"{}\"", SafeText(bundle.status().message(), 1024));
-    return absl::Status(bundle.status().code(), absl::StrCat("bundle refused, nothing imported: ",
-                                                             bundle.status().message()));
+    return absl::Status(bundle.status().code(),
+                        absl::StrCat("bundle refused, nothing imported: ", bundle.status().message()));
   }
   if (!v1::MergePolicy_IsValid(request.policy())) {
     return absl::InvalidArgumentError(absl::StrCat("policy: unknown merge policy ", request.policy()));
@@ -1179,10 +1166,11 @@ absl::StatusOr<v1::ImportBundleResponse> KtuneServiceImpl::Import(
   });
   if (!s.ok()) return s;
   report.set_dry_run(request.dry_run());
-  spdlog::info("event=import dry_run={} policy={} added={} replaced={} unchanged={} kept={} "
-               "rejected={}",
-               request.dry_run(), MergePolicyName(request.policy()), report.added(),
-               report.replaced(), report.unchanged(), report.kept(), report.rejected());
+  spdlog::info(
+      "event=import dry_run={} policy={} added={} replaced={} unchanged={} kept={} "
+      "rejected={}",
+      request.dry_run(), MergePolicyName(request.policy()), report.added(), report.replaced(), report.unchanged(),
+      report.kept(), report.rejected());
   return report;
 }
 
@@ -1234,8 +1222,7 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::GetStatus(grpc::CallbackServerContex
   response->set_stale_entries(stale);
   response->set_db_path(store_->path());
   response->set_nvrtc_version(NvrtcVersion());
-  response->set_uptime_s(
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count());
+  response->set_uptime_s(std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count());
   const TuneQueue::Stats queue = queue_.stats();
   response->set_queued_tunes(queue.queued);
   response->set_running_tunes(queue.running);

@@ -14,9 +14,9 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -31,13 +31,13 @@
 #include "daemon/tune_queue.h"
 #include "ktune/v1/ktune.grpc.pb.h"
 #include "tuner/executor.h"
-#include "tuner/kernel_cache.h"
-#include "tuner/search_strategy.h"
-#include "tuner/tuner.h"
 #include "tuner/fingerprint.h"
+#include "tuner/kernel_cache.h"
 #include "tuner/launch_recipe.h"
 #include "tuner/norm_config.h"
 #include "tuner/problem.h"
+#include "tuner/search_strategy.h"
+#include "tuner/tuner.h"
 
 namespace ktune {
 
@@ -56,17 +56,15 @@ struct ServiceOptions {
 // cost a hit as much as the rest of the handler
 // (bench/results/2026-12-02-load-3a30df0.md).
 // Why: bench/results/decisions/getconfig-hit-path.md
-using KtuneServiceBase =
-    v1::KtuneService::WithRawCallbackMethod_GetConfig<v1::KtuneService::CallbackService>;
+using KtuneServiceBase = v1::KtuneService::WithRawCallbackMethod_GetConfig<v1::KtuneService::CallbackService>;
 
 class KtuneServiceImpl final : public KtuneServiceBase {
  public:
   // `executor` runs candidates (a worker process in ktuned). It may be null:
   // the daemon is then compile-only, for the reason given. `kernel_cache` may
   // be null (nothing is kept between tunes); neither store nor cache is owned.
-  KtuneServiceImpl(Store* store, KernelCache* kernel_cache,
-                   std::unique_ptr<CandidateExecutor> executor, std::string compile_only_reason,
-                   const ServiceOptions& options = {});
+  KtuneServiceImpl(Store* store, KernelCache* kernel_cache, std::unique_ptr<CandidateExecutor> executor,
+                   std::string compile_only_reason, const ServiceOptions& options = {});
   // Cancels queued tunes and waits for the running one.
   ~KtuneServiceImpl() override;
 
@@ -75,24 +73,19 @@ class KtuneServiceImpl final : public KtuneServiceBase {
                                       grpc::ByteBuffer* response) override;
   grpc::ServerWriteReactor<v1::TuneEvent>* Tune(grpc::CallbackServerContext* context,
                                                 const v1::TuneRequest* request) override;
-  grpc::ServerUnaryReactor* ListEntries(grpc::CallbackServerContext* context,
-                                        const v1::ListEntriesRequest* request,
+  grpc::ServerUnaryReactor* ListEntries(grpc::CallbackServerContext* context, const v1::ListEntriesRequest* request,
                                         v1::ListEntriesResponse* response) override;
-  grpc::ServerUnaryReactor* ExportBundle(grpc::CallbackServerContext* context,
-                                         const v1::ExportBundleRequest* request,
+  grpc::ServerUnaryReactor* ExportBundle(grpc::CallbackServerContext* context, const v1::ExportBundleRequest* request,
                                          v1::ExportBundleResponse* response) override;
-  grpc::ServerUnaryReactor* ImportBundle(grpc::CallbackServerContext* context,
-                                         const v1::ImportBundleRequest* request,
+  grpc::ServerUnaryReactor* ImportBundle(grpc::CallbackServerContext* context, const v1::ImportBundleRequest* request,
                                          v1::ImportBundleResponse* response) override;
-  grpc::ServerReadReactor<v1::ImportBundleRequest>* ImportBundleStream(
-      grpc::CallbackServerContext* context, v1::ImportBundleResponse* response) override;
-  grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
-                                      const v1::GetStatusRequest* request,
+  grpc::ServerReadReactor<v1::ImportBundleRequest>* ImportBundleStream(grpc::CallbackServerContext* context,
+                                                                       v1::ImportBundleResponse* response) override;
+  grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context, const v1::GetStatusRequest* request,
                                       v1::GetStatusResponse* response) override;
-  grpc::ServerWriteReactor<v1::ExportBundleChunk>* ExportBundleStream(
-      grpc::CallbackServerContext* context, const v1::ExportBundleRequest* request) override;
-  grpc::ServerUnaryReactor* DeleteEntries(grpc::CallbackServerContext* context,
-                                          const v1::DeleteEntriesRequest* request,
+  grpc::ServerWriteReactor<v1::ExportBundleChunk>* ExportBundleStream(grpc::CallbackServerContext* context,
+                                                                      const v1::ExportBundleRequest* request) override;
+  grpc::ServerUnaryReactor* DeleteEntries(grpc::CallbackServerContext* context, const v1::DeleteEntriesRequest* request,
                                           v1::DeleteEntriesResponse* response) override;
 
   bool compile_only() const { return executor_ == nullptr; }
@@ -106,22 +99,22 @@ class KtuneServiceImpl final : public KtuneServiceBase {
 
   // Where a GetConfig's answer goes, and what it was.
   struct GetConfigReply {
-    grpc::ByteBuffer* wire;                         // what gRPC sends
-    v1::Source source = v1::SOURCE_UNSPECIFIED;     // of a sent answer (for the debug log)
-    bool pending = false;  // left to a tune: written later, by the tune's thread
+    grpc::ByteBuffer* wire;                      // what gRPC sends
+    v1::Source source = v1::SOURCE_UNSPECIFIED;  // of a sent answer (for the debug log)
+    bool pending = false;                        // left to a tune: written later, by the tune's thread
     // When set (debug logging), the problem's canonical key once resolved;
     // left empty for a problem that does not resolve.
     std::string* problem_key = nullptr;
   };
   // GetConfig itself, on a parsed request; GetConfig adds the debug log line
   // around it.
-  grpc::ServerUnaryReactor* ServeGetConfig(grpc::CallbackServerContext* context,
-                                           const v1::GetConfigRequest& request, GetConfigReply* reply);
+  grpc::ServerUnaryReactor* ServeGetConfig(grpc::CallbackServerContext* context, const v1::GetConfigRequest& request,
+                                           GetConfigReply* reply);
 
   // Everything a request's problem resolves to before any work is done.
   struct Resolved {
-    v1::Problem proto;                   // the problem as asked
-    NormProblem problem;                 // norm problems
+    v1::Problem proto;                    // the problem as asked
+    NormProblem problem;                  // norm problems
     std::optional<v1::GemmProblem> gemm;  // set for GEMM problems (problem unused)
     SoftwareFingerprint software;
     EntryKey key;
@@ -171,16 +164,14 @@ class KtuneServiceImpl final : public KtuneServiceBase {
   absl::Status AnswerFromEntry(const ServedEntry& served, bool include_cubin, v1::GetConfigResponse* response);
   // Answers `config` for the problem (source HEURISTIC or NEAREST), compiled
   // once per process.
-  absl::Status AnswerUntuned(const Resolved& resolved, const NormConfig& config, v1::Source source,
-                             bool include_cubin, v1::GetConfigResponse* response);
+  absl::Status AnswerUntuned(const Resolved& resolved, const NormConfig& config, v1::Source source, bool include_cubin,
+                             v1::GetConfigResponse* response);
   // The work of one tuning job: tunes on the GPU, stores the winner, answers it.
   TuneQueue::Result TuneAndStore(const Resolved& resolved, int repetitions, bool force,
-                                 const std::atomic<bool>& cancelled,
-                                 const TuneQueue::ProgressFn& progress);
+                                 const std::atomic<bool>& cancelled, const TuneQueue::ProgressFn& progress);
   // Joins (or creates) the tuning job of `resolved`.
-  absl::StatusOr<std::unique_ptr<TuneQueue::Ticket>> JoinTune(const Resolved& resolved,
-                                                              JobPriority priority, int repetitions,
-                                                              bool force, TuneQueue::DoneFn done,
+  absl::StatusOr<std::unique_ptr<TuneQueue::Ticket>> JoinTune(const Resolved& resolved, JobPriority priority,
+                                                              int repetitions, bool force, TuneQueue::DoneFn done,
                                                               TuneQueue::ProgressFn progress);
   // The recipe this build writes for (problem, config) on this device
   // (TemplateRecipe), compiled (lowered names; the cubin is kept in it too,
@@ -198,7 +189,8 @@ class KtuneServiceImpl final : public KtuneServiceBase {
   static std::map<std::string, SoftwareFingerprint> OpSoftware();
   // Their keys: an entry of this daemon's device under another one is stale
   // (kept, listed, never served).
-  static std::map<std::string, std::string> CurrentSoftware(const std::map<std::string, SoftwareFingerprint>& op_software);
+  static std::map<std::string, std::string> CurrentSoftware(
+      const std::map<std::string, SoftwareFingerprint>& op_software);
   EntryFilter::Stale StaleFilter() const;
   // INVALID_ARGUMENT unless `op` is "" or an op this daemon serves.
   absl::Status CheckOpFilter(const std::string& op) const;
@@ -232,7 +224,7 @@ class KtuneServiceImpl final : public KtuneServiceBase {
   const std::unique_ptr<CandidateExecutor> executor_;
   const std::string compile_only_reason_;
   const DeviceInfo target_;
-  const std::string target_key_;  // DeviceKey(target_), on every request's key
+  const std::string target_key_;                                  // DeviceKey(target_), on every request's key
   const std::map<std::string, SoftwareFingerprint> op_software_;  // OpSoftware()
   const std::map<std::string, std::string> current_software_;     // their keys
   const ServiceOptions options_;

@@ -19,10 +19,8 @@ int TuneQueue::QueuedLocked() const {
   return queued;
 }
 
-absl::StatusOr<std::unique_ptr<TuneQueue::Ticket>> TuneQueue::Join(const std::string& key,
-                                                                   JobPriority priority, Work work,
-                                                                   DoneFn done,
-                                                                   ProgressFn progress) {
+absl::StatusOr<std::unique_ptr<TuneQueue::Ticket>> TuneQueue::Join(const std::string& key, JobPriority priority,
+                                                                   Work work, DoneFn done, ProgressFn progress) {
   absl::MutexLock lock(&mu_);
   if (shutdown_) return absl::UnavailableError("ktuned is shutting down: no new tuning jobs");
   const uint64_t waiter_id = ++next_waiter_;
@@ -40,9 +38,9 @@ absl::StatusOr<std::unique_ptr<TuneQueue::Ticket>> TuneQueue::Join(const std::st
   }
   if (QueuedLocked() >= max_queued_) {
     ++stats_.jobs_rejected;
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the tuning queue is full (", max_queued_,
-        " jobs waiting); retry later, ask with HEURISTIC_ON_MISS, or raise --max-queued-tunes"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the tuning queue is full (", max_queued_,
+                     " jobs waiting); retry later, ask with HEURISTIC_ON_MISS, or raise --max-queued-tunes"));
   }
   auto job = std::make_shared<Job>();
   job->key = key;
@@ -99,9 +97,7 @@ void TuneQueue::RunLoop() {
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
-          +[](TuneQueue* q) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-            return q->shutdown_ || q->PopLocked() != nullptr;
-          },
+          +[](TuneQueue* q) ABSL_NO_THREAD_SAFETY_ANALYSIS { return q->shutdown_ || q->PopLocked() != nullptr; },
           this));
       if (shutdown_) {
         // Queued jobs are cancelled below by Shutdown(); nothing runs any more.

@@ -61,8 +61,8 @@ class TuneQueue {
   // each event from now on. A null `done` with kBackground queues work nobody
   // waits for. RESOURCE_EXHAUSTED when the queue is full; UNAVAILABLE after
   // Shutdown().
-  absl::StatusOr<std::unique_ptr<Ticket>> Join(const std::string& key, JobPriority priority,
-                                               Work work, DoneFn done, ProgressFn progress);
+  absl::StatusOr<std::unique_ptr<Ticket>> Join(const std::string& key, JobPriority priority, Work work, DoneFn done,
+                                               ProgressFn progress);
 
   // Refuses new jobs and cancels queued ones. Idempotent.
   void Shutdown();

@@ -1,11 +1,10 @@
 #include "tuner/cublaslt.h"
 
+#include <cublasLt.h>
 #include <dlfcn.h>
 
 #include <algorithm>
 #include <cstring>
-
-#include <cublasLt.h>
 
 #include "absl/strings/str_cat.h"
 #include "tuner/gemm_problem.h"
@@ -15,23 +14,23 @@ namespace ktune {
 
 // Entry points, resolved by name from the library (the header supplies only
 // their types: ktune never links libcublasLt).
-#define KTUNE_LT_FUNCTIONS(X)           \
-  X(cublasLtCreate)                     \
-  X(cublasLtDestroy)                    \
-  X(cublasLtGetVersion)                 \
-  X(cublasLtGetStatusName)              \
-  X(cublasLtMatmulDescCreate)           \
-  X(cublasLtMatmulDescDestroy)          \
-  X(cublasLtMatmulDescSetAttribute)     \
-  X(cublasLtMatrixLayoutCreate)         \
-  X(cublasLtMatrixLayoutDestroy)        \
-  X(cublasLtMatrixLayoutSetAttribute)   \
-  X(cublasLtMatmulPreferenceCreate)     \
-  X(cublasLtMatmulPreferenceDestroy)    \
+#define KTUNE_LT_FUNCTIONS(X)             \
+  X(cublasLtCreate)                       \
+  X(cublasLtDestroy)                      \
+  X(cublasLtGetVersion)                   \
+  X(cublasLtGetStatusName)                \
+  X(cublasLtMatmulDescCreate)             \
+  X(cublasLtMatmulDescDestroy)            \
+  X(cublasLtMatmulDescSetAttribute)       \
+  X(cublasLtMatrixLayoutCreate)           \
+  X(cublasLtMatrixLayoutDestroy)          \
+  X(cublasLtMatrixLayoutSetAttribute)     \
+  X(cublasLtMatmulPreferenceCreate)       \
+  X(cublasLtMatmulPreferenceDestroy)      \
   X(cublasLtMatmulPreferenceSetAttribute) \
-  X(cublasLtMatmulAlgoGetHeuristic)     \
-  X(cublasLtMatmulAlgoCheck)            \
-  X(cublasLtMatmulAlgoCapGetAttribute)  \
+  X(cublasLtMatmulAlgoGetHeuristic)       \
+  X(cublasLtMatmulAlgoCheck)              \
+  X(cublasLtMatmulAlgoCapGetAttribute)    \
   X(cublasLtMatmulAlgoConfigGetAttribute) \
   X(cublasLtMatmulAlgoConfigSetAttribute) \
   X(cublasLtMatmul)
@@ -147,11 +146,11 @@ absl::StatusOr<std::unique_ptr<CublasLt>> CublasLt::Open() {
     return absl::FailedPreconditionError(absl::StrCat("cuBLASLt is not available: ", errors));
   }
   auto api = std::make_unique<Api>();
-#define KTUNE_LT_RESOLVE(f)                                                                  \
-  api->f = reinterpret_cast<decltype(api->f)>(dlsym(library, #f));                          \
-  if (api->f == nullptr) {                                                                   \
-    dlclose(library);                                                                        \
-    return absl::FailedPreconditionError("cuBLASLt is not usable: it lacks " #f);            \
+#define KTUNE_LT_RESOLVE(f)                                                       \
+  api->f = reinterpret_cast<decltype(api->f)>(dlsym(library, #f));                \
+  if (api->f == nullptr) {                                                        \
+    dlclose(library);                                                             \
+    return absl::FailedPreconditionError("cuBLASLt is not usable: it lacks " #f); \
   }
   KTUNE_LT_FUNCTIONS(KTUNE_LT_RESOLVE)
 #undef KTUNE_LT_RESOLVE
@@ -173,11 +172,11 @@ absl::Status LtStatus(const CublasLt::Api& api, cublasStatus_t s, const char* wh
   return absl::InternalError(absl::StrCat(what, " failed: ", api.cublasLtGetStatusName(s)));
 }
 
-#define KTUNE_LT(call, what)                                    \
-  do {                                                          \
+#define KTUNE_LT(call, what)                                                        \
+  do {                                                                              \
     if (absl::Status lt_status_ = LtStatus(*api, (call), what); !lt_status_.ok()) { \
-      return lt_status_;                                        \
-    }                                                           \
+      return lt_status_;                                                            \
+    }                                                                               \
   } while (0)
 
 // Column-major layout of rows x cols with leading dimension ld, batched.
@@ -202,7 +201,7 @@ absl::Status Describe(const CublasLt::Api* api, const v1::GemmProblem& p, const 
                       CublasLt::Descriptors* d) {
   KTUNE_LT(api->cublasLtMatmulDescCreate(&d->op_, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
   const cublasOperation_t trans_a = GemmBIsNK(p) ? CUBLAS_OP_T : CUBLAS_OP_N;  // ktune's B
-  const cublasOperation_t trans_b = CUBLAS_OP_N;                            // ktune's A
+  const cublasOperation_t trans_b = CUBLAS_OP_N;                               // ktune's A
   KTUNE_LT(api->cublasLtMatmulDescSetAttribute(d->op_, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)),
            "transa");
   KTUNE_LT(api->cublasLtMatmulDescSetAttribute(d->op_, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)),
@@ -210,12 +209,11 @@ absl::Status Describe(const CublasLt::Api* api, const v1::GemmProblem& p, const 
   if (p.epilogue() == v1::EPILOGUE_BIAS) {
     const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
     const cudaDataType_t bias_type = GemmIsFp8(p) ? CUDA_R_16BF : CudaType(p.a_dtype());
-    KTUNE_LT(api->cublasLtMatmulDescSetAttribute(d->op_, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
-                                                 sizeof(epilogue)),
+    KTUNE_LT(api->cublasLtMatmulDescSetAttribute(d->op_, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)),
              "epilogue");
-    KTUNE_LT(api->cublasLtMatmulDescSetAttribute(d->op_, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
-                                                 sizeof(bias_type)),
-             "bias type");
+    KTUNE_LT(
+        api->cublasLtMatmulDescSetAttribute(d->op_, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)),
+        "bias type");
     if (operands != nullptr) {
       const void* bias = reinterpret_cast<const void*>(operands->bias);
       KTUNE_LT(api->cublasLtMatmulDescSetAttribute(d->op_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
@@ -225,12 +223,12 @@ absl::Status Describe(const CublasLt::Api* api, const v1::GemmProblem& p, const 
   if (GemmIsFp8(p) && operands != nullptr) {
     const void* a_scale = reinterpret_cast<const void*>(operands->b_scale);  // cuBLASLt's A is ktune's B
     const void* b_scale = reinterpret_cast<const void*>(operands->a_scale);
-    KTUNE_LT(api->cublasLtMatmulDescSetAttribute(d->op_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale,
-                                                 sizeof(a_scale)),
-             "A scale");
-    KTUNE_LT(api->cublasLtMatmulDescSetAttribute(d->op_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale,
-                                                 sizeof(b_scale)),
-             "B scale");
+    KTUNE_LT(
+        api->cublasLtMatmulDescSetAttribute(d->op_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale, sizeof(a_scale)),
+        "A scale");
+    KTUNE_LT(
+        api->cublasLtMatmulDescSetAttribute(d->op_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale, sizeof(b_scale)),
+        "B scale");
   }
   const int64_t m = p.m(), n = p.n(), k = p.k(), batch = GemmBatch(p);
   // ktune's B: [N, K] row-major is column-major K x N (transposed by op);
@@ -255,8 +253,7 @@ std::vector<CublasLtAlgo> MergeCublasLtAlgos(std::vector<CublasLtAlgo> first, co
   if (first.size() > max) first.resize(max);
   for (const CublasLtAlgo& a : more) {
     if (first.size() >= max) break;
-    const bool known =
-        std::any_of(first.begin(), first.end(), [&](const CublasLtAlgo& f) { return f.data == a.data; });
+    const bool known = std::any_of(first.begin(), first.end(), [&](const CublasLtAlgo& f) { return f.data == a.data; });
     if (!known) first.push_back(a);
   }
   return first;
@@ -310,7 +307,7 @@ absl::StatusOr<std::vector<CublasLtAlgo>> CublasLt::Heuristic(const v1::GemmProb
   KTUNE_LT(api->cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
   const size_t workspace = max_workspace_bytes;
   cublasStatus_t st = api->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                               &workspace, sizeof(workspace));
+                                                                &workspace, sizeof(workspace));
   std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(std::max(max_algos, 1)));
   int returned = 0;
   if (st == CUBLAS_STATUS_SUCCESS) {
@@ -362,10 +359,10 @@ absl::Status ForEachConfigField(CublasLtConfig* config, Fn fn) {
 absl::Status ReadConfig(const CublasLt::Api* api, const cublasLtMatmulAlgo_t& a, bool clusters, CublasLtConfig* config,
                         CublasLtCaps* caps) {
   size_t written = 0;
-  absl::Status read = ForEachConfigField(config, [&](cublasLtMatmulAlgoConfigAttributes_t attribute, void* value,
-                                                     size_t size, const char* name) {
-    return LtStatus(*api, api->cublasLtMatmulAlgoConfigGetAttribute(&a, attribute, value, size, &written), name);
-  });
+  absl::Status read = ForEachConfigField(
+      config, [&](cublasLtMatmulAlgoConfigAttributes_t attribute, void* value, size_t size, const char* name) {
+        return LtStatus(*api, api->cublasLtMatmulAlgoConfigGetAttribute(&a, attribute, value, size, &written), name);
+      });
   if (!read.ok()) return read;
   int32_t swizzle = 0;
   KTUNE_LT(api->cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT, &swizzle,
@@ -391,10 +388,10 @@ absl::Status ReadConfig(const CublasLt::Api* api, const cublasLtMatmulAlgo_t& a,
 }
 
 absl::Status WriteConfig(const CublasLt::Api* api, CublasLtConfig config, cublasLtMatmulAlgo_t* a) {
-  return ForEachConfigField(&config, [&](cublasLtMatmulAlgoConfigAttributes_t attribute, void* value, size_t size,
-                                         const char* name) {
-    return LtStatus(*api, api->cublasLtMatmulAlgoConfigSetAttribute(a, attribute, value, size), name);
-  });
+  return ForEachConfigField(
+      &config, [&](cublasLtMatmulAlgoConfigAttributes_t attribute, void* value, size_t size, const char* name) {
+        return LtStatus(*api, api->cublasLtMatmulAlgoConfigSetAttribute(a, attribute, value, size), name);
+      });
 }
 
 }  // namespace
@@ -519,9 +516,9 @@ absl::Status CublasLt::Check(const v1::GemmProblem& p, const CublasLtAlgo& algo)
   std::memcpy(&a, algo.data.data(), sizeof(a));
   cublasLtMatmulHeuristicResult_t result;
   std::memset(&result, 0, sizeof(result));
-  KTUNE_LT(api->cublasLtMatmulAlgoCheck(static_cast<cublasLtHandle_t>(handle_), d.op_, d.a_, d.b_, d.c_, d.d_, &a,
-                                        &result),
-           "cublasLtMatmulAlgoCheck");
+  KTUNE_LT(
+      api->cublasLtMatmulAlgoCheck(static_cast<cublasLtHandle_t>(handle_), d.op_, d.a_, d.b_, d.c_, d.d_, &a, &result),
+      "cublasLtMatmulAlgoCheck");
   if (result.workspaceSize > algo.workspace_bytes) {
     return absl::FailedPreconditionError(absl::StrCat("the algorithm needs ", result.workspaceSize,
                                                       " bytes of workspace, the entry allows ", algo.workspace_bytes));
@@ -547,13 +544,12 @@ absl::Status CublasLt::Run(const v1::GemmProblem& p, const CublasLtAlgo& algo, c
   std::memcpy(&a, algo.data.data(), sizeof(a));
   const float beta = p.c_dtype() == v1::DTYPE_UNSPECIFIED ? 0.0f : o.beta;
   // Without C, D doubles as C (read never: beta = 0).
-  const void* c = p.c_dtype() == v1::DTYPE_UNSPECIFIED ? reinterpret_cast<const void*>(o.d)
-                                                        : reinterpret_cast<const void*>(o.c);
+  const void* c =
+      p.c_dtype() == v1::DTYPE_UNSPECIFIED ? reinterpret_cast<const void*>(o.d) : reinterpret_cast<const void*>(o.c);
   KTUNE_LT(api->cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), d.op_, &o.alpha,
                                reinterpret_cast<const void*>(o.b), d.a_, reinterpret_cast<const void*>(o.a), d.b_,
                                &beta, c, d.c_, reinterpret_cast<void*>(o.d), d.d_, &a,
-                               reinterpret_cast<void*>(workspace), workspace_bytes,
-                               static_cast<cudaStream_t>(stream)),
+                               reinterpret_cast<void*>(workspace), workspace_bytes, static_cast<cudaStream_t>(stream)),
            "cublasLtMatmul");
   return absl::OkStatus();
 }

@@ -91,9 +91,8 @@ struct CublasLtAlgoSettings {
   uint16_t inner = 0;      // INNER_SHAPE_ID
   uint16_t cluster = 0;    // CLUSTER_SHAPE_ID
   bool operator==(const CublasLtAlgoSettings& o) const {
-    return id == o.id && tile == o.tile && split_k == o.split_k && reduction == o.reduction &&
-           swizzle == o.swizzle && custom == o.custom && stages == o.stages && inner == o.inner &&
-           cluster == o.cluster;
+    return id == o.id && tile == o.tile && split_k == o.split_k && reduction == o.reduction && swizzle == o.swizzle &&
+           custom == o.custom && stages == o.stages && inner == o.inner && cluster == o.cluster;
   }
 };
 
@@ -161,8 +160,7 @@ class CublasLt {
   // Needs a GPU.
   absl::StatusOr<std::vector<CublasLtAlgo>> Variants(const v1::GemmProblem& problem,
                                                      const std::vector<CublasLtAlgo>& seeds,
-                                                     uint64_t max_workspace_bytes, bool clusters,
-                                                     size_t max_per_seed);
+                                                     uint64_t max_workspace_bytes, bool clusters, size_t max_per_seed);
 
   // The tuner's cuBLASLt candidates for `problem`, in the order ties go
   // (first wins): up to `max_heuristic` from the heuristic under
@@ -171,8 +169,8 @@ class CublasLt {
   // then Variants of the first two, up to 12 each. A failure to list
   // variants costs only them: `variants_status` (may be null) says why.
   // `clusters` as Variants'. Needs a GPU.
-  absl::StatusOr<std::vector<CublasLtAlgo>> Candidates(const v1::GemmProblem& problem, int max_heuristic,
-                                                       bool clusters, absl::Status* variants_status = nullptr);
+  absl::StatusOr<std::vector<CublasLtAlgo>> Candidates(const v1::GemmProblem& problem, int max_heuristic, bool clusters,
+                                                       absl::Status* variants_status = nullptr);
 
   // The settings of `algo`, read from its bytes (no problem or workspace
   // involved). INVALID_ARGUMENT if it is not 64 bytes.
@@ -186,8 +184,8 @@ class CublasLt {
   absl::Status Run(const v1::GemmProblem& problem, const CublasLtAlgo& algo, const GemmOperands& operands,
                    uint64_t workspace, uint64_t workspace_bytes, void* stream);
 
-  struct Api;          // the library's entry points (cublaslt.cc)
-  class Descriptors;   // the descriptors of one problem (cublaslt.cc)
+  struct Api;         // the library's entry points (cublaslt.cc)
+  class Descriptors;  // the descriptors of one problem (cublaslt.cc)
 
  private:
   CublasLt(void* library, std::unique_ptr<Api> api, void* handle, uint64_t version);

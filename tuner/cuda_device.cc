@@ -72,22 +72,21 @@ absl::StatusOr<const DriverApi*> LoadDriver() {
     void* handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (handle == nullptr) {
       const char* why = dlerror();
-      return new absl::StatusOr<const DriverApi*>(absl::FailedPreconditionError(
-          absl::StrCat("libcuda.so.1 not found: ", why != nullptr ? why : "dlopen failed",
-                       " (no NVIDIA driver on this machine: compile-only)")));
+      return new absl::StatusOr<const DriverApi*>(
+          absl::FailedPreconditionError(absl::StrCat("libcuda.so.1 not found: ", why != nullptr ? why : "dlopen failed",
+                                                     " (no NVIDIA driver on this machine: compile-only)")));
     }
     auto* api = new DriverApi();
     std::string missing;
-#define KTUNE_RESOLVE(fn)                                                                \
-  api->fn##_ = reinterpret_cast<decltype(&fn)>(dlsym(handle, KTUNE_STRINGIFY(fn)));      \
-  if (api->fn##_ == nullptr) absl::StrAppend(&missing, missing.empty() ? "" : ", ",      \
-                                             KTUNE_STRINGIFY(fn));
+#define KTUNE_RESOLVE(fn)                                                           \
+  api->fn##_ = reinterpret_cast<decltype(&fn)>(dlsym(handle, KTUNE_STRINGIFY(fn))); \
+  if (api->fn##_ == nullptr) absl::StrAppend(&missing, missing.empty() ? "" : ", ", KTUNE_STRINGIFY(fn));
     KTUNE_CUDA_FUNCTIONS(KTUNE_RESOLVE)
 #undef KTUNE_RESOLVE
     if (!missing.empty()) {
       delete api;
-      return new absl::StatusOr<const DriverApi*>(absl::FailedPreconditionError(
-          absl::StrCat("libcuda.so.1 is too old: missing ", missing)));
+      return new absl::StatusOr<const DriverApi*>(
+          absl::FailedPreconditionError(absl::StrCat("libcuda.so.1 is too old: missing ", missing)));
     }
     return new absl::StatusOr<const DriverApi*>(api);
   }();
@@ -104,9 +103,8 @@ absl::Status CudaStatus(const DriverApi& api, CUresult code, const char* call) {
   const char* text = nullptr;
   api.cuGetErrorName_(code, &name);
   api.cuGetErrorString_(code, &text);
-  std::string message =
-      absl::StrFormat("%s failed: %s (%s)", call, name != nullptr ? name : "CUDA_ERROR_?",
-                      text != nullptr ? text : "unknown error");
+  std::string message = absl::StrFormat("%s failed: %s (%s)", call, name != nullptr ? name : "CUDA_ERROR_?",
+                                        text != nullptr ? text : "unknown error");
   switch (code) {
     case CUDA_ERROR_ILLEGAL_ADDRESS:
     case CUDA_ERROR_ILLEGAL_INSTRUCTION:
@@ -133,15 +131,14 @@ absl::Status CudaStatus(const DriverApi& api, CUresult code, const char* call) {
 }
 
 #define KTUNE_CU(call_expr, name) CudaStatus(*api_, (call_expr), name)
-#define KTUNE_CU_RETURN(call_expr, name)                             \
-  do {                                                               \
+#define KTUNE_CU_RETURN(call_expr, name)                                  \
+  do {                                                                    \
     if (absl::Status s_ = KTUNE_CU(call_expr, name); !s_.ok()) return s_; \
   } while (0)
 
 class CudaDevice final : public Device {
  public:
-  CudaDevice(const DriverApi* api, CUdevice device, CUcontext context, CUstream stream,
-             DeviceInfo info)
+  CudaDevice(const DriverApi* api, CUdevice device, CUcontext context, CUstream stream, DeviceInfo info)
       : api_(api), device_(device), context_(context), stream_(stream), info_(std::move(info)) {}
 
   ~CudaDevice() override {
@@ -172,39 +169,31 @@ class CudaDevice final : public Device {
     // On our stream, so the copy is ordered with the kernels (the synchronous
     // cuMemcpyHtoD runs on the legacy stream, which a non-blocking stream does
     // not wait for), then waited for: `src` may be released on return.
-    KTUNE_CU_RETURN(
-        api_->cuMemcpyHtoDAsync_(static_cast<CUdeviceptr>(dst), src, bytes, stream_),
-        "cuMemcpyHtoDAsync");
+    KTUNE_CU_RETURN(api_->cuMemcpyHtoDAsync_(static_cast<CUdeviceptr>(dst), src, bytes, stream_), "cuMemcpyHtoDAsync");
     return KTUNE_CU(api_->cuStreamSynchronize_(stream_), "cuStreamSynchronize");
   }
 
   absl::Status CopyToHost(void* dst, DevicePtr src, size_t bytes) override {
     if (bytes == 0) return absl::OkStatus();
     MakeCurrent();
-    KTUNE_CU_RETURN(
-        api_->cuMemcpyDtoHAsync_(dst, static_cast<CUdeviceptr>(src), bytes, stream_),
-        "cuMemcpyDtoHAsync");
+    KTUNE_CU_RETURN(api_->cuMemcpyDtoHAsync_(dst, static_cast<CUdeviceptr>(src), bytes, stream_), "cuMemcpyDtoHAsync");
     return KTUNE_CU(api_->cuStreamSynchronize_(stream_), "cuStreamSynchronize");
   }
 
   absl::Status Fill(DevicePtr dst, uint8_t value, size_t bytes) override {
     if (bytes == 0) return absl::OkStatus();
     MakeCurrent();
-    return KTUNE_CU(
-        api_->cuMemsetD8Async_(static_cast<CUdeviceptr>(dst), value, bytes, stream_),
-        "cuMemsetD8Async");
+    return KTUNE_CU(api_->cuMemsetD8Async_(static_cast<CUdeviceptr>(dst), value, bytes, stream_), "cuMemsetD8Async");
   }
 
-  absl::StatusOr<LoadedKernel> LoadKernel(const std::string& cubin,
-                                          const std::string& lowered_name) override {
+  absl::StatusOr<LoadedKernel> LoadKernel(const std::string& cubin, const std::string& lowered_name) override {
     if (cubin.empty()) return absl::InvalidArgumentError("LoadKernel: empty cubin");
     MakeCurrent();
     CUmodule module = nullptr;
     KTUNE_CU_RETURN(api_->cuModuleLoadData_(&module, cubin.data()), "cuModuleLoadData");
     CUfunction function = nullptr;
-    if (absl::Status s = KTUNE_CU(api_->cuModuleGetFunction_(&function, module,
-                                                             lowered_name.c_str()),
-                                  "cuModuleGetFunction");
+    if (absl::Status s =
+            KTUNE_CU(api_->cuModuleGetFunction_(&function, module, lowered_name.c_str()), "cuModuleGetFunction");
         !s.ok()) {
       api_->cuModuleUnload_(module);
       return absl::Status(s.code(), absl::StrCat(s.message(), " for \"", lowered_name, "\""));
@@ -228,8 +217,7 @@ class CudaDevice final : public Device {
     // memory is allowed for by raising the function's limit first; the 48 KiB
     // default counts static memory too, so "dynamic > 48 KiB" is not the test.
     if (g.dynamic_smem_bytes > 0) {
-      KTUNE_CU_RETURN(api_->cuFuncSetAttribute_(function,
-                                                CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+      KTUNE_CU_RETURN(api_->cuFuncSetAttribute_(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                 static_cast<int>(g.dynamic_smem_bytes)),
                       "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
     }
@@ -253,9 +241,8 @@ class CudaDevice final : public Device {
       return KTUNE_CU(api_->cuLaunchKernelEx_(&config, function, args, nullptr),
                       "cuLaunchKernelEx(PROGRAMMATIC_STREAM_SERIALIZATION)");
     }
-    return KTUNE_CU(api_->cuLaunchKernel_(function, g.grid[0], g.grid[1], g.grid[2], g.block[0],
-                                          g.block[1], g.block[2], g.dynamic_smem_bytes, stream_,
-                                          args, nullptr),
+    return KTUNE_CU(api_->cuLaunchKernel_(function, g.grid[0], g.grid[1], g.grid[2], g.block[0], g.block[1], g.block[2],
+                                          g.dynamic_smem_bytes, stream_, args, nullptr),
                     "cuLaunchKernel");
   }
 
@@ -273,9 +260,9 @@ class CudaDevice final : public Device {
     const CUtensorMapDataType type =
         t.element_bytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8;
     const CUresult r = api_->cuTensorMapEncodeTiled_(
-        reinterpret_cast<CUtensorMap*>(out.bytes), type, 3,
-        reinterpret_cast<void*>(t.base), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+        reinterpret_cast<CUtensorMap*>(out.bytes), type, 3, reinterpret_cast<void*>(t.base), dims, strides, box,
+        element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "cuTensorMapEncodeTiled refused a tensor of %d-byte elements, %d x %d x %d (pitches %d, %d), box %d x %d: %s",
@@ -309,8 +296,7 @@ class CudaDevice final : public Device {
     KTUNE_CU_RETURN(api_->cuStreamSynchronize_(stream_), "cuStreamSynchronize");
     std::vector<float> ms(repetitions);
     for (int i = 0; i < repetitions; ++i) {
-      KTUNE_CU_RETURN(api_->cuEventElapsedTime_(&ms[i], events_[2 * i], events_[2 * i + 1]),
-                      "cuEventElapsedTime");
+      KTUNE_CU_RETURN(api_->cuEventElapsedTime_(&ms[i], events_[2 * i], events_[2 * i + 1]), "cuEventElapsedTime");
     }
     return ms;
   }
@@ -359,8 +345,7 @@ absl::StatusOr<std::unique_ptr<Device>> OpenCudaDevice(int ordinal) {
       {CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, &info.cc_minor, "cc minor"},
       {CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, &info.sm_count, "SM count"},
       {CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, &info.l2_bytes, "L2 size"},
-      {CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, &info.max_threads_per_sm,
-       "threads per SM"},
+      {CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, &info.max_threads_per_sm, "threads per SM"},
       {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, &info.max_smem_per_block_optin,
        "shared memory per block"},
       {CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR, &info.regs_per_sm, "registers per SM"},

@@ -58,13 +58,11 @@ class Device {
   virtual absl::Status Fill(DevicePtr dst, uint8_t value, size_t bytes) = 0;
 
   // Loads `cubin` and finds `lowered_name` in it.
-  virtual absl::StatusOr<LoadedKernel> LoadKernel(const std::string& cubin,
-                                                  const std::string& lowered_name) = 0;
+  virtual absl::StatusOr<LoadedKernel> LoadKernel(const std::string& cubin, const std::string& lowered_name) = 0;
   virtual void UnloadKernel(const LoadedKernel& kernel) = 0;
 
   // Launches asynchronously on the device's stream. `args` as cuLaunchKernel's.
-  virtual absl::Status Launch(const LoadedKernel& kernel, const KernelLaunch& geometry,
-                              void** args) = 0;
+  virtual absl::Status Launch(const LoadedKernel& kernel, const KernelLaunch& geometry, void** args) = 0;
   // Encodes a TMA descriptor (cuTensorMapEncodeTiled): a host computation,
   // nothing is enqueued. INVALID_ARGUMENT when the driver refuses the tensor.
   virtual absl::StatusOr<TmaDescriptorBytes> EncodeTma(const TmaTensor& tensor) {
@@ -79,8 +77,8 @@ class Device {
 
   // Times `launch(i)` for i in [0, repetitions) with a pair of events around
   // each call; returns the elapsed milliseconds of each. `launch` enqueues work.
-  virtual absl::StatusOr<std::vector<float>> TimeEach(
-      const std::function<absl::Status(int)>& launch, int repetitions) = 0;
+  virtual absl::StatusOr<std::vector<float>> TimeEach(const std::function<absl::Status(int)>& launch,
+                                                      int repetitions) = 0;
 };
 
 // Opens GPU `ordinal` through the CUDA driver API, loaded at run time.

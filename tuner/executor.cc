@@ -34,8 +34,7 @@ class InProcessExecutor final : public CandidateExecutor {
         spdlog::warn("event=cublaslt_unavailable reason=\"{}\"", std::string(lt.status().message()));
       }
     }
-    absl::StatusOr<std::unique_ptr<GemmRunner>> runner =
-        GemmRunner::Create(problem, device_, cublaslt_.get(), seed_);
+    absl::StatusOr<std::unique_ptr<GemmRunner>> runner = GemmRunner::Create(problem, device_, cublaslt_.get(), seed_);
     if (!runner.ok()) return runner.status();
     gemm_runner_ = *std::move(runner);
     gemm_problem_ = problem;

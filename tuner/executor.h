@@ -12,7 +12,6 @@
 #pragma once
 
 #include <memory>
-
 #include <vector>
 
 #include "absl/status/statusor.h"

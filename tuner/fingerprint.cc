@@ -21,31 +21,45 @@ DeviceInfo CompileOnlyTarget() {
 
 int ArchMaxThreadsPerSm(int cc_major, int cc_minor) {
   switch (cc_major * 10 + cc_minor) {
-    case 75: return 1024;
-    case 86: case 89: case 120: return 1536;
-    default: return 2048;
+    case 75:
+      return 1024;
+    case 86:
+    case 89:
+    case 120:
+      return 1536;
+    default:
+      return 2048;
   }
 }
 
 int ArchSmemPerBlockOptin(int cc_major, int cc_minor) {
   switch (cc_major * 10 + cc_minor) {
-    case 70: return 96 << 10;
-    case 75: return 64 << 10;
-    case 80: case 87: return 163 << 10;
-    case 86: case 89: case 120: return 99 << 10;
-    case 90: case 100: return 227 << 10;
-    default: return 0;
+    case 70:
+      return 96 << 10;
+    case 75:
+      return 64 << 10;
+    case 80:
+    case 87:
+      return 163 << 10;
+    case 86:
+    case 89:
+    case 120:
+      return 99 << 10;
+    case 90:
+    case 100:
+      return 227 << 10;
+    default:
+      return 0;
   }
 }
 
 std::string DeviceKey(const DeviceInfo& d) {
-  return absl::StrFormat("cc=%d.%d name=%s sms=%d mem=%d driver=%d", d.cc_major, d.cc_minor,
-                         d.name, d.sm_count, d.memory_bytes, d.driver_version);
+  return absl::StrFormat("cc=%d.%d name=%s sms=%d mem=%d driver=%d", d.cc_major, d.cc_minor, d.name, d.sm_count,
+                         d.memory_bytes, d.driver_version);
 }
 
 std::string SoftwareKey(const SoftwareFingerprint& s) {
-  return absl::StrFormat("tpl=%s nvrtc=%d schema=%d", s.template_hash, s.nvrtc_version,
-                         s.schema_version);
+  return absl::StrFormat("tpl=%s nvrtc=%d schema=%d", s.template_hash, s.nvrtc_version, s.schema_version);
 }
 
 }  // namespace ktune

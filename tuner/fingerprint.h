@@ -14,12 +14,12 @@ namespace ktune {
 inline constexpr int kSchemaVersion = 1;
 
 struct DeviceInfo {
-  std::string name;             // "NVIDIA H200"
+  std::string name;  // "NVIDIA H200"
   int cc_major = 0;
   int cc_minor = 0;
   int sm_count = 0;
   uint64_t memory_bytes = 0;
-  int driver_version = 0;       // cuDriverGetVersion, e.g. 13000
+  int driver_version = 0;  // cuDriverGetVersion, e.g. 13000
   // Not part of the fingerprint; used by pruning and the measurement protocol.
   int l2_bytes = 0;
   int max_threads_per_sm = 2048;

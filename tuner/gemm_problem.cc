@@ -1,7 +1,7 @@
 #include "tuner/gemm_problem.h"
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "tuner/problem.h"
 #include "tuner/wire.h"
@@ -46,8 +46,8 @@ absl::Status ValidateGemmProblem(const v1::GemmProblem& p) {
   const bool bf16 = p.a_dtype() == v1::BF16 && p.b_dtype() == v1::BF16;
   const bool fp8 = p.a_dtype() == v1::FP8_E4M3 && p.b_dtype() == v1::FP8_E4M3;
   if (!bf16 && !fp8) {
-    return Bad("a_dtype", absl::StrCat("A and B must both be bf16 or both fp8e4m3, got ", Name(p.a_dtype()),
-                                       " and ", Name(p.b_dtype())));
+    return Bad("a_dtype", absl::StrCat("A and B must both be bf16 or both fp8e4m3, got ", Name(p.a_dtype()), " and ",
+                                       Name(p.b_dtype())));
   }
   const v1::DType d = p.d_dtype() == v1::DTYPE_UNSPECIFIED ? v1::BF16 : p.d_dtype();
   if (d != v1::BF16 && !(bf16 && d == v1::FP32)) {
@@ -59,8 +59,7 @@ absl::Status ValidateGemmProblem(const v1::GemmProblem& p) {
   if (p.a_layout() != v1::LAYOUT_UNSPECIFIED && p.a_layout() != v1::ROW_MAJOR) {
     return Bad("a_layout", "A is [M, K] row-major");
   }
-  if (p.b_layout() != v1::LAYOUT_UNSPECIFIED && p.b_layout() != v1::ROW_MAJOR &&
-      p.b_layout() != v1::COL_MAJOR) {
+  if (p.b_layout() != v1::LAYOUT_UNSPECIFIED && p.b_layout() != v1::ROW_MAJOR && p.b_layout() != v1::COL_MAJOR) {
     return Bad("b_layout", absl::StrCat("unknown layout ", p.b_layout()));
   }
   // Every fp8 kernel ktune has (cuBLASLt's, the wgmma and skinny templates')
@@ -80,9 +79,9 @@ absl::Status ValidateGemmProblem(const v1::GemmProblem& p) {
 
 std::string GemmCanonicalKey(const v1::GemmProblem& p) {
   const v1::DType d = p.d_dtype() == v1::DTYPE_UNSPECIFIED ? v1::BF16 : p.d_dtype();
-  return absl::StrFormat("gemm m=%d n=%d k=%d batch=%d a=%s b=%s c=%s d=%s a_layout=row b_layout=%s epilogue=%s",
-                         p.m(), p.n(), p.k(), p.batch() == 0 ? 1 : p.batch(), Name(p.a_dtype()),
-                         Name(p.b_dtype()), Name(p.c_dtype()), Name(d),
+  return absl::StrFormat("gemm m=%d n=%d k=%d batch=%d a=%s b=%s c=%s d=%s a_layout=row b_layout=%s epilogue=%s", p.m(),
+                         p.n(), p.k(), p.batch() == 0 ? 1 : p.batch(), Name(p.a_dtype()), Name(p.b_dtype()),
+                         Name(p.c_dtype()), Name(d),
                          LayoutName(p.b_layout() == v1::COL_MAJOR ? v1::COL_MAJOR : v1::ROW_MAJOR),
                          absl::AsciiStrToLower(v1::Epilogue_Name(p.epilogue()).substr(9)));
 }

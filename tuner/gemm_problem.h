@@ -15,7 +15,7 @@
 
 namespace ktune {
 
-inline constexpr int64_t kMaxGemmDim = int64_t{1} << 20;     // M, N or K
+inline constexpr int64_t kMaxGemmDim = int64_t{1} << 20;  // M, N or K
 inline constexpr int64_t kMaxGemmBatch = int64_t{1} << 16;
 inline constexpr int64_t kMaxGemmElements = int64_t{1} << 34;  // of A, B or D, over the batch
 

@@ -11,9 +11,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "tuner/host_float.h"
 #include "tuner/gemm_problem.h"
 #include "tuner/gemm_wgmma_space.h"
+#include "tuner/host_float.h"
 #include "tuner/kernel_instance.h"
 #include "tuner/kernel_source.h"
 #include "tuner/nvrtc_compiler.h"
@@ -61,7 +61,6 @@ std::string GemmCandidate::Name() const {
   return absl::StrCat("cublaslt #", cublaslt_rank);
 }
 
-
 double GemmRelativeTolerance(v1::DType d_dtype) { return d_dtype == v1::FP32 ? 1e-3 : 1e-2; }
 
 VerifyResult CompareGemmOutput(const std::vector<float>& got, const std::vector<float>& ref, double ref_rms,
@@ -74,8 +73,8 @@ VerifyResult CompareGemmOutput(const std::vector<float>& got, const std::vector<
   };
   const int64_t total = static_cast<int64_t>(got.size());
   constexpr int64_t kPerThread = int64_t{1} << 22;  // below this, threads cost more than they save
-  const int threads = static_cast<int>(std::clamp<int64_t>(
-      total / kPerThread, 1, std::max(1u, std::thread::hardware_concurrency())));
+  const int threads =
+      static_cast<int>(std::clamp<int64_t>(total / kPerThread, 1, std::max(1u, std::thread::hardware_concurrency())));
   std::vector<Slice> slices(threads);
   auto compare = [&](int t) {
     const int64_t begin = total * t / threads, end = total * (t + 1) / threads;
@@ -122,10 +121,10 @@ struct GemmRunner::Impl {
   int rotation = 1;
   // Per rotation set (identical contents):
   std::vector<DeviceBuffer> a, b, c, d;
-  DeviceBuffer bias, workspace;  // workspace: cuBLASLt's
+  DeviceBuffer bias, workspace;   // workspace: cuBLASLt's
   DeviceBuffer kernel_workspace;  // the loaded template recipe's (split-K), zeroed at Load
   DeviceBuffer a_scale, b_scale;  // fp8 only
-  std::vector<float> ref;  // (batch, M, N) f32, the reference D of set 0
+  std::vector<float> ref;         // (batch, M, N) f32, the reference D of set 0
   double ref_rms = 0;
 
   size_t d_elems() const { return static_cast<size_t>(GemmBatch(p) * p.m() * p.n()); }
@@ -167,7 +166,8 @@ struct GemmRunner::Impl {
       }
       const auto* it = std::find(std::begin(kArgumentNames), std::end(kArgumentNames), name);
       if (it == std::end(kArgumentNames)) {
-        return absl::InvalidArgumentError(absl::StrCat("GEMM kernel parameter '", name, "' is not one the runner binds"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("GEMM kernel parameter '", name, "' is not one the runner binds"));
       }
       bound.push_back(static_cast<int>(it - std::begin(kArgumentNames)));
     }
@@ -294,8 +294,7 @@ absl::StatusOr<std::unique_ptr<GemmRunner>> GemmRunner::Create(const v1::GemmPro
   const size_t b_elems = static_cast<size_t>(batch * p.n() * p.k());
   const size_t c_elems = GemmHasC(p) ? im->d_elems() : 0;
   const size_t in_bytes = fp8 ? 1 : 2;
-  const int64_t per_set =
-      static_cast<int64_t>(in_bytes * (a_elems + b_elems) + DBytes(p) * (c_elems + im->d_elems()));
+  const int64_t per_set = static_cast<int64_t>(in_bytes * (a_elems + b_elems) + DBytes(p) * (c_elems + im->d_elems()));
   im->rotation = RotationCount(device->info(), per_set);
 
   std::mt19937_64 rng(seed);
@@ -376,9 +375,8 @@ absl::StatusOr<Timing> GemmRunner::Time(const LaunchRecipe& recipe, const Measur
   Impl& im = *impl_;
   absl::StatusOr<std::optional<LoadedKernel>> kernel = im.Load(recipe);
   if (!kernel.ok()) return kernel.status();
-  absl::StatusOr<Timing> t =
-      Measure(im.device, [&](int set) { return im.Launch(recipe, *kernel ? &**kernel : nullptr, set); }, im.rotation,
-              options);
+  absl::StatusOr<Timing> t = Measure(
+      im.device, [&](int set) { return im.Launch(recipe, *kernel ? &**kernel : nullptr, set); }, im.rotation, options);
   if (*kernel) im.device->UnloadKernel(**kernel);
   return t;
 }

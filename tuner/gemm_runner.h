@@ -76,7 +76,7 @@ class GemmRunner {
   // reference (INTERNAL if its kernel does not compile). Device errors as
   // the Device returns them.
   static absl::StatusOr<std::unique_ptr<GemmRunner>> Create(const v1::GemmProblem& problem, Device* device,
-                                                           CublasLt* cublaslt, uint64_t seed = 1);
+                                                            CublasLt* cublaslt, uint64_t seed = 1);
   ~GemmRunner();
 
   // Runs the recipe (its one kernel, or a cuBLASLt call) once on set 0 and

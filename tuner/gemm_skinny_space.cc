@@ -10,10 +10,10 @@ namespace ktune {
 namespace {
 
 constexpr char kTemplateId[] = "gemm/gemm_skinny";
-constexpr int64_t kMaxRows = 16;   // rows of A one CTA multiplies (the template's MB)
+constexpr int64_t kMaxRows = 16;  // rows of A one CTA multiplies (the template's MB)
 constexpr int kColumnsPerCta = 16;
-constexpr int kMaxBatch = 65535;   // gridDim.z
-constexpr int kChunkBytes = 64;    // of K per warp step (the template's)
+constexpr int kMaxBatch = 65535;  // gridDim.z
+constexpr int kChunkBytes = 64;   // of K per warp step (the template's)
 
 }  // namespace
 
@@ -44,8 +44,8 @@ absl::Status CanImplementSkinny(const v1::GemmProblem& p, const SkinnyConfig& c,
     const int64_t per_round = int64_t{c.warps} * c.unroll;
     const int64_t span = (chunks + per_round - 1) / per_round * c.unroll * chunk;
     if (span > kMaxFp8KPerAccumulator) {
-      return fail(absl::StrCat("a warp's accumulator would span ", span, " of K, over the ",
-                               kMaxFp8KPerAccumulator, " fp8's reduced-precision adds keep within tolerance"));
+      return fail(absl::StrCat("a warp's accumulator would span ", span, " of K, over the ", kMaxFp8KPerAccumulator,
+                               " fp8's reduced-precision adds keep within tolerance"));
     }
   }
   if (c.pipelined && GemmIsFp8(p) && p.m() > 8) {
@@ -87,8 +87,7 @@ std::optional<SkinnyConfig> SkinnyUntunedConfig(const v1::GemmProblem& p, const 
   return space.front();
 }
 
-absl::StatusOr<LaunchRecipe> SkinnyLaunchRecipe(const v1::GemmProblem& p, const SkinnyConfig& c,
-                                                const DeviceInfo& d) {
+absl::StatusOr<LaunchRecipe> SkinnyLaunchRecipe(const v1::GemmProblem& p, const SkinnyConfig& c, const DeviceInfo& d) {
   if (absl::Status s = CanImplementSkinny(p, c, d); !s.ok()) return s;
   absl::StatusOr<LaunchRecipe> recipe = GemmTemplateRecipe(kTemplateId, Arch(d));
   if (!recipe.ok()) return recipe.status();

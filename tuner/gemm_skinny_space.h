@@ -41,8 +41,7 @@ std::string ToString(const SkinnyConfig& config);
 // sm_80 or newer needed (sm_89 for e4m3), an e4m3 warp's share of K over
 // 4096 (Hopper's fp8 accumulation, as the wgmma space), the config outside
 // 1-32 warps and 1-8 chunks, or pipelined fp8 at M > 8.
-absl::Status CanImplementSkinny(const v1::GemmProblem& problem, const SkinnyConfig& config,
-                                const DeviceInfo& device);
+absl::Status CanImplementSkinny(const v1::GemmProblem& problem, const SkinnyConfig& config, const DeviceInfo& device);
 
 // Every config of the grid (warps 4, 8, 16 x unroll 2, 4; then pipelined
 // w8 u1, w8 u2, w4 u2) that can run the problem, in that order; empty when

@@ -16,10 +16,10 @@ namespace ktune {
 namespace {
 
 constexpr char kTemplateId[] = "gemm/gemm_mma";
-constexpr int kChunkElements = 8;        // one 16-byte cp.async of bf16
-constexpr int kMaxBatch = 65535;         // gridDim.z
-constexpr int kMaxAccumulators = 128;    // fp32 accumulators per thread (ptxas used 247 regs at 128)
-constexpr int kRegisterOverhead = 40;    // addresses, loop state, epilogue temporaries
+constexpr int kChunkElements = 8;      // one 16-byte cp.async of bf16
+constexpr int kMaxBatch = 65535;       // gridDim.z
+constexpr int kMaxAccumulators = 128;  // fp32 accumulators per thread (ptxas used 247 regs at 128)
+constexpr int kRegisterOverhead = 40;  // addresses, loop state, epilogue temporaries
 constexpr int kMaxRegisters = 255;
 constexpr int kSmemReservedPerCta = 1024;
 constexpr int kMaxThreads = 1024;
@@ -57,8 +57,8 @@ int CtasPerSm(const GemmTileConfig& c, const DeviceInfo& d) {
   const int64_t optin = d.max_smem_per_block_optin > 0 ? d.max_smem_per_block_optin : 227 << 10;
   const int by_regs = regs_per_sm / (regs * c.threads());
   const int by_threads = threads_per_sm / c.threads();
-  const int by_smem = static_cast<int>((optin + kSmemReservedPerCta) /
-                                       (GemmSharedMemoryBytes(c) + kSmemReservedPerCta));
+  const int by_smem =
+      static_cast<int>((optin + kSmemReservedPerCta) / (GemmSharedMemoryBytes(c) + kSmemReservedPerCta));
   return std::max(0, std::min({by_regs, by_threads, by_smem, 32}));
 }
 
@@ -87,8 +87,7 @@ std::vector<GemmTileConfig> Grid() {
   for (int bm : {64, 128, 256}) {
     for (int bn : {64, 128, 256}) {
       for (int bk : {32, 64}) {
-        for (auto [wm, wn] : {std::pair{2, 2}, std::pair{1, 4}, std::pair{4, 1}, std::pair{2, 4},
-                              std::pair{4, 2}}) {
+        for (auto [wm, wn] : {std::pair{2, 2}, std::pair{1, 4}, std::pair{4, 1}, std::pair{2, 4}, std::pair{4, 2}}) {
           for (int stages : {3, 4, 5}) {
             for (int split_k : kSplitKs) {
               GemmTileConfig c;
@@ -112,8 +111,8 @@ std::vector<GemmTileConfig> Grid() {
 }  // namespace
 
 std::string ToString(const GemmTileConfig& c) {
-  return absl::StrFormat("bm%d bn%d bk%d w%dx%d s%d g%d%s", c.block_m, c.block_n, c.block_k, c.warps_m,
-                         c.warps_n, c.stages, c.group_m, c.split_k > 1 ? absl::StrCat(" k", c.split_k) : "");
+  return absl::StrFormat("bm%d bn%d bk%d w%dx%d s%d g%d%s", c.block_m, c.block_n, c.block_k, c.warps_m, c.warps_n,
+                         c.stages, c.group_m, c.split_k > 1 ? absl::StrCat(" k", c.split_k) : "");
 }
 
 int64_t GemmSharedMemoryBytes(const GemmTileConfig& c) {
@@ -137,8 +136,8 @@ absl::Status CanImplementGemm(const v1::GemmProblem& p, const GemmTileConfig& c,
   if (GemmBatch(p) > kMaxBatch) return fail(absl::StrCat("batch over ", kMaxBatch));
   if (d.cc_major < 8) return fail(absl::StrCat("needs sm_80 or newer, device is ", Arch(d)));
   // The config.
-  if (!IsPowerOfTwo(c.block_m) || !IsPowerOfTwo(c.block_n) || !IsPowerOfTwo(c.block_k) ||
-      !IsPowerOfTwo(c.warps_m) || !IsPowerOfTwo(c.warps_n) || c.stages < 2 || c.group_m < 1) {
+  if (!IsPowerOfTwo(c.block_m) || !IsPowerOfTwo(c.block_n) || !IsPowerOfTwo(c.block_k) || !IsPowerOfTwo(c.warps_m) ||
+      !IsPowerOfTwo(c.warps_n) || c.stages < 2 || c.group_m < 1) {
     return fail("tiles and warps must be powers of two, stages >= 2, group_m >= 1");
   }
   if (c.block_m % (16 * c.warps_m) != 0 || c.block_n % (16 * c.warps_n) != 0) {
@@ -151,12 +150,11 @@ absl::Status CanImplementGemm(const v1::GemmProblem& p, const GemmTileConfig& c,
     return fail(absl::StrCat("split_k must be a power of two <= ", kMaxSplitK));
   }
   if (const int64_t k_steps = CeilDiv(p.k(), c.block_k); k_steps < c.split_k) {
-    return fail(absl::StrCat("split_k = ", c.split_k, " leaves a split without K: K has ", k_steps, " steps of ",
-                             c.block_k));
+    return fail(
+        absl::StrCat("split_k = ", c.split_k, " leaves a split without K: K has ", k_steps, " steps of ", c.block_k));
   }
   if (const uint64_t ws = SplitKWorkspaceBytes(p, c); ws > kMaxSplitKWorkspaceBytes) {
-    return fail(absl::StrCat("a split-K workspace of ", ws, " bytes, over the ", kMaxSplitKWorkspaceBytes,
-                             " allowed"));
+    return fail(absl::StrCat("a split-K workspace of ", ws, " bytes, over the ", kMaxSplitKWorkspaceBytes, " allowed"));
   }
   const int chunks_a = c.block_m * c.block_k / kChunkElements;
   const int chunks_b = c.block_n * c.block_k / kChunkElements;
@@ -253,8 +251,7 @@ absl::StatusOr<LaunchRecipe> GemmTemplateRecipe(const std::string& template_id, 
   return recipe;
 }
 
-absl::StatusOr<LaunchRecipe> GemmLaunchRecipe(const v1::GemmProblem& p, const GemmTileConfig& c,
-                                              const DeviceInfo& d) {
+absl::StatusOr<LaunchRecipe> GemmLaunchRecipe(const v1::GemmProblem& p, const GemmTileConfig& c, const DeviceInfo& d) {
   if (absl::Status s = CanImplementGemm(p, c, d); !s.ok()) return s;
   absl::StatusOr<LaunchRecipe> recipe = GemmTemplateRecipe(kTemplateId, Arch(d));
   if (!recipe.ok()) return recipe.status();

@@ -60,8 +60,7 @@ int64_t GemmSharedMemoryBytes(const GemmTileConfig& config);
 // template's limits (warp tiles, copy divisibility, shared memory, registers,
 // a split_k that is not a power of two <= 16 or leaves a split without K).
 // REQUIRES: ValidateGemmProblem(problem) is OK.
-absl::Status CanImplementGemm(const v1::GemmProblem& problem, const GemmTileConfig& config,
-                              const DeviceInfo& device);
+absl::Status CanImplementGemm(const v1::GemmProblem& problem, const GemmTileConfig& config, const DeviceInfo& device);
 
 // The model's estimate of the kernel's time in microseconds (only its ranking
 // matters): the larger of a compute time (waves of tiles at an efficiency that
@@ -69,12 +68,11 @@ absl::Status CanImplementGemm(const v1::GemmProblem& problem, const GemmTileConf
 // padding of M, N and K counted as work; split-K's partials written and read
 // back through L2) and a memory time (A, B and D at 4 TB/s, slower while
 // fewer CTAs than SMs run).
-double GemmModelTimeUs(const v1::GemmProblem& problem, const GemmTileConfig& config,
-                       const DeviceInfo& device);
+double GemmModelTimeUs(const v1::GemmProblem& problem, const GemmTileConfig& config, const DeviceInfo& device);
 
 struct GemmSpaceOptions {
-  bool pruned = true;     // false: every config CanImplementGemm accepts
-  int max_candidates = 16;  // pruned: at most this many, best model time first
+  bool pruned = true;            // false: every config CanImplementGemm accepts
+  int max_candidates = 16;       // pruned: at most this many, best model time first
   double max_model_ratio = 1.5;  // pruned: and within this factor of the best
 };
 
@@ -116,7 +114,7 @@ std::vector<GemmTileConfig> GemmSearchSpace(const v1::GemmProblem& problem, cons
 // split_k > 1 the recipe's workspace_bytes is > 0 and workspace_zeroed is set
 // (the counters); ws is null otherwise.
 // REQUIRES: CanImplementGemm(problem, config, device) is OK.
-absl::StatusOr<LaunchRecipe> GemmLaunchRecipe(const v1::GemmProblem& problem,
-                                              const GemmTileConfig& config, const DeviceInfo& device);
+absl::StatusOr<LaunchRecipe> GemmLaunchRecipe(const v1::GemmProblem& problem, const GemmTileConfig& config,
+                                              const DeviceInfo& device);
 
 }  // namespace ktune

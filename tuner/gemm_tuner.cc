@@ -18,9 +18,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr size_t kMaxDetail = 500;
 
-double Seconds(Clock::time_point since) {
-  return std::chrono::duration<double>(Clock::now() - since).count();
-}
+double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
 
 std::string Short(const std::string& s) { return s.size() <= kMaxDetail ? s : s.substr(0, kMaxDetail) + " ..."; }
 
@@ -137,8 +135,7 @@ Timing CombinePasses(const std::vector<Timing>& passes) {
 }
 
 absl::StatusOr<HeadToHead> TimeHeadToHead(CandidateExecutor* executor, const LaunchRecipe& a, const LaunchRecipe& b,
-                                          int rounds, double heat_ms, int calls,
-                                          const std::atomic<bool>* cancelled) {
+                                          int rounds, double heat_ms, int calls, const std::atomic<bool>* cancelled) {
   if (rounds < 1) return absl::InvalidArgumentError(absl::StrCat("head-to-head rounds: ", rounds, " (at least 1)"));
   if (calls < 1) return absl::InvalidArgumentError(absl::StrCat("head-to-head calls: ", calls, " (at least 1)"));
   const LaunchRecipe* recipes[2] = {&a, &b};
@@ -342,10 +339,9 @@ absl::StatusOr<GemmTuneResult> TuneGemm(const v1::GemmProblem& problem, Candidat
     }
   }
   if (default_index) add(*default_index);
-  absl::StatusOr<std::vector<std::vector<Timing>>> timed_passes =
-      TimeInAlternatingRounds(finalists.size(), options.final_passes, cancelled, [&](size_t f) {
-        return executor->Time(candidates[finalists[f]].recipe, options.final_measure);
-      });
+  absl::StatusOr<std::vector<std::vector<Timing>>> timed_passes = TimeInAlternatingRounds(
+      finalists.size(), options.final_passes, cancelled,
+      [&](size_t f) { return executor->Time(candidates[finalists[f]].recipe, options.final_measure); });
   if (!timed_passes.ok()) return timed_passes.status();
   const std::vector<std::vector<Timing>>& passes = *timed_passes;
   std::vector<Timing> finals;
@@ -412,15 +408,14 @@ absl::StatusOr<GemmTuneResult> TuneGemm(const v1::GemmProblem& problem, Candidat
     }
   }
   if (default_final) choose(*default_final);
-  absl::StatusOr<std::vector<std::vector<Timing>>> timed_rounds =
-      TimeInAlternatingRounds(chosen.size(), options.sustained_rounds, cancelled,
-                              [&](size_t c) -> absl::StatusOr<Timing> {
-                                const size_t f = chosen[c];
-                                const LaunchRecipe& recipe = candidates[finalists[f]].recipe;
-                                absl::Status heat = HeatUp(executor, recipe, options.sustained_heat_ms);
-                                if (!heat.ok()) return heat;
-                                return executor->Time(recipe, {0, SustainedWindowCalls(options, finals[f].median_us)});
-                              });
+  absl::StatusOr<std::vector<std::vector<Timing>>> timed_rounds = TimeInAlternatingRounds(
+      chosen.size(), options.sustained_rounds, cancelled, [&](size_t c) -> absl::StatusOr<Timing> {
+        const size_t f = chosen[c];
+        const LaunchRecipe& recipe = candidates[finalists[f]].recipe;
+        absl::Status heat = HeatUp(executor, recipe, options.sustained_heat_ms);
+        if (!heat.ok()) return heat;
+        return executor->Time(recipe, {0, SustainedWindowCalls(options, finals[f].median_us)});
+      });
   if (!timed_rounds.ok()) return timed_rounds.status();
   const std::vector<std::vector<Timing>>& rounds = *timed_rounds;
   std::vector<Timing> sustained;

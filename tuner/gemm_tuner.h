@@ -76,8 +76,7 @@ struct GemmTuneOptions {
   // Candidates (CandidateId, tuner/tuner.h) that faulted or hung before: not run.
   std::set<std::string> quarantined;
   // Called for a candidate that faulted or hung: reason "fault" or "timeout".
-  std::function<void(const std::string& candidate, const std::string& reason, const std::string& detail)>
-      on_quarantine;
+  std::function<void(const std::string& candidate, const std::string& reason, const std::string& detail)> on_quarantine;
 };
 
 // Two candidates timed against each other as the sustained finals time each

@@ -17,15 +17,15 @@ namespace ktune {
 namespace {
 
 constexpr char kTemplateId[] = "gemm/gemm_wgmma";
-constexpr int kRowBytes = 128;           // of K per stage and tile row: one 128-byte swizzle row
-constexpr int kNBlock = 64;              // B as [K, N]: columns per TMA box (128 bytes of bf16)
-constexpr int kMaxAccumulators = 128;    // fp32 per consumer thread (of 232 registers after setmaxnreg)
+constexpr int kRowBytes = 128;         // of K per stage and tile row: one 128-byte swizzle row
+constexpr int kNBlock = 64;            // B as [K, N]: columns per TMA box (128 bytes of bf16)
+constexpr int kMaxAccumulators = 128;  // fp32 per consumer thread (of 232 registers after setmaxnreg)
 // With promotion's second set: 192 in all, a 64 x 192 tile per consumer
 // (ptxas: no spills under the consumers' 232 registers, with a bias-SiLU
 // epilogue and C).
 constexpr int kMaxPromotedAccumulators = 96;
 constexpr int kMaxOneConsumerSplitAccumulators = 64;  // see CanImplementWgmma
-constexpr int kMaxBatch = 65535;         // gridDim.z
+constexpr int kMaxBatch = 65535;                      // gridDim.z
 // wgmma's dense bf16 rate per SM on an H100/H200 (989 TFLOP/s over 132 SMs)
 // and the HBM rate the norm kernels reach.
 constexpr double kWgmmaTflopsPerSm = 989.0 / 132;  // fp8: twice this
@@ -55,12 +55,14 @@ constexpr int kUnrankedKnobsTried = 2;  // the model's best unsplit configs trie
 constexpr int kTailSplitTried = 4;
 constexpr int kMaxTailSplit = 8;
 constexpr double kMinTailSplitGain = 0.005;
-constexpr int64_t kMaxSwapRows = 32;     // problems the swapped tiles are offered for (wgmma N <= 32)
+constexpr int64_t kMaxSwapRows = 32;  // problems the swapped tiles are offered for (wgmma N <= 32)
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Dynamic shared memory a CTA may opt in to (48 KiB where the device does not say).
-int64_t SmemOptin(const DeviceInfo& d) { return d.max_smem_per_block_optin > 0 ? d.max_smem_per_block_optin : 48 << 10; }
+int64_t SmemOptin(const DeviceInfo& d) {
+  return d.max_smem_per_block_optin > 0 ? d.max_smem_per_block_optin : 48 << 10;
+}
 
 // The most stages (at most kMaxStages) of `config`'s tile and k_rows whose
 // shared memory fits `smem_optin` bytes; 0 if not even two do.
@@ -204,7 +206,8 @@ std::vector<WgmmaTileConfig> Grid(int64_t smem_optin) {
         tile.block_n = bn;
         tile.consumers = consumers;
         std::vector<int> rings(std::begin(kFixedStages), std::end(kFixedStages));
-        if (const int deepest = DeepestRing(tile, smem_optin); deepest > *std::max_element(rings.begin(), rings.end())) {
+        if (const int deepest = DeepestRing(tile, smem_optin);
+            deepest > *std::max_element(rings.begin(), rings.end())) {
           rings.push_back(deepest);
         }
         for (int cluster_m : {1, 2}) {
@@ -308,8 +311,8 @@ absl::Status CanImplementWgmma(const v1::GemmProblem& p, const WgmmaTileConfig& 
                                " (16-byte TMA strides)"));
     }
     if (c.block_n / c.cluster_m % kNBlock != 0) {
-      return fail(absl::StrCat("B as [K, N]: each CTA loads blocks of ", kNBlock, " columns, not ",
-                               c.block_n / c.cluster_m));
+      return fail(
+          absl::StrCat("B as [K, N]: each CTA loads blocks of ", kNBlock, " columns, not ", c.block_n / c.cluster_m));
     }
   }
   if (p.k() * OperandBytes(p) % 16 != 0) {
@@ -427,8 +430,8 @@ double WgmmaModelTimeUs(const v1::GemmProblem& p, const WgmmaTileConfig& c, cons
   const int64_t step = int64_t{BlockK(p)} * c.k_rows;
   const double k_padded = static_cast<double>(CeilDiv(p.k(), step) * step);
   const double unit_flops = 2.0 * c.block_m * c.block_n * k_padded / c.split_k;
-  const double rate = (GemmIsFp8(p) ? 2 : 1) * kWgmmaTflopsPerSm * tile_efficiency * consumer_efficiency * pipelining *
-                      promotion;
+  const double rate =
+      (GemmIsFp8(p) ? 2 : 1) * kWgmmaTflopsPerSm * tile_efficiency * consumer_efficiency * pipelining * promotion;
   double compute_us = waves * unit_flops / (rate * 1e6);
   // One fp32 partial tile's trip through L2.
   const double partial_us = 4.0 * c.block_m * c.block_n / (kL2GBpsPerSm * 1e3);
@@ -450,8 +453,8 @@ double WgmmaModelTimeUs(const v1::GemmProblem& p, const WgmmaTileConfig& c, cons
   const double unit_bytes = (c.block_m + c.block_n) * k_padded / c.split_k * OperandBytes(p);
   const double stream_us = waves * unit_bytes / ((c.stages - 1) * stage_bytes / kLoadLatencyUs);
   const double d_bytes = GemmDType(p) == v1::FP32 ? 4 : 2;
-  const double bytes = static_cast<double>(GemmBatch(p)) *
-                       (OperandBytes(p) * double(p.m() * p.k() + p.n() * p.k()) + d_bytes * p.m() * p.n() * (GemmHasC(p) ? 2 : 1));
+  const double bytes = static_cast<double>(GemmBatch(p)) * (OperandBytes(p) * double(p.m() * p.k() + p.n() * p.k()) +
+                                                            d_bytes * p.m() * p.n() * (GemmHasC(p) ? 2 : 1));
   // SMs pulling operands: one per work unit (tile, or slice of one).
   const double busy = std::min(1.0, static_cast<double>(tiles * c.split_k) / sms);
   const double memory_us = bytes / (kMemoryTBps * 1e6 * busy);
@@ -533,9 +536,8 @@ std::vector<WgmmaTileConfig> WgmmaSearchSpace(const v1::GemmProblem& p, const De
     const size_t every = all.size();
     return with_tail_splits(with_knobs_to_measure(std::move(all), every), SIZE_MAX);
   }
-  std::vector<WgmmaTileConfig> space =
-      with_tail_splits(with_knobs_to_measure(PruneByModel(std::move(whole), options), kUnrankedKnobsTried),
-                       kTailSplitTried);
+  std::vector<WgmmaTileConfig> space = with_tail_splits(
+      with_knobs_to_measure(PruneByModel(std::move(whole), options), kUnrankedKnobsTried), kTailSplitTried);
   // The model's split-K term (the partials' trip through L2) is an
   // assumption not yet checked on a GPU, so split-K may not crowd out the
   // unsplit configs: those are pruned as before, and the best split-K
@@ -587,13 +589,34 @@ absl::StatusOr<LaunchRecipe> WgmmaLaunchRecipe(const v1::GemmProblem& p, const W
   if (c.swap_ab) {
     // The kernel's A is the problem's B and its B the problem's A; its M and
     // N are the problem's N and M.
-    k.params = {absl::StrCat("tma_b:", BlockK(p), "x", c.block_m), absl::StrCat("tma_a:", BlockK(p), "x", c.block_n),
-                "c", "d", "bias", "N", "M", "K", "alpha", "beta", "ws", "a_scale", "b_scale"};
+    k.params = {absl::StrCat("tma_b:", BlockK(p), "x", c.block_m),
+                absl::StrCat("tma_a:", BlockK(p), "x", c.block_n),
+                "c",
+                "d",
+                "bias",
+                "N",
+                "M",
+                "K",
+                "alpha",
+                "beta",
+                "ws",
+                "a_scale",
+                "b_scale"};
   } else {
     k.params = {absl::StrCat("tma_a:", BlockK(p), "x", c.block_m),
                 GemmBIsNK(p) ? absl::StrCat("tma_b:", BlockK(p), "x", c.block_n / c.cluster_m)
                              : absl::StrCat("tma_b:", kNBlock, "x", BlockK(p)),
-                "c", "d", "bias", "M", "N", "K", "alpha", "beta", "ws", "a_scale", "b_scale"};
+                "c",
+                "d",
+                "bias",
+                "M",
+                "N",
+                "K",
+                "alpha",
+                "beta",
+                "ws",
+                "a_scale",
+                "b_scale"};
   }
   recipe->kernels.push_back(std::move(k));
   recipe->workspace_bytes = SplitKWorkspaceBytes(p, c, d);
@@ -620,8 +643,7 @@ absl::StatusOr<TmaParam> ParseTmaParam(const std::string& param) {
   return t;
 }
 
-absl::StatusOr<TmaTensor> GemmTmaTensor(const v1::GemmProblem& p, const std::string& param, DevicePtr a,
-                                        DevicePtr b) {
+absl::StatusOr<TmaTensor> GemmTmaTensor(const v1::GemmProblem& p, const std::string& param, DevicePtr a, DevicePtr b) {
   absl::StatusOr<TmaParam> t = ParseTmaParam(param);
   if (!t.ok()) return t.status();
   // The box's inner extent is one 128-byte row: of K, or of N for B as [K, N].

@@ -47,8 +47,8 @@ struct WgmmaTileConfig {
   int cluster_m = 1;  // 2: CTA pairs along M share B tiles by TMA multicast
   int stages = 4;
   int group_m = 8;
-  int split_k = 1;  // slices of K per tile (K's steps must divide by it)
-  int k_rows = 1;   // 128-byte slices of K per stage: the tile's K (1 or 2)
+  int split_k = 1;       // slices of K per tile (K's steps must divide by it)
+  int k_rows = 1;        // 128-byte slices of K per stage: the tile's K (1 or 2)
   bool promote = false;  // fp8: a second accumulator (see the template's PROMOTE_STEPS)
   // The kernel computes D^T = B x A^T (the template's SWAP_AB): block_m rows
   // of the weight B by block_n (8, 16 or 32) of the problem's few rows of A.
@@ -95,8 +95,7 @@ int64_t WgmmaSharedMemoryBytes(const WgmmaTileConfig& config);
 // another block_n, B as [K, N], a cluster or ping-pong; tail_split outside
 // 1 to 16, with split-K, ping-pong or swapped tiles, or more than K's steps).
 // REQUIRES: ValidateGemmProblem(problem) is OK.
-absl::Status CanImplementWgmma(const v1::GemmProblem& problem, const WgmmaTileConfig& config,
-                               const DeviceInfo& device);
+absl::Status CanImplementWgmma(const v1::GemmProblem& problem, const WgmmaTileConfig& config, const DeviceInfo& device);
 
 // The model's estimate in microseconds (only its ranking matters): persistent
 // CTAs, one per SM, each taking ceil(tiles * split_k / SMs) units (wave
@@ -107,8 +106,7 @@ absl::Status CanImplementWgmma(const v1::GemmProblem& problem, const WgmmaTileCo
 // depth; padding counted as work; bounded below by A, B and D at HBM speed,
 // and by each CTA's operands streamed through its ring, (stages - 1) stages
 // per load latency (what decides small tiles at small M).
-double WgmmaModelTimeUs(const v1::GemmProblem& problem, const WgmmaTileConfig& config,
-                        const DeviceInfo& device);
+double WgmmaModelTimeUs(const v1::GemmProblem& problem, const WgmmaTileConfig& config, const DeviceInfo& device);
 
 // The accepted configs; pruned, the best by the model (at most
 // options.max_candidates, within options.max_model_ratio of the best), in a

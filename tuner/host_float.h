@@ -35,7 +35,7 @@ inline uint8_t FloatToE4m3(float f) {
   if (a >= 464.0f) return sign | 0x7e;  // halfway between 448 and the next step rounds up: saturate
   if (a < std::ldexp(1.0f, -6)) {       // subnormal: a multiple of 2^-9
     const int mant = static_cast<int>(std::nearbyint(a * 512.0f));  // ties to even
-    return static_cast<uint8_t>(sign | mant);  // mant == 8 is the smallest normal, 0x08
+    return static_cast<uint8_t>(sign | mant);                       // mant == 8 is the smallest normal, 0x08
   }
   int e = 0;
   std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1): the leading bit is 2^(e - 1)
@@ -52,8 +52,8 @@ inline uint8_t FloatToE4m3(float f) {
 inline float E4m3ToFloat(uint8_t b) {
   const int exp = (b >> 3) & 15, mant = b & 7;
   if (exp == 15 && mant == 7) return std::nanf("");
-  const float mag = exp == 0 ? std::ldexp(static_cast<float>(mant), -9)
-                             : std::ldexp(1.0f + static_cast<float>(mant) / 8.0f, exp - 7);
+  const float mag =
+      exp == 0 ? std::ldexp(static_cast<float>(mant), -9) : std::ldexp(1.0f + static_cast<float>(mant) / 8.0f, exp - 7);
   return (b & 0x80) ? -mag : mag;
 }
 

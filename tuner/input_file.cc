@@ -31,8 +31,8 @@ absl::Status CheckRegular(const struct stat& st, const std::string& path, const 
   if (S_ISREG(st.st_mode)) {
     if (static_cast<uint64_t>(st.st_size) > kind.max_bytes) {
       return absl::InvalidArgumentError(absl::StrCat(Prefix(path, kind), "it has ", st.st_size,
-                                                     " bytes, more than the ", kind.max_bytes, " a ",
-                                                     kind.what, " may have"));
+                                                     " bytes, more than the ", kind.max_bytes, " a ", kind.what,
+                                                     " may have"));
     }
     return absl::OkStatus();
   }
@@ -88,8 +88,8 @@ absl::StatusOr<std::string> ReadInputFile(const std::string& path, const InputFi
     filled += static_cast<size_t>(n);
   }
   if (filled > kind.max_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(Prefix(path, kind), "it grew past the ", kind.max_bytes,
-                                                   " bytes a ", kind.what, " may have"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(Prefix(path, kind), "it grew past the ", kind.max_bytes, " bytes a ", kind.what, " may have"));
   }
   data.resize(filled);
   return data;

@@ -32,8 +32,7 @@ std::string DefaultKernelCacheDir() {
   return absl::StrCat("/tmp/ktune-", getuid(), "/kernels");
 }
 
-absl::StatusOr<std::unique_ptr<KernelCache>> KernelCache::Open(const std::string& dir,
-                                                               uint64_t max_bytes) {
+absl::StatusOr<std::unique_ptr<KernelCache>> KernelCache::Open(const std::string& dir, uint64_t max_bytes) {
   if (max_bytes == 0) return absl::InvalidArgumentError("kernel cache: the size bound must be > 0");
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -54,9 +53,8 @@ absl::StatusOr<std::unique_ptr<KernelCache>> KernelCache::Open(const std::string
 }
 
 std::string KernelCache::KeyOf(const LaunchRecipe& r, int nvrtc_version) {
-  std::string material = absl::StrCat("ktune-kernel-cache-v1\n", r.template_id, "\n", r.template_hash,
-                                      "\n", r.arch, "\n", nvrtc_version, "\n",
-                                      absl::StrJoin(r.nvrtc_options, "\x1f"), "\n");
+  std::string material = absl::StrCat("ktune-kernel-cache-v1\n", r.template_id, "\n", r.template_hash, "\n", r.arch,
+                                      "\n", nvrtc_version, "\n", absl::StrJoin(r.nvrtc_options, "\x1f"), "\n");
   for (const KernelLaunch& k : r.kernels) absl::StrAppend(&material, k.name_expression, "\n");
   return Sha256Hex(material);
 }

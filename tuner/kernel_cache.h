@@ -36,8 +36,7 @@ class KernelCache {
 
   // Creates `dir` if needed and measures what it holds. INVALID_ARGUMENT for
   // a zero bound, FAILED_PRECONDITION if the directory cannot be used.
-  static absl::StatusOr<std::unique_ptr<KernelCache>> Open(const std::string& dir,
-                                                           uint64_t max_bytes);
+  static absl::StatusOr<std::unique_ptr<KernelCache>> Open(const std::string& dir, uint64_t max_bytes);
 
   // Hex SHA-256 over the fields that determine the cubin.
   static std::string KeyOf(const LaunchRecipe& recipe, int nvrtc_version);

@@ -46,8 +46,7 @@ class Registry {
     for (const EmbeddedFile& f : EmbeddedTemplateFiles()) files.emplace(f.path, f.text);
     for (const auto& [path, text] : files) {
       std::string_view p(path);
-      if (p.size() <= kTemplateSuffix.size() ||
-          p.substr(p.size() - kTemplateSuffix.size()) != kTemplateSuffix) {
+      if (p.size() <= kTemplateSuffix.size() || p.substr(p.size() - kTemplateSuffix.size()) != kTemplateSuffix) {
         continue;
       }
       auto source = std::make_unique<KernelSource>();
@@ -72,8 +71,7 @@ class Registry {
   // SHA-256 over (path, text) of the top-level file and every embedded file it
   // reaches through includes, in path order, each field NUL-terminated so no
   // two different file sets hash alike.
-  static std::string HashWithIncludes(const std::string& top,
-                                      const std::map<std::string, std::string_view>& files) {
+  static std::string HashWithIncludes(const std::string& top, const std::map<std::string, std::string_view>& files) {
     std::set<std::string> used;
     std::vector<std::string> pending{top};
     while (!pending.empty()) {
@@ -104,8 +102,7 @@ const Registry& GetRegistry() {
 absl::StatusOr<const KernelSource*> FindKernelSource(const std::string& template_id) {
   const KernelSource* source = GetRegistry().Find(template_id);
   if (source == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("no kernel template \"", template_id, "\" is embedded in this binary"));
+    return absl::NotFoundError(absl::StrCat("no kernel template \"", template_id, "\" is embedded in this binary"));
   }
   return source;
 }

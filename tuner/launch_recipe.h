@@ -29,10 +29,10 @@ struct LaunchRecipe {
   std::string template_id;    // "norm/rmsnorm_fwd"
   std::string template_hash;  // sha256 hex
   std::vector<std::string> nvrtc_options;
-  std::string arch;           // "sm_90"
+  std::string arch;                   // "sm_90"
   std::vector<KernelLaunch> kernels;  // in launch order
   uint64_t workspace_bytes = 0;
-  std::string cubin;          // filled once compiled
+  std::string cubin;  // filled once compiled
   // A cuBLASLt call instead of kernels (template_id kCublasLtTemplateId, no
   // kernels): the 64 bytes of its cublasLtMatmulAlgo_t; workspace_bytes of
   // workspace. Empty for kernel recipes.

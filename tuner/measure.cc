@@ -43,13 +43,12 @@ Timing Summarize(std::vector<float> samples_ms) {
   return t;
 }
 
-absl::StatusOr<Timing> Measure(Device* device, const std::function<absl::Status(int)>& launch,
-                               int rotation, const MeasureOptions& options) {
+absl::StatusOr<Timing> Measure(Device* device, const std::function<absl::Status(int)>& launch, int rotation,
+                               const MeasureOptions& options) {
   if (rotation < 1) return absl::InvalidArgumentError("Measure: rotation must be >= 1");
   if (options.repetitions < kMinRepetitions) {
-    return absl::InvalidArgumentError(absl::StrCat("Measure: repetitions must be >= ",
-                                                   kMinRepetitions, ", got ",
-                                                   options.repetitions));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Measure: repetitions must be >= ", kMinRepetitions, ", got ", options.repetitions));
   }
   // Warm-up: module load, first-touch and clock ramp stay out of the samples.
   // At least one full sweep, so every input set has been touched once.

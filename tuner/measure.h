@@ -34,8 +34,8 @@ int RotationCount(const DeviceInfo& device, int64_t bytes_per_set);
 
 // Runs `launch(set)` warmup times, then `repetitions` times each timed by
 // events, with set = repetition % rotation. `launch` enqueues one kernel run.
-absl::StatusOr<Timing> Measure(Device* device, const std::function<absl::Status(int)>& launch,
-                               int rotation, const MeasureOptions& options);
+absl::StatusOr<Timing> Measure(Device* device, const std::function<absl::Status(int)>& launch, int rotation,
+                               const MeasureOptions& options);
 
 // Median and percentiles of samples in milliseconds, reported in microseconds.
 Timing Summarize(std::vector<float> samples_ms);

@@ -64,8 +64,7 @@ double Fp16ToDouble(uint16_t h) {
   const int mant = h & 0x3ff;
   if (exp == 0) return sign * std::ldexp(static_cast<double>(mant), -24);
   if (exp == 31) {
-    return mant != 0 ? std::numeric_limits<double>::quiet_NaN()
-                     : sign * std::numeric_limits<double>::infinity();
+    return mant != 0 ? std::numeric_limits<double>::quiet_NaN() : sign * std::numeric_limits<double>::infinity();
   }
   return sign * std::ldexp(static_cast<double>(1024 + mant), exp - 25);
 }
@@ -130,9 +129,7 @@ uint64_t SplitMix64(uint64_t z) {
 class UniformStream {
  public:
   UniformStream(uint64_t seed, uint64_t stream) : key_(SplitMix64(seed * 0x100000001b3ull + stream)) {}
-  double operator()(uint64_t index) const {
-    return static_cast<double>(SplitMix64(key_ ^ index) >> 11) * 0x1.0p-53;
-  }
+  double operator()(uint64_t index) const { return static_cast<double>(SplitMix64(key_ ^ index) >> 11) * 0x1.0p-53; }
 
  private:
   uint64_t key_;
@@ -148,8 +145,7 @@ float SignedMagnitude(double u, double lo, double hi) {
 }
 
 // Runs fn(begin, end) over [0, count) split across the machine's cores.
-void ParallelFor(int64_t count, int64_t min_per_thread,
-                 const std::function<void(int64_t, int64_t)>& fn) {
+void ParallelFor(int64_t count, int64_t min_per_thread, const std::function<void(int64_t, int64_t)>& fn) {
   const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
   const int64_t threads = std::clamp<int64_t>(count / std::max<int64_t>(min_per_thread, 1), 1, cores);
   if (threads == 1) {
@@ -189,9 +185,8 @@ constexpr double kSumTolerancePerRow = 0x1.0p-20;
 
 // ---- references and tolerances -------------------------------------------------
 
-void RmsNormForwardReference(const std::vector<double>& x, const std::vector<double>* w,
-                             int64_t m, int64_t n, double eps, std::vector<double>* y,
-                             std::vector<double>* rstd) {
+void RmsNormForwardReference(const std::vector<double>& x, const std::vector<double>* w, int64_t m, int64_t n,
+                             double eps, std::vector<double>* y, std::vector<double>* rstd) {
   y->assign(m * n, 0.0);
   rstd->assign(m, 0.0);
   for (int64_t i = 0; i < m; ++i) {
@@ -205,9 +200,8 @@ void RmsNormForwardReference(const std::vector<double>& x, const std::vector<dou
   }
 }
 
-void LayerNormForwardReference(const std::vector<double>& x, const std::vector<double>* w,
-                               const std::vector<double>* b, int64_t m, int64_t n, double eps,
-                               std::vector<double>* y, std::vector<double>* mean,
+void LayerNormForwardReference(const std::vector<double>& x, const std::vector<double>* w, const std::vector<double>* b,
+                               int64_t m, int64_t n, double eps, std::vector<double>* y, std::vector<double>* mean,
                                std::vector<double>* rstd) {
   y->assign(m * n, 0.0);
   mean->assign(m, 0.0);
@@ -222,17 +216,15 @@ void LayerNormForwardReference(const std::vector<double>& x, const std::vector<d
     (*mean)[i] = mu;
     (*rstd)[i] = r;
     for (int64_t j = 0; j < n; ++j) {
-      (*y)[i * n + j] = (x[i * n + j] - mu) * r * (w != nullptr ? (*w)[j] : 1.0) +
-                        (b != nullptr ? (*b)[j] : 0.0);
+      (*y)[i * n + j] = (x[i * n + j] - mu) * r * (w != nullptr ? (*w)[j] : 1.0) + (b != nullptr ? (*b)[j] : 0.0);
     }
   }
 }
 
-void NormBackwardReference(bool layernorm, const std::vector<double>& x,
-                           const std::vector<double>& dy, const std::vector<double>* w,
-                           const std::vector<double>& mean, const std::vector<double>& rstd,
-                           int64_t m, int64_t n, std::vector<double>* dx, std::vector<double>* dw,
-                           std::vector<double>* db) {
+void NormBackwardReference(bool layernorm, const std::vector<double>& x, const std::vector<double>& dy,
+                           const std::vector<double>* w, const std::vector<double>& mean,
+                           const std::vector<double>& rstd, int64_t m, int64_t n, std::vector<double>* dx,
+                           std::vector<double>* dw, std::vector<double>* db) {
   dx->assign(m * n, 0.0);
   dw->assign(n, 0.0);
   db->assign(n, 0.0);
@@ -283,8 +275,7 @@ absl::StatusOr<LaunchRecipe> NormCheckRecipe(const NormProblem& p, const DeviceI
   recipe.arch = Arch(device);
   // --fmad=false: no product fused into an add the host check does not fuse,
   // so both checks compute the same errors.
-  recipe.nvrtc_options = {absl::StrCat("--gpu-architecture=", recipe.arch), "-std=c++17",
-                          "--fmad=false"};
+  recipe.nvrtc_options = {absl::StrCat("--gpu-architecture=", recipe.arch), "-std=c++17", "--fmad=false"};
   KernelLaunch k;
   absl::StatusOr<std::string> name = KernelInstance("norm_check")
                                          .Type("TIn", TemplateTypeName(p.input_dtype))
@@ -298,8 +289,8 @@ absl::StatusOr<LaunchRecipe> NormCheckRecipe(const NormProblem& p, const DeviceI
   if (!name.ok()) return name.status();
   k.name_expression = *std::move(name);
   constexpr int64_t kThreads = 256;  // norm_check's block
-  const int64_t blocks = std::min<int64_t>((p.m * p.n + kThreads - 1) / kThreads,
-                                           int64_t{8} * std::max(device.sm_count, 1));
+  const int64_t blocks =
+      std::min<int64_t>((p.m * p.n + kThreads - 1) / kThreads, int64_t{8} * std::max(device.sm_count, 1));
   k.grid = {static_cast<uint32_t>(blocks), 1, 1};
   k.block = {static_cast<uint32_t>(kThreads), 1, 1};
   k.params = {"x", "dy", "w", "b", "out", "rows", "M", "N", "atol", "rtol", "verdict"};
@@ -321,8 +312,8 @@ struct NormRunner::Impl {
   std::vector<DeviceBuffer> rstd;  // (M) f32: forward output, backward input
   std::vector<DeviceBuffer> ws;    // backward workspace, recipe.workspace_bytes
   uint64_t ws_bytes = 0;
-  DeviceBuffer w, b;               // (N) weight dtype, shared by every set
-  DeviceBuffer dw, db;             // (N) weight dtype, backward outputs
+  DeviceBuffer w, b;    // (N) weight dtype, shared by every set
+  DeviceBuffer dw, db;  // (N) weight dtype, backward outputs
   // Host copies: raw inputs, references, read-back outputs.
   std::vector<uint8_t> host_x, host_dy, host_w, host_b;
   std::vector<double> mean_ref, rstd_ref;  // (M) float64 statistics of x
@@ -351,12 +342,8 @@ struct NormRunner::Impl {
   int64_t stat_bytes() const { return problem.m * static_cast<int64_t>(sizeof(float)); }
   double x_at(int64_t k) const { return Decode(problem.input_dtype, host_x.data(), k); }
   double dy_at(int64_t k) const { return Decode(problem.input_dtype, host_dy.data(), k); }
-  double w_at(int64_t j) const {
-    return problem.has_weight ? Decode(problem.weight_dtype, host_w.data(), j) : 1.0;
-  }
-  double b_at(int64_t j) const {
-    return HasBias(problem) ? Decode(problem.weight_dtype, host_b.data(), j) : 0.0;
-  }
+  double w_at(int64_t j) const { return problem.has_weight ? Decode(problem.weight_dtype, host_w.data(), j) : 1.0; }
+  double b_at(int64_t j) const { return HasBias(problem) ? Decode(problem.weight_dtype, host_b.data(), j) : 0.0; }
 
   // Output element (i, j) (y, or dx) as the float64 reference has it, and
   // the error it is allowed. norm_check.cuh evaluates the same expressions.
@@ -411,10 +398,9 @@ struct NormRunner::Impl {
     a->eps = problem.eps;
     a->pointers.clear();
     const std::pair<const char*, void*> known[] = {
-        {"x", &a->x},       {"dy", &a->dy}, {"w", &a->w},   {"b", &a->b},     {"y", &a->out},
-        {"dx", &a->out},    {"mean", &a->mean}, {"rstd", &a->rstd}, {"ws", &a->ws},
-        {"dw", &a->dw},     {"db", &a->db}, {"M", &a->m},   {"N", &a->n},     {"P", &a->p},
-        {"eps", &a->eps}};
+        {"x", &a->x},    {"dy", &a->dy},     {"w", &a->w},       {"b", &a->b},   {"y", &a->out},
+        {"dx", &a->out}, {"mean", &a->mean}, {"rstd", &a->rstd}, {"ws", &a->ws}, {"dw", &a->dw},
+        {"db", &a->db},  {"M", &a->m},       {"N", &a->n},       {"P", &a->p},   {"eps", &a->eps}};
     for (const std::string& p : k.params) {
       void* found = nullptr;
       for (const auto& [name, ptr] : known) {
@@ -441,9 +427,8 @@ struct NormRunner::Impl {
     loaded->d = device;
     const size_t expected = IsForward(problem) ? 1 : (problem.has_weight || HasBias(problem)) ? 2 : 1;
     if (recipe.kernels.size() != expected) {
-      return absl::InvalidArgumentError(absl::StrCat(OpName(problem), " recipes here have ",
-                                                     expected, " kernel(s), got ",
-                                                     recipe.kernels.size()));
+      return absl::InvalidArgumentError(
+          absl::StrCat(OpName(problem), " recipes here have ", expected, " kernel(s), got ", recipe.kernels.size()));
     }
     if (!IsForward(problem)) {
       if (absl::Status s = EnsureWorkspace(recipe.workspace_bytes); !s.ok()) return s;
@@ -470,11 +455,10 @@ struct NormRunner::Impl {
   }
 
   // Enqueues every kernel of the recipe, in order, on input set `set`.
-  absl::Status LaunchAll(const LaunchRecipe& recipe, const Loaded& loaded,
-                         std::vector<std::vector<Args>>& args, int set) {
+  absl::Status LaunchAll(const LaunchRecipe& recipe, const Loaded& loaded, std::vector<std::vector<Args>>& args,
+                         int set) {
     for (size_t i = 0; i < recipe.kernels.size(); ++i) {
-      if (absl::Status s = device->Launch(loaded.kernels[i], recipe.kernels[i],
-                                          args[set][i].pointers.data());
+      if (absl::Status s = device->Launch(loaded.kernels[i], recipe.kernels[i], args[set][i].pointers.data());
           !s.ok()) {
         return s;
       }
@@ -500,8 +484,8 @@ struct NormRunner::Impl {
 NormRunner::NormRunner(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 NormRunner::~NormRunner() = default;
 
-absl::StatusOr<std::unique_ptr<NormRunner>> NormRunner::Create(const NormProblem& problem,
-                                                               Device* device, uint64_t seed) {
+absl::StatusOr<std::unique_ptr<NormRunner>> NormRunner::Create(const NormProblem& problem, Device* device,
+                                                               uint64_t seed) {
   if (absl::Status s = ValidateNormProblem(problem); !s.ok()) return s;
   auto impl = std::make_unique<Impl>();
   Impl& im = *impl;
@@ -539,13 +523,11 @@ absl::StatusOr<std::unique_ptr<NormRunner>> NormRunner::Create(const NormProblem
       const double offset = ln ? scale * (8.0 * row_offset(i) - 4.0) : 0.0;
       double s = 0.0;
       for (int64_t j = 0; j < n; ++j) {
-        const float v = static_cast<float>(
-            offset + scale * SignedMagnitude(x_values(i * n + j), 0.05, 2.0));
+        const float v = static_cast<float>(offset + scale * SignedMagnitude(x_values(i * n + j), 0.05, 2.0));
         Encode(problem.input_dtype, v, im.host_x.data(), i * n + j);
         s += im.x_at(i * n + j);
         if (!fwd) {
-          const float d = static_cast<float>(
-              scale * SignedMagnitude(dy_values(i * n + j), 0.05, 2.0));
+          const float d = static_cast<float>(scale * SignedMagnitude(dy_values(i * n + j), 0.05, 2.0));
           Encode(problem.input_dtype, d, im.host_dy.data(), i * n + j);
         }
       }
@@ -633,9 +615,9 @@ absl::StatusOr<std::unique_ptr<NormRunner>> NormRunner::Create(const NormProblem
       list->push_back(*std::move(buffer));
     }
   }
-  for (auto [buffer, host] : {std::pair{&im.w, im.host_w.data()}, std::pair{&im.b, im.host_b.data()},
-                              std::pair{&im.dw, static_cast<uint8_t*>(nullptr)},
-                              std::pair{&im.db, static_cast<uint8_t*>(nullptr)}}) {
+  for (auto [buffer, host] :
+       {std::pair{&im.w, im.host_w.data()}, std::pair{&im.b, im.host_b.data()},
+        std::pair{&im.dw, static_cast<uint8_t*>(nullptr)}, std::pair{&im.db, static_cast<uint8_t*>(nullptr)}}) {
     absl::StatusOr<DeviceBuffer> created = DeviceBuffer::Create(device, im.w_bytes());
     if (!created.ok()) return created.status();
     if (host != nullptr) {
@@ -742,20 +724,16 @@ VerifyResult Merge(const VerifyResult& first, const VerifyResult& second) {
 // The device and host checks of one output agree: the same verdict, the same
 // first failure, and (passing) the same largest error up to rounding of the
 // last digit.
-absl::Status SameVerdict(const NormProblem& problem, const VerifyResult& on_device,
-                         const VerifyResult& on_host) {
-  const bool same =
-      on_device.ok == on_host.ok &&
-      (on_device.ok ? std::fabs(on_device.max_error - on_host.max_error) <=
-                          1e-9 * std::max(1.0, on_host.max_error)
-                    : on_device.detail == on_host.detail);
+absl::Status SameVerdict(const NormProblem& problem, const VerifyResult& on_device, const VerifyResult& on_host) {
+  const bool same = on_device.ok == on_host.ok && (on_device.ok ? std::fabs(on_device.max_error - on_host.max_error) <=
+                                                                      1e-9 * std::max(1.0, on_host.max_error)
+                                                                : on_device.detail == on_host.detail);
   if (same) return absl::OkStatus();
   auto verdict = [](const VerifyResult& v) {
     return v.ok ? absl::StrFormat("pass (largest error %.17g)", v.max_error) : v.detail;
   };
-  return absl::InternalError(absl::StrCat("the device and host checks of ", CanonicalKey(problem),
-                                          " disagree: device ", verdict(on_device), "; host ",
-                                          verdict(on_host)));
+  return absl::InternalError(absl::StrCat("the device and host checks of ", CanonicalKey(problem), " disagree: device ",
+                                          verdict(on_device), "; host ", verdict(on_host)));
 }
 
 }  // namespace
@@ -815,26 +793,25 @@ class Findings {
   std::string first_detail_;
 };
 
-std::string Describe(const char* what, int64_t i, int64_t j, double got, double want,
-                     double allowed) {
-  std::string where =
-      j >= 0 ? absl::StrFormat("%s[%d, %d]", what, i, j) : absl::StrFormat("%s[%d]", what, i);
+std::string Describe(const char* what, int64_t i, int64_t j, double got, double want, double allowed) {
+  std::string where = j >= 0 ? absl::StrFormat("%s[%d, %d]", what, i, j) : absl::StrFormat("%s[%d]", what, i);
   if (std::isnan(got)) {
-    return absl::StrFormat("%s is NaN (not written: outputs were poisoned with 0xFF), "
-                           "expected %.6g", where, want);
+    return absl::StrFormat(
+        "%s is NaN (not written: outputs were poisoned with 0xFF), "
+        "expected %.6g",
+        where, want);
   }
-  return absl::StrFormat("%s = %.6g, expected %.6g (|error| %.3g > allowed %.3g)", where, got,
-                         want, std::fabs(got - want), allowed);
+  return absl::StrFormat("%s = %.6g, expected %.6g (|error| %.3g > allowed %.3g)", where, got, want,
+                         std::fabs(got - want), allowed);
 }
 
 // Compares one value; false (and fills `detail`) when it fails. NaN fails.
-bool Compare(const char* what, int64_t i, int64_t j, double got, double want, double allowed,
-             double* local_max, std::string* detail) {
+bool Compare(const char* what, int64_t i, int64_t j, double got, double want, double allowed, double* local_max,
+             std::string* detail) {
   const double err = std::fabs(got - want) / allowed;
   if (!(err <= 1.0)) {
     *detail = Describe(what, i, j, got, want, allowed);
-    *local_max = std::isnan(err) ? std::numeric_limits<double>::infinity()
-                                 : std::max(*local_max, err);
+    *local_max = std::isnan(err) ? std::numeric_limits<double>::infinity() : std::max(*local_max, err);
     return false;
   }
   *local_max = std::max(*local_max, err);
@@ -895,8 +872,7 @@ absl::StatusOr<VerifyResult> NormRunner::Impl::CheckElementsOnDevice() {
   }
   const uint64_t k = result[1];
   if (k >= static_cast<uint64_t>(problem.m * problem.n)) {
-    return absl::InternalError(absl::StrCat("the norm check reported element ", k, " of ",
-                                            problem.m * problem.n));
+    return absl::InternalError(absl::StrCat("the norm check reported element ", k, " of ", problem.m * problem.n));
   }
   // The failing element, read back and described as the host check would.
   const int64_t i = static_cast<int64_t>(k) / problem.n, j = static_cast<int64_t>(k) % problem.n;
@@ -907,9 +883,9 @@ absl::StatusOr<VerifyResult> NormRunner::Impl::CheckElementsOnDevice() {
   const Expected e = ExpectedAt(i, j);
   double unused = 0;
   if (Compare(IsForward(problem) ? "y" : "dx", i, j, got, e.want, e.allowed, &unused, &r.detail)) {
-    return absl::InternalError(absl::StrFormat(
-        "the norm check failed element [%d, %d] = %.9g, which is within %.3g of the reference %.9g",
-        i, j, got, e.allowed, e.want));
+    return absl::InternalError(
+        absl::StrFormat("the norm check failed element [%d, %d] = %.9g, which is within %.3g of the reference %.9g", i,
+                        j, got, e.allowed, e.want));
   }
   r.ok = false;
   return r;
@@ -926,8 +902,7 @@ VerifyResult NormRunner::Impl::CheckStatistics() const {
     // mean near zero has no meaningful relative precision of its own.
     const double mu = mean_ref[i];
     if (IsLayerNorm(problem) &&
-        !Compare("mean", i, -1, host_mean[i], mu, stat_tol.rtol * (std::fabs(mu) + 1 / r),
-                 &local_max, &detail)) {
+        !Compare("mean", i, -1, host_mean[i], mu, stat_tol.rtol * (std::fabs(mu) + 1 / r), &local_max, &detail)) {
       break;
     }
   }
@@ -951,14 +926,12 @@ VerifyResult NormRunner::Impl::CheckWeightGradients() const {
   for (int64_t j = 0; j < n && detail.empty(); ++j) {
     if (problem.has_weight) {
       const double got = Decode(problem.weight_dtype, host_dw.data(), j);
-      const double allowed =
-          wtol.atol * 1e-3 + wtol.rtol * std::fabs(dw_ref[j]) + sum_tol * dw_scale[j];
+      const double allowed = wtol.atol * 1e-3 + wtol.rtol * std::fabs(dw_ref[j]) + sum_tol * dw_scale[j];
       if (!Compare("dw", j, -1, got, dw_ref[j], allowed, &local_max, &detail)) break;
     }
     if (HasBias(problem)) {
       const double got = Decode(problem.weight_dtype, host_db.data(), j);
-      const double allowed =
-          wtol.atol * 1e-3 + wtol.rtol * std::fabs(db_ref[j]) + sum_tol * db_scale[j];
+      const double allowed = wtol.atol * 1e-3 + wtol.rtol * std::fabs(db_ref[j]) + sum_tol * db_scale[j];
       if (!Compare("db", j, -1, got, db_ref[j], allowed, &local_max, &detail)) break;
     }
   }
@@ -969,8 +942,7 @@ VerifyResult NormRunner::Impl::CheckWeightGradients() const {
   return result;
 }
 
-absl::StatusOr<Timing> NormRunner::Time(const LaunchRecipe& recipe,
-                                        const MeasureOptions& options) {
+absl::StatusOr<Timing> NormRunner::Time(const LaunchRecipe& recipe, const MeasureOptions& options) {
   Impl& im = *impl_;
   Impl::Loaded loaded;
   if (absl::Status s = im.Load(recipe, &loaded); !s.ok()) return s;
@@ -978,19 +950,16 @@ absl::StatusOr<Timing> NormRunner::Time(const LaunchRecipe& recipe,
   // as peers' inference forward does; they add 4 bytes per row each when a
   // training caller asks. Backward: every kernel of the recipe back to back,
   // inside one event pair.
-  std::vector<std::vector<Impl::Args>> args(im.rotation,
-                                            std::vector<Impl::Args>(recipe.kernels.size()));
+  std::vector<std::vector<Impl::Args>> args(im.rotation, std::vector<Impl::Args>(recipe.kernels.size()));
   for (int s = 0; s < im.rotation; ++s) {
     for (size_t i = 0; i < recipe.kernels.size(); ++i) {
-      if (absl::Status st = im.BuildArgs(recipe.kernels[i], s, /*with_stats=*/false, &args[s][i]);
-          !st.ok()) {
+      if (absl::Status st = im.BuildArgs(recipe.kernels[i], s, /*with_stats=*/false, &args[s][i]); !st.ok()) {
         return st;
       }
     }
   }
   absl::StatusOr<Timing> timing = Measure(
-      im.device, [&](int set) { return im.LaunchAll(recipe, loaded, args, set); }, im.rotation,
-      options);
+      im.device, [&](int set) { return im.LaunchAll(recipe, loaded, args, set); }, im.rotation, options);
   if (!timing.ok()) return timing.status();
   if (absl::Status s = im.device->Synchronize(); !s.ok()) return s;
   return timing;

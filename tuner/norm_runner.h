@@ -30,15 +30,15 @@ namespace ktune {
 
 struct VerifyResult {
   bool ok = false;
-  std::string detail;  // first mismatch, unwritten element, or NaN when !ok
+  std::string detail;    // first mismatch, unwritten element, or NaN when !ok
   double max_error = 0;  // max |out - ref| / (atol + rtol * |ref|) over the outputs
 };
 
 class NormRunner {
  public:
   // REQUIRES: ValidateNormProblem(problem).ok(). Allocates device memory.
-  static absl::StatusOr<std::unique_ptr<NormRunner>> Create(const NormProblem& problem,
-                                                            Device* device, uint64_t seed = 1);
+  static absl::StatusOr<std::unique_ptr<NormRunner>> Create(const NormProblem& problem, Device* device,
+                                                            uint64_t seed = 1);
   ~NormRunner();
 
   // Loads recipe's cubin, poisons outputs (and the backward workspace, sized
@@ -63,26 +63,23 @@ class NormRunner {
 
 // The float64 host reference of RMSNorm forward on host-side float inputs
 // (already rounded to the input dtype): y[i, j] = x[i, j] * rstd[i] * w[j].
-void RmsNormForwardReference(const std::vector<double>& x, const std::vector<double>* w,
-                             int64_t m, int64_t n, double eps, std::vector<double>* y,
-                             std::vector<double>* rstd);
+void RmsNormForwardReference(const std::vector<double>& x, const std::vector<double>* w, int64_t m, int64_t n,
+                             double eps, std::vector<double>* y, std::vector<double>* rstd);
 
 // The float64 host reference of LayerNorm forward: y[i, j] = (x[i, j] - mean[i])
 // * rstd[i] * w[j] + b[j] (w, b may be null: 1 and 0).
-void LayerNormForwardReference(const std::vector<double>& x, const std::vector<double>* w,
-                               const std::vector<double>* b, int64_t m, int64_t n, double eps,
-                               std::vector<double>* y, std::vector<double>* mean,
+void LayerNormForwardReference(const std::vector<double>& x, const std::vector<double>* w, const std::vector<double>* b,
+                               int64_t m, int64_t n, double eps, std::vector<double>* y, std::vector<double>* mean,
                                std::vector<double>* rstd);
 
 // The float64 host reference of the norm backward from the saved statistics
 // (RMSNorm: layernorm false, mean ignored): xhat = (x - mean) * rstd, g = dy * w,
 // dx = rstd * (g - mean_j(g) [LayerNorm only] - xhat * mean_j(g * xhat)),
 // dw[j] = sum_i dy * xhat, db[j] = sum_i dy. w may be null (1).
-void NormBackwardReference(bool layernorm, const std::vector<double>& x,
-                           const std::vector<double>& dy, const std::vector<double>* w,
-                           const std::vector<double>& mean, const std::vector<double>& rstd,
-                           int64_t m, int64_t n, std::vector<double>* dx, std::vector<double>* dw,
-                           std::vector<double>* db);
+void NormBackwardReference(bool layernorm, const std::vector<double>& x, const std::vector<double>& dy,
+                           const std::vector<double>* w, const std::vector<double>& mean,
+                           const std::vector<double>& rstd, int64_t m, int64_t n, std::vector<double>* dx,
+                           std::vector<double>* dw, std::vector<double>* db);
 
 // The device check's recipe for `problem` (uncompiled): norm_check from
 // kernel_templates/norm/norm_check.cuh, instantiated for the problem's types

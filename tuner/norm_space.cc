@@ -37,7 +37,7 @@ constexpr int kSmemReservedPerCta = 1024;
 // The kernels' static shared memory besides the partials: the cross-warp
 // scratch of common/reduce.cuh, 2 * 32 floats at most.
 constexpr int64_t kStaticScratchBound = 2 * 32 * 4;
-constexpr int kMaxCtasPerSm = 32;   // sm_50 and later
+constexpr int kMaxCtasPerSm = 32;    // sm_50 and later
 constexpr int kSmSubPartitions = 4;  // register file split across 4 schedulers
 constexpr int kMaxRegistersPerThread = 255;
 constexpr int kMinThreadsPerRow = 4;
@@ -99,8 +99,8 @@ int GradientParts(const NormProblem& p) {
 // Why: bench/results/decisions/layernorm-fwd-32768x1024.md
 bool FullTiles(const NormProblem& p, const NormConfig& c) {
   constexpr int64_t kMaxRowBytes = 2048;
-  return IsForward(p) && c.persistent && c.pipeline_depth == 1 && p.m % c.x_block == 0 &&
-         p.n == c.r_block && int64_t{p.n} * DTypeBytes(p.input_dtype) <= kMaxRowBytes;
+  return IsForward(p) && c.persistent && c.pipeline_depth == 1 && p.m % c.x_block == 0 && p.n == c.r_block &&
+         int64_t{p.n} * DTypeBytes(p.input_dtype) <= kMaxRowBytes;
 }
 
 // Packed words live across the reduction (persistent) or per pass (looped);
@@ -147,9 +147,7 @@ int CtasPerSmFor(int live_words, int64_t smem, const NormConfig& c, const Device
   if (smem > 0) {
     const int64_t optin = d.max_smem_per_block_optin > 0 ? d.max_smem_per_block_optin : 48 << 10;
     const int64_t total = smem + kStaticScratchBound;  // with the reduction scratch
-    by_smem = total > optin ? 0
-                            : static_cast<int>((optin + kSmemReservedPerCta) /
-                                               (total + kSmemReservedPerCta));
+    by_smem = total > optin ? 0 : static_cast<int>((optin + kSmemReservedPerCta) / (total + kSmemReservedPerCta));
   }
   return std::min({kMaxCtasPerSm, by_threads, by_regs, by_smem});
 }
@@ -234,8 +232,8 @@ uint64_t WorkspaceBytes(const NormProblem& p, const NormConfig& c) {
   return static_cast<uint64_t>(GradientParts(p)) * PartialRows(p, c) * p.n * sizeof(float);
 }
 
-NormConfig MakeConfig(int num_warps, int threads_per_row, int vec, int chunks, bool persistent,
-                      int pipeline, int split = 0) {
+NormConfig MakeConfig(int num_warps, int threads_per_row, int vec, int chunks, bool persistent, int pipeline,
+                      int split = 0) {
   NormConfig c;
   c.num_warps = num_warps;
   c.x_block = num_warps * kWarpSizeT / threads_per_row;
@@ -259,8 +257,7 @@ struct ReduceGeometry {
 
 ReduceGeometry ReduceGeometryFor(int64_t partial_rows) {
   ReduceGeometry g;
-  g.threads_y = static_cast<int>(std::clamp<int64_t>(NextPowerOfTwo(CeilDiv(partial_rows, 8)), 1,
-                                                     32));
+  g.threads_y = static_cast<int>(std::clamp<int64_t>(NextPowerOfTwo(CeilDiv(partial_rows, 8)), 1, 32));
   return g;
 }
 
@@ -273,8 +270,7 @@ ReduceGeometry ReduceGeometryFor(int64_t partial_rows) {
 // cheaper one remains. Only the half and the one-wave split are kept when
 // both pass (the double rarely won and doubled the space), except where the
 // double still fills a wave (below).
-std::vector<int> SplitSizes(const NormProblem& p, const NormConfig& c, const DeviceInfo& d,
-                            bool pruned) {
+std::vector<int> SplitSizes(const NormProblem& p, const NormConfig& c, const DeviceInfo& d, bool pruned) {
   std::vector<int> all;
   const int64_t top = std::min<int64_t>(NextPowerOfTwo(p.m), kMaxSplitSize);
   for (int64_t s = c.x_block; s <= std::max<int64_t>(top, c.x_block); s *= 2) {
@@ -322,8 +318,7 @@ absl::Status CanImplement(const NormProblem& p, const NormConfig& c, const Devic
   auto fail = [&](const std::string& why) {
     return absl::FailedPreconditionError(absl::StrCat(ToString(c), ": ", why));
   };
-  if (!IsNormDType(p.input_dtype) || !IsNormDType(p.output_dtype) ||
-      !IsNormDType(p.weight_dtype)) {
+  if (!IsNormDType(p.input_dtype) || !IsNormDType(p.output_dtype) || !IsNormDType(p.weight_dtype)) {
     return fail("dtypes must be bf16, fp16 or fp32");
   }
   if (p.weight_dtype != p.input_dtype && p.weight_dtype != DType::kFP32) {
@@ -339,8 +334,7 @@ absl::Status CanImplement(const NormProblem& p, const NormConfig& c, const Devic
   }
   if (c.threads() > 1024) return fail("more than 1024 threads per CTA");
   if (!IsPowerOfTwo(c.x_block) || c.x_block > c.threads() / kMinThreadsPerRow) {
-    return fail(absl::StrCat("x_block must be a power of two leaving >= ", kMinThreadsPerRow,
-                             " threads per row"));
+    return fail(absl::StrCat("x_block must be a power of two leaving >= ", kMinThreadsPerRow, " threads per row"));
   }
   if (!IsPowerOfTwo(c.vec) || c.vec * DTypeBytes(p.input_dtype) > 16) {
     return fail("vec must be a power of two of at most 16 bytes of input");
@@ -373,21 +367,18 @@ absl::Status CanImplement(const NormProblem& p, const NormConfig& c, const Devic
       if (!c.persistent || c.x_block != 1) return fail("clusters are for persistent kernels of one row per CTA");
     }
     // The cross-row-group sum of the partials goes through static shared memory.
-    if (c.persistent && c.x_block > 1 &&
-        static_cast<int64_t>(c.threads()) * c.vec * 4 > 48 * 1024) {
+    if (c.persistent && c.x_block > 1 && static_cast<int64_t>(c.threads()) * c.vec * 4 > 48 * 1024) {
       return fail("the partials' shared-memory sum needs more than 48 KiB");
     }
   }
-  if (IsLayerNorm(p) && IsForward(p) && c.persistent && c.pipeline_depth == 1 &&
-      (p.has_weight || p.has_bias) && c.chunks() > kMaxLateParamChunksLayerNorm) {
-    return fail(absl::StrCat("more than ", kMaxLateParamChunksLayerNorm,
-                             " chunks with w and b loaded late (ptxas spills)"));
+  if (IsLayerNorm(p) && IsForward(p) && c.persistent && c.pipeline_depth == 1 && (p.has_weight || p.has_bias) &&
+      c.chunks() > kMaxLateParamChunksLayerNorm) {
+    return fail(
+        absl::StrCat("more than ", kMaxLateParamChunksLayerNorm, " chunks with w and b loaded late (ptxas spills)"));
   }
-  const int max_live =
-      IsLayerNorm(p) && IsForward(p) ? kMaxLiveWordsLayerNormForward : kMaxLiveWords;
+  const int max_live = IsLayerNorm(p) && IsForward(p) ? kMaxLiveWordsLayerNormForward : kMaxLiveWords;
   if (LiveWords(p, c, d) > max_live) {
-    return fail(absl::StrCat(LiveWords(p, c, d), " live registers of data per thread, more than ",
-                             max_live));
+    return fail(absl::StrCat(LiveWords(p, c, d), " live registers of data per thread, more than ", max_live));
   }
   if (d.max_threads_per_sm > 0 && c.threads() > d.max_threads_per_sm) {
     return fail("more threads than an SM holds");
@@ -404,8 +395,7 @@ std::vector<NormConfig> NormSearchSpace(const NormProblem& p, const DeviceInfo& 
   return NormSearchSpace(p, d, SpaceOptions());
 }
 
-std::vector<NormConfig> NormSearchSpace(const NormProblem& p, const DeviceInfo& d,
-                                        const SpaceOptions& options) {
+std::vector<NormConfig> NormSearchSpace(const NormProblem& p, const DeviceInfo& d, const SpaceOptions& options) {
   std::vector<NormConfig> space;
   if (!ValidateNormProblem(p).ok()) return space;
   const bool pruned = options.pruned;
@@ -481,7 +471,9 @@ std::vector<NormConfig> NormSearchSpace(const NormProblem& p, const DeviceInfo& 
       const int64_t chunks = CeilDiv(vectors, tpr);
       if (chunks > max_chunks) continue;
       NormConfig c = MakeConfig(warps, tpr, vec, static_cast<int>(chunks), true, 1,
-                                forward ? 0 : tpr == threads ? 1 : threads / tpr);
+                                forward          ? 0
+                                : tpr == threads ? 1
+                                                 : threads / tpr);
       if (!CanImplement(p, c, d).ok()) continue;
       row_fits_registers = true;
       if (pruned && 2 * vectors < chunks * tpr) continue;  // under half the lanes busy
@@ -541,8 +533,8 @@ NormConfig HeuristicNormConfig(const NormProblem& p, const DeviceInfo& d) {
   // vectors per thread and are within 2% of this choice).
   for (int per_thread : {8, 4, 2, 1}) {
     if (!forward && per_thread > 4) continue;
-    int tpr = static_cast<int>(std::clamp<int64_t>(NextPowerOfTwo(CeilDiv(vectors, per_thread)),
-                                                   kMinThreadsPerRow, 1024));
+    int tpr =
+        static_cast<int>(std::clamp<int64_t>(NextPowerOfTwo(CeilDiv(vectors, per_thread)), kMinThreadsPerRow, 1024));
     int warps = std::max(tpr, 256) / kWarpSizeT;
     // Fewer rows than a CTA would hold: narrower CTAs, then wider row groups.
     while (warps > 1 && warps * kWarpSizeT > tpr && warps * kWarpSizeT / tpr > max_rows) warps /= 2;
@@ -586,8 +578,7 @@ std::string NormTemplateId(const NormProblem& p) {
                       p.pass == NormPass::kForward ? "_fwd" : "_bwd");
 }
 
-absl::StatusOr<LaunchRecipe> NormLaunchRecipe(const NormProblem& p, const NormConfig& c,
-                                              const DeviceInfo& d) {
+absl::StatusOr<LaunchRecipe> NormLaunchRecipe(const NormProblem& p, const NormConfig& c, const DeviceInfo& d) {
   if (absl::Status s = ValidateNormProblem(p); !s.ok()) return s;
   if (absl::Status s = CanImplement(p, c, d); !s.ok()) return s;
   LaunchRecipe recipe;
@@ -612,13 +603,22 @@ absl::StatusOr<LaunchRecipe> NormLaunchRecipe(const NormProblem& p, const NormCo
   k.programmatic_dependent = programmatic_dependent;
   // The arguments every norm kernel template takes by these names.
   auto common = [&](KernelInstance& t) -> KernelInstance& {
-    return t.Type("TIn", in).Type("TOut", out).Type("TW", wt).Bool("HAS_WEIGHT", p.has_weight)
-        .Int("NUM_WARPS", c.num_warps).Int("VEC", c.vec).Int("CHUNKS", c.chunks())
-        .Int("PIPELINE", c.pipeline_depth).Int("CTAS_PER_SM", CtasPerSm(p, c, d));
+    return t.Type("TIn", in)
+        .Type("TOut", out)
+        .Type("TW", wt)
+        .Bool("HAS_WEIGHT", p.has_weight)
+        .Int("NUM_WARPS", c.num_warps)
+        .Int("VEC", c.vec)
+        .Int("CHUNKS", c.chunks())
+        .Int("PIPELINE", c.pipeline_depth)
+        .Int("CTAS_PER_SM", CtasPerSm(p, c, d));
   };
   if (IsForward(p)) {
     KernelInstance t(ln ? "layernorm_fwd" : "rmsnorm_fwd");
-    common(t).Int("XBLOCK", c.x_block).Bool("PERSISTENT", c.persistent).Bool("X_KEEP_L2", KeepXInL2(p, c))
+    common(t)
+        .Int("XBLOCK", c.x_block)
+        .Bool("PERSISTENT", c.persistent)
+        .Bool("X_KEEP_L2", KeepXInL2(p, c))
         .Bool("FULL_TILES", FullTiles(p, c));
     if (ln) t.Bool("HAS_BIAS", p.has_bias);
     absl::StatusOr<std::string> name = t.NameExpression();

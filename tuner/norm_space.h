@@ -20,8 +20,7 @@ namespace ktune {
 
 // OK, or FAILED_PRECONDITION saying why `config` cannot run `problem` on
 // `device` (divisibility, vector width, register budget, thread limits).
-absl::Status CanImplement(const NormProblem& problem, const NormConfig& config,
-                          const DeviceInfo& device);
+absl::Status CanImplement(const NormProblem& problem, const NormConfig& config, const DeviceInfo& device);
 
 struct SpaceOptions {
   // false: every knob combination of the grid that CanImplement accepts, with

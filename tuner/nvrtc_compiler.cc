@@ -61,8 +61,7 @@ class NvrtcChecker {
 
 // Compiles `text` (named `path`, with in-memory headers) for the recipe's
 // name expressions, options and architecture.
-CompileResult CompileText(const std::string& text, const std::string& path,
-                          const std::vector<std::string>& names,
+CompileResult CompileText(const std::string& text, const std::string& path, const std::vector<std::string>& names,
                           const std::vector<std::string>& texts, LaunchRecipe* recipe) {
   CompileResult result;
   if (recipe->kernels.empty()) {
@@ -79,21 +78,19 @@ CompileResult CompileText(const std::string& text, const std::string& path,
   std::string unit = absl::StrCat(text, "\n");
   NvrtcChecker check(&result);
   NvrtcProgram program;
-  if (!check.Ok(nvrtcCreateProgram(program.out(), unit.c_str(), path.c_str(),
-                                   static_cast<int>(header_names.size()), header_texts.data(),
-                                   header_names.data()),
+  if (!check.Ok(nvrtcCreateProgram(program.out(), unit.c_str(), path.c_str(), static_cast<int>(header_names.size()),
+                                   header_texts.data(), header_names.data()),
                 "nvrtcCreateProgram")) {
     return result;
   }
   for (const KernelLaunch& k : recipe->kernels) {
-    if (!check.Ok(nvrtcAddNameExpression(program.get(), k.name_expression.c_str()),
-                  "nvrtcAddNameExpression", program.get())) {
+    if (!check.Ok(nvrtcAddNameExpression(program.get(), k.name_expression.c_str()), "nvrtcAddNameExpression",
+                  program.get())) {
       return result;
     }
   }
   std::vector<std::string> options = recipe->nvrtc_options;
-  if (!recipe->arch.empty() &&
-      std::none_of(options.begin(), options.end(), [](const std::string& o) {
+  if (!recipe->arch.empty() && std::none_of(options.begin(), options.end(), [](const std::string& o) {
         return o.rfind("--gpu-architecture", 0) == 0 || o.rfind("-arch", 0) == 0;
       })) {
     options.push_back(absl::StrCat("--gpu-architecture=", recipe->arch));
@@ -123,8 +120,7 @@ CompileResult CompileText(const std::string& text, const std::string& path,
   std::vector<std::string> lowered;
   for (const KernelLaunch& k : recipe->kernels) {
     const char* name = nullptr;
-    if (!check.Ok(nvrtcGetLoweredName(program.get(), k.name_expression.c_str(), &name),
-                  "nvrtcGetLoweredName")) {
+    if (!check.Ok(nvrtcGetLoweredName(program.get(), k.name_expression.c_str(), &name), "nvrtcGetLoweredName")) {
       return result;
     }
     lowered.emplace_back(name);
@@ -143,8 +139,8 @@ CompileResult CompileImpl(LaunchRecipe* recipe) {
     return result;
   }
   if (!recipe->template_hash.empty() && recipe->template_hash != (*source)->hash) {
-    result.log = absl::StrCat("recipe was made for template hash ", recipe->template_hash,
-                              " but this binary embeds ", (*source)->hash);
+    result.log = absl::StrCat("recipe was made for template hash ", recipe->template_hash, " but this binary embeds ",
+                              (*source)->hash);
     return result;
   }
   const KernelSource& src = **source;
@@ -163,16 +159,14 @@ int NvrtcVersion() {
 CompileResult Compile(LaunchRecipe* recipe) {
   const auto start = std::chrono::steady_clock::now();
   CompileResult result = CompileImpl(recipe);
-  result.compile_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.compile_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }
 
 CompileResult CompileSource(const std::string& text, LaunchRecipe* recipe) {
   const auto start = std::chrono::steady_clock::now();
   CompileResult result = CompileText(text, "source.cu", {}, {}, recipe);
-  result.compile_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.compile_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }
 

@@ -18,7 +18,7 @@ namespace ktune {
 
 struct CompileResult {
   bool ok = false;
-  std::string log;            // NVRTC log (errors and warnings)
+  std::string log;  // NVRTC log (errors and warnings)
   double compile_seconds = 0;
 };
 

@@ -21,9 +21,9 @@ std::string EnvOr(const char* name, const std::string& fallback) {
 // Judges what lstat found at `dir`.
 absl::Status JudgePrivateDir(const std::string& dir, const struct stat& st) {
   auto refuse = [&dir](const std::string& what) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "socket directory ", dir, " ", what,
-        ": another user could replace the socket; remove it (ktuned creates it 0700) or fix it"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("socket directory ", dir, " ", what,
+                     ": another user could replace the socket; remove it (ktuned creates it 0700) or fix it"));
   };
   if (S_ISLNK(st.st_mode)) return refuse("is a symlink");
   if (!S_ISDIR(st.st_mode)) return refuse("is not a directory");
@@ -31,8 +31,7 @@ absl::Status JudgePrivateDir(const std::string& dir, const struct stat& st) {
     return refuse(absl::StrCat("is owned by uid ", st.st_uid, ", not by us (uid ", geteuid(), ")"));
   }
   if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-    return refuse(absl::StrFormat("is writable by %s (mode %04o)",
-                                  (st.st_mode & S_IWOTH) != 0 ? "others" : "its group",
+    return refuse(absl::StrFormat("is writable by %s (mode %04o)", (st.st_mode & S_IWOTH) != 0 ? "others" : "its group",
                                   st.st_mode & 07777));
   }
   return absl::OkStatus();
@@ -45,7 +44,7 @@ absl::Status EnsurePrivateDir(const std::string& dir) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot create socket directory ", dir, ": ", std::strerror(errno)));
   }
-  struct stat st{};
+  struct stat st {};
   if (lstat(dir.c_str(), &st) != 0) {
     return absl::FailedPreconditionError(absl::StrCat("socket directory ", dir, ": ", std::strerror(errno)));
   }
@@ -53,7 +52,7 @@ absl::Status EnsurePrivateDir(const std::string& dir) {
 }
 
 absl::Status CheckPrivateDir(const std::string& dir) {
-  struct stat st{};
+  struct stat st {};
   if (lstat(dir.c_str(), &st) != 0) return absl::OkStatus();
   return JudgePrivateDir(dir, st);
 }

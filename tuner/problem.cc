@@ -12,17 +12,21 @@
 namespace ktune {
 
 bool operator==(const NormProblem& a, const NormProblem& b) {
-  return a.op == b.op && a.pass == b.pass && a.m == b.m && a.n == b.n &&
-         a.input_dtype == b.input_dtype && a.output_dtype == b.output_dtype && a.weight_dtype == b.weight_dtype &&
-         a.has_weight == b.has_weight && a.has_bias == b.has_bias && a.eps == b.eps;
+  return a.op == b.op && a.pass == b.pass && a.m == b.m && a.n == b.n && a.input_dtype == b.input_dtype &&
+         a.output_dtype == b.output_dtype && a.weight_dtype == b.weight_dtype && a.has_weight == b.has_weight &&
+         a.has_bias == b.has_bias && a.eps == b.eps;
 }
 
 std::string DTypeName(DType dtype) {
   switch (dtype) {
-    case DType::kBF16: return "bf16";
-    case DType::kFP16: return "fp16";
-    case DType::kFP32: return "fp32";
-    case DType::kFP8E4M3: return "fp8e4m3";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kFP16:
+      return "fp16";
+    case DType::kFP32:
+      return "fp32";
+    case DType::kFP8E4M3:
+      return "fp8e4m3";
   }
   return "unknown";
 }
@@ -31,23 +35,24 @@ absl::StatusOr<DType> ParseDType(absl::string_view name) {
   for (DType d : {DType::kBF16, DType::kFP16, DType::kFP32, DType::kFP8E4M3}) {
     if (name == DTypeName(d)) return d;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown dtype '", name, "' (expected bf16, fp16, fp32 or fp8e4m3)"));
+  return absl::InvalidArgumentError(absl::StrCat("unknown dtype '", name, "' (expected bf16, fp16, fp32 or fp8e4m3)"));
 }
 
 int DTypeBytes(DType dtype) {
   switch (dtype) {
     case DType::kBF16:
-    case DType::kFP16: return 2;
-    case DType::kFP32: return 4;
-    case DType::kFP8E4M3: return 1;
+    case DType::kFP16:
+      return 2;
+    case DType::kFP32:
+      return 4;
+    case DType::kFP8E4M3:
+      return 1;
   }
   return 0;
 }
 
 std::string OpName(NormOp op, NormPass pass) {
-  return absl::StrCat(op == NormOp::kRMSNorm ? "rmsnorm" : "layernorm",
-                      pass == NormPass::kForward ? ".fwd" : ".bwd");
+  return absl::StrCat(op == NormOp::kRMSNorm ? "rmsnorm" : "layernorm", pass == NormPass::kForward ? ".fwd" : ".bwd");
 }
 
 absl::Status ParseNormOpName(absl::string_view name, NormOp* op, NormPass* pass) {
@@ -62,35 +67,29 @@ absl::Status ParseNormOpName(absl::string_view name, NormOp* op, NormPass* pass)
   }
   if (name == "gemm") return absl::InvalidArgumentError("op 'gemm' is not a norm op");
   return absl::InvalidArgumentError(absl::StrCat(
-      "unknown op '", SafeText(name),
-      "' (expected rmsnorm.fwd, rmsnorm.bwd, layernorm.fwd, layernorm.bwd or gemm)"));
+      "unknown op '", SafeText(name), "' (expected rmsnorm.fwd, rmsnorm.bwd, layernorm.fwd, layernorm.bwd or gemm)"));
 }
 
 absl::Status ValidateNormProblem(const NormProblem& p) {
   if (p.m < 1 || p.m > kMaxNormM) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("problem.m: must be in [1, ", kMaxNormM, "], got ", p.m));
+    return absl::InvalidArgumentError(absl::StrCat("problem.m: must be in [1, ", kMaxNormM, "], got ", p.m));
   }
   if (p.n < 1 || p.n > kMaxNormN) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("problem.n: must be in [1, ", kMaxNormN, "], got ", p.n));
+    return absl::InvalidArgumentError(absl::StrCat("problem.n: must be in [1, ", kMaxNormN, "], got ", p.n));
   }
   if (p.m * p.n > kMaxNormElements) {
-    return absl::InvalidArgumentError(absl::StrCat("problem: m * n = ", p.m * p.n,
-                                                   " elements exceeds the limit of ",
-                                                   kMaxNormElements));
+    return absl::InvalidArgumentError(
+        absl::StrCat("problem: m * n = ", p.m * p.n, " elements exceeds the limit of ", kMaxNormElements));
   }
-  for (auto [field, dtype] : {std::pair{"problem.input_dtype", p.input_dtype},
-                              std::pair{"problem.output_dtype", p.output_dtype},
-                              std::pair{"problem.weight_dtype", p.weight_dtype}}) {
+  for (auto [field, dtype] :
+       {std::pair{"problem.input_dtype", p.input_dtype}, std::pair{"problem.output_dtype", p.output_dtype},
+        std::pair{"problem.weight_dtype", p.weight_dtype}}) {
     if (dtype == DType::kFP8E4M3) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ": fp8e4m3 is not supported for norms (bf16, fp16, fp32)"));
+      return absl::InvalidArgumentError(absl::StrCat(field, ": fp8e4m3 is not supported for norms (bf16, fp16, fp32)"));
     }
   }
   if (!std::isfinite(p.eps) || p.eps <= 0.0f || p.eps > 1.0f) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("problem.eps: must be finite and in (0, 1], got %g", p.eps));
+    return absl::InvalidArgumentError(absl::StrFormat("problem.eps: must be finite and in (0, 1], got %g", p.eps));
   }
   if (p.weight_dtype != p.input_dtype && p.weight_dtype != DType::kFP32) {
     return absl::InvalidArgumentError(absl::StrCat("problem.weight_dtype: must be the input dtype (",

@@ -22,8 +22,8 @@ enum class NormPass { kForward, kBackward };
 
 // Bounds on what a request may ask for. They keep a single request's device
 // memory (inputs rotated past L2 for timing) and host reference cost bounded.
-inline constexpr int64_t kMaxNormM = int64_t{1} << 24;      // 16M rows
-inline constexpr int64_t kMaxNormN = int64_t{1} << 18;      // 262144
+inline constexpr int64_t kMaxNormM = int64_t{1} << 24;         // 16M rows
+inline constexpr int64_t kMaxNormN = int64_t{1} << 18;         // 262144
 inline constexpr int64_t kMaxNormElements = int64_t{1} << 31;  // M * N
 
 inline constexpr float kDefaultNormEps = 1e-6f;
@@ -39,7 +39,6 @@ struct NormProblem {
   bool has_weight = true;
   bool has_bias = false;
   float eps = kDefaultNormEps;
-
 };
 
 bool operator==(const NormProblem& a, const NormProblem& b);

@@ -8,9 +8,8 @@ namespace {
 class GridSearch final : public SearchStrategy {
  public:
   std::string name() const override { return "grid"; }
-  std::vector<int> Next(const std::vector<NormConfig>& space,
-                        const std::vector<std::optional<double>>&, const std::vector<bool>& measured,
-                        double) override {
+  std::vector<int> Next(const std::vector<NormConfig>& space, const std::vector<std::optional<double>>&,
+                        const std::vector<bool>& measured, double) override {
     std::vector<int> batch;
     for (int i = 0; i < static_cast<int>(space.size()); ++i) {
       if (!measured[i]) batch.push_back(i);
@@ -24,8 +23,7 @@ class CoordinateDescent final : public SearchStrategy {
   CoordinateDescent(const NormConfig& seed, SearchBudget budget) : seed_(seed), budget_(budget) {}
   std::string name() const override { return "coordinate-descent"; }
 
-  std::vector<int> Next(const std::vector<NormConfig>& space,
-                        const std::vector<std::optional<double>>& measured_us,
+  std::vector<int> Next(const std::vector<NormConfig>& space, const std::vector<std::optional<double>>& measured_us,
                         const std::vector<bool>& measured, double elapsed_s) override {
     const int n = static_cast<int>(space.size());
     if (n == 0) return {};
@@ -71,11 +69,9 @@ class CoordinateDescent final : public SearchStrategy {
 }  // namespace
 
 bool AreNeighbours(const NormConfig& a, const NormConfig& b) {
-  const int differences = (a.x_block != b.x_block) + (a.r_block != b.r_block) +
-                          (a.num_warps != b.num_warps) + (a.vec != b.vec) +
-                          (a.pipeline_depth != b.pipeline_depth) + (a.split_size != b.split_size) +
-                          (a.persistent != b.persistent) + (a.reduce_rows != b.reduce_rows) +
-                          (a.cluster != b.cluster);
+  const int differences = (a.x_block != b.x_block) + (a.r_block != b.r_block) + (a.num_warps != b.num_warps) +
+                          (a.vec != b.vec) + (a.pipeline_depth != b.pipeline_depth) + (a.split_size != b.split_size) +
+                          (a.persistent != b.persistent) + (a.reduce_rows != b.reduce_rows) + (a.cluster != b.cluster);
   return differences == 1;
 }
 

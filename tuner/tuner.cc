@@ -21,13 +21,10 @@ constexpr size_t kMaxDetail = 2000;  // characters of a compile log kept per can
 
 std::string Excerpt(const std::string& text) {
   if (text.size() <= kMaxDetail) return text;
-  return absl::StrCat(text.substr(0, kMaxDetail), "\n... (", text.size() - kMaxDetail,
-                      " more characters)");
+  return absl::StrCat(text.substr(0, kMaxDetail), "\n... (", text.size() - kMaxDetail, " more characters)");
 }
 
-double Seconds(Clock::time_point since) {
-  return std::chrono::duration<double>(Clock::now() - since).count();
-}
+double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
 
 // What a failed run says about the candidate: a fault or a hang is the
 // candidate's (and quarantines it); UNAVAILABLE means the executor itself is
@@ -42,14 +39,22 @@ CandidateStatus StatusOfFailure(const absl::Status& s) {
 
 std::string CandidateStatusName(CandidateStatus status) {
   switch (status) {
-    case CandidateStatus::kOk: return "ok";
-    case CandidateStatus::kCompileError: return "compile_error";
-    case CandidateStatus::kWrongAnswer: return "wrong_answer";
-    case CandidateStatus::kLaunchError: return "launch_error";
-    case CandidateStatus::kFault: return "fault";
-    case CandidateStatus::kTimeout: return "timeout";
-    case CandidateStatus::kQuarantined: return "quarantined";
-    case CandidateStatus::kNotMeasured: return "not_measured";
+    case CandidateStatus::kOk:
+      return "ok";
+    case CandidateStatus::kCompileError:
+      return "compile_error";
+    case CandidateStatus::kWrongAnswer:
+      return "wrong_answer";
+    case CandidateStatus::kLaunchError:
+      return "launch_error";
+    case CandidateStatus::kFault:
+      return "fault";
+    case CandidateStatus::kTimeout:
+      return "timeout";
+    case CandidateStatus::kQuarantined:
+      return "quarantined";
+    case CandidateStatus::kNotMeasured:
+      return "not_measured";
   }
   return "unknown";
 }
@@ -63,15 +68,15 @@ std::string CandidateId(const LaunchRecipe& recipe) {
   return absl::StrJoin(names, ";");
 }
 
-absl::StatusOr<TuneResult> TuneNorm(const NormProblem& problem, Device* device,
-                                    const TuneOptions& options, const ProgressCallback& progress) {
+absl::StatusOr<TuneResult> TuneNorm(const NormProblem& problem, Device* device, const TuneOptions& options,
+                                    const ProgressCallback& progress) {
   if (device == nullptr) return absl::FailedPreconditionError("TuneNorm needs a device");
   std::unique_ptr<CandidateExecutor> executor = NewInProcessExecutor(device);
   return TuneNorm(problem, executor.get(), options, progress);
 }
 
-absl::StatusOr<TuneResult> TuneNorm(const NormProblem& problem, CandidateExecutor* executor,
-                                    const TuneOptions& options, const ProgressCallback& progress) {
+absl::StatusOr<TuneResult> TuneNorm(const NormProblem& problem, CandidateExecutor* executor, const TuneOptions& options,
+                                    const ProgressCallback& progress) {
   const auto start = Clock::now();
   if (absl::Status s = ValidateNormProblem(problem); !s.ok()) return s;
   if (executor == nullptr) return absl::FailedPreconditionError("TuneNorm needs an executor");
@@ -87,22 +92,20 @@ absl::StatusOr<TuneResult> TuneNorm(const NormProblem& problem, CandidateExecuto
   // 1. The space, already pruned by CanImplement and the grid's rules.
   const std::vector<NormConfig> space = NormSearchSpace(problem, info, options.space);
   if (space.empty()) {
-    return absl::UnimplementedError(absl::StrCat("no kernel configuration implements ",
-                                                 CanonicalKey(problem), " on ", Arch(info)));
+    return absl::UnimplementedError(
+        absl::StrCat("no kernel configuration implements ", CanonicalKey(problem), " on ", Arch(info)));
   }
   const int total = static_cast<int>(space.size());
   std::unique_ptr<SearchStrategy> strategy =
-      options.search == SearchKind::kGrid
-          ? NewGridSearch()
-          : NewCoordinateDescent(HeuristicNormConfig(problem, info), options.budget);
+      options.search == SearchKind::kGrid ? NewGridSearch()
+                                          : NewCoordinateDescent(HeuristicNormConfig(problem, info), options.budget);
   TuneResult result;
   result.strategy = strategy->name();
   result.candidates_generated = total;
   result.outcomes.resize(total);
   for (int i = 0; i < total; ++i) result.outcomes[i].config = space[i];
   emit({"generated", total, total, 0,
-        absl::StrCat(total, " candidates for ", CanonicalKey(problem), " (", strategy->name(), ")"),
-        nullptr});
+        absl::StrCat(total, " candidates for ", CanonicalKey(problem), " (", strategy->name(), ")"), nullptr});
 
   const auto prepare_start = Clock::now();
   if (absl::Status s = executor->Prepare(problem); !s.ok()) return s;
@@ -136,8 +139,7 @@ absl::StatusOr<TuneResult> TuneNorm(const NormProblem& problem, CandidateExecuto
       outcome.detail = absl::StrCat(stage, ": ", s.message());
       if ((outcome.status == CandidateStatus::kFault || outcome.status == CandidateStatus::kTimeout) &&
           options.on_quarantine) {
-        options.on_quarantine(CandidateId(recipes[i]), CandidateStatusName(outcome.status),
-                              outcome.detail);
+        options.on_quarantine(CandidateId(recipes[i]), CandidateStatusName(outcome.status), outcome.detail);
       }
       return absl::OkStatus();
     };
@@ -149,8 +151,7 @@ absl::StatusOr<TuneResult> TuneNorm(const NormProblem& problem, CandidateExecuto
       outcome.detail = v->detail;
       return absl::OkStatus();
     }
-    emit({"verified", verified, proposed, best_us, absl::StrCat(ToString(space[i]), ": correct"),
-          nullptr});
+    emit({"verified", verified, proposed, best_us, absl::StrCat(ToString(space[i]), ": correct"), nullptr});
     absl::StatusOr<Timing> t = time_phase(recipes[i]);
     ++measured;
     if (!t.ok()) return fail(t.status(), "time");
@@ -182,8 +183,7 @@ absl::StatusOr<TuneResult> TuneNorm(const NormProblem& problem, CandidateExecuto
       if (options.quarantined.count(CandidateId(recipes[i])) > 0) {
         outcome.status = CandidateStatus::kQuarantined;
         outcome.detail = "faulted or hung before in this environment";
-        emit({"pruned", proposed, proposed, best_us, absl::StrCat(ToString(space[i]), ": quarantined"),
-              &outcome});
+        emit({"pruned", proposed, proposed, best_us, absl::StrCat(ToString(space[i]), ": quarantined"), &outcome});
         continue;
       }
       if (options.kernel_cache != nullptr && options.kernel_cache->Lookup(&recipes[i], NvrtcVersion())) {
@@ -193,13 +193,11 @@ absl::StatusOr<TuneResult> TuneNorm(const NormProblem& problem, CandidateExecuto
       to_compile.push_back(i);
       compile_batch.push_back(recipes[i]);
     }
-    emit({"pruned", proposed, proposed, best_us, absl::StrCat(proposed, " of ", total, " proposed"),
-          nullptr});
+    emit({"pruned", proposed, proposed, best_us, absl::StrCat(proposed, " of ", total, " proposed"), nullptr});
     const int already = compiled_count;
-    std::vector<CompileResult> compiled =
-        CompileAll(&compile_batch, options.compile_threads, [&](int done) {
-          emit({"compiled", already + done, proposed, best_us, "", nullptr});
-        });
+    std::vector<CompileResult> compiled = CompileAll(&compile_batch, options.compile_threads, [&](int done) {
+      emit({"compiled", already + done, proposed, best_us, "", nullptr});
+    });
     for (size_t b = 0; b < compile_batch.size(); ++b) {
       const int i = to_compile[b];
       ++compiled_count;
@@ -207,8 +205,8 @@ absl::StatusOr<TuneResult> TuneNorm(const NormProblem& problem, CandidateExecuto
       if (!compiled[b].ok) {
         result.outcomes[i].status = CandidateStatus::kCompileError;
         result.outcomes[i].detail = Excerpt(compiled[b].log);
-        emit({"compiled", compiled_count, proposed, best_us,
-              absl::StrCat(ToString(space[i]), ": compile error"), &result.outcomes[i]});
+        emit({"compiled", compiled_count, proposed, best_us, absl::StrCat(ToString(space[i]), ": compile error"),
+              &result.outcomes[i]});
         continue;
       }
       recipes[i] = std::move(compile_batch[b]);
@@ -221,9 +219,8 @@ absl::StatusOr<TuneResult> TuneNorm(const NormProblem& problem, CandidateExecuto
       if (absl::Status s = run_candidate(i); !s.ok()) return s;
       const CandidateOutcome& o = result.outcomes[i];
       emit({"measured", measured, proposed, best_us,
-            o.status == CandidateStatus::kOk
-                ? absl::StrFormat("%s: %.2f us", ToString(space[i]), o.timing.median_us)
-                : absl::StrCat(ToString(space[i]), ": ", CandidateStatusName(o.status)),
+            o.status == CandidateStatus::kOk ? absl::StrFormat("%s: %.2f us", ToString(space[i]), o.timing.median_us)
+                                             : absl::StrCat(ToString(space[i]), ": ", CandidateStatusName(o.status)),
             &o});
     }
     run_seconds += Seconds(run_start);
@@ -242,8 +239,7 @@ absl::StatusOr<TuneResult> TuneNorm(const NormProblem& problem, CandidateExecuto
       absl::StrAppend(&why, "\n  ", ToString(o.config), ": ", CandidateStatusName(o.status), ": ",
                       o.detail.substr(0, 300));
     }
-    return absl::InternalError(
-        absl::StrCat("no candidate for ", CanonicalKey(problem), " passed verification:", why));
+    return absl::InternalError(absl::StrCat("no candidate for ", CanonicalKey(problem), " passed verification:", why));
   }
   std::stable_sort(ranked.begin(), ranked.end(), [&](int a, int b) {
     return result.outcomes[a].timing.median_us < result.outcomes[b].timing.median_us;
@@ -259,8 +255,7 @@ absl::StatusOr<TuneResult> TuneNorm(const NormProblem& problem, CandidateExecuto
     result.outcomes[i].timing = *t;
     best_us = std::min(best_us, t->median_us);
     emit({"measured", r + 1, finalists, best_us,
-          absl::StrFormat("re-measured %s: %.2f us (spread %.1f%%)", ToString(space[i]),
-                          t->median_us, 100 * t->spread),
+          absl::StrFormat("re-measured %s: %.2f us (spread %.1f%%)", ToString(space[i]), t->median_us, 100 * t->spread),
           &result.outcomes[i]});
   }
   run_seconds += Seconds(remeasure_start);
@@ -300,8 +295,7 @@ absl::StatusOr<TuneResult> TuneNorm(const NormProblem& problem, CandidateExecuto
       if (!r.ok() || options.quarantined.count(CandidateId(*r)) > 0) continue;
       variants.push_back(c);
       variant_recipes.push_back(*std::move(r));
-      if (options.kernel_cache != nullptr &&
-          options.kernel_cache->Lookup(&variant_recipes.back(), NvrtcVersion())) {
+      if (options.kernel_cache != nullptr && options.kernel_cache->Lookup(&variant_recipes.back(), NvrtcVersion())) {
         ++result.kernel_cache_hits;
         continue;
       }
@@ -354,10 +348,9 @@ absl::StatusOr<TuneResult> TuneNorm(const NormProblem& problem, CandidateExecuto
   }
   result.candidates_measured = measured;
   result.run_seconds = run_seconds;
-  result.throughput_tbs =
-      result.timing.median_us > 0
-          ? static_cast<double>(MinimumBytes(problem)) / (result.timing.median_us * 1e-6) / 1e12
-          : 0;
+  result.throughput_tbs = result.timing.median_us > 0
+                              ? static_cast<double>(MinimumBytes(problem)) / (result.timing.median_us * 1e-6) / 1e12
+                              : 0;
   result.tune_seconds = Seconds(start);
   return result;
 }

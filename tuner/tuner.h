@@ -68,8 +68,8 @@ struct TuneOptions {
   int remeasure_top = 3;    // re-time this many best before choosing
   SpaceOptions space;       // pruned: false only to measure what pruning costs
   SearchKind search = SearchKind::kGrid;
-  SearchBudget budget;      // for kCoordinateDescent
-  KernelCache* kernel_cache = nullptr;           // not owned; may be null
+  SearchBudget budget;                  // for kCoordinateDescent
+  KernelCache* kernel_cache = nullptr;  // not owned; may be null
   // Backward: after the winner, try its reduce kernel's other geometries
   // (ReduceRowsCandidates) with the fused kernel fixed.
   bool tune_reduce = true;
@@ -77,18 +77,16 @@ struct TuneOptions {
   // Candidates (CandidateId) that faulted or hung before: not run.
   std::set<std::string> quarantined;
   // Called for a candidate that faulted or hung: reason "fault" or "timeout".
-  std::function<void(const std::string& candidate, const std::string& reason,
-                     const std::string& detail)>
-      on_quarantine;
+  std::function<void(const std::string& candidate, const std::string& reason, const std::string& detail)> on_quarantine;
 };
 
 struct TuneResult {
   NormConfig config;
   LaunchRecipe recipe;  // with cubin and lowered names
   Timing timing;
-  double throughput_tbs = 0;  // MinimumBytes / median time
-  int candidates_generated = 0;  // the space
-  int candidates_measured = 0;   // timed
+  double throughput_tbs = 0;               // MinimumBytes / median time
+  int candidates_generated = 0;            // the space
+  int candidates_measured = 0;             // timed
   std::vector<CandidateOutcome> outcomes;  // one per space entry, in space order
   std::string strategy;
   double tune_seconds = 0;
@@ -102,7 +100,7 @@ struct TuneResult {
   double verify_seconds = 0;
   double time_seconds = 0;
   int kernel_cache_hits = 0;
-  int compiled = 0;            // candidates compiled by NVRTC in this tune
+  int compiled = 0;                  // candidates compiled by NVRTC in this tune
   int reduce_variants_measured = 0;  // backward: reduce geometries tried after the winner
 };
 
@@ -116,13 +114,11 @@ std::string CandidateId(const LaunchRecipe& recipe);
 // Tunes `problem` on `executor`. REQUIRES: ValidateNormProblem(problem).ok().
 // CANCELLED if options.cancelled was set; INTERNAL if no candidate passes
 // verification (a bug, never expected).
-absl::StatusOr<TuneResult> TuneNorm(const NormProblem& problem, CandidateExecutor* executor,
-                                    const TuneOptions& options,
+absl::StatusOr<TuneResult> TuneNorm(const NormProblem& problem, CandidateExecutor* executor, const TuneOptions& options,
                                     const ProgressCallback& progress = nullptr);
 
 // The same, in this process on `device` (tests and benchmarks).
-absl::StatusOr<TuneResult> TuneNorm(const NormProblem& problem, Device* device,
-                                    const TuneOptions& options,
+absl::StatusOr<TuneResult> TuneNorm(const NormProblem& problem, Device* device, const TuneOptions& options,
                                     const ProgressCallback& progress = nullptr);
 
 }  // namespace ktune

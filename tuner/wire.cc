@@ -12,21 +12,30 @@ namespace ktune {
 
 absl::StatusOr<DType> DTypeFromProto(v1::DType dtype) {
   switch (dtype) {
-    case v1::BF16: return DType::kBF16;
-    case v1::FP16: return DType::kFP16;
-    case v1::FP32: return DType::kFP32;
-    case v1::FP8_E4M3: return DType::kFP8E4M3;
-    default: break;
+    case v1::BF16:
+      return DType::kBF16;
+    case v1::FP16:
+      return DType::kFP16;
+    case v1::FP32:
+      return DType::kFP32;
+    case v1::FP8_E4M3:
+      return DType::kFP8E4M3;
+    default:
+      break;
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown or unspecified dtype ", dtype));
 }
 
 v1::DType DTypeToProto(DType dtype) {
   switch (dtype) {
-    case DType::kBF16: return v1::BF16;
-    case DType::kFP16: return v1::FP16;
-    case DType::kFP32: return v1::FP32;
-    case DType::kFP8E4M3: return v1::FP8_E4M3;
+    case DType::kBF16:
+      return v1::BF16;
+    case DType::kFP16:
+      return v1::FP16;
+    case DType::kFP32:
+      return v1::FP32;
+    case DType::kFP8E4M3:
+      return v1::FP8_E4M3;
   }
   return v1::DTYPE_UNSPECIFIED;
 }
@@ -35,8 +44,7 @@ namespace {
 
 // OK, or INVALID_ARGUMENT naming the first of `fields` below 1 as
 // "<prefix><field>: must be >= 1, got <value>".
-absl::Status RequirePositive(absl::string_view prefix,
-                             std::initializer_list<std::pair<const char*, int>> fields) {
+absl::Status RequirePositive(absl::string_view prefix, std::initializer_list<std::pair<const char*, int>> fields) {
   for (const auto& [field, value] : fields) {
     if (value < 1) {
       return absl::InvalidArgumentError(absl::StrCat(prefix, field, ": must be >= 1, got ", value));
@@ -62,18 +70,24 @@ absl::StatusOr<DType> OptionalDType(absl::string_view field, v1::DType dtype, DT
 absl::StatusOr<NormProblem> NormProblemFromProto(const v1::NormProblem& in) {
   NormProblem p;
   switch (in.op()) {
-    case v1::RMSNORM: p.op = NormOp::kRMSNorm; break;
-    case v1::LAYERNORM: p.op = NormOp::kLayerNorm; break;
+    case v1::RMSNORM:
+      p.op = NormOp::kRMSNorm;
+      break;
+    case v1::LAYERNORM:
+      p.op = NormOp::kLayerNorm;
+      break;
     default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("problem.op: unknown or unspecified norm op ", in.op()));
+      return absl::InvalidArgumentError(absl::StrCat("problem.op: unknown or unspecified norm op ", in.op()));
   }
   switch (in.pass()) {
-    case v1::FWD: p.pass = NormPass::kForward; break;
-    case v1::BWD: p.pass = NormPass::kBackward; break;
+    case v1::FWD:
+      p.pass = NormPass::kForward;
+      break;
+    case v1::BWD:
+      p.pass = NormPass::kBackward;
+      break;
     default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("problem.pass: unknown or unspecified pass ", in.pass()));
+      return absl::InvalidArgumentError(absl::StrCat("problem.pass: unknown or unspecified pass ", in.pass()));
   }
   p.m = in.m();
   p.n = in.n();
@@ -118,17 +132,17 @@ absl::StatusOr<NormConfig> NormConfigFromProto(const v1::NormConfig& in) {
   c.persistent = in.persistent();
   c.reduce_rows = in.reduce_rows();
   c.cluster = in.cluster() == 0 ? 1 : in.cluster();  // unset: written before clusters existed
-  const absl::Status positive = RequirePositive("config.norm.", {{"x_block", c.x_block}, {"r_block", c.r_block},
-                                                                 {"num_warps", c.num_warps}, {"vec", c.vec},
+  const absl::Status positive = RequirePositive("config.norm.", {{"x_block", c.x_block},
+                                                                 {"r_block", c.r_block},
+                                                                 {"num_warps", c.num_warps},
+                                                                 {"vec", c.vec},
                                                                  {"pipeline_depth", c.pipeline_depth}});
   if (!positive.ok()) return positive;
   if (c.split_size < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("config.norm.split_size: must be >= 0, got ", c.split_size));
+    return absl::InvalidArgumentError(absl::StrCat("config.norm.split_size: must be >= 0, got ", c.split_size));
   }
   if (c.reduce_rows < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("config.norm.reduce_rows: must be >= 0, got ", c.reduce_rows));
+    return absl::InvalidArgumentError(absl::StrCat("config.norm.reduce_rows: must be >= 0, got ", c.reduce_rows));
   }
   if (c.cluster < 0) {
     return absl::InvalidArgumentError(absl::StrCat("config.norm.cluster: must be >= 0, got ", in.cluster()));
@@ -280,15 +294,18 @@ absl::StatusOr<WgmmaTileConfig> WgmmaTileConfigFromProto(const v1::WgmmaTile& in
   c.pingpong = in.pingpong();
   c.cluster_m = in.cluster_m();
   c.split_k = in.split_k() == 0 ? 1 : in.split_k();  // 0: written before split-K existed
-  c.k_rows = in.k_rows() == 0 ? 1 : in.k_rows();      // 0: written before the knob existed
+  c.k_rows = in.k_rows() == 0 ? 1 : in.k_rows();     // 0: written before the knob existed
   c.promote = in.promote();
   c.swap_ab = in.swap_ab();
   c.tail_split = in.tail_split() == 0 ? 1 : in.tail_split();  // 0: written before the knob existed
-  const absl::Status positive = RequirePositive("config.gemm.wgmma.", {{"block_m", c.block_m}, {"block_n", c.block_n},
+  const absl::Status positive = RequirePositive("config.gemm.wgmma.", {{"block_m", c.block_m},
+                                                                       {"block_n", c.block_n},
                                                                        {"consumers", c.consumers},
                                                                        {"cluster_m", c.cluster_m},
-                                                                       {"stages", c.stages}, {"group_m", c.group_m},
-                                                                       {"split_k", c.split_k}, {"k_rows", c.k_rows},
+                                                                       {"stages", c.stages},
+                                                                       {"group_m", c.group_m},
+                                                                       {"split_k", c.split_k},
+                                                                       {"k_rows", c.k_rows},
                                                                        {"tail_split", c.tail_split}});
   if (!positive.ok()) return positive;
   return c;

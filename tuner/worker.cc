@@ -445,9 +445,8 @@ absl::StatusOr<std::vector<LaunchRecipe>> WorkerExecutor::CublasLtCandidates(int
   return out;
 }
 
-absl::StatusOr<v1::WorkerReply> WorkerExecutor::RunOnce(const LaunchRecipe& recipe, bool verify,
-                                                        bool time, const MeasureOptions& options,
-                                                        bool* faulted) {
+absl::StatusOr<v1::WorkerReply> WorkerExecutor::RunOnce(const LaunchRecipe& recipe, bool verify, bool time,
+                                                        const MeasureOptions& options, bool* faulted) {
   *faulted = false;
   if (fd_ < 0) {
     if (absl::Status s = Recover(); !s.ok()) return s;
@@ -479,8 +478,7 @@ absl::StatusOr<v1::WorkerReply> WorkerExecutor::RunOnce(const LaunchRecipe& reci
   }
   // The candidate took the worker down; bring it back for the next one.
   if (absl::Status r = Recover(); !r.ok()) {
-    return absl::UnavailableError(
-        absl::StrCat(failed.message(), "; restarting the worker failed: ", r.message()));
+    return absl::UnavailableError(absl::StrCat(failed.message(), "; restarting the worker failed: ", r.message()));
   }
   return failed;
 }

@@ -39,11 +39,11 @@ DeviceInfo FakeWorkerDevice();
 int RunWorker(int fd);
 
 struct WorkerOptions {
-  std::string executable;                 // the ktuned binary
-  std::vector<std::string> extra_env;     // "NAME=value", added to the worker's environment
-  double start_timeout_s = 120;           // spawn, open the device, answer hello
-  double prepare_timeout_s = 120;         // allocate and fill one problem's buffers
-  double candidate_timeout_s = 30;        // the watchdog for one verify or time call
+  std::string executable;              // the ktuned binary
+  std::vector<std::string> extra_env;  // "NAME=value", added to the worker's environment
+  double start_timeout_s = 120;        // spawn, open the device, answer hello
+  double prepare_timeout_s = 120;      // allocate and fill one problem's buffers
+  double candidate_timeout_s = 30;     // the watchdog for one verify or time call
   uint64_t seed = 1;
 };
 

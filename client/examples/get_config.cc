@@ -27,8 +27,8 @@ int main() {
   std::printf("source %s, cubin %zu bytes\n", ktune::v1::Source_Name(answer->source()).c_str(),
               answer->recipe().cubin().size());
   for (const ktune::v1::KernelLaunch& k : answer->recipe().kernels()) {
-    std::printf("kernel %s grid %u,%u,%u block %u,%u,%u smem %u\n", k.lowered_name().c_str(), k.grid(0),
-                k.grid(1), k.grid(2), k.block(0), k.block(1), k.block(2), k.dynamic_smem_bytes());
+    std::printf("kernel %s grid %u,%u,%u block %u,%u,%u smem %u\n", k.lowered_name().c_str(), k.grid(0), k.grid(1),
+                k.grid(2), k.block(0), k.block(1), k.block(2), k.dynamic_smem_bytes());
   }
   return 0;
 }

@@ -2,9 +2,8 @@
 // each policy and its report, the compatibility classes, and the offline merge.
 #include "cache/bundle_merge.h"
 
-#include <map>
-
 #include <catch2/catch.hpp>
+#include <map>
 
 #include "tests/cache/test_entries.h"
 

@@ -36,8 +36,7 @@ std::string Frame(const std::string& payload, uint32_t version = kBundleFormatVe
   for (int i = 0; i < 8; ++i) file.push_back(static_cast<char>(size >> (8 * i)));
   unsigned char digest[32];
   unsigned int digest_size = 0;
-  REQUIRE(EVP_Digest(payload.data(), payload.size(), digest, &digest_size, EVP_sha256(), nullptr) ==
-          1);
+  REQUIRE(EVP_Digest(payload.data(), payload.size(), digest, &digest_size, EVP_sha256(), nullptr) == 1);
   file.append(reinterpret_cast<const char*>(digest), sizeof(digest));
   return file + payload;
 }
@@ -108,12 +107,10 @@ TEST_CASE("Bundle: every truncation is refused", "[cache]") {
     CHECK_THAT(Message(s), Catch::StartsWith("truncated"));
   }
   absl::Status s = DecodeStatus(std::string_view(file).substr(0, file.size() - 1));
-  CHECK_THAT(Message(s), Catch::Equals("truncated: header says " +
-                                       std::to_string(file.size() - kBundleHeaderBytes) +
-                                       " payload bytes, file has " +
-                                       std::to_string(file.size() - kBundleHeaderBytes - 1)));
-  CHECK_THAT(Message(DecodeStatus("KTUNE")),
-             Catch::Equals("truncated: 5 bytes, shorter than the 52-byte header"));
+  CHECK_THAT(Message(s),
+             Catch::Equals("truncated: header says " + std::to_string(file.size() - kBundleHeaderBytes) +
+                           " payload bytes, file has " + std::to_string(file.size() - kBundleHeaderBytes - 1)));
+  CHECK_THAT(Message(DecodeStatus("KTUNE")), Catch::Equals("truncated: 5 bytes, shorter than the 52-byte header"));
 }
 
 TEST_CASE("Bundle: every corrupted header byte and sampled payload bytes are refused", "[cache]") {
@@ -151,9 +148,8 @@ TEST_CASE("Bundle: each framing error says what is wrong", "[cache]") {
   }
   SECTION("trailing bytes") {
     absl::Status s = DecodeStatus(file + "garbage");
-    CHECK_THAT(Message(s),
-               Catch::StartsWith("trailing bytes: header says") &&
-                   Catch::Contains(std::to_string(file.size() - kBundleHeaderBytes + 7)));
+    CHECK_THAT(Message(s), Catch::StartsWith("trailing bytes: header says") &&
+                               Catch::Contains(std::to_string(file.size() - kBundleHeaderBytes + 7)));
   }
   SECTION("a declared length over the limit is refused before anything is read") {
     std::string bad = file;
@@ -178,11 +174,9 @@ TEST_CASE("Bundle: a well-framed payload is still checked", "[cache]") {
   SECTION("a payload format version that disagrees with the header") {
     v1::Bundle bundle = BundleOf(ThreeEntries());
     bundle.set_format_version(2);
-    CHECK(Message(DecodeStatus(FrameBundle(bundle))) ==
-          "payload format_version 2 does not match the header's 1");
+    CHECK(Message(DecodeStatus(FrameBundle(bundle))) == "payload format_version 2 does not match the header's 1");
     bundle.clear_format_version();
-    CHECK_THAT(Message(DecodeStatus(FrameBundle(bundle))),
-               Catch::StartsWith("payload format_version 0"));
+    CHECK_THAT(Message(DecodeStatus(FrameBundle(bundle))), Catch::StartsWith("payload format_version 0"));
   }
   SECTION("an invalid entry is named by its index") {
     std::vector<v1::Entry> entries = ThreeEntries();
@@ -199,8 +193,7 @@ TEST_CASE("Bundle: a well-framed payload is still checked", "[cache]") {
     entries[0].mutable_recipe()->set_cubin(
         "\x7f"
         "ELF");
-    CHECK(Message(DecodeStatus(FrameBundle(BundleOf(entries)))) ==
-          "entry 0: recipe.cubin: bundles carry no cubins");
+    CHECK(Message(DecodeStatus(FrameBundle(BundleOf(entries)))) == "entry 0: recipe.cubin: bundles carry no cubins");
   }
   SECTION("duplicate keys") {
     std::vector<v1::Entry> entries = ThreeEntries();
@@ -215,8 +208,7 @@ TEST_CASE("Bundle: a well-framed payload is still checked", "[cache]") {
     v1::Entry again = entries[1];
     again.mutable_problem()->mutable_norm()->set_eps(0);  // the default, 1e-6
     entries.push_back(again);
-    CHECK_THAT(Message(DecodeStatus(FrameBundle(BundleOf(entries)))),
-               Catch::StartsWith("entry 3 duplicates entry 1"));
+    CHECK_THAT(Message(DecodeStatus(FrameBundle(BundleOf(entries)))), Catch::StartsWith("entry 3 duplicates entry 1"));
   }
 }
 

@@ -110,7 +110,8 @@ inline std::vector<v1::Entry> CurrentEntriesOfEveryKind() {
   const v1::Problem bwd = NormProblemOf(NormOp::kLayerNorm, NormPass::kBackward, 5000, 2048, DType::kBF16, true);
   const v1::GemmProblem skinny = LinearGemm(1, 4096, 4096);
   const v1::GemmProblem big = LinearGemm(2048, 4096, 4096);
-  return {CurrentEntry(fwd, HeuristicConfig(fwd)), CurrentEntry(bwd, HeuristicConfig(bwd)),
+  return {CurrentEntry(fwd, HeuristicConfig(fwd)),
+          CurrentEntry(bwd, HeuristicConfig(bwd)),
           CurrentEntry(GemmProblemOf(skinny), SkinnyConfigFor(skinny)),
           CurrentEntry(GemmProblemOf(big), WgmmaConfig(big)),
           CurrentEntry(GemmProblemOf(LinearGemm(512, 512, 512)), MmaConfig(LinearGemm(512, 512, 512))),

@@ -1,5 +1,4 @@
 #include "cache/entry.h"
-#include "cache/recipe_check.h"
 
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -8,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/recipe_check.h"
 #include "tests/cache/test_entries.h"
 #include "tuner/fingerprint.h"
 #include "tuner/gemm_space.h"
@@ -63,35 +63,26 @@ TEST_CASE("KeyOf: each part of the key separates what it should", "[cache]") {
     std::string EntryKey::*part;
   };
   const std::vector<Case> cases = {
-      {"m", [](v1::Entry& e) { e.mutable_problem()->mutable_norm()->set_m(8192); },
-       &EntryKey::problem_key},
-      {"n", [](v1::Entry& e) { e.mutable_problem()->mutable_norm()->set_n(8192); },
-       &EntryKey::problem_key},
+      {"m", [](v1::Entry& e) { e.mutable_problem()->mutable_norm()->set_m(8192); }, &EntryKey::problem_key},
+      {"n", [](v1::Entry& e) { e.mutable_problem()->mutable_norm()->set_n(8192); }, &EntryKey::problem_key},
       {"dtype",
        [](v1::Entry& e) {
          e.mutable_problem()->mutable_norm()->set_input_dtype(v1::FP16);
          e.mutable_problem()->mutable_norm()->set_output_dtype(v1::FP16);
        },
        &EntryKey::problem_key},
-      {"eps", [](v1::Entry& e) { e.mutable_problem()->mutable_norm()->set_eps(1e-5f); },
-       &EntryKey::problem_key},
+      {"eps", [](v1::Entry& e) { e.mutable_problem()->mutable_norm()->set_eps(1e-5f); }, &EntryKey::problem_key},
       {"weight", [](v1::Entry& e) { e.mutable_problem()->mutable_norm()->set_has_weight(false); },
        &EntryKey::problem_key},
       {"device name", [](v1::Entry& e) { e.mutable_device()->set_name("NVIDIA H100 80GB HBM3"); },
        &EntryKey::device_key},
-      {"compute capability", [](v1::Entry& e) { e.mutable_device()->set_cc_major(10); },
-       &EntryKey::device_key},
-      {"SM count", [](v1::Entry& e) { e.mutable_device()->set_sm_count(114); },
-       &EntryKey::device_key},
-      {"memory", [](v1::Entry& e) { e.mutable_device()->set_memory_bytes(85520809984); },
-       &EntryKey::device_key},
-      {"driver", [](v1::Entry& e) { e.mutable_device()->set_driver_version(12080); },
-       &EntryKey::device_key},
-      {"template hash",
-       [](v1::Entry& e) { e.mutable_software()->set_template_hash(std::string(64, 'a')); },
+      {"compute capability", [](v1::Entry& e) { e.mutable_device()->set_cc_major(10); }, &EntryKey::device_key},
+      {"SM count", [](v1::Entry& e) { e.mutable_device()->set_sm_count(114); }, &EntryKey::device_key},
+      {"memory", [](v1::Entry& e) { e.mutable_device()->set_memory_bytes(85520809984); }, &EntryKey::device_key},
+      {"driver", [](v1::Entry& e) { e.mutable_device()->set_driver_version(12080); }, &EntryKey::device_key},
+      {"template hash", [](v1::Entry& e) { e.mutable_software()->set_template_hash(std::string(64, 'a')); },
        &EntryKey::software_key},
-      {"nvrtc", [](v1::Entry& e) { e.mutable_software()->set_nvrtc_version(12080); },
-       &EntryKey::software_key},
+      {"nvrtc", [](v1::Entry& e) { e.mutable_software()->set_nvrtc_version(12080); }, &EntryKey::software_key},
       {"schema", [](v1::Entry& e) { e.mutable_software()->set_schema_version(kSchemaVersion + 1); },
        &EntryKey::software_key},
   };
@@ -104,8 +95,7 @@ TEST_CASE("KeyOf: each part of the key separates what it should", "[cache]") {
     CHECK(key.*c.part != base.*c.part);
     CHECK(FlatKey(key) != FlatKey(base));
     // Only the part that names the change moves.
-    for (auto part :
-         {&EntryKey::op, &EntryKey::problem_key, &EntryKey::device_key, &EntryKey::software_key}) {
+    for (auto part : {&EntryKey::op, &EntryKey::problem_key, &EntryKey::device_key, &EntryKey::software_key}) {
       if (part != c.part) CHECK(key.*part == base.*part);
     }
   }
@@ -150,31 +140,26 @@ TEST_CASE("ValidateEntry: each bad field is named", "[cache]") {
        },
        "entry.config.norm.cluster: must be 0, 1, 2, 4 or 8, got 3"},
       {[](v1::Entry& e) { e.mutable_problem()->mutable_norm()->set_n(-4); }, "entry.problem.n:"},
-      {[](v1::Entry& e) { e.mutable_problem()->mutable_norm()->set_op(v1::NORM_OP_UNSPECIFIED); },
-       "entry.problem.op:"},
+      {[](v1::Entry& e) { e.mutable_problem()->mutable_norm()->set_op(v1::NORM_OP_UNSPECIFIED); }, "entry.problem.op:"},
       {[](v1::Entry& e) { e.mutable_problem()->mutable_norm()->set_input_dtype(v1::FP8_E4M3); },
        "entry.problem.input_dtype:"},
-      {[](v1::Entry& e) { e.mutable_problem()->mutable_norm()->set_eps(-1); },
-       "entry.problem.eps:"},
+      {[](v1::Entry& e) { e.mutable_problem()->mutable_norm()->set_eps(-1); }, "entry.problem.eps:"},
       {[](v1::Entry& e) { e.mutable_problem()->mutable_norm()->set_has_bias(true); },
        "entry.problem.has_bias: RMSNorm has no bias"},
       {[](v1::Entry& e) { e.mutable_problem()->mutable_norm()->set_weight_dtype(v1::FP16); },
        "entry.problem.weight_dtype:"},
       // device
       {[](v1::Entry& e) { e.clear_device(); }, "entry.device: missing"},
-      {[](v1::Entry& e) { e.mutable_device()->set_name(""); },
-       "entry.device.name: must not be empty"},
+      {[](v1::Entry& e) { e.mutable_device()->set_name(""); }, "entry.device.name: must not be empty"},
       {[](v1::Entry& e) { e.mutable_device()->set_name("H200\n"); },
        "entry.device.name: must not contain control characters"},
       {[](v1::Entry& e) { e.mutable_device()->set_name(std::string(300, 'x')); },
        "entry.device.name: must be at most 256 bytes, got 300"},
-      {[](v1::Entry& e) { e.mutable_device()->set_cc_major(0); },
-       "entry.device.cc_major: must be in [1, 99], got 0"},
+      {[](v1::Entry& e) { e.mutable_device()->set_cc_major(0); }, "entry.device.cc_major: must be in [1, 99], got 0"},
       {[](v1::Entry& e) { e.mutable_device()->set_cc_minor(-1); }, "entry.device.cc_minor:"},
       {[](v1::Entry& e) { e.mutable_device()->set_sm_count(0); },
        "entry.device.sm_count: must be in [1, 100000], got 0"},
-      {[](v1::Entry& e) { e.mutable_device()->set_driver_version(-1); },
-       "entry.device.driver_version:"},
+      {[](v1::Entry& e) { e.mutable_device()->set_driver_version(-1); }, "entry.device.driver_version:"},
       // software
       {[](v1::Entry& e) { e.clear_software(); }, "entry.software: missing"},
       {[](v1::Entry& e) { e.mutable_software()->set_template_hash("abc"); },
@@ -183,22 +168,17 @@ TEST_CASE("ValidateEntry: each bad field is named", "[cache]") {
        "entry.software.template_hash:"},
       {[](v1::Entry& e) { e.mutable_software()->set_nvrtc_version(0); },
        "entry.software.nvrtc_version: must be >= 1, got 0"},
-      {[](v1::Entry& e) { e.mutable_software()->set_schema_version(0); },
-       "entry.software.schema_version:"},
+      {[](v1::Entry& e) { e.mutable_software()->set_schema_version(0); }, "entry.software.schema_version:"},
       // config
-      {[](v1::Entry& e) { e.clear_config(); },
-       "entry.config.norm: a norm problem needs a norm config"},
+      {[](v1::Entry& e) { e.clear_config(); }, "entry.config.norm: a norm problem needs a norm config"},
       {[](v1::Entry& e) { e.mutable_config()->mutable_gemm(); }, "entry.config.norm:"},
       {[](v1::Entry& e) { e.mutable_config()->mutable_norm()->set_x_block(0); },
        "entry.config.norm.x_block: must be >= 1, got 0"},
-      {[](v1::Entry& e) { e.mutable_config()->mutable_norm()->set_r_block(-8); },
-       "entry.config.norm.r_block:"},
-      {[](v1::Entry& e) { e.mutable_config()->mutable_norm()->set_num_warps(0); },
-       "entry.config.norm.num_warps:"},
+      {[](v1::Entry& e) { e.mutable_config()->mutable_norm()->set_r_block(-8); }, "entry.config.norm.r_block:"},
+      {[](v1::Entry& e) { e.mutable_config()->mutable_norm()->set_num_warps(0); }, "entry.config.norm.num_warps:"},
       {[](v1::Entry& e) { e.mutable_config()->mutable_norm()->set_num_warps(64); },
        "entry.config.norm.num_warps: must be <= 32"},
-      {[](v1::Entry& e) { e.mutable_config()->mutable_norm()->set_vec(0); },
-       "entry.config.norm.vec:"},
+      {[](v1::Entry& e) { e.mutable_config()->mutable_norm()->set_vec(0); }, "entry.config.norm.vec:"},
       {[](v1::Entry& e) { e.mutable_config()->mutable_norm()->set_pipeline_depth(0); },
        "entry.config.norm.pipeline_depth:"},
       {[](v1::Entry& e) { e.mutable_config()->mutable_norm()->set_x_block(256); },
@@ -207,10 +187,8 @@ TEST_CASE("ValidateEntry: each bad field is named", "[cache]") {
        "entry.config.norm.split_size: must be 0 for a forward problem, got 4"},
       // recipe
       {[](v1::Entry& e) { e.clear_recipe(); }, "entry.recipe: missing"},
-      {[](v1::Entry& e) { e.mutable_recipe()->set_template_id(""); },
-       "entry.recipe.template_id: must not be empty"},
-      {[](v1::Entry& e) { e.mutable_recipe()->set_template_hash(""); },
-       "entry.recipe.template_hash:"},
+      {[](v1::Entry& e) { e.mutable_recipe()->set_template_id(""); }, "entry.recipe.template_id: must not be empty"},
+      {[](v1::Entry& e) { e.mutable_recipe()->set_template_hash(""); }, "entry.recipe.template_hash:"},
       {[](v1::Entry& e) { e.mutable_recipe()->set_arch("sm_80"); },
        "entry.recipe.arch: must be \"sm_90\" or \"sm_90a\" for a cc 9.0 device, got \"sm_80\""},
       {[](v1::Entry& e) { e.mutable_recipe()->set_nvrtc_options(0, ""); },
@@ -243,22 +221,17 @@ TEST_CASE("ValidateEntry: each bad field is named", "[cache]") {
        "entry.measurement.time_us: must be finite and > 0, got 0"},
       {[nan](v1::Entry& e) { e.mutable_measurement()->set_time_us(nan); },
        "entry.measurement.time_us: must be finite and > 0, got nan"},
-      {[inf](v1::Entry& e) { e.mutable_measurement()->set_time_us(inf); },
-       "entry.measurement.time_us:"},
+      {[inf](v1::Entry& e) { e.mutable_measurement()->set_time_us(inf); }, "entry.measurement.time_us:"},
       {[](v1::Entry& e) { e.mutable_measurement()->set_spread(-0.1); },
        "entry.measurement.spread: must be finite and >= 0, got -0.1"},
-      {[nan](v1::Entry& e) { e.mutable_measurement()->set_spread(nan); },
-       "entry.measurement.spread:"},
+      {[nan](v1::Entry& e) { e.mutable_measurement()->set_spread(nan); }, "entry.measurement.spread:"},
       {[](v1::Entry& e) { e.mutable_measurement()->set_repetitions(0); },
        "entry.measurement.repetitions: must be >= 1, got 0"},
-      {[](v1::Entry& e) { e.mutable_measurement()->set_throughput(-2); },
-       "entry.measurement.throughput:"},
+      {[](v1::Entry& e) { e.mutable_measurement()->set_throughput(-2); }, "entry.measurement.throughput:"},
       // provenance
       {[](v1::Entry& e) { e.set_tuned_at_unix(0); }, "entry.tuned_at_unix: must be > 0, got 0"},
-      {[](v1::Entry& e) { e.set_candidates_measured(0); },
-       "entry.candidates_measured: must be >= 1, got 0"},
-      {[](v1::Entry& e) { e.set_ktune_version(std::string("0.1\x07", 4)); },
-       "entry.ktune_version:"},
+      {[](v1::Entry& e) { e.set_candidates_measured(0); }, "entry.candidates_measured: must be >= 1, got 0"},
+      {[](v1::Entry& e) { e.set_ktune_version(std::string("0.1\x07", 4)); }, "entry.ktune_version:"},
   };
   for (const Case& c : cases) {
     CAPTURE(c.expected);
@@ -318,7 +291,8 @@ TEST_CASE("ValidateEntry: GEMM entries of either source are valid and keyed by t
     CHECK(s.ok());
     const EntryKey key = KeyOrFail(e);
     CHECK(key.op == "gemm");
-    CHECK(key.problem_key == "gemm m=2048 n=4096 k=4096 batch=1 a=bf16 b=bf16 c=none d=bf16 a_layout=row b_layout=col epilogue=none");
+    CHECK(key.problem_key ==
+          "gemm m=2048 n=4096 k=4096 batch=1 a=bf16 b=bf16 c=none d=bf16 a_layout=row b_layout=col epilogue=none");
     CHECK(KeyOrFail(MakeTestGemmEntry(2048, 4096, 4096, !cublaslt)) == key);  // the source is not part of the key
     CHECK_FALSE(KeyOrFail(MakeTestGemmEntry(2049, 4096, 4096, cublaslt)) == key);
   }
@@ -403,31 +377,36 @@ TEST_CASE("ValidateEntry: a GEMM config the template cannot run is refused, sayi
     std::string expected;  // the whole message
   };
   std::vector<Case> cases;
-  cases.push_back({WgmmaEntry(3), "entry.config.gemm: cannot run this problem on sm_90: wgmma bm128 bn256 c2 s4 g8 k3: "
-                                  "split_k must be a power of two <= 16"});
+  cases.push_back({WgmmaEntry(3),
+                   "entry.config.gemm: cannot run this problem on sm_90: wgmma bm128 bn256 c2 s4 g8 k3: "
+                   "split_k must be a power of two <= 16"});
   {
     v1::Entry e = WgmmaEntry(2);
     e.mutable_problem()->mutable_gemm()->set_k(4160);  // 65 steps of 64
-    cases.push_back({e, "entry.config.gemm: cannot run this problem on sm_90: wgmma bm128 bn256 c2 s4 g8 k2: "
-                        "split_k = 2 does not divide K's 65 steps of 64"});
+    cases.push_back({e,
+                     "entry.config.gemm: cannot run this problem on sm_90: wgmma bm128 bn256 c2 s4 g8 k2: "
+                     "split_k = 2 does not divide K's 65 steps of 64"});
   }
   {
     v1::Entry e = WgmmaEntry(1);
     e.mutable_device()->set_cc_major(8);  // an A100's entry
-    cases.push_back({e, "entry.config.gemm: cannot run this problem on sm_80: wgmma bm128 bn256 c2 s4 g8: "
-                        "needs sm_90 (compiled for sm_90a), device is sm_80"});
+    cases.push_back({e,
+                     "entry.config.gemm: cannot run this problem on sm_80: wgmma bm128 bn256 c2 s4 g8: "
+                     "needs sm_90 (compiled for sm_90a), device is sm_80"});
   }
   {
     v1::Entry e = MakeTestGemmEntry();
     e.mutable_config()->mutable_gemm()->mutable_mma_sync()->set_block_k(256);
-    cases.push_back({e, "entry.config.gemm: cannot run this problem on sm_90: bm128 bn128 bk256 w2x2 s4 g8: "
-                        "block_k must be 16 to 128"});
+    cases.push_back({e,
+                     "entry.config.gemm: cannot run this problem on sm_90: bm128 bn128 bk256 w2x2 s4 g8: "
+                     "block_k must be 16 to 128"});
   }
   {
     v1::Entry e = MakeTestGemmEntry();
     e.mutable_config()->mutable_gemm()->mutable_mma_sync()->set_split_k(6);
-    cases.push_back({e, "entry.config.gemm: cannot run this problem on sm_90: bm128 bn128 bk32 w2x2 s4 g8 k6: "
-                        "split_k must be a power of two <= 16"});
+    cases.push_back({e,
+                     "entry.config.gemm: cannot run this problem on sm_90: bm128 bn128 bk32 w2x2 s4 g8 k6: "
+                     "split_k must be a power of two <= 16"});
   }
   {
     v1::Entry e = MakeTestGemmEntry();  // M = 2048
@@ -435,7 +414,8 @@ TEST_CASE("ValidateEntry: a GEMM config the template cannot run is refused, sayi
     t->set_warps(8);
     t->set_unroll(4);
     e.mutable_recipe()->set_template_id("gemm/gemm_skinny");
-    cases.push_back({e, "entry.config.gemm: cannot run this problem on sm_90: skinny w8 u4: serves M <= 16, M is 2048"});
+    cases.push_back(
+        {e, "entry.config.gemm: cannot run this problem on sm_90: skinny w8 u4: serves M <= 16, M is 2048"});
   }
   {
     v1::Entry e = MakeTestGemmEntry(16);  // fp8 at M = 16: the pipelined loop is for M <= 8
@@ -446,8 +426,9 @@ TEST_CASE("ValidateEntry: a GEMM config the template cannot run is refused, sayi
     t->set_unroll(1);
     t->set_pipelined(true);
     e.mutable_recipe()->set_template_id("gemm/gemm_skinny");
-    cases.push_back({e, "entry.config.gemm: cannot run this problem on sm_90: skinny w8 u1 pipelined: pipelined "
-                        "serves fp8 at M <= 8 only"});
+    cases.push_back({e,
+                     "entry.config.gemm: cannot run this problem on sm_90: skinny w8 u1 pipelined: pipelined "
+                     "serves fp8 at M <= 8 only"});
   }
   for (const Case& c : cases) {
     const absl::Status s = ValidateEntry(c.entry);
@@ -456,8 +437,7 @@ TEST_CASE("ValidateEntry: a GEMM config the template cannot run is refused, sayi
   }
 }
 
-TEST_CASE("ValidateEntry: on an architecture it does not know, a GEMM config gets field checks only",
-          "[cache][gemm]") {
+TEST_CASE("ValidateEntry: on an architecture it does not know, a GEMM config gets field checks only", "[cache][gemm]") {
   v1::Entry e = WgmmaEntry(3);  // refused on sm_90 (above)
   e.mutable_device()->set_cc_major(11);
   e.mutable_device()->set_cc_minor(0);

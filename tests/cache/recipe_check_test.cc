@@ -111,8 +111,9 @@ TEST_CASE("TemplateRecipe writes each problem's own geometry", "[cache][recipe]"
   REQUIRE(b.ok());
   CHECK(a->kernels[0].name_expression == b->kernels[0].name_expression);
   CHECK(b->kernels[0].grid[0] == 896);
-  CHECK(VerifyRecipe(large, skinny, RecipeToProto(*a, false), CompileOnlyTarget()).message().find(
-            "recipe.kernels[0].grid") != std::string::npos);
+  CHECK(VerifyRecipe(large, skinny, RecipeToProto(*a, false), CompileOnlyTarget())
+            .message()
+            .find("recipe.kernels[0].grid") != std::string::npos);
   CHECK(VerifyRecipe(large, skinny, RecipeToProto(*b, false), CompileOnlyTarget()).ok());
 }
 

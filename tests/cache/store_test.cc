@@ -86,9 +86,7 @@ EntryKey KeyOrFail(const v1::Entry& entry) {
   return *key;
 }
 
-bool Same(const v1::Entry& a, const v1::Entry& b) {
-  return google::protobuf::util::MessageDifferencer::Equals(a, b);
-}
+bool Same(const v1::Entry& a, const v1::Entry& b) { return google::protobuf::util::MessageDifferencer::Equals(a, b); }
 
 int64_t CountAll(Store& store) {
   absl::StatusOr<std::vector<v1::Entry>> all = store.List();
@@ -98,9 +96,10 @@ int64_t CountAll(Store& store) {
 
 // Undoes migration 2 -> 3, leaving the tables as version 2 of the store wrote them.
 void DowngradeToVersion2(RawDb& raw) {
-  raw.Exec("DROP TRIGGER entries_count_insert; DROP TRIGGER entries_count_delete; "
-           "DROP TRIGGER entries_count_rekey; DROP TABLE entry_counts; DROP INDEX entries_family; "
-           "ALTER TABLE entries DROP COLUMN family_key; ALTER TABLE entries DROP COLUMN m");
+  raw.Exec(
+      "DROP TRIGGER entries_count_insert; DROP TRIGGER entries_count_delete; "
+      "DROP TRIGGER entries_count_rekey; DROP TABLE entry_counts; DROP INDEX entries_family; "
+      "ALTER TABLE entries DROP COLUMN family_key; ALTER TABLE entries DROP COLUMN m");
   raw.Exec("PRAGMA user_version = 2");
 }
 
@@ -174,8 +173,7 @@ TEST_CASE("Store: a file that cannot be written is refused at Open", "[cache]") 
   TempDir dir;
   const std::string path = dir.File("cache.db");
   OpenOrFail(path).reset();
-  std::filesystem::permissions(
-      path, std::filesystem::perms::owner_read | std::filesystem::perms::group_read);
+  std::filesystem::permissions(path, std::filesystem::perms::owner_read | std::filesystem::perms::group_read);
   absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
   REQUIRE_FALSE(store.ok());
   CHECK(store.status().code() == absl::StatusCode::kPermissionDenied);
@@ -194,8 +192,7 @@ TEST_CASE("Store: the database is in WAL mode with the current schema", "[cache]
 TEST_CASE("Store: entries survive a reopen", "[cache]") {
   TempDir dir;
   const std::string path = dir.File("cache.db");
-  std::vector<v1::Entry> entries = {MakeTestEntry(1024, 4096), MakeTestEntry(2048, 4096),
-                                    MakeTestEntry(4096, 8192)};
+  std::vector<v1::Entry> entries = {MakeTestEntry(1024, 4096), MakeTestEntry(2048, 4096), MakeTestEntry(4096, 8192)};
   {
     auto store = OpenOrFail(path);
     REQUIRE(store->PutAll(entries).ok());
@@ -265,9 +262,8 @@ TEST_CASE("Store: a file that is not SQLite is refused and left alone", "[cache]
   absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
   REQUIRE_FALSE(store.ok());
   CHECK(store.status().code() == absl::StatusCode::kFailedPrecondition);
-  CHECK_THAT(std::string(store.status().message()), Catch::Contains(path) &&
-                                                        Catch::Contains("not a ktune database") &&
-                                                        Catch::Contains("not an SQLite file"));
+  CHECK_THAT(std::string(store.status().message()),
+             Catch::Contains(path) && Catch::Contains("not a ktune database") && Catch::Contains("not an SQLite file"));
   CHECK(ReadFile(path) == text);
 }
 
@@ -277,8 +273,7 @@ TEST_CASE("Store: another program's SQLite database is refused and left alone", 
   {
     sqlite3* db = nullptr;
     REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
-    REQUIRE(sqlite3_exec(db, "CREATE TABLE notes (text TEXT)", nullptr, nullptr, nullptr) ==
-            SQLITE_OK);
+    REQUIRE(sqlite3_exec(db, "CREATE TABLE notes (text TEXT)", nullptr, nullptr, nullptr) == SQLITE_OK);
     sqlite3_close(db);
   }
   absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
@@ -351,8 +346,8 @@ TEST_CASE("Store: PutAll is all or nothing", "[cache]") {
         "BEGIN SELECT RAISE(ABORT, 'injected failure'); END");
     v1::Entry poisoned = MakeTestEntry(2048, 4096);
     poisoned.mutable_measurement()->set_time_us(777);
-    absl::StatusOr<PutAllStats> stats = store->PutAll(
-        {MakeTestEntry(1024, 4096), kept_changed, poisoned, MakeTestEntry(4096, 4096)});
+    absl::StatusOr<PutAllStats> stats =
+        store->PutAll({MakeTestEntry(1024, 4096), kept_changed, poisoned, MakeTestEntry(4096, 4096)});
     REQUIRE_FALSE(stats.ok());
     CHECK_THAT(std::string(stats.status().message()),
                Catch::StartsWith("entry 2: ") && Catch::Contains("injected failure"));
@@ -377,10 +372,7 @@ TEST_CASE("Store: List filters by op and is ordered by key, CountByOp counts", "
   TempDir dir;
   const std::string path = dir.File("cache.db");
   auto store = OpenOrFail(path);
-  REQUIRE(store
-              ->PutAll(
-                  {MakeTestEntry(4096, 4096), MakeTestEntry(1024, 4096), MakeTestEntry(2048, 4096)})
-              .ok());
+  REQUIRE(store->PutAll({MakeTestEntry(4096, 4096), MakeTestEntry(1024, 4096), MakeTestEntry(2048, 4096)}).ok());
   // Only rmsnorm.fwd validates in this version, so a row of another op is
   // written directly, to see that the filter uses the op column.
   {
@@ -470,8 +462,7 @@ TEST_CASE("Store: concurrent puts and gets from many threads", "[cache]") {
 namespace ktune {
 namespace {
 
-TEST_CASE("Store: a version 1 database migrates to the quarantine table, keeping its entries",
-          "[cache]") {
+TEST_CASE("Store: a version 1 database migrates to the quarantine table, keeping its entries", "[cache]") {
   TempDir dir;
   const std::string path = dir.File("cache.db");
   {
@@ -512,7 +503,6 @@ TEST_CASE("Store: quarantined candidates are kept per environment", "[cache]") {
   CHECK(store->Quarantined("dev B", "sw 1")->size() == 1);
 }
 
-
 // ---------------------------------------------------------------- scale
 
 // Entries of four families (two ops, two widths) and many M.
@@ -537,8 +527,7 @@ std::vector<std::string> FlatKeysOf(const std::vector<StoredEntry>& entries) {
 }
 
 // Pages through everything `filter` takes, `limit` and `max_bytes` a page.
-std::vector<StoredEntry> PageThrough(Store& store, const EntryFilter& filter, int limit, size_t max_bytes,
-                                     int* pages) {
+std::vector<StoredEntry> PageThrough(Store& store, const EntryFilter& filter, int limit, size_t max_bytes, int* pages) {
   std::vector<StoredEntry> all;
   PageRequest page;
   page.limit = limit;
@@ -584,9 +573,8 @@ TEST_CASE("Store: paging returns every entry exactly once, in key order", "[cach
     std::vector<StoredEntry> got = PageThrough(*store, filter, 13, size_t{1} << 20, &pages);
     CHECK(got.size() == 120);
     for (const StoredEntry& e : got) CHECK(e.key.op == "layernorm.fwd");
-    CHECK(std::is_sorted(got.begin(), got.end(), [](const StoredEntry& a, const StoredEntry& b) {
-      return FlatKey(a.key) < FlatKey(b.key);
-    }));
+    CHECK(std::is_sorted(got.begin(), got.end(),
+                         [](const StoredEntry& a, const StoredEntry& b) { return FlatKey(a.key) < FlatKey(b.key); }));
   }
   SECTION("entries written between pages do not repeat or hide the others") {
     PageRequest page;
@@ -739,8 +727,8 @@ TEST_CASE("Store: a version 2 database migrates: families, counts, unknown field
     RawDb raw(path);  // what version 2 of the store wrote, an entry with an unknown field
     DowngradeToVersion2(raw);
     sqlite3_stmt* stmt = nullptr;
-    REQUIRE(sqlite3_prepare_v2(raw.get(), "UPDATE entries SET entry = ?1 WHERE tuned_at_unix > 0 AND rowid = 1",
-                               -1, &stmt, nullptr) == SQLITE_OK);
+    REQUIRE(sqlite3_prepare_v2(raw.get(), "UPDATE entries SET entry = ?1 WHERE tuned_at_unix > 0 AND rowid = 1", -1,
+                               &stmt, nullptr) == SQLITE_OK);
     const std::string blob = WithUnknownField(small, 100000);
     sqlite3_bind_blob(stmt, 1, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
     REQUIRE(sqlite3_step(stmt) == SQLITE_DONE);
@@ -779,9 +767,8 @@ TEST_CASE("Store: unknown fields are never stored, and an entry over the size ca
   REQUIRE(huge.ParseFromString(WithUnknownField(clean, kMaxEntryBytes)));
   absl::Status s = store->Put(huge);
   CHECK(s.code() == absl::StatusCode::kInvalidArgument);
-  CHECK_THAT(std::string(s.message()), Catch::Contains("entry.size:") &&
-                                           Catch::Contains("rmsnorm.fwd") &&
-                                           Catch::Contains("cap"));
+  CHECK_THAT(std::string(s.message()),
+             Catch::Contains("entry.size:") && Catch::Contains("rmsnorm.fwd") && Catch::Contains("cap"));
 }
 
 }  // namespace

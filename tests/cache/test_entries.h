@@ -11,8 +11,7 @@
 
 namespace ktune::testutil {
 
-inline constexpr char kTestTemplateHash[] =
-    "3f2a9c1e5b7d4f60812a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f80";
+inline constexpr char kTestTemplateHash[] = "3f2a9c1e5b7d4f60812a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f80";
 
 // RMSNorm forward, bf16 in and out, [m, n], weight, default eps; measured on
 // an H200 (cc 9.0, 132 SMs) with a one-kernel persistent recipe.

@@ -1,14 +1,14 @@
 // Problems derived from model configs (client/model_shapes.h), checked on
 // real configs kept in tests/data: Llama-3-8B (RMSNorm, GQA) and Qwen3-8B
 // (explicit head_dim and per-head q/k RMSNorm).
+#include "client/model_shapes.h"
+
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <set>
 
-#include <catch2/catch.hpp>
-
 #include "absl/strings/match.h"
-#include "client/model_shapes.h"
 #include "tuner/gemm_problem.h"
 #include "tuner/wire.h"
 
@@ -89,10 +89,10 @@ TEST_CASE("Llama-3-8B: one RMSNorm per token count, and the layer's GEMMs", "[cl
                         [](const NormProblem& n) { return n.pass == NormPass::kBackward; }) == 5);
     CHECK(norms[0].input_dtype == DType::kFP16);  // --dtype overrides torch_dtype
     const auto gemms = GemmShapes(*problems);
-    CHECK(gemms.count({128, 4096, 14336}) == 1);   // down, forward
-    CHECK(gemms.count({128, 14336, 4096}) == 1);   // down, dgrad
+    CHECK(gemms.count({128, 4096, 14336}) == 1);  // down, forward
+    CHECK(gemms.count({128, 14336, 4096}) == 1);  // down, dgrad
     // No weight gradient: its A is column-major, which no ktune GEMM reads.
-    CHECK(gemms.count({4096, 14336, 128}) == 0);   // down, wgrad
+    CHECK(gemms.count({4096, 14336, 128}) == 0);  // down, wgrad
     // So in bf16 every derived GEMM is one ktuned's own validator accepts
     // (fp16 GEMMs, above, are not served yet).
     auto bf16 = DeriveModelProblems(*config, {kTokens, true, DType::kBF16});

@@ -7,9 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <fstream>
-
 #include <catch2/catch.hpp>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "client/prewarm.h"
@@ -170,9 +169,9 @@ TEST_CASE("prewarm over two daemons finishes on the survivor when one is killed,
   REQUIRE(b.Start({}, {kFake}));
   const std::string servers_path = scratch.path() + "/servers.txt";
   WriteFile(servers_path, "# the cluster\n" + a.address() + "\n\n" + b.address() + "\n");
-  const auto resume = RunCommand(
-      absl::StrCat(KTUNE_CLI_PATH, " prewarm ", shapes_path, " --servers-file ", servers_path, " --json"),
-      scratch.path());
+  const auto resume =
+      RunCommand(absl::StrCat(KTUNE_CLI_PATH, " prewarm ", shapes_path, " --servers-file ", servers_path, " --json"),
+                 scratch.path());
   INFO(resume.err);
   REQUIRE(resume.exit_code == 0);
   const auto summary = nlohmann::json::parse(resume.out);

@@ -1,11 +1,11 @@
 // The prewarm problem list (client/prewarm_list.h): dedup by key, and the
 // --shard arithmetic batch jobs rely on: shards partition the list, the same
 // way in every process.
-#include <map>
+#include "client/prewarm_list.h"
 
 #include <catch2/catch.hpp>
+#include <map>
 
-#include "client/prewarm_list.h"
 #include "tuner/wire.h"
 
 namespace ktune {

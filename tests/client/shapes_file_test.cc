@@ -1,13 +1,13 @@
 // Shapes files (client/shapes_file.h): YAML and JSON give the same problems,
 // defaults fill what an entry leaves out, and every bad input is one error
 // naming the file, the line, the entry and the field.
+#include "client/shapes_file.h"
+
+#include <catch2/catch.hpp>
 #include <ctime>
 #include <filesystem>
 
-#include <catch2/catch.hpp>
-
 #include "absl/strings/str_cat.h"
-#include "client/shapes_file.h"
 #include "tuner/wire.h"
 
 namespace ktune {
@@ -71,8 +71,9 @@ problems:
 }
 
 TEST_CASE("JSON shapes give the same problems as YAML", "[client][shapes]") {
-  const char* yaml = "- {op: rmsnorm.bwd, m: [8, 4096], n: 2048, eps: 1.0e-6}\n"
-                     "- {op: layernorm.fwd, m: 3, n: 5, bias: true, weight: false}\n";
+  const char* yaml =
+      "- {op: rmsnorm.bwd, m: [8, 4096], n: 2048, eps: 1.0e-6}\n"
+      "- {op: layernorm.fwd, m: 3, n: 5, bias: true, weight: false}\n";
   const char* json = R"({"problems": [
       {"op": "rmsnorm.bwd", "m": [8, 4096], "n": 2048, "eps": 1e-6},
       {"op": "layernorm.fwd", "m": 3, "n": 5, "bias": true, "weight": false}]})";
@@ -87,8 +88,8 @@ TEST_CASE("JSON shapes give the same problems as YAML", "[client][shapes]") {
 }
 
 TEST_CASE("the shipped example shapes file parses", "[client][shapes]") {
-  const auto path = std::filesystem::path(__FILE__).parent_path().parent_path().parent_path() / "deploy" /
-                    "shapes-example.yaml";
+  const auto path =
+      std::filesystem::path(__FILE__).parent_path().parent_path().parent_path() / "deploy" / "shapes-example.yaml";
   auto parsed = LoadShapesFile(path.string());
   REQUIRE(parsed.ok());
   CHECK(parsed->size() == 11);

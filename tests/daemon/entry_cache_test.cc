@@ -112,8 +112,7 @@ TEST_CASE("EntryCache: writes and deletes are seen at once, never an older entry
   CHECK(cache.Lookup(key) == nullptr);
 }
 
-TEST_CASE("EntryCache: an entry's answer is made once per read from the store, and again after a write",
-          "[daemon]") {
+TEST_CASE("EntryCache: an entry's answer is made once per read from the store, and again after a write", "[daemon]") {
   TempStore t;
   CountingAnswer answer;
   EntryCache cache(t.store.get(), answer.Fn());
@@ -150,7 +149,6 @@ TEST_CASE("EntryCache: an entry's answer is made once per read from the store, a
     CHECK(hit->answer.status().message() == "stored entry: too slow to serve");
   }
   CHECK(*answer.made == 3);
-
 }
 
 }  // namespace

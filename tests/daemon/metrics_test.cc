@@ -1,11 +1,10 @@
 // The metrics registry: handles, histograms, zero-initialised label values
 // and the Prometheus text it renders.
-#include <thread>
-#include <vector>
+#include "daemon/metrics.h"
 
 #include <catch2/catch.hpp>
-
-#include "daemon/metrics.h"
+#include <thread>
+#include <vector>
 
 namespace ktune {
 namespace {
@@ -40,8 +39,7 @@ TEST_CASE("a histogram renders cumulative buckets, +Inf, _sum and _count per lab
   CHECK(snapshot.at("lat_seconds_sum{answer=\"hit\"}") == Approx(5.0515));
 }
 
-TEST_CASE("a resolved sample is exported at zero and counts exactly under concurrent updates",
-          "[daemon][metrics]") {
+TEST_CASE("a resolved sample is exported at zero and counts exactly under concurrent updates", "[daemon][metrics]") {
   Metrics m;
   m.Declare("calls_total", Metrics::Kind::kCounter, "calls");
   m.Declare("info", Metrics::Kind::kGauge, "build");

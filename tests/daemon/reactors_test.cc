@@ -6,9 +6,8 @@
 // call (OnDone deleted the reactor) is dropped.
 #include "daemon/reactors.h"
 
-#include <vector>
-
 #include <catch2/catch.hpp>
+#include <vector>
 
 #include "grpcpp/impl/codegen/proto_utils.h"
 
@@ -51,7 +50,7 @@ TEST_CASE("a pending answer sends the tune's answer, decorated, and ends the cal
   pending->Fail(absl::UnavailableError("later"));
   pending->OnCancel();
   CHECK(ended.size() == 1);
-  pending->OnDone();  // gRPC is done with the call: deletes the reactor
+  pending->OnDone();    // gRPC is done with the call: deletes the reactor
   done(TunedAnswer());  // a tune finishing now finds no call, and no crash
   CHECK(ended.size() == 1);
 }

@@ -1,13 +1,13 @@
 // The tuning queue: single flight per key, priorities, a bound, cancellation
 // when every waiter has gone, background work, shutdown.
+#include "daemon/tune_queue.h"
+
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <thread>
 #include <vector>
 
-#include <catch2/catch.hpp>
-
 #include "absl/synchronization/notification.h"
-#include "daemon/tune_queue.h"
 
 namespace ktune {
 namespace {
@@ -22,8 +22,8 @@ v1::GetConfigResponse Answer(double time_us) {
 }
 
 // Work that blocks until `release` is notified, then answers `time_us`.
-TuneQueue::Work Blocking(absl::Notification* started, absl::Notification* release,
-                         double time_us, std::atomic<int>* runs = nullptr) {
+TuneQueue::Work Blocking(absl::Notification* started, absl::Notification* release, double time_us,
+                         std::atomic<int>* runs = nullptr) {
   return [=](const std::atomic<bool>&, const TuneQueue::ProgressFn& progress) -> Result {
     if (runs) ++*runs;
     if (started) started->Notify();
@@ -79,9 +79,8 @@ TEST_CASE("32 concurrent callers of one key share one job and one answer", "[dae
   std::vector<std::thread> callers;
   for (int i = 0; i < 32; ++i) {
     callers.emplace_back([&, i] {
-      auto t = queue.Join("rmsnorm.fwd m=1", JobPriority::kInteractive,
-                          Blocking(&started, &release, 42.0, &runs), collector.done(),
-                          collector.progress());
+      auto t = queue.Join("rmsnorm.fwd m=1", JobPriority::kInteractive, Blocking(&started, &release, 42.0, &runs),
+                          collector.done(), collector.progress());
       REQUIRE(t.ok());
       tickets[i] = std::move(*t);
     });
@@ -105,18 +104,16 @@ TEST_CASE("interactive jobs run before background ones, each in arrival order", 
   TuneQueue queue(8);
   absl::Notification started, release;
   Collector first;
-  auto blocker = queue.Join("a", JobPriority::kInteractive, Blocking(&started, &release, 1),
-                            first.done(), nullptr);
+  auto blocker = queue.Join("a", JobPriority::kInteractive, Blocking(&started, &release, 1), first.done(), nullptr);
   REQUIRE(blocker.ok());
   started.WaitForNotification();  // the worker is busy: the rest queue up
   absl::Mutex mu;
   std::vector<double> order;
   Collector rest;
   std::vector<std::unique_ptr<TuneQueue::Ticket>> tickets;
-  for (auto [key, priority, t] : {std::tuple{"b", JobPriority::kBackground, 2.0},
-                                  std::tuple{"c", JobPriority::kInteractive, 3.0},
-                                  std::tuple{"d", JobPriority::kBackground, 4.0},
-                                  std::tuple{"e", JobPriority::kInteractive, 5.0}}) {
+  for (auto [key, priority, t] :
+       {std::tuple{"b", JobPriority::kBackground, 2.0}, std::tuple{"c", JobPriority::kInteractive, 3.0},
+        std::tuple{"d", JobPriority::kBackground, 4.0}, std::tuple{"e", JobPriority::kInteractive, 5.0}}) {
     auto ticket = queue.Join(key, priority, Instant(t, &order, &mu), rest.done(), nullptr);
     REQUIRE(ticket.ok());
     tickets.push_back(std::move(*ticket));
@@ -162,15 +159,15 @@ TEST_CASE("a queued job is dropped when every waiter leaves, background work is 
   absl::Notification never;
   never.Notify();
   {
-    auto a = queue.Join("abandoned", JobPriority::kInteractive,
-                        Blocking(nullptr, &never, 2, &abandoned_runs), c.done(), nullptr);
-    auto b = queue.Join("abandoned", JobPriority::kInteractive,
-                        Blocking(nullptr, &never, 2, &abandoned_runs), c.done(), nullptr);
+    auto a = queue.Join("abandoned", JobPriority::kInteractive, Blocking(nullptr, &never, 2, &abandoned_runs), c.done(),
+                        nullptr);
+    auto b = queue.Join("abandoned", JobPriority::kInteractive, Blocking(nullptr, &never, 2, &abandoned_runs), c.done(),
+                        nullptr);
     REQUIRE(a.ok());
     REQUIRE(b.ok());
   }  // both tickets gone
-  auto background = queue.Join("background", JobPriority::kBackground,
-                               Blocking(nullptr, &never, 3, &background_runs), nullptr, nullptr);
+  auto background = queue.Join("background", JobPriority::kBackground, Blocking(nullptr, &never, 3, &background_runs),
+                               nullptr, nullptr);
   REQUIRE(background.ok());
   background->reset();  // nobody waits, and it still runs
   CHECK(queue.stats().jobs_cancelled == 1);

@@ -6,7 +6,9 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
+#include <yaml-cpp/yaml.h>
 
+#include <catch2/catch.hpp>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -14,9 +16,6 @@
 #include <regex>
 #include <set>
 #include <sstream>
-
-#include <catch2/catch.hpp>
-#include <yaml-cpp/yaml.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -209,8 +208,7 @@ std::vector<std::string> CheckContainer(const YAML::Node& container) {
   }
   std::vector<std::string> problems;
   for (const std::vector<std::string>& argv : argvs) {
-    if (argv.size() >= 3 && (argv[0] == "/bin/sh" || argv[0] == "sh" || argv[0] == "/bin/bash") &&
-        argv[1] == "-c") {
+    if (argv.size() >= 3 && (argv[0] == "/bin/sh" || argv[0] == "sh" || argv[0] == "/bin/bash") && argv[1] == "-c") {
       for (std::string& p : CheckShell(argv[2])) problems.push_back(std::move(p));
     } else if (RunsKtune(argv)) {
       for (std::string& p : CheckInvocation(argv)) problems.push_back(std::move(p));
@@ -368,10 +366,9 @@ TEST_CASE("every ktuned and ktune flag used in deploy/ exists", "[deploy]") {
 TEST_CASE("the systemd unit is a hardened Type=notify service", "[deploy]") {
   const std::string unit = Slurp(kDeploy / "systemd" / "ktuned.service");
   for (const char* line :
-       {"Type=notify", "NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=yes",
-        "PrivateTmp=yes", "RuntimeDirectory=ktune", "RuntimeDirectoryMode=0750",
-        "StateDirectory=ktune", "CacheDirectory=ktune", "DeviceAllow=/dev/nvidiactl rw",
-        "DevicePolicy=closed"}) {
+       {"Type=notify", "NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes",
+        "RuntimeDirectory=ktune", "RuntimeDirectoryMode=0750", "StateDirectory=ktune", "CacheDirectory=ktune",
+        "DeviceAllow=/dev/nvidiactl rw", "DevicePolicy=closed"}) {
     INFO(line);
     CHECK(std::regex_search(unit, std::regex(std::string("(^|\\n)") + line + "\\s*(\\n|$)")));
   }

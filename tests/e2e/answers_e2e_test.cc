@@ -6,11 +6,10 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <string>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "cache/bundle.h"
 #include "cache/recipe_check.h"

@@ -2,12 +2,11 @@
 // (or the Unix socket when the daemon has none), bad token files are refused.
 #include <signal.h>
 
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <thread>
-
-#include <catch2/catch.hpp>
 
 #include "cache/bundle.h"
 #include "tests/cache/test_entries.h"
@@ -41,23 +40,20 @@ std::unique_ptr<Client> ClientWith(const std::string& address, const char* token
   return client;
 }
 
-std::string Bundle() {
-  return EncodeBundle({testutil::MakeTestEntry()}, "test", 1795000000);
-}
+std::string Bundle() { return EncodeBundle({testutil::MakeTestEntry()}, "test", 1795000000); }
 
 TEST_CASE("TCP callers need the token and imports the admin token", "[e2e][auth]") {
   TempDir dir;
   const std::string tcp = "127.0.0.1:" + std::to_string(30000 + getpid() % 20000);
   DaemonProcess daemon(dir.path(), dir.path() + "/cache.db");
-  REQUIRE(daemon.Start({"--listen", tcp, "--token-file", WriteToken(dir, "token", kToken),
-                        "--admin-token-file", WriteToken(dir, "admin", kAdminToken)}));
+  REQUIRE(daemon.Start({"--listen", tcp, "--token-file", WriteToken(dir, "token", kToken), "--admin-token-file",
+                        WriteToken(dir, "admin", kAdminToken)}));
 
   auto anonymous = ClientWith(tcp, nullptr)->GetStatus();
   REQUIRE_FALSE(anonymous.ok());
   CHECK(anonymous.status().code() == absl::StatusCode::kUnauthenticated);
   CHECK(anonymous.status().message().find("token") != std::string::npos);
-  CHECK(ClientWith(tcp, "wrong-token-0123456789")->GetStatus().status().code() ==
-        absl::StatusCode::kUnauthenticated);
+  CHECK(ClientWith(tcp, "wrong-token-0123456789")->GetStatus().status().code() == absl::StatusCode::kUnauthenticated);
   CHECK(ClientWith(tcp, kToken)->GetStatus().ok());
   CHECK(ClientWith(daemon.address(), nullptr)->GetStatus().ok());  // the Unix socket
 
@@ -134,8 +130,8 @@ TEST_CASE("SIGHUP re-reads the token files and the daemon keeps serving", "[e2e]
 TEST_CASE("ktuned refuses weak or unreadable token files", "[e2e][auth]") {
   TempDir dir;
   const std::string ktuned = testing::KtunedPath();
-  auto weak = RunCommand(ktuned + " --listen unix:" + dir.path() + "/s --db " + dir.path() +
-                             "/x.db --token-file " + WriteToken(dir, "weak", "short"),
+  auto weak = RunCommand(ktuned + " --listen unix:" + dir.path() + "/s --db " + dir.path() + "/x.db --token-file " +
+                             WriteToken(dir, "weak", "short"),
                          dir.path());
   CHECK(weak.exit_code == 2);
   CHECK(weak.err.find("at least 16 characters") != std::string::npos);

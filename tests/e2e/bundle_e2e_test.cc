@@ -58,8 +58,7 @@ void WriteBundle(const std::string& path, const std::vector<v1::Entry>& entries)
   out << EncodeBundle(entries, "test", 1795000000);
 }
 
-v1::ImportBundleRequest Request(const std::vector<v1::Entry>& entries, v1::MergePolicy policy,
-                                bool dry_run = false) {
+v1::ImportBundleRequest Request(const std::vector<v1::Entry>& entries, v1::MergePolicy policy, bool dry_run = false) {
   v1::ImportBundleRequest r;
   r.set_bundle(EncodeBundle(entries, "test", 1795000000));
   r.set_policy(policy);
@@ -84,10 +83,9 @@ TEST_CASE("a GPU daemon judges each bundled entry against its device and softwar
   other_software.mutable_software()->set_template_hash(std::string(64, 'c'));
   other_software.mutable_recipe()->set_template_hash(std::string(64, 'c'));
 
-  auto r = daemon.NewClient()->ImportBundle(Request(
-      {EntryOn(here, 1024, 10), EntryOn(other_driver, 2048, 20), EntryOn(other_kind, 8192, 40),
-       other_software},
-      v1::KEEP_FASTER));
+  auto r = daemon.NewClient()->ImportBundle(
+      Request({EntryOn(here, 1024, 10), EntryOn(other_driver, 2048, 20), EntryOn(other_kind, 8192, 40), other_software},
+              v1::KEEP_FASTER));
   REQUIRE(r.ok());
   REQUIRE(r->decisions_size() == 4);
   CHECK(r->decisions(0).compatibility() == "exact");
@@ -123,8 +121,9 @@ TEST_CASE("import policies, dry run and the report through the daemon and the CL
   DaemonProcess daemon(dir.path(), dir.path() + "/cache.db");
   REQUIRE(daemon.Start());  // compile-only: entries stored as bundled
   const DeviceInfo target = CompileOnlyTarget();
-  REQUIRE(daemon.NewClient()->ImportBundle(Request({EntryOn(target, 1024, 10), EntryOn(target, 2048, 20)},
-                                                   v1::KEEP_FASTER)).ok());
+  REQUIRE(daemon.NewClient()
+              ->ImportBundle(Request({EntryOn(target, 1024, 10), EntryOn(target, 2048, 20)}, v1::KEEP_FASTER))
+              .ok());
   const std::vector<v1::Entry> before = ListAll(daemon);
   REQUIRE(before.size() == 2);
   const std::vector<v1::Entry> incoming = {EntryOn(target, 1024, 5), EntryOn(target, 2048, 25),
@@ -150,8 +149,8 @@ TEST_CASE("import policies, dry run and the report through the daemon and the CL
       std::string policy;
       double t1024, t2048;
     };
-    for (const Case& c : {Case{"prefer-existing", 10, 20}, Case{"keep-faster", 5, 20},
-                          Case{"prefer-incoming", 5, 25}}) {
+    for (const Case& c :
+         {Case{"prefer-existing", 10, 20}, Case{"keep-faster", 5, 20}, Case{"prefer-incoming", 5, 25}}) {
       INFO(c.policy);
       auto out = RunCommand(Cli(daemon) + "import " + bundle + " --policy " + c.policy, dir.path());
       REQUIRE(out.exit_code == 0);
@@ -180,10 +179,12 @@ TEST_CASE("export filters by op, GPU kind and date", "[e2e][bundle]") {
   DeviceInfo h100 = CompileOnlyTarget();
   h100.name = "NVIDIA H100 80GB HBM3";
   const int64_t jan_2027 = 1798761600;  // 2027-01-01 UTC
-  REQUIRE(daemon.NewClient()->ImportBundle(Request({EntryOn(CompileOnlyTarget(), 1024, 10, jan_2027 - 86400),
-                                                    EntryOn(CompileOnlyTarget(), 2048, 20, jan_2027),
-                                                    EntryOn(h100, 4096, 40, jan_2027 + 86400)},
-                                                   v1::KEEP_FASTER)).ok());
+  REQUIRE(daemon.NewClient()
+              ->ImportBundle(
+                  Request({EntryOn(CompileOnlyTarget(), 1024, 10, jan_2027 - 86400),
+                           EntryOn(CompileOnlyTarget(), 2048, 20, jan_2027), EntryOn(h100, 4096, 40, jan_2027 + 86400)},
+                          v1::KEEP_FASTER))
+              .ok());
   auto count = [&](const std::string& flags) {
     const std::string out = dir.path() + "/out.ktb";
     auto r = RunCommand(Cli(daemon) + "export -o " + out + " " + flags, dir.path());

@@ -8,8 +8,8 @@
 #include "absl/time/clock.h"
 #include "cache/bundle.h"
 #include "cache/recipe_check.h"
-#include "httplib.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "httplib.h"
 #include "tests/e2e/daemon_process.h"
 #include "tests/tuner/gemm_test_problems.h"
 #include "tuner/gemm_space.h"
@@ -121,7 +121,7 @@ TEST_CASE("ktuned serves status, heuristic answers and refuses what it cannot do
   }
 
   SECTION("the socket is private to the user and group") {
-    struct stat st{};
+    struct stat st {};
     REQUIRE(stat(daemon.socket_path().c_str(), &st) == 0);
     CHECK((st.st_mode & 0777) == 0660);
   }
@@ -143,7 +143,9 @@ TEST_CASE("ktuned serves status, heuristic answers and refuses what it cannot do
     CHECK(r->recipe().kernels(0).block(0) >= 32);
     CHECK(r->recipe().kernels(0).grid(0) >= 1);
     REQUIRE(r->recipe().cubin().size() > 4);
-    CHECK(r->recipe().cubin().substr(0, 4) == "\x7f" "ELF");
+    CHECK(r->recipe().cubin().substr(0, 4) ==
+          "\x7f"
+          "ELF");
     // A heuristic answer stores nothing.
     CHECK(ListAll(daemon).empty());
   }
@@ -300,8 +302,7 @@ TEST_CASE("bundles move entries between daemons, and bad bundles change nothing"
   REQUIRE(a.Start());
   REQUIRE(b.Start());
 
-  const std::vector<v1::Entry> seed = {TunedEntry(4096, 4096), TunedEntry(32768, 1024),
-                                       TunedEntry(16384, 8192)};
+  const std::vector<v1::Entry> seed = {TunedEntry(4096, 4096), TunedEntry(32768, 1024), TunedEntry(16384, 8192)};
   auto imported = a.NewClient()->ImportBundle(EncodeBundle(seed, "test", 1795000000));
   REQUIRE(imported.ok());
   CHECK(imported->added() == 3);
@@ -375,8 +376,7 @@ TEST_CASE("the ktune CLI drives a daemon and fails with one-line reasons", "[e2e
   CHECK(status.out.find("\"compile_only\"") != std::string::npos);
   CHECK(status.out.find("\"version\": \"" KTUNE_VERSION "\"") != std::string::npos);
 
-  auto get = RunCommand(cli + "get rmsnorm.fwd --m 4096 --n 5120 --dtype fp16 --policy heuristic --json",
-                        dir.path());
+  auto get = RunCommand(cli + "get rmsnorm.fwd --m 4096 --n 5120 --dtype fp16 --policy heuristic --json", dir.path());
   REQUIRE(get.exit_code == 0);
   CHECK(get.out.find("\"source\": \"HEURISTIC\"") != std::string::npos);
   CHECK(get.out.find("\"config\"") != std::string::npos);
@@ -447,9 +447,8 @@ TEST_CASE("the ktune CLI drives a daemon and fails with one-line reasons", "[e2e
   CHECK(bad_flag.exit_code != 0);
   CHECK(std::count(bad_flag.err.begin(), bad_flag.err.end(), '\n') == 1);
 
-  auto no_daemon = RunCommand(std::string(KTUNE_CLI_PATH) + " --server unix:" + dir.path() +
-                                  "/nobody.sock --timeout 2 status",
-                              dir.path());
+  auto no_daemon = RunCommand(
+      std::string(KTUNE_CLI_PATH) + " --server unix:" + dir.path() + "/nobody.sock --timeout 2 status", dir.path());
   CHECK(no_daemon.exit_code != 0);
   CHECK(no_daemon.err.find("cannot reach ktuned") != std::string::npos);
 
@@ -496,9 +495,9 @@ TEST_CASE("a second ktuned on a live socket refuses to start", "[e2e]") {
   TempDir dir;
   DaemonProcess first(dir.path(), dir.path() + "/one.db");
   REQUIRE(first.Start());
-  auto second = RunCommand("timeout 20 " + std::string(KTUNED_PATH) + " --listen " + first.address() +
-                               " --db " + dir.path() + "/two.db",
-                           dir.path());
+  auto second = RunCommand(
+      "timeout 20 " + std::string(KTUNED_PATH) + " --listen " + first.address() + " --db " + dir.path() + "/two.db",
+      dir.path());
   CHECK(second.exit_code == 1);
   CHECK(second.err.find("already serving") != std::string::npos);
   CHECK(first.NewClient()->GetStatus().ok());
@@ -511,8 +510,7 @@ TEST_CASE("ktuned rejects bad flags with a clear message", "[e2e]") {
   auto tcp = RunCommand(ktuned + " --listen 0.0.0.0:7070 --db " + dir.path() + "/x.db", dir.path());
   CHECK(tcp.exit_code != 0);
   CHECK(tcp.err.find("needs TLS") != std::string::npos);
-  auto relative = RunCommand(ktuned + " --listen unix:relative.sock --db " + dir.path() + "/x.db",
-                             dir.path());
+  auto relative = RunCommand(ktuned + " --listen unix:relative.sock --db " + dir.path() + "/x.db", dir.path());
   CHECK(relative.exit_code != 0);
   CHECK(relative.err.find("absolute path") != std::string::npos);
   auto level = RunCommand(ktuned + " --log-level loud", dir.path());
@@ -570,9 +568,9 @@ TEST_CASE("hits, nearest-shape answers and metrics on a compile-only daemon", "[
   const std::vector<NormConfig> space = NormSearchSpace(shape, CompileOnlyTarget());
   REQUIRE(space.size() >= 2);
   const NormConfig small_config = space.front(), large_config = space.back();
-  REQUIRE(client->ImportBundle(EncodeBundle({LocalEntry(1024, 4096, small_config),
-                                             LocalEntry(65536, 4096, large_config)},
-                                            "test", 1795000000))
+  REQUIRE(client
+              ->ImportBundle(EncodeBundle({LocalEntry(1024, 4096, small_config), LocalEntry(65536, 4096, large_config)},
+                                          "test", 1795000000))
               .ok());
 
   auto ask = [&](int64_t m, v1::Policy policy, bool nearest) {
@@ -596,8 +594,7 @@ TEST_CASE("hits, nearest-shape answers and metrics on a compile-only daemon", "[
     REQUIRE(near_small.ok());
     CHECK(near_small->source() == v1::NEAREST);
     CHECK(near_small->tuned_for().norm().m() == 1024);
-    CHECK(near_small->config().norm().SerializeAsString() ==
-          NormConfigToProto(small_config).SerializeAsString());
+    CHECK(near_small->config().norm().SerializeAsString() == NormConfigToProto(small_config).SerializeAsString());
     REQUIRE(near_small->recipe().kernels_size() >= 1);
     CHECK_FALSE(near_small->recipe().kernels(0).lowered_name().empty());
 
@@ -653,8 +650,7 @@ TEST_CASE("hits, nearest-shape answers and metrics on a compile-only daemon", "[
 namespace ktune {
 namespace {
 
-TEST_CASE("entries of an older software fingerprint are kept, listed as stale, never served",
-          "[e2e]") {
+TEST_CASE("entries of an older software fingerprint are kept, listed as stale, never served", "[e2e]") {
   TempDir dir;
   DaemonProcess daemon(dir.path(), dir.path() + "/cache.db");
   REQUIRE(daemon.Start());

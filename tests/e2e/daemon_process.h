@@ -71,8 +71,7 @@ inline std::string KtunedPath() {
 
 class DaemonProcess {
  public:
-  DaemonProcess(std::string dir, std::string db_path)
-      : dir_(std::move(dir)), db_path_(std::move(db_path)) {}
+  DaemonProcess(std::string dir, std::string db_path) : dir_(std::move(dir)), db_path_(std::move(db_path)) {}
   ~DaemonProcess() {
     if (pid_ > 0) Stop();
   }
@@ -86,10 +85,9 @@ class DaemonProcess {
   // Starts ktuned; true once it answers GetStatus (within 20 s).
   // `extra_flags` are appended to ktuned's command line; `env` ("NAME=value")
   // is added to its environment (and so its worker's).
-  bool Start(const std::vector<std::string>& extra_flags = {},
-             const std::vector<std::string>& env = {}) {
-    std::vector<std::string> args = {KtunedPath(), "--listen", address(), "--db", db_path_,
-                                     "--kernel-cache-dir", dir_ + "/kernels"};
+  bool Start(const std::vector<std::string>& extra_flags = {}, const std::vector<std::string>& env = {}) {
+    std::vector<std::string> args = {KtunedPath(), "--listen",           address(),        "--db",
+                                     db_path_,     "--kernel-cache-dir", dir_ + "/kernels"};
     // Defaults a test may override in `extra_flags` (ktuned takes a flag once).
     for (auto [flag, value] : {std::pair{"--log-level", "debug"}, std::pair{"--drain-seconds", "1"}}) {
       if (std::find(extra_flags.begin(), extra_flags.end(), flag) == extra_flags.end()) {
@@ -176,8 +174,9 @@ inline v1::Problem RmsProblem(int64_t m, int64_t n) {
 
 // `callers` threads, each with its own client, send `request` at once; their
 // answers in thread order (single-flight tests).
-inline std::vector<absl::StatusOr<v1::GetConfigResponse>> ConcurrentGetConfig(
-    const DaemonProcess& daemon, const v1::GetConfigRequest& request, int callers) {
+inline std::vector<absl::StatusOr<v1::GetConfigResponse>> ConcurrentGetConfig(const DaemonProcess& daemon,
+                                                                              const v1::GetConfigRequest& request,
+                                                                              int callers) {
   std::vector<absl::StatusOr<v1::GetConfigResponse>> answers(callers, absl::UnknownError("unset"));
   std::vector<std::thread> threads;
   for (int i = 0; i < callers; ++i) {

@@ -5,11 +5,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-
-#include <catch2/catch.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "tests/e2e/daemon_process.h"
@@ -44,8 +43,8 @@ TEST_CASE("every ktune command that reads a file refuses a FIFO, a device, a dir
   // command that would block on the FIFO (exit 124).
   const std::string cli = absl::StrCat("timeout 20 ", KTUNE_CLI_PATH, " --server unix:", dir.path(), "/none.sock ");
   struct Case {
-    std::string args;     // %s is the file
-    bool text_file;       // shapes file / model config / token file: the 16 MiB sparse file is its oversized one
+    std::string args;  // %s is the file
+    bool text_file;    // shapes file / model config / token file: the 16 MiB sparse file is its oversized one
   };
   const std::vector<Case> commands = {
       {"bundle inspect %s", false},

@@ -4,9 +4,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <filesystem>
-
 #include <catch2/catch.hpp>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "tests/e2e/daemon_process.h"
@@ -37,8 +36,8 @@ TEST_CASE("ktuned and ktune refuse a default socket directory another user could
     CHECK(daemon.exit_code == 1);
     CHECK(daemon.err.find("socket directory " + dir + " is writable by others") != std::string::npos);
     CHECK_FALSE(std::filesystem::exists(dir + "/ktuned.sock"));
-    const auto cli = RunCommand(absl::StrCat("XDG_RUNTIME_DIR=", runtime.path(), " ", KTUNE_CLI_PATH, " status"),
-                                scratch.path());
+    const auto cli =
+        RunCommand(absl::StrCat("XDG_RUNTIME_DIR=", runtime.path(), " ", KTUNE_CLI_PATH, " status"), scratch.path());
     CHECK(cli.exit_code != 0);
     CHECK(cli.err.find("socket directory " + dir + " is writable by others") != std::string::npos);
   }
@@ -60,9 +59,9 @@ TEST_CASE("a second ktuned on a taken TCP port exits with a clear error and leav
   const std::string metrics = absl::StrCat("127.0.0.1:", testing::FreeTcpPort());
   DaemonProcess first(dir.path(), dir.path() + "/cache.db");
   REQUIRE(first.Start({"--listen", tcp, "--metrics-listen", metrics}));
-  const std::string second = absl::StrCat("timeout 10 ", testing::KtunedPath(), " --db ", second_dir.path(),
-                                          "/cache.db --kernel-cache-dir ", second_dir.path(),
-                                          "/kernels --listen unix:", second_dir.path(), "/s.sock");
+  const std::string second =
+      absl::StrCat("timeout 10 ", testing::KtunedPath(), " --db ", second_dir.path(), "/cache.db --kernel-cache-dir ",
+                   second_dir.path(), "/kernels --listen unix:", second_dir.path(), "/s.sock");
   auto grpc_port = RunCommand(second + " --listen " + tcp, second_dir.path());
   CHECK(grpc_port.exit_code == 1);
   CHECK(grpc_port.err.find("--listen " + tcp + ": address already in use") != std::string::npos);

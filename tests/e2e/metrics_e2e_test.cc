@@ -6,9 +6,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <chrono>
-
 #include <catch2/catch.hpp>
+#include <chrono>
 
 #include "httplib.h"
 #include "tests/e2e/daemon_process.h"
@@ -68,8 +67,8 @@ TEST_CASE("a compile-only daemon exports build info, its mode, zeroed answer lab
   REQUIRE(daemon.Start({"--metrics-listen", "127.0.0.1:" + std::to_string(port)}));
 
   const std::string before = Scrape(port);
-  CHECK(HasLine(before, "ktune_build_info{version=\"" KTUNE_VERSION "\",nvrtc=\"" +
-                            std::to_string(NvrtcVersion()) + "\"} 1"));
+  CHECK(HasLine(before,
+                "ktune_build_info{version=\"" KTUNE_VERSION "\",nvrtc=\"" + std::to_string(NvrtcVersion()) + "\"} 1"));
   CHECK(HasLine(before, "ktune_compile_only 1"));
   // Every answer is exported before the first request, at 0, in both families.
   for (const char* answer : {"hit", "heuristic", "nearest", "tuned", "not_found", "refused", "cancelled", "error"}) {
@@ -135,8 +134,8 @@ TEST_CASE("the metrics endpoint binds beyond loopback only with --metrics-allow-
   TempDir dir;
   const int port = FreePort();
   // timeout: a ktuned that wrongly starts must not hang the suite.
-  const std::string base = "timeout 20 " + testing::KtunedPath() + " --listen unix:" + dir.path() +
-                           "/k.sock --db " + dir.path() + "/cache.db --kernel-cache-dir " + dir.path() +
+  const std::string base = "timeout 20 " + testing::KtunedPath() + " --listen unix:" + dir.path() + "/k.sock --db " +
+                           dir.path() + "/cache.db --kernel-cache-dir " + dir.path() +
                            "/kernels --metrics-listen 0.0.0.0:" + std::to_string(port);
   auto refused = RunCommand(base, dir.path());
   CHECK(refused.exit_code == 2);

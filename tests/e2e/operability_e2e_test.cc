@@ -2,10 +2,9 @@
 // exit codes (0 done, 1 failed, 2 usage error, the same in every
 // subcommand), a SIGTERM that lets accepted calls finish, a client that
 // rides out a daemon start, and a debug log line per request.
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <thread>
-
-#include <catch2/catch.hpp>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -52,7 +51,8 @@ TEST_CASE("every ktune subcommand exits 2 on a usage error, 1 on a failure and 0
     std::string message;  // in stderr
   };
   const std::vector<Case> usage = {
-      {"stauts", "unknown command 'stauts' (commands: status, get, tune, ls, rm, prune, export, import, bundle, prewarm)"},
+      {"stauts",
+       "unknown command 'stauts' (commands: status, get, tune, ls, rm, prune, export, import, bundle, prewarm)"},
       {"bundle frob", "unknown command 'bundle frob' (commands: inspect, merge)"},
       {"", "A subcommand is required"},
       {"--bogus status", "--bogus"},
@@ -91,8 +91,9 @@ TEST_CASE("every ktune subcommand exits 2 on a usage error, 1 on a failure and 0
   }
   // Failures: the daemon is not there (retried until the 1 s deadline), or
   // the file is no bundle.
-  for (const std::string& args : {std::string("--timeout 1 status"), std::string("--timeout 1 get rmsnorm.fwd --m 8 --n 64"),
-                                  "import " + bundle, "bundle inspect " + bundle}) {
+  for (const std::string& args :
+       {std::string("--timeout 1 status"), std::string("--timeout 1 get rmsnorm.fwd --m 8 --n 64"), "import " + bundle,
+        "bundle inspect " + bundle}) {
     INFO(args);
     const auto r = RunCommand(none + args, dir.path());
     CHECK(r.exit_code == 1);
@@ -102,9 +103,9 @@ TEST_CASE("every ktune subcommand exits 2 on a usage error, 1 on a failure and 0
   DaemonProcess daemon(dir.path(), dir.path() + "/cache.db");
   REQUIRE(daemon.Start());
   const std::string live = absl::StrCat(KTUNE_CLI_PATH, " --server ", daemon.address(), " ");
-  for (const std::string& args : {std::string("--help"), std::string("get --help"), std::string("status"),
-                                  std::string("get rmsnorm.fwd --m 8 --n 64"), std::string("ls"),
-                                  "prewarm " + shapes + " --dry-run"}) {
+  for (const std::string& args :
+       {std::string("--help"), std::string("get --help"), std::string("status"),
+        std::string("get rmsnorm.fwd --m 8 --n 64"), std::string("ls"), "prewarm " + shapes + " --dry-run"}) {
     INFO(args);
     CHECK(RunCommand(live + args, dir.path()).exit_code == 0);
   }
@@ -115,7 +116,7 @@ TEST_CASE("ktuned exits 2 on a usage error, whatever the flag", "[e2e]") {
   TempDir dir;
   const std::string ktuned = absl::StrCat(testing::KtunedPath(), " --db ", dir.path(), "/x.db ");
   for (const char* args : {"--bogus", "--log-level loud", "--drain-seconds -1", "--drain-seconds",
-                                  "--listen unix:relative.sock", "--search sideways", "extra"}) {
+                           "--listen unix:relative.sock", "--search sideways", "extra"}) {
     INFO(args);
     const auto r = RunCommand(ktuned + args, dir.path());
     CHECK(r.exit_code == 2);
@@ -167,8 +168,7 @@ TEST_CASE("SIGTERM lets every call accepted before it finish, tunes still queued
   CHECK(ok == kCallers);
 }
 
-TEST_CASE("a call made before the daemon is up succeeds once it comes up: UNAVAILABLE is retried",
-          "[e2e]") {
+TEST_CASE("a call made before the daemon is up succeeds once it comes up: UNAVAILABLE is retried", "[e2e]") {
   TempDir dir;
   DaemonProcess daemon(dir.path(), dir.path() + "/cache.db");
   auto client = Client::Create(daemon.address(), 30);

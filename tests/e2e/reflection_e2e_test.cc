@@ -2,9 +2,8 @@
 // service included, so grpcurl and similar tools work without .proto files.
 // The reflection protocol (grpc.reflection.v1alpha) is spoken here by hand on
 // a generic stream: Debian ships no generated code for it.
-#include <string>
-
 #include <catch2/catch.hpp>
+#include <string>
 
 #include "google/protobuf/descriptor.pb.h"
 #include "google/protobuf/unknown_field_set.h"
@@ -26,7 +25,7 @@ constexpr int kErrorResponse = 7;
 
 std::string LengthDelimited(int field, const std::string& bytes) {
   std::string out(1, static_cast<char>((field << 3) | 2));
-  for (size_t n = bytes.size(); ; n >>= 7) {  // varint length
+  for (size_t n = bytes.size();; n >>= 7) {  // varint length
     out.push_back(static_cast<char>((n & 0x7f) | (n >= 0x80 ? 0x80 : 0)));
     if (n < 0x80) break;
   }

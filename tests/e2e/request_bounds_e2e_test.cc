@@ -1,17 +1,16 @@
 // What a caller's request bytes can do to ktuned: a request that does not
 // parse gets INVALID_ARGUMENT with a message, and a TLS caller without the
 // token cannot make the daemon hold a large body.
+#include <catch2/catch.hpp>
 #include <future>
 #include <thread>
 
-#include <catch2/catch.hpp>
-
 #include "absl/strings/str_cat.h"
 #include "cache/bundle.h"
-#include "tests/cache/test_entries.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/security/credentials.h"
+#include "tests/cache/test_entries.h"
 #include "tests/e2e/daemon_process.h"
 #include "tests/e2e/tls_certs.h"
 
@@ -58,7 +57,7 @@ int64_t PeakKib(pid_t pid) {
 // A valid GetConfigRequest carrying `bytes` in an unknown field (number
 // 1000, length-delimited), which a parser would keep.
 std::string PaddedGetConfig(size_t bytes) {
-  std::string out = "\xc2\x3e";  // tag: field 1000, wire type 2
+  std::string out = "\xc2\x3e";       // tag: field 1000, wire type 2
   for (size_t n = bytes;; n >>= 7) {  // varint length
     if (n < 0x80) {
       out.push_back(static_cast<char>(n));

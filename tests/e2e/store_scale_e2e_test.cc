@@ -266,8 +266,7 @@ v1::Entry LocalEntry(Client& client, int64_t m) {
   return e;
 }
 
-TEST_CASE("rm and prune --stale delete entries, need the admin token, and status counts follow",
-          "[e2e][scale]") {
+TEST_CASE("rm and prune --stale delete entries, need the admin token, and status counts follow", "[e2e][scale]") {
   TempDir dir;
   const std::string admin = dir.path() + "/admin";
   std::ofstream(admin) << kAdminToken << "\n";

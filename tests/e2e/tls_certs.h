@@ -3,9 +3,8 @@
 // so that making one takes milliseconds.
 #pragma once
 
-#include <string>
-
 #include <catch2/catch.hpp>
+#include <string>
 
 #include "tests/e2e/daemon_process.h"
 
@@ -19,10 +18,10 @@ struct TestCa {
 // A self-signed CA in `dir`/NAME.pem (key NAME.key).
 inline TestCa MakeTestCa(const std::string& dir, const std::string& name) {
   TestCa ca{dir + "/" + name + ".pem", dir + "/" + name + ".key"};
-  const CommandResult r = RunCommand(
-      "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout " + ca.key +
-          " -out " + ca.cert + " -days 2 -subj /CN=" + name,
-      dir);
+  const CommandResult r =
+      RunCommand("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout " + ca.key +
+                     " -out " + ca.cert + " -days 2 -subj /CN=" + name,
+                 dir);
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
   return ca;
@@ -33,12 +32,12 @@ inline TestCa MakeTestCa(const std::string& dir, const std::string& name) {
 inline void MakeServerCert(const std::string& dir, const TestCa& ca, const std::string& cert_path,
                            const std::string& key_path) {
   const std::string csr = cert_path + ".csr", ext = cert_path + ".ext";
-  const CommandResult r = RunCommand(
-      "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > " + ext +
-          " && openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout " + key_path +
-          " -out " + csr + " -subj /CN=localhost && openssl x509 -req -in " + csr + " -CA " + ca.cert +
-          " -CAkey " + ca.key + " -CAcreateserial -out " + cert_path + " -days 2 -extfile " + ext,
-      dir);
+  const CommandResult r =
+      RunCommand("printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > " + ext +
+                     " && openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout " + key_path +
+                     " -out " + csr + " -subj /CN=localhost && openssl x509 -req -in " + csr + " -CA " + ca.cert +
+                     " -CAkey " + ca.key + " -CAcreateserial -out " + cert_path + " -days 2 -extfile " + ext,
+                 dir);
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
 }

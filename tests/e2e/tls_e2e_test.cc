@@ -3,12 +3,11 @@
 // and tokens without a restart.
 #include <signal.h>
 
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <thread>
-
-#include <catch2/catch.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "cache/bundle.h"
@@ -56,10 +55,10 @@ TEST_CASE("ktune speaks TLS for status, get, import and prewarm, and a wrong CA 
   const std::string tcp = absl::StrCat("127.0.0.1:", testing::FreeTcpPort());
   const std::string token = Write(dir, "token", kToken), admin = Write(dir, "admin", kAdminToken);
   DaemonProcess daemon(dir.path(), dir.path() + "/cache.db");
-  REQUIRE(daemon.Start({"--listen", tcp, "--tls-cert", dir.path() + "/server.pem", "--tls-key",
-                        dir.path() + "/server.key", "--token-file", token, "--admin-token-file", admin,
-                        "--search", "descent", "--search-max-candidates", "4"},
-                       {"KTUNE_WORKER_FAKE_DEVICE=1"}));
+  REQUIRE(daemon.Start(
+      {"--listen", tcp, "--tls-cert", dir.path() + "/server.pem", "--tls-key", dir.path() + "/server.key",
+       "--token-file", token, "--admin-token-file", admin, "--search", "descent", "--search-max-candidates", "4"},
+      {"KTUNE_WORKER_FAKE_DEVICE=1"}));
 
   const std::string cli = absl::StrCat(KTUNE_CLI_PATH, " --server ", tcp, " --tls-ca ", ca.cert, " ");
   auto status = RunCommand(cli + "--token-file " + token + " status", dir.path());
@@ -90,23 +89,22 @@ TEST_CASE("ktune speaks TLS for status, get, import and prewarm, and a wrong CA 
   CHECK(as_admin.out.find("another GPU kind") != std::string::npos);
 
   const std::string shapes = Write(dir, "shapes.yaml", "problems:\n  - {op: rmsnorm.fwd, n: 1024, m: [128]}\n");
-  auto prewarm = RunCommand(cli + "--token-file " + token + " prewarm " + shapes + " --servers " + tcp + " --json",
-                            dir.path());
+  auto prewarm =
+      RunCommand(cli + "--token-file " + token + " prewarm " + shapes + " --servers " + tcp + " --json", dir.path());
   INFO(prewarm.out << prewarm.err);
   CHECK(prewarm.exit_code == 0);
   CHECK(prewarm.out.find("\"tuned\": 1") != std::string::npos);
 
   // A CA that did not sign the daemon's certificate: refused, and the error
   // says where to look.
-  auto wrong_ca = RunCommand(absl::StrCat(KTUNE_CLI_PATH, " --timeout 5 --server ", tcp, " --tls-ca ",
-                                          other_ca.cert, " --token-file ", token, " status"),
+  auto wrong_ca = RunCommand(absl::StrCat(KTUNE_CLI_PATH, " --timeout 5 --server ", tcp, " --tls-ca ", other_ca.cert,
+                                          " --token-file ", token, " status"),
                              dir.path());
   CHECK(wrong_ca.exit_code != 0);
   CHECK(wrong_ca.err.find("signed by the CA in " + other_ca.cert) != std::string::npos);
   // Plain text to a TLS port fails too.
-  auto plain = RunCommand(absl::StrCat(KTUNE_CLI_PATH, " --timeout 5 --server ", tcp, " --token-file ", token,
-                                       " status"),
-                          dir.path());
+  auto plain = RunCommand(
+      absl::StrCat(KTUNE_CLI_PATH, " --timeout 5 --server ", tcp, " --token-file ", token, " status"), dir.path());
   CHECK(plain.exit_code != 0);
   CHECK(Client::Create(tcp, TlsClient(other_ca.cert, kToken))->GetStatus().status().code() ==
         absl::StatusCode::kUnavailable);
@@ -121,7 +119,8 @@ TEST_CASE("ktuned refuses at start a key that is not its certificate's, naming b
   const std::string cert_b = dir.path() + "/b.pem", key_b = dir.path() + "/b.key";
   testing::MakeServerCert(dir.path(), ca, cert_a, key_a);
   testing::MakeServerCert(dir.path(), ca, cert_b, key_b);
-  const std::string garbage = Write(dir, "garbage.pem", "-----BEGIN PRIVATE KEY-----\nnot base64\n-----END PRIVATE KEY-----\n");
+  const std::string garbage =
+      Write(dir, "garbage.pem", "-----BEGIN PRIVATE KEY-----\nnot base64\n-----END PRIVATE KEY-----\n");
   const std::string ktuned = std::string(KTUNED_PATH);
   auto start = [&](const std::string& cert, const std::string& key) {
     return RunCommand(absl::StrCat("timeout 20 ", ktuned, " --listen 127.0.0.1:", testing::FreeTcpPort(),
@@ -148,8 +147,8 @@ TEST_CASE("ktuned refuses at start a key that is not its certificate's, naming b
   CHECK_FALSE(std::filesystem::exists(dir.path() + "/x.db"));
   // The matching pair starts.
   DaemonProcess daemon(dir.path(), dir.path() + "/ok.db");
-  REQUIRE(daemon.Start({"--listen", absl::StrCat("127.0.0.1:", testing::FreeTcpPort()), "--tls-cert", cert_b,
-                        "--tls-key", key_b}));
+  REQUIRE(daemon.Start(
+      {"--listen", absl::StrCat("127.0.0.1:", testing::FreeTcpPort()), "--tls-cert", cert_b, "--tls-key", key_b}));
   CHECK(daemon.Stop() == 0);
 }
 

@@ -3,10 +3,9 @@
 // verifies, timings are made up from the kernel's name) so that the queue,
 // the worker's isolation, quarantine, the kernel cache and winner stability
 // run for real in CI. tests/gpu repeats what matters on the H200.
+#include <catch2/catch.hpp>
 #include <set>
 #include <thread>
-
-#include <catch2/catch.hpp>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
@@ -93,8 +92,7 @@ TEST_CASE("32 concurrent TUNE_ON_MISS callers of one key run one job", "[e2e][tu
   CHECK(daemon.Stop() == 0);
 }
 
-TEST_CASE("a heuristic answer queues a background tune, after which the same call is TUNED",
-          "[e2e][tuning]") {
+TEST_CASE("a heuristic answer queues a background tune, after which the same call is TUNED", "[e2e][tuning]") {
   TempDir dir;
   DaemonProcess daemon(dir.path(), dir.path() + "/cache.db");
   REQUIRE(daemon.Start({}, {kFake}));
@@ -118,8 +116,7 @@ TEST_CASE("a heuristic answer queues a background tune, after which the same cal
   CHECK(daemon.Stop() == 0);
 }
 
-TEST_CASE("a candidate that crashes its worker is quarantined, then the tune and the daemon go on",
-          "[e2e][tuning]") {
+TEST_CASE("a candidate that crashes its worker is quarantined, then the tune and the daemon go on", "[e2e][tuning]") {
   TempDir dir;
   const std::string crashing = SomeCandidate(2048, 4096, 1);
   DaemonProcess daemon(dir.path(), dir.path() + "/cache.db");
@@ -209,8 +206,8 @@ TEST_CASE("a backward tune also tunes its reduce kernel and answers the geometry
   REQUIRE(derived_recipe.ok());
   const v1::LaunchRecipe& answer = tuned.result->recipe();
   REQUIRE(answer.kernels_size() == 2);
-  const uint32_t want = config->reduce_rows > 0 ? static_cast<uint32_t>(config->reduce_rows)
-                                                : derived_recipe->kernels[1].block[1];
+  const uint32_t want =
+      config->reduce_rows > 0 ? static_cast<uint32_t>(config->reduce_rows) : derived_recipe->kernels[1].block[1];
   CHECK(answer.kernels(1).block(1) == want);
 
   // The log says where the tune's time went: preparing, verifying, timing,
@@ -419,8 +416,7 @@ TEST_CASE("coordinate descent measures fewer candidates than the grid", "[e2e][t
 namespace ktune {
 namespace {
 
-TEST_CASE("a full queue says so, and tunes every caller abandoned are dropped or stopped",
-          "[e2e][tuning]") {
+TEST_CASE("a full queue says so, and tunes every caller abandoned are dropped or stopped", "[e2e][tuning]") {
   TempDir dir;
   DaemonProcess daemon(dir.path(), dir.path() + "/cache.db");
   // Every RMSNorm forward candidate hangs until the 2 s watchdog: tunes are slow.

@@ -82,8 +82,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   };
   ktune::MergeTarget compile_only;
   for (const ktune::MergeTarget* target : {&gpu, &compile_only}) {
-    for (ktune::v1::MergePolicy policy : {ktune::v1::KEEP_FASTER, ktune::v1::PREFER_INCOMING,
-                                          ktune::v1::PREFER_EXISTING}) {
+    for (ktune::v1::MergePolicy policy :
+         {ktune::v1::KEEP_FASTER, ktune::v1::PREFER_INCOMING, ktune::v1::PREFER_EXISTING}) {
       absl::StatusOr<ktune::MergePlan> plan = ktune::PlanMerge(entries, policy, *target, existing);
       if (!plan.ok()) std::abort();  // entries are valid: a plan always exists
       if (plan->report.decisions_size() != static_cast<int>(entries.size())) std::abort();

@@ -1,7 +1,6 @@
 // The driver-API Device on a real GPU: what it reports, memory round trips,
 // kernel loading errors and event timing.
 #include <catch2/catch.hpp>
-
 #include <cstring>
 #include <vector>
 
@@ -48,8 +47,7 @@ TEST_CASE("CudaDevice loads kernels, reports bad ones and times launches", "[gpu
   NormProblem p;
   p.m = 1024;
   p.n = 1024;
-  absl::StatusOr<LaunchRecipe> r =
-      NormLaunchRecipe(p, HeuristicNormConfig(p, device->info()), device->info());
+  absl::StatusOr<LaunchRecipe> r = NormLaunchRecipe(p, HeuristicNormConfig(p, device->info()), device->info());
   REQUIRE(r.ok());
   REQUIRE(Compile(&*r).ok);
 
@@ -70,8 +68,8 @@ TEST_CASE("CudaDevice loads kernels, reports bad ones and times launches", "[gpu
   int m = static_cast<int>(p.m), n = static_cast<int>(p.n);
   float eps = p.eps;
   void* args[] = {&xp, &wp, &yp, &rp, &m, &n, &eps};
-  absl::StatusOr<std::vector<float>> ms = device->TimeEach(
-      [&](int) { return device->Launch(*k, r->kernels[0], args); }, 25);
+  absl::StatusOr<std::vector<float>> ms =
+      device->TimeEach([&](int) { return device->Launch(*k, r->kernels[0], args); }, 25);
   REQUIRE(ms.ok());
   REQUIRE(ms->size() == 25);
   for (float t : *ms) {

@@ -1,10 +1,9 @@
 // ktuned on a real GPU, end to end over gRPC: a streamed tune, the stored
 // winner served from the cache (also after a restart), and that winner
 // relaunched from nothing but its recipe and verified.
+#include <catch2/catch.hpp>
 #include <set>
 #include <thread>
-
-#include <catch2/catch.hpp>
 
 #include "tests/e2e/daemon_process.h"
 #include "tests/gpu/gpu_env.h"

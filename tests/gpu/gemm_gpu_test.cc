@@ -2,26 +2,25 @@
 // algorithm cuBLASLt's heuristic returns compute D = epilogue(alpha A x B +
 // beta C) within bf16 tolerance of a float64 host reference, on small and odd
 // problems; cuBLASLt's algorithms are re-created from their 64 bytes.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 #include <map>
-#include <string>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "tests/gpu/gpu_env.h"
 #include "tests/tuner/gemm_test_problems.h"
-#include "tuner/host_float.h"
 #include "tuner/cublaslt.h"
+#include "tuner/executor.h"
 #include "tuner/gemm_problem.h"
 #include "tuner/gemm_skinny_space.h"
 #include "tuner/gemm_space.h"
-#include "tuner/gemm_wgmma_space.h"
-#include "tuner/executor.h"
 #include "tuner/gemm_tuner.h"
+#include "tuner/gemm_wgmma_space.h"
+#include "tuner/host_float.h"
 #include "tuner/nvrtc_compiler.h"
 
 namespace ktune {
@@ -38,8 +37,8 @@ struct GemmCase {
   int64_t batch() const { return p.batch() == 0 ? 1 : p.batch(); }
   size_t d_elems() const { return static_cast<size_t>(batch() * p.m() * p.n()); }
 
-  static GemmCase Make(Device* device, int64_t m, int64_t n, int64_t k, v1::Layout b_layout,
-                       v1::Epilogue epilogue, bool with_c, int64_t batch) {
+  static GemmCase Make(Device* device, int64_t m, int64_t n, int64_t k, v1::Layout b_layout, v1::Epilogue epilogue,
+                       bool with_c, int64_t batch) {
     GemmCase g;
     g.p = TestGemm(m, n, k, b_layout, epilogue, with_c ? v1::BF16 : v1::DTYPE_UNSPECIFIED, v1::BF16, batch);
     g.alpha = 0.75f;
@@ -143,10 +142,19 @@ double RunPlainRecipe(Device* device, GemmCase& g, LaunchRecipe r) {
   uint64_t pws = r.workspace_bytes > 0 ? ws->get() : 0;
   int m = static_cast<int>(g.p.m()), n = static_cast<int>(g.p.n()), kk = static_cast<int>(g.p.k());
   uint64_t no_scale = 0;
-  const std::map<std::string, void*> values = {
-      {"a", &a}, {"b", &b},     {"c", &cc},        {"d", &d},          {"bias", &bias},      {"M", &m},
-      {"N", &n}, {"K", &kk},    {"alpha", &g.alpha}, {"beta", &g.beta}, {"ws", &pws}, {"a_scale", &no_scale},
-      {"b_scale", &no_scale}};
+  const std::map<std::string, void*> values = {{"a", &a},
+                                               {"b", &b},
+                                               {"c", &cc},
+                                               {"d", &d},
+                                               {"bias", &bias},
+                                               {"M", &m},
+                                               {"N", &n},
+                                               {"K", &kk},
+                                               {"alpha", &g.alpha},
+                                               {"beta", &g.beta},
+                                               {"ws", &pws},
+                                               {"a_scale", &no_scale},
+                                               {"b_scale", &no_scale}};
   std::vector<void*> args;
   for (const std::string& param : r.kernels[0].params) {
     INFO(param);
@@ -392,7 +400,8 @@ TEST_CASE("every wgmma GEMM config with B as [K, N] matches a float64 reference"
   CHECK(tested >= 150);
 }
 
-TEST_CASE("cuBLASLt's algorithms and their variants match a float64 reference and come back from their bytes", "[gpu][gemm][cublaslt]") {
+TEST_CASE("cuBLASLt's algorithms and their variants match a float64 reference and come back from their bytes",
+          "[gpu][gemm][cublaslt]") {
   Device* device = testing::GpuDevice();
   absl::StatusOr<std::unique_ptr<CublasLt>> lt = CublasLt::Open();
   INFO(lt.status().ToString());
@@ -449,8 +458,8 @@ TEST_CASE("cuBLASLt's algorithms and their variants match a float64 reference an
     for (size_t i = 0; i < algos->size(); ++i) CHECK((*candidates)[i].data == (*algos)[i].data);
     CHECK(candidates->size() <= 16 + variants->size());
     for (const CublasLtAlgo& v : *variants) {
-      const auto at = std::find_if(candidates->begin(), candidates->end(),
-                                   [&](const CublasLtAlgo& c) { return c.data == v.data; });
+      const auto at =
+          std::find_if(candidates->begin(), candidates->end(), [&](const CublasLtAlgo& c) { return c.data == v.data; });
       REQUIRE(at != candidates->end());
       CHECK(static_cast<size_t>(at - candidates->begin()) >= algos->size());
     }
@@ -599,10 +608,9 @@ TEST_CASE("fp8 GEMMs are tuned over cuBLASLt and the wgmma template and checked 
       for (const GemmCandidateOutcome& o : r->outcomes) tail_split += o.name.find(" pr t") != std::string::npos;
       CHECK(tail_split >= 1);
     }
-    std::printf("%s: %s at %.2f us (best template %s %.2f us, %d template candidates)\n",
-                GemmCanonicalKey(c.p).c_str(), r->winner.Name().c_str(), r->winner_timing.median_us,
-                r->best_template_name.c_str(), r->best_template ? r->best_template->median_us : 0.0,
-                r->template_candidates);
+    std::printf("%s: %s at %.2f us (best template %s %.2f us, %d template candidates)\n", GemmCanonicalKey(c.p).c_str(),
+                r->winner.Name().c_str(), r->winner_timing.median_us, r->best_template_name.c_str(),
+                r->best_template ? r->best_template->median_us : 0.0, r->template_candidates);
   }
 }
 

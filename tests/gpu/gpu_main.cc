@@ -3,7 +3,6 @@
 // passed. Then runs the Catch2 tests (all tagged [gpu]).
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
-
 #include <cstdio>
 #include <memory>
 
@@ -25,9 +24,8 @@ int main(int argc, char** argv) {
     return 77;
   }
   const ktune::DeviceInfo& info = (*device)->info();
-  std::printf("GPU: %s, sm_%d%d, %d SMs, %.1f GiB, L2 %d MiB, driver %d\n", info.name.c_str(),
-              info.cc_major, info.cc_minor, info.sm_count,
-              static_cast<double>(info.memory_bytes) / (1 << 30), info.l2_bytes >> 20,
+  std::printf("GPU: %s, sm_%d%d, %d SMs, %.1f GiB, L2 %d MiB, driver %d\n", info.name.c_str(), info.cc_major,
+              info.cc_minor, info.sm_count, static_cast<double>(info.memory_bytes) / (1 << 30), info.l2_bytes >> 20,
               info.driver_version);
   ktune::testing::g_device = device->get();
   const int rc = Catch::Session().run(argc, argv);

@@ -4,7 +4,6 @@
 // function. [perf] (hidden, run with "[perf]") tunes the bench shapes and
 // prints a table.
 #include <catch2/catch.hpp>
-
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -53,8 +52,7 @@ LaunchRecipe Mutated(LaunchRecipe recipe, const std::string& from, const std::st
   return recipe;
 }
 
-TEST_CASE("TuneNorm: every candidate is correct and the winner relaunches from its recipe",
-          "[gpu]") {
+TEST_CASE("TuneNorm: every candidate is correct and the winner relaunches from its recipe", "[gpu]") {
   Device* device = testing::GpuDevice();
   const NormProblem problems[] = {
       Rms(1, 1, DType::kBF16, DType::kBF16, true),
@@ -81,9 +79,9 @@ TEST_CASE("TuneNorm: every candidate is correct and the winner relaunches from i
       CHECK(r->timing.median_us > 0);
       CHECK(r->throughput_tbs > 0);
       CHECK(CanImplement(p, r->config, device->info()).ok());
-      std::printf("%-60s %3d candidates, winner %-40s %9.2f us %6.3f TB/s, %.1f s\n",
-                  CanonicalKey(p).c_str(), r->candidates_generated, ToString(r->config).c_str(),
-                  r->timing.median_us, r->throughput_tbs, r->tune_seconds);
+      std::printf("%-60s %3d candidates, winner %-40s %9.2f us %6.3f TB/s, %.1f s\n", CanonicalKey(p).c_str(),
+                  r->candidates_generated, ToString(r->config).c_str(), r->timing.median_us, r->throughput_tbs,
+                  r->tune_seconds);
 
       // What a caller gets from the store: the recipe through its wire form.
       const LaunchRecipe stored = RecipeFromProto(RecipeToProto(r->recipe, true));
@@ -125,8 +123,7 @@ TEST_CASE("rmsnorm_fwd is correct for every grid its contract allows", "[gpu]") 
     const bool one_row_block_per_cta = c.persistent && c.pipeline_depth == 1;
     if (one_row_block_per_cta) CHECK(recipe->kernels[0].grid[0] == row_blocks);
     const std::vector<uint32_t> grids =
-        one_row_block_per_cta ? std::vector<uint32_t>{row_blocks, 100000u}
-                              : std::vector<uint32_t>{1u, 7u, 100000u};
+        one_row_block_per_cta ? std::vector<uint32_t>{row_blocks, 100000u} : std::vector<uint32_t>{1u, 7u, 100000u};
     for (uint32_t grid : grids) {
       recipe->kernels[0].grid = {grid, 1, 1};
       absl::StatusOr<VerifyResult> v = (*runner)->Verify(*recipe);
@@ -141,8 +138,7 @@ TEST_CASE("rmsnorm_fwd is correct for every grid its contract allows", "[gpu]") 
 TEST_CASE("Verify rejects kernels that compute the wrong function", "[gpu]") {
   Device* device = testing::GpuDevice();
   const NormProblem p = Rms(513, 4096, DType::kBF16, DType::kBF16, true);
-  absl::StatusOr<LaunchRecipe> good =
-      NormLaunchRecipe(p, HeuristicNormConfig(p, device->info()), device->info());
+  absl::StatusOr<LaunchRecipe> good = NormLaunchRecipe(p, HeuristicNormConfig(p, device->info()), device->info());
   REQUIRE(good.ok());
   REQUIRE(Compile(&*good).ok);
   absl::StatusOr<std::unique_ptr<NormRunner>> runner = NormRunner::Create(p, device);
@@ -153,8 +149,7 @@ TEST_CASE("Verify rejects kernels that compute the wrong function", "[gpu]") {
     CHECK(v->ok);
   }
   SECTION("a kernel that skips the weight") {
-    const LaunchRecipe bad = Mutated(*good, "ktune::bf16, ktune::bf16, true,",
-                                     "ktune::bf16, ktune::bf16, false,");
+    const LaunchRecipe bad = Mutated(*good, "ktune::bf16, ktune::bf16, true,", "ktune::bf16, ktune::bf16, false,");
     absl::StatusOr<VerifyResult> v = (*runner)->Verify(bad);
     REQUIRE(v.ok());
     INFO(v->detail);
@@ -198,8 +193,8 @@ TEST_CASE("perf: tune the RMSNorm forward bench shapes", "[gpu][perf-fwd][.]") {
   };
   const Shape shapes[] = {{32768, 1024, 2.80}, {32768, 4096, 4.02}, {16384, 8192, 4.13},
                           {8192, 16384, 4.02}, {65536, 2048, 3.83}, {4096, 4096, 2.49}};
-  std::string table = absl::StrFormat("%-14s %-42s %9s %8s %7s %7s %5s %6s\n", "shape", "winner",
-                                      "us", "TB/s", "%copy", "peer", "cand", "tune_s");
+  std::string table = absl::StrFormat("%-14s %-42s %9s %8s %7s %7s %5s %6s\n", "shape", "winner", "us", "TB/s", "%copy",
+                                      "peer", "cand", "tune_s");
   std::string detail;
   for (const Shape& s : shapes) {
     const NormProblem p = Rms(s.m, s.n, DType::kBF16, DType::kBF16, true);
@@ -208,22 +203,18 @@ TEST_CASE("perf: tune the RMSNorm forward bench shapes", "[gpu][perf-fwd][.]") {
     REQUIRE(r.ok());
     INFO(Failures(*r));
     for (const CandidateOutcome& o : r->outcomes) CHECK(o.status == CandidateStatus::kOk);
-    table += absl::StrFormat("%-14s %-42s %9.2f %8.3f %6.1f%% %7.2f %5d %6.1f\n",
-                             absl::StrFormat("%dx%d", s.m, s.n), ToString(r->config),
-                             r->timing.median_us, r->throughput_tbs,
-                             100 * r->throughput_tbs / kCopyTbs, s.peer_tbs,
-                             r->candidates_generated, r->tune_seconds);
+    table += absl::StrFormat("%-14s %-42s %9.2f %8.3f %6.1f%% %7.2f %5d %6.1f\n", absl::StrFormat("%dx%d", s.m, s.n),
+                             ToString(r->config), r->timing.median_us, r->throughput_tbs,
+                             100 * r->throughput_tbs / kCopyTbs, s.peer_tbs, r->candidates_generated, r->tune_seconds);
     std::vector<const CandidateOutcome*> sorted;
     for (const CandidateOutcome& o : r->outcomes) sorted.push_back(&o);
-    std::stable_sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) {
-      return a->timing.median_us < b->timing.median_us;
-    });
+    std::stable_sort(sorted.begin(), sorted.end(),
+                     [](auto* a, auto* b) { return a->timing.median_us < b->timing.median_us; });
     detail += absl::StrFormat("== %dx%d bf16\n", s.m, s.n);
     for (const CandidateOutcome* o : sorted) {
       const double tbs = static_cast<double>(MinimumBytes(p)) / (o->timing.median_us * 1e-6) / 1e12;
-      detail += absl::StrFormat("  %-42s %9.2f us %6.3f TB/s spread %5.1f%%\n",
-                                ToString(o->config), o->timing.median_us, tbs,
-                                100 * o->timing.spread);
+      detail += absl::StrFormat("  %-42s %9.2f us %6.3f TB/s spread %5.1f%%\n", ToString(o->config),
+                                o->timing.median_us, tbs, 100 * o->timing.spread);
     }
   }
   if (const char* out = std::getenv("KTUNE_PERF_OUT")) {

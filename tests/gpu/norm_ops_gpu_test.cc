@@ -11,9 +11,8 @@
 // names the problems of the pruning comparison instead of its default three,
 // and runs it even with KTUNE_PERF_ONLY; it also lists the unpruned grid's
 // fastest configs.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -42,8 +41,7 @@ constexpr NormOp kLn = NormOp::kLayerNorm;
 constexpr NormPass kFwd = NormPass::kForward;
 constexpr NormPass kBwd = NormPass::kBackward;
 
-NormProblem Op(NormOp op, NormPass pass, int64_t m, int64_t n, DType d, DType wt, bool weight,
-               bool bias) {
+NormProblem Op(NormOp op, NormPass pass, int64_t m, int64_t n, DType d, DType wt, bool weight, bool bias) {
   NormProblem p;
   p.op = op;
   p.pass = pass;
@@ -60,8 +58,7 @@ NormProblem Op(NormOp op, NormPass pass, int64_t m, int64_t n, DType d, DType wt
 using testing::Failures;
 using testing::QuickOptions;
 
-TEST_CASE("TuneNorm: every op, every candidate correct on odd shapes, then winners relaunch",
-          "[gpu]") {
+TEST_CASE("TuneNorm: every op, every candidate correct on odd shapes, then winners relaunch", "[gpu]") {
   Device* device = testing::GpuDevice();
   const DType bf16 = DType::kBF16, fp16 = DType::kFP16, fp32 = DType::kFP32;
   const NormProblem problems[] = {
@@ -98,9 +95,9 @@ TEST_CASE("TuneNorm: every op, every candidate correct on odd shapes, then winne
       INFO(Failures(*r));
       for (const CandidateOutcome& o : r->outcomes) CHECK(o.status == CandidateStatus::kOk);
       CHECK(r->timing.median_us > 0);
-      std::printf("%-72s %3d candidates, winner %-48s %9.2f us %6.3f TB/s, %.1f s\n",
-                  CanonicalKey(p).c_str(), r->candidates_generated, ToString(r->config).c_str(),
-                  r->timing.median_us, r->throughput_tbs, r->tune_seconds);
+      std::printf("%-72s %3d candidates, winner %-48s %9.2f us %6.3f TB/s, %.1f s\n", CanonicalKey(p).c_str(),
+                  r->candidates_generated, ToString(r->config).c_str(), r->timing.median_us, r->throughput_tbs,
+                  r->tune_seconds);
 
       // What a caller gets from the store: the recipe through its wire form,
       // relaunched (every kernel, a fresh workspace) on fresh inputs.
@@ -195,7 +192,7 @@ TEST_CASE("a programmatically dependent forward reads what the kernel before it 
   absl::StatusOr<DeviceBuffer> out = DeviceBuffer::Create(device, bytes);
   absl::StatusOr<DeviceBuffer> w = DeviceBuffer::Create(device, p.n * 2);
   REQUIRE((x.ok() && mid.ok() && out.ok() && w.ok()));
-  REQUIRE(device->Fill(x->get(), 0x3f, bytes).ok());  // bf16 0x3f3f: 0.75
+  REQUIRE(device->Fill(x->get(), 0x3f, bytes).ok());    // bf16 0x3f3f: 0.75
   REQUIRE(device->Fill(w->get(), 0x40, p.n * 2).ok());  // bf16 0x4040: 3.0, so y differs from x
   int m = static_cast<int>(p.m), n = static_cast<int>(p.n);
   float eps = p.eps;
@@ -224,9 +221,9 @@ TEST_CASE("a programmatically dependent forward reads what the kernel before it 
     const auto differ = std::mismatch(got.begin(), got.end(), expected.begin());
     const size_t first = static_cast<size_t>(differ.first - got.begin());  // got.size() when equal
     INFO("round " << round << ": first differing element " << first << " of " << got.size()
-                  << (first < got.size() ? absl::StrFormat(", bf16 bits 0x%04x, expected 0x%04x", got[first],
-                                                           expected[first])
-                                         : std::string()));
+                  << (first < got.size()
+                          ? absl::StrFormat(", bf16 bits 0x%04x, expected 0x%04x", got[first], expected[first])
+                          : std::string()));
     CHECK(first == got.size());
   }
   device->UnloadKernel(*kernel);
@@ -349,12 +346,9 @@ TEST_CASE("Verify's device check agrees with the host check, passing and failing
   Device* device = testing::GpuDevice();
   const DType bf16 = DType::kBF16, fp16 = DType::kFP16, fp32 = DType::kFP32;
   const std::vector<NormProblem> problems = {
-      Op(kRms, kFwd, 1, 1, bf16, bf16, true, false),
-      Op(kRms, kFwd, 1000, 3000, fp16, fp32, true, false),
-      Op(kLn, kFwd, 257, 4096, bf16, bf16, true, true),
-      Op(kLn, kFwd, 64, 262144, fp32, fp32, false, false),
-      Op(kRms, kBwd, 1000, 4096, bf16, bf16, true, false),
-      Op(kLn, kBwd, 1, 3000, fp16, fp16, true, true),
+      Op(kRms, kFwd, 1, 1, bf16, bf16, true, false),       Op(kRms, kFwd, 1000, 3000, fp16, fp32, true, false),
+      Op(kLn, kFwd, 257, 4096, bf16, bf16, true, true),    Op(kLn, kFwd, 64, 262144, fp32, fp32, false, false),
+      Op(kRms, kBwd, 1000, 4096, bf16, bf16, true, false), Op(kLn, kBwd, 1, 3000, fp16, fp16, true, true),
       Op(kLn, kBwd, 513, 5120, bf16, fp32, true, true),
   };
   // Both checks of one candidate: the same verdict, the same first failure.
@@ -371,8 +365,7 @@ TEST_CASE("Verify's device check agrees with the host check, passing and failing
   };
   for (const NormProblem& p : problems) {
     INFO(CanonicalKey(p));
-    absl::StatusOr<LaunchRecipe> good =
-        NormLaunchRecipe(p, HeuristicNormConfig(p, device->info()), device->info());
+    absl::StatusOr<LaunchRecipe> good = NormLaunchRecipe(p, HeuristicNormConfig(p, device->info()), device->info());
     REQUIRE(good.ok());
     REQUIRE(Compile(&*good).ok);
     absl::StatusOr<std::unique_ptr<NormRunner>> runner = NormRunner::Create(p, device);
@@ -411,20 +404,17 @@ struct PerfRow {
 TEST_CASE("perf: tune the bench shapes for every op", "[gpu][perf][.]") {
   Device* device = testing::GpuDevice();
   constexpr double kCopyTbs = 4.27;  // H200 device copy, bytes read + written
-  const std::vector<std::pair<int64_t, int64_t>> shapes = {
-      {32768, 1024}, {32768, 4096}, {16384, 8192}, {8192, 16384},
-      {65536, 2048}, {4096, 4096},  {4096, 5120},  {16384, 12288}};
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{32768, 1024}, {32768, 4096}, {16384, 8192}, {8192, 16384},
+                                                           {65536, 2048}, {4096, 4096},  {4096, 5120},  {16384, 12288}};
   const DType bf16 = DType::kBF16;
-  std::string table =
-      absl::StrFormat("%-14s %-12s %-50s %9s %7s %6s %5s %6s\n", "op", "shape", "winner", "us",
-                      "TB/s", "%copy", "cand", "tune_s");
+  std::string table = absl::StrFormat("%-14s %-12s %-50s %9s %7s %6s %5s %6s\n", "op", "shape", "winner", "us", "TB/s",
+                                      "%copy", "cand", "tune_s");
   auto flush = [&](const std::string& extra) {
     if (const char* out = std::getenv("KTUNE_PERF_OUT")) std::ofstream(out) << table << extra;
   };
   const char* only_env = std::getenv("KTUNE_PERF_ONLY");
   const std::vector<std::string> only =
-      only_env == nullptr ? std::vector<std::string>{}
-                          : absl::StrSplit(only_env, ';', absl::SkipEmpty());
+      only_env == nullptr ? std::vector<std::string>{} : absl::StrSplit(only_env, ';', absl::SkipEmpty());
   auto selected = [&](const NormProblem& p) {
     if (only_env == nullptr) return true;
     const std::string key = absl::StrFormat("%s %dx%d", OpName(p), p.m, p.n);
@@ -433,8 +423,7 @@ TEST_CASE("perf: tune the bench shapes for every op", "[gpu][perf][.]") {
     }
     return false;
   };
-  for (auto [op, pass] : {std::pair{kRms, kFwd}, std::pair{kRms, kBwd}, std::pair{kLn, kFwd},
-                          std::pair{kLn, kBwd}}) {
+  for (auto [op, pass] : {std::pair{kRms, kFwd}, std::pair{kRms, kBwd}, std::pair{kLn, kFwd}, std::pair{kLn, kBwd}}) {
     for (auto [m, n] : shapes) {
       const NormProblem p = Op(op, pass, m, n, bf16, bf16, true, op == kLn);
       if (!selected(p)) continue;
@@ -443,20 +432,18 @@ TEST_CASE("perf: tune the bench shapes for every op", "[gpu][perf][.]") {
       REQUIRE(r.ok());
       INFO(Failures(*r));
       for (const CandidateOutcome& o : r->outcomes) CHECK(o.status == CandidateStatus::kOk);
-      table += absl::StrFormat("%-14s %-12s %-50s %9.2f %7.3f %5.1f%% %5d %6.1f\n", OpName(p),
-                               absl::StrFormat("%dx%d", m, n), ToString(r->config),
-                               r->timing.median_us, r->throughput_tbs,
-                               100 * r->throughput_tbs / kCopyTbs, r->candidates_generated,
-                               r->tune_seconds);
+      table +=
+          absl::StrFormat("%-14s %-12s %-50s %9.2f %7.3f %5.1f%% %5d %6.1f\n", OpName(p),
+                          absl::StrFormat("%dx%d", m, n), ToString(r->config), r->timing.median_us, r->throughput_tbs,
+                          100 * r->throughput_tbs / kCopyTbs, r->candidates_generated, r->tune_seconds);
       std::printf("%s", table.substr(table.rfind('\n', table.size() - 2) + 1).c_str());
       std::fflush(stdout);
       flush("");
     }
   }
   // What pruning costs: the unpruned grid's best against the pruned space's.
-  std::string pruning = absl::StrFormat("\n%-14s %-12s %9s %9s %6s %6s %8s %8s\n", "op", "shape",
-                                        "pruned", "unpruned", "cand", "cand_u", "tune_s",
-                                        "tune_u_s");
+  std::string pruning = absl::StrFormat("\n%-14s %-12s %9s %9s %6s %6s %8s %8s\n", "op", "shape", "pruned", "unpruned",
+                                        "cand", "cand_u", "tune_s", "tune_u_s");
   const char* pruning_env = std::getenv("KTUNE_PERF_PRUNING");
   if (only_env != nullptr && pruning_env == nullptr) {
     std::printf("\n%s", table.c_str());
@@ -467,16 +454,16 @@ TEST_CASE("perf: tune the bench shapes for every op", "[gpu][perf][.]") {
   if (pruning_env != nullptr) {
     compared.clear();
     for (absl::string_view entry : absl::StrSplit(pruning_env, ';', absl::SkipEmpty())) {
-      INFO("KTUNE_PERF_PRUNING entry \"" << entry << "\": expected \"<op> <M>x<N>\", e.g. "
-           "\"rmsnorm.bwd 16384x8192\"");
+      INFO("KTUNE_PERF_PRUNING entry \"" << entry
+                                         << "\": expected \"<op> <M>x<N>\", e.g. "
+                                            "\"rmsnorm.bwd 16384x8192\"");
       const std::vector<std::string> parts = absl::StrSplit(entry, absl::ByAnyChar(" x"));
       REQUIRE(parts.size() == 3);
       const std::string& name = parts[0];
       int64_t m = 0, n = 0;
       REQUIRE(absl::SimpleAtoi(parts[1], &m));
       REQUIRE(absl::SimpleAtoi(parts[2], &n));
-      REQUIRE((name == "rmsnorm.fwd" || name == "rmsnorm.bwd" || name == "layernorm.fwd" ||
-               name == "layernorm.bwd"));
+      REQUIRE((name == "rmsnorm.fwd" || name == "rmsnorm.bwd" || name == "layernorm.fwd" || name == "layernorm.bwd"));
       compared.emplace_back(name.rfind("rmsnorm", 0) == 0 ? kRms : kLn,
                             name.find(".fwd") != std::string::npos ? kFwd : kBwd, m, n);
     }
@@ -489,10 +476,9 @@ TEST_CASE("perf: tune the bench shapes for every op", "[gpu][perf][.]") {
     absl::StatusOr<TuneResult> ur = TuneNorm(p, device, all);
     REQUIRE(pr.ok());
     REQUIRE(ur.ok());
-    pruning += absl::StrFormat("%-14s %-12s %9.2f %9.2f %6d %6d %8.1f %8.1f   unpruned winner %s\n",
-                               OpName(p), absl::StrFormat("%dx%d", m, n), pr->timing.median_us,
-                               ur->timing.median_us, pr->candidates_generated,
-                               ur->candidates_generated, pr->tune_seconds, ur->tune_seconds,
+    pruning += absl::StrFormat("%-14s %-12s %9.2f %9.2f %6d %6d %8.1f %8.1f   unpruned winner %s\n", OpName(p),
+                               absl::StrFormat("%dx%d", m, n), pr->timing.median_us, ur->timing.median_us,
+                               pr->candidates_generated, ur->candidates_generated, pr->tune_seconds, ur->tune_seconds,
                                ToString(ur->config));
     if (pruning_env != nullptr) {  // the unpruned grid's fastest, for choosing what to keep
       std::vector<const CandidateOutcome*> fastest;

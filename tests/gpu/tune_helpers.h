@@ -21,8 +21,7 @@ inline std::string Failures(const TuneResult& r) {
   std::string out;
   for (const CandidateOutcome& o : r.outcomes) {
     if (o.status != CandidateStatus::kOk) {
-      out += ToString(o.config) + ": " + CandidateStatusName(o.status) + ": " +
-             o.detail.substr(0, 400) + "\n";
+      out += ToString(o.config) + ": " + CandidateStatusName(o.status) + ": " + o.detail.substr(0, 400) + "\n";
     }
   }
   return out;

@@ -1,9 +1,8 @@
 // Worker isolation on a real GPU: kernels built only into this test fault
 // (an illegal address leaves the CUDA context unusable) or hang; each fails
 // alone, its worker is restarted, and the next candidate runs normally.
-#include <chrono>
-
 #include <catch2/catch.hpp>
+#include <chrono>
 
 #include "tests/e2e/daemon_process.h"
 #include "tuner/norm_space.h"
@@ -53,8 +52,7 @@ TEST_CASE("a faulting or hanging kernel takes down only its worker", "[gpu][work
   problem.n = 4096;
   REQUIRE((*worker)->Prepare(problem).ok());
 
-  auto good = NormLaunchRecipe(problem, HeuristicNormConfig(problem, (*worker)->device()),
-                               (*worker)->device());
+  auto good = NormLaunchRecipe(problem, HeuristicNormConfig(problem, (*worker)->device()), (*worker)->device());
   REQUIRE(good.ok());
   REQUIRE(Compile(&*good).ok);
   auto verified = (*worker)->Verify(*good);

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <catch2/catch.hpp>
-
 #include <chrono>
 #include <cstdio>
 #include <regex>

@@ -1,10 +1,11 @@
 // cuBLASLt as a candidate source (tuner/cublaslt.h): what it serves, and that
 // the library loads and answers cleanly on machines with or without a GPU.
 // Running its algorithms is checked on the GPU machine.
+#include "tuner/cublaslt.h"
+
 #include <catch2/catch.hpp>
 
 #include "tests/tuner/gemm_test_problems.h"
-#include "tuner/cublaslt.h"
 #include "tuner/gemm_problem.h"
 
 namespace ktune {
@@ -82,7 +83,8 @@ TEST_CASE("an algorithm's settings print every field, in cuBLASLt's numbering", 
   CHECK_FALSE(other == s);
 }
 
-TEST_CASE("a second heuristic list adds only algorithms the first lacks, after it, up to the cap", "[tuner][cublaslt]") {
+TEST_CASE("a second heuristic list adds only algorithms the first lacks, after it, up to the cap",
+          "[tuner][cublaslt]") {
   auto algo = [](char tag) {
     CublasLtAlgo a;
     a.data = std::string(64, tag);

@@ -1,8 +1,9 @@
 // GEMM problems are validated at the edge even before they are served.
+#include "tuner/gemm_problem.h"
+
 #include <catch2/catch.hpp>
 
 #include "tests/tuner/gemm_test_problems.h"
-#include "tuner/gemm_problem.h"
 
 namespace ktune {
 namespace {
@@ -33,9 +34,17 @@ TEST_CASE("bad GEMM problems name their field", "[tuner][gemm]") {
       {[](v1::GemmProblem& p) { p.set_m(0); }, "problem.gemm.m"},
       {[](v1::GemmProblem& p) { p.set_k(kMaxGemmDim + 1); }, "problem.gemm.k"},
       {[](v1::GemmProblem& p) { p.set_batch(-1); }, "problem.gemm.batch"},
-      {[](v1::GemmProblem& p) { p.set_m(1 << 20); p.set_n(1 << 20); }, "m * n (D)"},
+      {[](v1::GemmProblem& p) {
+         p.set_m(1 << 20);
+         p.set_n(1 << 20);
+       },
+       "m * n (D)"},
       {[](v1::GemmProblem& p) { p.set_b_dtype(v1::FP8_E4M3); }, "problem.gemm.a_dtype"},
-      {[](v1::GemmProblem& p) { p.set_a_dtype(v1::FP16); p.set_b_dtype(v1::FP16); }, "problem.gemm.a_dtype"},
+      {[](v1::GemmProblem& p) {
+         p.set_a_dtype(v1::FP16);
+         p.set_b_dtype(v1::FP16);
+       },
+       "problem.gemm.a_dtype"},
       {[](v1::GemmProblem& p) { p.set_d_dtype(v1::FP16); }, "problem.gemm.d_dtype"},
       {[](v1::GemmProblem& p) { p.set_c_dtype(v1::FP32); }, "problem.gemm.c_dtype"},
       {[](v1::GemmProblem& p) { p.set_a_layout(v1::COL_MAJOR); }, "problem.gemm.a_layout"},

@@ -1,8 +1,9 @@
 // The skinny GEMM space (tuner/gemm_skinny_space.h): which problems it takes,
 // its recipes, and that NVRTC compiles every config for every epilogue, C and
 // D type without spills.
-#include <catch2/catch.hpp>
+#include "tuner/gemm_skinny_space.h"
 
+#include <catch2/catch.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -10,12 +11,10 @@
 #include "tests/tuner/compile_check.h"
 #include "tests/tuner/gemm_test_problems.h"
 #include "tuner/gemm_problem.h"
-#include "tuner/gemm_skinny_space.h"
 #include "tuner/nvrtc_compiler.h"
 
 namespace ktune {
 namespace {
-
 
 TEST_CASE("the skinny space takes M <= 16 bf16 [N, K] GEMMs and names what it refuses", "[tuner][gemm]") {
   const DeviceInfo h200 = CompileOnlyTarget();
@@ -99,8 +98,8 @@ TEST_CASE("SkinnyLaunchRecipe: 16 columns of D per CTA, the row block from M", "
   REQUIRE(r.ok());
   CHECK(r->template_id == "gemm/gemm_skinny");
   CHECK(r->kernels[0].name_expression == "ktune::gemm_skinny<ktune::bf16, ktune::bf16, 0, false, 8, 8, 4, false>");
-  CHECK(r->kernels[0].params == std::vector<std::string>{"a", "b", "c", "d", "bias", "M", "N", "K", "alpha", "beta",
-                                                         "a_scale", "b_scale"});
+  CHECK(r->kernels[0].params ==
+        std::vector<std::string>{"a", "b", "c", "d", "bias", "M", "N", "K", "alpha", "beta", "a_scale", "b_scale"});
   CHECK(r->kernels[0].grid == std::array<uint32_t, 3>{257, 1, 1});
   CHECK(r->kernels[0].block == std::array<uint32_t, 3>{256, 1, 1});
   r = SkinnyLaunchRecipe(LinearGemm(9, 64, 64, v1::EPILOGUE_BIAS_SILU, v1::FP32, v1::FP32), SkinnyConfig{4, 2}, h200);
@@ -118,13 +117,12 @@ TEST_CASE("SkinnyLaunchRecipe: 16 columns of D per CTA, the row block from M", "
 TEST_CASE("NVRTC compiles every skinny config for every epilogue without spills", "[tuner][gemm][nvrtc]") {
   const DeviceInfo h200 = CompileOnlyTarget();
   std::vector<LaunchRecipe> recipes;
-  for (const v1::GemmProblem& p :
-       {LinearGemm(1, 4096, 4096), LinearGemm(16, 4096, 4096, v1::EPILOGUE_BIAS_GELU),
-        LinearGemm(8, 4096, 4096, v1::EPILOGUE_BIAS_SILU, v1::BF16), LinearGemm(16, 512, 512, v1::EPILOGUE_RESIDUAL_ADD,
-                                                                        v1::FP32, v1::FP32),
-        Fp8Gemm(1, 4096, 4096), Fp8Gemm(16, 4096, 4096, v1::EPILOGUE_BIAS_SILU),
-        // The bench's M = 16 instantiations (no epilogue, bf16 D).
-        LinearGemm(16, 4096, 14336), Fp8Gemm(16, 4096, 14336)}) {
+  for (const v1::GemmProblem& p : {LinearGemm(1, 4096, 4096), LinearGemm(16, 4096, 4096, v1::EPILOGUE_BIAS_GELU),
+                                   LinearGemm(8, 4096, 4096, v1::EPILOGUE_BIAS_SILU, v1::BF16),
+                                   LinearGemm(16, 512, 512, v1::EPILOGUE_RESIDUAL_ADD, v1::FP32, v1::FP32),
+                                   Fp8Gemm(1, 4096, 4096), Fp8Gemm(16, 4096, 4096, v1::EPILOGUE_BIAS_SILU),
+                                   // The bench's M = 16 instantiations (no epilogue, bf16 D).
+                                   LinearGemm(16, 4096, 14336), Fp8Gemm(16, 4096, 14336)}) {
     for (const SkinnyConfig& c : SkinnySearchSpace(p, h200)) {
       absl::StatusOr<LaunchRecipe> r = SkinnyLaunchRecipe(p, c, h200);
       REQUIRE(r.ok());

@@ -2,10 +2,11 @@
 // prunes, the recipes it writes, and, with no GPU, the half of its contract
 // CI can check: NVRTC compiles every pruned candidate of a representative
 // problem set for sm_90 without spills.
-#include <catch2/catch.hpp>
+#include "tuner/gemm_space.h"
 
 #include <algorithm>
 #include <array>
+#include <catch2/catch.hpp>
 #include <set>
 #include <string>
 #include <vector>
@@ -13,12 +14,10 @@
 #include "tests/tuner/compile_check.h"
 #include "tests/tuner/gemm_test_problems.h"
 #include "tuner/gemm_problem.h"
-#include "tuner/gemm_space.h"
 #include "tuner/nvrtc_compiler.h"
 
 namespace ktune {
 namespace {
-
 
 // issue 5's bench shapes (nn.Linear: B is [N, K]) and odd ones.
 std::vector<v1::GemmProblem> RepresentativeProblems() {
@@ -157,17 +156,15 @@ TEST_CASE("CanImplementGemm names what the mma.sync template cannot serve", "[tu
 TEST_CASE("GemmLaunchRecipe: the template, geometry and parameters", "[tuner][gemm]") {
   const DeviceInfo device = CompileOnlyTarget();
   GemmTileConfig c;  // 128 x 128, 4 warps
-  auto r = GemmLaunchRecipe(TestGemm(1000, 520, 64, v1::ROW_MAJOR, v1::EPILOGUE_RESIDUAL_ADD, v1::BF16,
-                                 v1::BF16, 3),
-                            c, device);
+  auto r = GemmLaunchRecipe(TestGemm(1000, 520, 64, v1::ROW_MAJOR, v1::EPILOGUE_RESIDUAL_ADD, v1::BF16, v1::BF16, 3), c,
+                            device);
   REQUIRE(r.ok());
   CHECK(r->template_id == "gemm/gemm_mma");
   CHECK_FALSE(r->template_hash.empty());
   REQUIRE(r->kernels.size() == 1);
   const KernelLaunch& k = r->kernels[0];
   // A residual add is C with no epilogue of its own; B [K, N].
-  CHECK(k.name_expression ==
-        "ktune::gemm_mma<ktune::bf16, ktune::bf16, false, 0, true, 128, 128, 32, 2, 2, 4, 8, 1>");
+  CHECK(k.name_expression == "ktune::gemm_mma<ktune::bf16, ktune::bf16, false, 0, true, 128, 128, 32, 2, 2, 4, 8, 1>");
   CHECK(k.grid[0] == 8 * 5);  // ceil(1000 / 128) x ceil(520 / 128) tiles
   CHECK(k.grid[2] == 3);      // batch
   CHECK(k.block[0] == 128);
@@ -188,9 +185,8 @@ TEST_CASE("GemmLaunchRecipe: the template, geometry and parameters", "[tuner][ge
   CHECK(s->kernels[0].grid == std::array<uint32_t, 3>{8 * 5, 4, 3});
   CHECK(s->workspace_bytes == uint64_t{3 * 40} * 4 * 128 * 128 * 4 + 3 * 40 * 4);
   CHECK(s->workspace_zeroed);
-  auto gelu = GemmLaunchRecipe(TestGemm(64, 64, 64, v1::COL_MAJOR, v1::EPILOGUE_BIAS_GELU, v1::DTYPE_UNSPECIFIED,
-                                    v1::FP32),
-                               c, device);
+  auto gelu = GemmLaunchRecipe(
+      TestGemm(64, 64, 64, v1::COL_MAJOR, v1::EPILOGUE_BIAS_GELU, v1::DTYPE_UNSPECIFIED, v1::FP32), c, device);
   REQUIRE(gelu.ok());
   CHECK(gelu->kernels[0].name_expression ==
         "ktune::gemm_mma<ktune::bf16, float, true, 2, false, 128, 128, 32, 2, 2, 4, 8, 1>");

@@ -2,9 +2,10 @@
 // the re-measured finalists, that a GPU whose clocks fall as it gets busy
 // does not bias the winner, and that the reference every candidate is
 // checked against compiles for every kind of problem.
-#include <catch2/catch.hpp>
+#include "tuner/gemm_tuner.h"
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <optional>
 #include <set>
@@ -14,7 +15,6 @@
 #include "absl/strings/str_format.h"
 #include "tests/tuner/gemm_test_problems.h"
 #include "tuner/executor.h"
-#include "tuner/gemm_tuner.h"
 #include "tuner/kernel_source.h"
 #include "tuner/nvrtc_compiler.h"
 
@@ -229,7 +229,9 @@ TEST_CASE("the final passes alternate their order, so a drift within a pass favo
 class PowerLimitedExecutor : public BusyGpuExecutor {
  public:
   PowerLimitedExecutor(std::vector<double> cycles_us, std::vector<double> power, double memory_us)
-      : BusyGpuExecutor(cycles_us, 1), cycles_us_(std::move(cycles_us)), power_(std::move(power)),
+      : BusyGpuExecutor(cycles_us, 1),
+        cycles_us_(std::move(cycles_us)),
+        power_(std::move(power)),
         memory_us_(memory_us) {}
   absl::StatusOr<Timing> Time(const LaunchRecipe& recipe, const MeasureOptions& options) override {
     const size_t i = static_cast<size_t>(recipe.cublaslt_algo.at(0));
@@ -376,9 +378,9 @@ TEST_CASE("a head-to-head is won in every round but at most one, by 1% at the me
     return h;
   };
   CHECK(HeadToHeadFavoursFirst(of({1.03, 1.028, 1.04, 1.035}, 1.032)));
-  CHECK(HeadToHeadFavoursFirst(of({1.03, 0.99, 1.04, 1.035}, 1.032)));  // one round lost
-  CHECK_FALSE(HeadToHeadFavoursFirst(of({1.03, 0.99, 1.04, 0.995}, 1.01)));  // two
-  CHECK_FALSE(HeadToHeadFavoursFirst(of({1.03, 1.0, 1.04, 1.0}, 1.015)));  // a level round is not won
+  CHECK(HeadToHeadFavoursFirst(of({1.03, 0.99, 1.04, 1.035}, 1.032)));           // one round lost
+  CHECK_FALSE(HeadToHeadFavoursFirst(of({1.03, 0.99, 1.04, 0.995}, 1.01)));      // two
+  CHECK_FALSE(HeadToHeadFavoursFirst(of({1.03, 1.0, 1.04, 1.0}, 1.015)));        // a level round is not won
   CHECK_FALSE(HeadToHeadFavoursFirst(of({1.006, 1.004, 1.008, 1.009}, 1.007)));  // under 1% at the median
   CHECK_FALSE(HeadToHeadFavoursFirst(of({}, 0)));
 }
@@ -500,8 +502,8 @@ TEST_CASE("GEMM outputs are checked element by element against the reference", "
   const int64_t m = 3000, n = 4096;  // 12.3M elements
   std::vector<float> big_ref(m * n, 2.0f), big(m * n, 2.0f);
   CHECK(CompareGemmOutput(big, big_ref, 2.0, 1e-2, m, n).ok);
-  big[m * n - 1] = 3.0f;           // last slice, error 25x the tolerance
-  big[(m / 2) * n + 7] = 2.1f;     // a middle slice, 2.5x
+  big[m * n - 1] = 3.0f;        // last slice, error 25x the tolerance
+  big[(m / 2) * n + 7] = 2.1f;  // a middle slice, 2.5x
   v = CompareGemmOutput(big, big_ref, 2.0, 1e-2, m, n);
   CHECK_FALSE(v.ok);
   CHECK_THAT(v.detail, Catch::StartsWith(absl::StrFormat("d[0, %d, 7] = 2.1", m / 2)));

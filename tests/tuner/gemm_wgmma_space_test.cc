@@ -2,9 +2,10 @@
 // refuses, how it prunes, its recipes and TMA parameters, and, with no GPU,
 // the half of its contract CI can check: NVRTC compiles every pruned
 // candidate of issue 5's bench problems for sm_90a without spills.
-#include <catch2/catch.hpp>
+#include "tuner/gemm_wgmma_space.h"
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <set>
 #include <string>
 #include <vector>
@@ -12,7 +13,6 @@
 #include "tests/tuner/compile_check.h"
 #include "tests/tuner/gemm_test_problems.h"
 #include "tuner/gemm_problem.h"
-#include "tuner/gemm_wgmma_space.h"
 #include "tuner/nvrtc_compiler.h"
 #include "tuner/wire.h"
 
@@ -214,8 +214,8 @@ TEST_CASE("problems of a few rows get swapped tiles: the weight's rows by the na
   const KernelLaunch& k = r->kernels[0];
   CHECK(k.name_expression ==
         "ktune::gemm_wgmma<ktune::e4m3, ktune::bf16, 0, false, 64, 16, 1, false, 1, 16, 8, 2, 1, 0, false, true, 1>");
-  CHECK(k.params == std::vector<std::string>{"tma_b:128x64", "tma_a:128x16", "c", "d", "bias", "N", "M", "K",
-                                             "alpha", "beta", "ws", "a_scale", "b_scale"});
+  CHECK(k.params == std::vector<std::string>{"tma_b:128x64", "tma_a:128x16", "c", "d", "bias", "N", "M", "K", "alpha",
+                                             "beta", "ws", "a_scale", "b_scale"});
   CHECK(k.grid[0] == 128);  // 4096 / 64 tiles of B's rows, two splits each
   CHECK(k.block[0] == 256);
   // The split-K workspace counts the swapped tiles: 64 of 64 x 16, two splits.
@@ -336,9 +336,9 @@ TEST_CASE("no wgmma space holds a config twice, pruned or not", "[tuner][gemm]")
   const DeviceInfo h200 = CompileOnlyTarget();
   GemmSpaceOptions all;
   all.pruned = false;
-  for (const v1::GemmProblem& p : {LinearGemm(8192, 8192, 8192), LinearGemm(128, 4096, 4096),
-                                   LinearGemm(128, 4096, 14336), Fp8Gemm(8192, 8192, 8192),
-                                   Fp8Gemm(256, 264, 8320), Fp8Gemm(2048, 4096, 4096)}) {
+  for (const v1::GemmProblem& p :
+       {LinearGemm(8192, 8192, 8192), LinearGemm(128, 4096, 4096), LinearGemm(128, 4096, 14336),
+        Fp8Gemm(8192, 8192, 8192), Fp8Gemm(256, 264, 8320), Fp8Gemm(2048, 4096, 4096)}) {
     for (const GemmSpaceOptions& options : {GemmSpaceOptions(), all}) {
       INFO(GemmCanonicalKey(p) << (options.pruned ? "" : ", unpruned"));
       const std::vector<WgmmaTileConfig> space = WgmmaSearchSpace(p, h200, options);
@@ -363,9 +363,8 @@ TEST_CASE("every config of the wgmma space has a recipe, B as [N, K] or [K, N]",
   for (v1::Layout b : {v1::COL_MAJOR, v1::ROW_MAJOR}) {
     for (const v1::GemmProblem& p :
          {TestGemm(256, 384, 512, b), TestGemm(127, 264, 1000, b, v1::EPILOGUE_BIAS_SILU, v1::BF16),
-          TestGemm(129, 136, 72, b, v1::EPILOGUE_RESIDUAL_ADD, v1::BF16, v1::BF16, 3),
-          TestGemm(2304, 2336, 136, b), TestGemm(300, 200, 200, b, v1::EPILOGUE_BIAS, v1::DTYPE_UNSPECIFIED,
-                                                 v1::BF16, 2),
+          TestGemm(129, 136, 72, b, v1::EPILOGUE_RESIDUAL_ADD, v1::BF16, v1::BF16, 3), TestGemm(2304, 2336, 136, b),
+          TestGemm(300, 200, 200, b, v1::EPILOGUE_BIAS, v1::DTYPE_UNSPECIFIED, v1::BF16, 2),
           TestGemm(8192, 8192, 8192, b), TestGemm(2048, 6144, 4096, b)}) {
       for (const GemmSpaceOptions& options : {GemmSpaceOptions(), all}) {
         for (const WgmmaTileConfig& c : WgmmaSearchSpace(p, h200, options)) {
@@ -390,19 +389,21 @@ TEST_CASE("WgmmaLaunchRecipe: sm_90a, a persistent grid and TMA parameters", "[t
   CHECK(r->arch == "sm_90a");
   REQUIRE(r->kernels.size() == 1);
   const KernelLaunch& k = r->kernels[0];
-  CHECK(k.name_expression == "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 256, 2, false, 1, 4, 8, 1, 1, 0, false, false, 1>");
+  CHECK(k.name_expression ==
+        "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 256, 2, false, 1, 4, 8, 1, 1, 0, false, false, 1>");
   CHECK(k.grid == std::array<uint32_t, 3>{132, 1, 1});  // 2048 tiles, one CTA per SM
   CHECK(k.block == std::array<uint32_t, 3>{384, 1, 1});
   CHECK(k.dynamic_smem_bytes == 4 * (128 + 256) * 128 + 1024 + 96 + 2 * 4 * 16 * 144);
-  CHECK(k.params == std::vector<std::string>{"tma_a:64x128", "tma_b:64x256", "c", "d", "bias", "M", "N", "K",
-                                             "alpha", "beta", "ws", "a_scale", "b_scale"});
+  CHECK(k.params == std::vector<std::string>{"tma_a:64x128", "tma_b:64x256", "c", "d", "bias", "M", "N", "K", "alpha",
+                                             "beta", "ws", "a_scale", "b_scale"});
   CHECK(r->workspace_bytes == 0);  // no split-K: ws is null
   CHECK_FALSE(r->workspace_zeroed);
   // Fewer tiles than SMs: one CTA per tile; a batch shares the SMs out.
   r = WgmmaLaunchRecipe(LinearGemm(128, 512, 4096, v1::EPILOGUE_BIAS, v1::FP32, v1::FP32, 4), c, h200);
   REQUIRE(r.ok());
   CHECK(r->kernels[0].grid == std::array<uint32_t, 3>{2, 1, 4});
-  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<ktune::bf16, float, 1, true, 128, 256, 2, false, 1, 4, 8, 1, 1, 0, false, false, 1>");
+  CHECK(r->kernels[0].name_expression ==
+        "ktune::gemm_wgmma<ktune::bf16, float, 1, true, 128, 256, 2, false, 1, 4, 8, 1, 1, 0, false, false, 1>");
   CHECK_FALSE(WgmmaLaunchRecipe(LinearGemm(64, 64, 100), c, h200).ok());
   // B as [K, N]: the template's B_KN, and B's box is 64 columns by 64 rows of K.
   r = WgmmaLaunchRecipe(TestGemm(8192, 8192, 8192, v1::ROW_MAJOR), c, h200);
@@ -418,7 +419,8 @@ TEST_CASE("WgmmaLaunchRecipe: sm_90a, a persistent grid and TMA parameters", "[t
   pair.cluster_m = 2;
   r = WgmmaLaunchRecipe(LinearGemm(8192, 8192, 8192), pair, h200);
   REQUIRE(r.ok());
-  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 256, 2, false, 2, 4, 8, 1, 1, 0, false, false, 1>");
+  CHECK(r->kernels[0].name_expression ==
+        "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 256, 2, false, 2, 4, 8, 1, 1, 0, false, false, 1>");
   CHECK(r->kernels[0].grid == std::array<uint32_t, 3>{132, 1, 1});
   CHECK(r->kernels[0].params[1] == "tma_b:64x128");
   r = WgmmaLaunchRecipe(LinearGemm(100, 512, 4096), pair, h200);  // one unit of two tile rows, 2 columns
@@ -433,11 +435,12 @@ TEST_CASE("WgmmaLaunchRecipe for fp8: e4m3 operands, 128-wide K steps in the sam
   absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(Fp8Gemm(8192, 8192, 4096, v1::EPILOGUE_BIAS), c, h200);
   REQUIRE(r.ok());
   const KernelLaunch& k = r->kernels[0];
-  CHECK(k.name_expression == "ktune::gemm_wgmma<ktune::e4m3, ktune::bf16, 1, false, 128, 256, 2, false, 1, 4, 8, 1, 1, 0, false, false, 1>");
+  CHECK(k.name_expression ==
+        "ktune::gemm_wgmma<ktune::e4m3, ktune::bf16, 1, false, 128, 256, 2, false, 1, 4, 8, 1, 1, 0, false, false, 1>");
   // The ring holds as many bytes as bf16's: twice the K per stage.
   CHECK(k.dynamic_smem_bytes == 4 * (128 + 256) * 128 + 1024 + 96 + 2 * 4 * 16 * 144);
-  CHECK(k.params == std::vector<std::string>{"tma_a:128x128", "tma_b:128x256", "c", "d", "bias", "M", "N", "K",
-                                             "alpha", "beta", "ws", "a_scale", "b_scale"});
+  CHECK(k.params == std::vector<std::string>{"tma_a:128x128", "tma_b:128x256", "c", "d", "bias", "M", "N", "K", "alpha",
+                                             "beta", "ws", "a_scale", "b_scale"});
   // Split-K counts K in steps of 128: 4096 is 32 of them.
   WgmmaTileConfig split = c;
   split.block_n = 128;
@@ -459,7 +462,8 @@ TEST_CASE("WgmmaLaunchRecipe for fp8: e4m3 operands, 128-wide K steps in the sam
   CHECK_FALSE(WgmmaSearchSpace(Fp8Gemm(2048, 4096, 4096), h200, GemmSpaceOptions()).empty());
 }
 
-TEST_CASE("fp8 promotion: a second accumulator every few steps of K, where one split would span more", "[tuner][gemm]") {
+TEST_CASE("fp8 promotion: a second accumulator every few steps of K, where one split would span more",
+          "[tuner][gemm]") {
   const DeviceInfo h200 = CompileOnlyTarget();
   const v1::GemmProblem cube = Fp8Gemm(8192, 8192, 8192);
   WgmmaTileConfig c;  // 128 x 256, two consumers: 128 accumulators per thread
@@ -621,7 +625,8 @@ TEST_CASE("the tail split: whole waves, then the left-over tiles split along K a
   CheckRefused(LinearGemm(8192, 4096, 4096), eight, h200, "tail_split must be 1 to 16");
   // The pruned space offers it beside the model's best unsplit configs, each
   // twin's base config there too, and only where a tail is left over.
-  for (const v1::GemmProblem& q : {Fp8Gemm(2048, 4096, 14336), LinearGemm(8192, 14336, 4096), LinearGemm(8192, 8192, 8192)}) {
+  for (const v1::GemmProblem& q :
+       {Fp8Gemm(2048, 4096, 14336), LinearGemm(8192, 14336, 4096), LinearGemm(8192, 8192, 8192)}) {
     const std::vector<WgmmaTileConfig> space = WgmmaSearchSpace(q, h200);
     int twins = 0;
     for (const WgmmaTileConfig& t : space) {
@@ -661,8 +666,9 @@ TEST_CASE("split-K: K's steps divide into the slices, the workspace starts zeroe
   const v1::GemmProblem thin = LinearGemm(128, 4096, 14336);
   absl::StatusOr<LaunchRecipe> r = WgmmaLaunchRecipe(thin, c, h200);
   REQUIRE(r.ok());
-  CHECK(r->kernels[0].name_expression == "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 128, 2, false, 1, 4, 8, 4, 1, 0, false, false, 1>");
-  CHECK(r->kernels[0].grid == std::array<uint32_t, 3>{128, 1, 1});  // 32 tiles x 4 slices
+  CHECK(r->kernels[0].name_expression ==
+        "ktune::gemm_wgmma<ktune::bf16, ktune::bf16, 0, false, 128, 128, 2, false, 1, 4, 8, 4, 1, 0, false, false, 1>");
+  CHECK(r->kernels[0].grid == std::array<uint32_t, 3>{128, 1, 1});         // 32 tiles x 4 slices
   CHECK(r->workspace_bytes == uint64_t{32} * 4 * 128 * 128 * 4 + 32 * 4);  // partials, then counters
   CHECK(r->workspace_zeroed);
   // A batch of 3 and a 100-row tail: the slots count every batch's tiles.
@@ -764,8 +770,8 @@ TEST_CASE("a TMA parameter names its operand's tensor and box", "[tuner][gemm]")
              Catch::Contains("not one 128-byte row"));
   CHECK_FALSE(GemmTmaTensor(p, "tma_a:128x128", 0, 0).ok());  // bf16 rows of 128 are 256 bytes
   // B as [K, N]: rows of N, a box of 64 columns by 64 rows of K.
-  const v1::GemmProblem kn = TestGemm(300, 520, 1000, v1::ROW_MAJOR, v1::EPILOGUE_NONE, v1::DTYPE_UNSPECIFIED,
-                                      v1::BF16, 3);
+  const v1::GemmProblem kn =
+      TestGemm(300, 520, 1000, v1::ROW_MAJOR, v1::EPILOGUE_NONE, v1::DTYPE_UNSPECIFIED, v1::BF16, 3);
   absl::StatusOr<TmaTensor> bkn = GemmTmaTensor(kn, "tma_b:64x64", 0x1000, 0x2000);
   REQUIRE(bkn.ok());
   CHECK(bkn->base == 0x2000);
@@ -835,9 +841,9 @@ TEST_CASE("NVRTC compiles every split-K wgmma config, unpruned, without spills",
     }
     return splits;
   };
-  std::vector<LaunchRecipe> recipes =
-      DistinctRecipes({LinearGemm(127, 264, 1000, v1::EPILOGUE_BIAS_SILU), Fp8Gemm(127, 264, 1024, v1::EPILOGUE_BIAS_GELU)},
-                      h200, unpruned_splits, WgmmaLaunchRecipe);
+  std::vector<LaunchRecipe> recipes = DistinctRecipes(
+      {LinearGemm(127, 264, 1000, v1::EPILOGUE_BIAS_SILU), Fp8Gemm(127, 264, 1024, v1::EPILOGUE_BIAS_GELU)}, h200,
+      unpruned_splits, WgmmaLaunchRecipe);
   REQUIRE(recipes.size() >= 100);
   CheckCompilesWithoutSpills(&recipes, "split-K wgmma");
 }

@@ -1,20 +1,20 @@
 // Reading the files a user names (tuner/input_file.h): only regular files,
 // their size checked before they are read, and never a blocking open or read.
+#include "tuner/input_file.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
-#include <catch2/catch.hpp>
-
 #include "cache/bundle.h"
 #include "tests/e2e/daemon_process.h"
-#include "tuner/input_file.h"
 
 namespace ktune {
 namespace {

@@ -1,13 +1,13 @@
 // The on-disk compiled-kernel cache: keys, round trips, LRU bound, damage.
+#include "tuner/kernel_cache.h"
+
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
-#include <catch2/catch.hpp>
-
 #include "tests/e2e/daemon_process.h"
-#include "tuner/kernel_cache.h"
 
 namespace ktune {
 namespace {

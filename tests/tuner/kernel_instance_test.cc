@@ -37,9 +37,9 @@ __global__ void __launch_bounds__(WARPS * 32, (min_blocks<WARPS, HAS_W>)) __clus
 }
 
 TEST_CASE("every embedded kernel template's parameters are read from its declaration", "[tuner]") {
-  for (const char* kernel : {"rmsnorm_fwd", "rmsnorm_bwd", "rmsnorm_bwd_cluster", "layernorm_fwd", "layernorm_bwd",
-                             "layernorm_bwd_cluster", "norm_bwd_reduce", "norm_check", "gemm_mma", "gemm_wgmma",
-                             "gemm_skinny", "gemm_reference"}) {
+  for (const char* kernel :
+       {"rmsnorm_fwd", "rmsnorm_bwd", "rmsnorm_bwd_cluster", "layernorm_fwd", "layernorm_bwd", "layernorm_bwd_cluster",
+        "norm_bwd_reduce", "norm_check", "gemm_mma", "gemm_wgmma", "gemm_skinny", "gemm_reference"}) {
     INFO(kernel);
     auto p = KernelTemplateParameters(kernel);
     REQUIRE(p.ok());

@@ -1,10 +1,9 @@
 // The measurement protocol without a GPU: percentiles, the rotation count,
 // and Measure's warm-up / rotation / repetition sequence against a fake Device.
-#include <catch2/catch.hpp>
-
-#include <vector>
-
 #include "tuner/measure.h"
+
+#include <catch2/catch.hpp>
+#include <vector>
 
 namespace ktune {
 namespace {
@@ -41,11 +40,11 @@ TEST_CASE("Summarize reports median, p10, p90 and spread in microseconds", "[tun
 TEST_CASE("RotationCount moves at least three times the L2 per sweep", "[tuner][measure]") {
   DeviceInfo d;
   d.l2_bytes = 50 << 20;
-  CHECK(RotationCount(d, int64_t{1} << 30) == 1);            // one set is 20x L2
-  CHECK(RotationCount(d, int64_t{150} << 20) == 1);          // exactly 3x
-  CHECK(RotationCount(d, int64_t{64} << 20) == 3);           // ceil(150 / 64)
-  CHECK(RotationCount(d, int64_t{32} << 20) == 5);           // ceil(150 / 32)
-  CHECK(RotationCount(d, 1024) == 64);                       // capped
+  CHECK(RotationCount(d, int64_t{1} << 30) == 1);    // one set is 20x L2
+  CHECK(RotationCount(d, int64_t{150} << 20) == 1);  // exactly 3x
+  CHECK(RotationCount(d, int64_t{64} << 20) == 3);   // ceil(150 / 64)
+  CHECK(RotationCount(d, int64_t{32} << 20) == 5);   // ceil(150 / 32)
+  CHECK(RotationCount(d, 1024) == 64);               // capped
   CHECK(RotationCount(d, 0) == 1);
   d.l2_bytes = 0;
   CHECK(RotationCount(d, 1024) == 1);  // unknown L2: nothing to defeat
@@ -60,13 +59,9 @@ class FakeDevice : public Device {
   absl::Status CopyToDevice(DevicePtr, const void*, size_t) override { return absl::OkStatus(); }
   absl::Status CopyToHost(void*, DevicePtr, size_t) override { return absl::OkStatus(); }
   absl::Status Fill(DevicePtr, uint8_t, size_t) override { return absl::OkStatus(); }
-  absl::StatusOr<LoadedKernel> LoadKernel(const std::string&, const std::string&) override {
-    return LoadedKernel{};
-  }
+  absl::StatusOr<LoadedKernel> LoadKernel(const std::string&, const std::string&) override { return LoadedKernel{}; }
   void UnloadKernel(const LoadedKernel&) override {}
-  absl::Status Launch(const LoadedKernel&, const KernelLaunch&, void**) override {
-    return absl::OkStatus();
-  }
+  absl::Status Launch(const LoadedKernel&, const KernelLaunch&, void**) override { return absl::OkStatus(); }
   absl::Status Synchronize() override {
     ++syncs;
     return absl::OkStatus();
@@ -107,8 +102,7 @@ TEST_CASE("Measure warms up, rotates input sets and times every repetition", "[t
   // Warm-up covers every set at least once (3 > warmup 2), then 20 timed.
   REQUIRE(device.timed_from == 3);
   REQUIRE(device.launched.size() == 23);
-  CHECK(std::vector<int>(device.launched.begin(), device.launched.begin() + 3) ==
-        std::vector<int>{0, 1, 2});
+  CHECK(std::vector<int>(device.launched.begin(), device.launched.begin() + 3) == std::vector<int>{0, 1, 2});
   for (int i = 0; i < 20; ++i) CHECK(device.launched[3 + i] == i % 3);
   CHECK(device.syncs >= 1);
 }
@@ -117,16 +111,23 @@ TEST_CASE("Measure refuses too few repetitions and passes launch errors on", "[t
   FakeDevice device;
   MeasureOptions options;
   options.repetitions = 5;
-  CHECK(Measure(&device, [](int) { return absl::OkStatus(); }, 1, options).status().code() ==
-        absl::StatusCode::kInvalidArgument);
+  CHECK(Measure(
+            &device, [](int) { return absl::OkStatus(); }, 1, options)
+            .status()
+            .code() == absl::StatusCode::kInvalidArgument);
   options.repetitions = 20;
-  CHECK(Measure(&device, [](int) { return absl::OkStatus(); }, 0, options).status().code() ==
-        absl::StatusCode::kInvalidArgument);
-  CHECK(Measure(&device, [](int) { return absl::AbortedError("fault"); }, 1, options)
+  CHECK(Measure(
+            &device, [](int) { return absl::OkStatus(); }, 0, options)
+            .status()
+            .code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Measure(
+            &device, [](int) { return absl::AbortedError("fault"); }, 1, options)
             .status()
             .code() == absl::StatusCode::kAborted);
   device.sample_ms = -1;
-  CHECK_FALSE(Measure(&device, [](int) { return absl::OkStatus(); }, 1, options).ok());
+  CHECK_FALSE(Measure(
+                  &device, [](int) { return absl::OkStatus(); }, 1, options)
+                  .ok());
 }
 
 TEST_CASE("the tie window is the best's variability, held between 1% and 3% of its median", "[tuner][measure]") {

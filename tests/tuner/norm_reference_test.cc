@@ -1,7 +1,6 @@
 // The float64 RMSNorm reference against values computed by hand, and the
 // per-dtype tolerances the verifier applies.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <vector>
 
@@ -105,8 +104,7 @@ TEST_CASE("NormBackwardReference is the gradient of the forward", "[tuner][refer
   }
   for (bool ln : {false, true}) {
     INFO((ln ? "layernorm" : "rmsnorm"));
-    auto loss = [&](const std::vector<double>& xs, const std::vector<double>& ws,
-                    const std::vector<double>& bs) {
+    auto loss = [&](const std::vector<double>& xs, const std::vector<double>& ws, const std::vector<double>& bs) {
       std::vector<double> y, mean, rstd;
       if (ln) {
         LayerNormForwardReference(xs, &ws, &bs, m, n, eps, &y, &mean, &rstd);

@@ -5,7 +5,6 @@
 // check. Identical recipes (same name expressions) compile once. Also checks
 // the register model: no candidate spills.
 #include <catch2/catch.hpp>
-
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -39,8 +38,7 @@ std::vector<NormProblem> RepresentativeProblems() {
   const DType bf16 = DType::kBF16;
   // The bench shapes.
   for (auto [m, n] : std::vector<std::pair<int64_t, int64_t>>{
-           {32768, 1024}, {32768, 4096}, {16384, 8192}, {8192, 16384}, {65536, 2048},
-           {4096, 4096}}) {
+           {32768, 1024}, {32768, 4096}, {16384, 8192}, {8192, 16384}, {65536, 2048}, {4096, 4096}}) {
     out.push_back(Rms(m, n, bf16, bf16, true));
   }
   // Odd and extreme row lengths, tiny M.
@@ -60,8 +58,7 @@ std::vector<NormProblem> RepresentativeProblems() {
   return out;
 }
 
-NormProblem Op(NormOp op, NormPass pass, int64_t m, int64_t n, DType d, DType wt, bool weight,
-               bool bias) {
+NormProblem Op(NormOp op, NormPass pass, int64_t m, int64_t n, DType d, DType wt, bool weight, bool bias) {
   NormProblem p = Rms(m, n, d, d, weight);
   p.op = op;
   p.pass = pass;
@@ -77,13 +74,18 @@ NormProblem Op(NormOp op, NormPass pass, int64_t m, int64_t n, DType d, DType wt
 std::vector<NormProblem> OtherOpProblems() {
   std::vector<NormProblem> out;
   const DType bf16 = DType::kBF16;
-  for (auto [op, pass] : {std::pair{NormOp::kRMSNorm, NormPass::kBackward},
-                          std::pair{NormOp::kLayerNorm, NormPass::kForward},
-                          std::pair{NormOp::kLayerNorm, NormPass::kBackward}}) {
+  for (auto [op, pass] :
+       {std::pair{NormOp::kRMSNorm, NormPass::kBackward}, std::pair{NormOp::kLayerNorm, NormPass::kForward},
+        std::pair{NormOp::kLayerNorm, NormPass::kBackward}}) {
     const bool ln = op == NormOp::kLayerNorm;
-    for (auto [m, n] : std::vector<std::pair<int64_t, int64_t>>{
-             {32768, 1024}, {32768, 4096}, {16384, 8192}, {8192, 16384}, {65536, 2048},
-             {4096, 4096}, {4096, 5120}, {16384, 12288}}) {
+    for (auto [m, n] : std::vector<std::pair<int64_t, int64_t>>{{32768, 1024},
+                                                                {32768, 4096},
+                                                                {16384, 8192},
+                                                                {8192, 16384},
+                                                                {65536, 2048},
+                                                                {4096, 4096},
+                                                                {4096, 5120},
+                                                                {16384, 12288}}) {
       out.push_back(Op(op, pass, m, n, bf16, bf16, true, ln));
     }
     for (int64_t n : {1, 3, 1000, 3000, 14336, 262144}) {
@@ -135,8 +137,7 @@ void CompileEverything(const std::vector<NormProblem>& problems) {
 
   const auto start = std::chrono::steady_clock::now();
   const std::vector<CompileResult> results = CompileAll(&recipes);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("compiled %zu distinct kernels in %.1f s\n", recipes.size(), seconds);
 
   const std::regex spill(R"((\d+) bytes spill stores)");
@@ -146,9 +147,7 @@ void CompileEverything(const std::vector<NormProblem>& problems) {
     const LaunchRecipe& r = recipes[i];
     std::string name;
     for (const KernelLaunch& k : r.kernels) name += k.name_expression + ";";
-    INFO(name << " (from " << owner[name]
-                                      << ")\n"
-                                      << results[i].log);
+    INFO(name << " (from " << owner[name] << ")\n" << results[i].log);
     if (!results[i].ok) ++failed;
     CHECK(results[i].ok);
     if (!results[i].ok) continue;
@@ -157,8 +156,7 @@ void CompileEverything(const std::vector<NormProblem>& problems) {
     // One report per kernel; every one must say 0 bytes.
     const std::string& log = results[i].log;
     int reports = 0;
-    for (auto it = std::sregex_iterator(log.begin(), log.end(), spill);
-         it != std::sregex_iterator(); ++it) {
+    for (auto it = std::sregex_iterator(log.begin(), log.end(), spill); it != std::sregex_iterator(); ++it) {
       ++reports;
       if ((*it)[1] != "0") {
         ++spilled;
@@ -187,8 +185,7 @@ TEST_CASE("The device check of norm outputs compiles for every op and type", "[t
       for (DType in : types) {
         for (DType out : types) {
           for (DType wt : {in, DType::kFP32}) {
-            for (auto [weight, bias] : {std::pair{true, true}, std::pair{true, false},
-                                        std::pair{false, false}}) {
+            for (auto [weight, bias] : {std::pair{true, true}, std::pair{true, false}, std::pair{false, false}}) {
               NormProblem p = Op(op, pass, 3, 5, in, wt, weight, bias);
               p.output_dtype = out;
               if (!ValidateNormProblem(p).ok()) continue;
@@ -221,8 +218,8 @@ TEST_CASE("The device check of norm outputs compiles for every op and type", "[t
 
 TEST_CASE("The device check's grid covers any problem with at most 8 blocks an SM", "[tuner]") {
   const DeviceInfo device = CompileOnlyTarget();
-  for (auto [m, n] : std::vector<std::pair<int64_t, int64_t>>{
-           {1, 1}, {1, 255}, {1, 257}, {3, 1000}, {65536, 2048}, {4096, 262144}}) {
+  for (auto [m, n] :
+       std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {1, 255}, {1, 257}, {3, 1000}, {65536, 2048}, {4096, 262144}}) {
     const NormProblem p = Rms(m, n, DType::kBF16, DType::kBF16, true);
     absl::StatusOr<LaunchRecipe> r = NormCheckRecipe(p, device);
     REQUIRE(r.ok());
@@ -287,8 +284,7 @@ TEST_CASE("CompileAll keeps results in order and reports progress", "[tuner][nvr
   }
   recipes[1].kernels[0].name_expression = "ktune::rmsnorm_fwd<int>";  // fails
   std::vector<int> done;
-  const std::vector<CompileResult> results =
-      CompileAll(&recipes, 2, [&](int finished) { done.push_back(finished); });
+  const std::vector<CompileResult> results = CompileAll(&recipes, 2, [&](int finished) { done.push_back(finished); });
   REQUIRE(results.size() == 3);
   CHECK(results[0].ok);
   CHECK_FALSE(results[1].ok);

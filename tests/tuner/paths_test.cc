@@ -3,9 +3,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <filesystem>
-
 #include <catch2/catch.hpp>
+#include <filesystem>
 
 #include "tests/e2e/daemon_process.h"
 
@@ -18,7 +17,7 @@ TEST_CASE("EnsurePrivateDir creates a missing directory 0700 and refuses one oth
 
   SECTION("missing: created 0700") {
     REQUIRE(EnsurePrivateDir(dir).ok());
-    struct stat st{};
+    struct stat st {};
     REQUIRE(lstat(dir.c_str(), &st) == 0);
     CHECK((st.st_mode & 0777) == 0700);
     CHECK(EnsurePrivateDir(dir).ok());  // and accepted as found next time

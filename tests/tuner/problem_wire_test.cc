@@ -1,11 +1,9 @@
 // Problems, their validation and canonical keys, and the proto <-> domain
 // conversions of tuner/wire.h.
 #include <catch2/catch.hpp>
-
 #include <cstring>
 
 #include "absl/strings/str_format.h"
-
 #include "google/protobuf/util/message_differencer.h"
 #include "tuner/fingerprint.h"
 #include "tuner/problem.h"
@@ -93,8 +91,7 @@ TEST_CASE("canonical keys keep the stored format for any eps and size", "[tuner]
 
 TEST_CASE("canonical keys are stable and separate every field", "[tuner][problem]") {
   const NormProblem base = Rms(4096, 4096);
-  CHECK(CanonicalKey(base) ==
-        "rmsnorm.fwd m=4096 n=4096 in=bf16 out=bf16 wt=bf16 w=1 b=0 eps=9.99999997e-07");
+  CHECK(CanonicalKey(base) == "rmsnorm.fwd m=4096 n=4096 in=bf16 out=bf16 wt=bf16 w=1 b=0 eps=9.99999997e-07");
   std::vector<NormProblem> variants(10, base);
   variants[1].m = 4097;
   variants[2].n = 4095;
@@ -176,8 +173,7 @@ TEST_CASE("norm problems and configs round-trip through the wire format", "[tune
   CHECK(NormProblemFromProto(defaults).status().message().find("problem.pass") != std::string::npos);
   defaults.set_pass(v1::FWD);
   defaults.set_output_dtype(static_cast<v1::DType>(42));
-  CHECK(NormProblemFromProto(defaults).status().message().find("problem.output_dtype") !=
-        std::string::npos);
+  CHECK(NormProblemFromProto(defaults).status().message().find("problem.output_dtype") != std::string::npos);
 
   NormConfig c;
   c.x_block = 2;
@@ -243,7 +239,10 @@ TEST_CASE("fingerprints and recipes round-trip, and keys separate environments",
   k.programmatic_dependent = true;
   r.kernels.push_back(k);
   r.workspace_bytes = 12;
-  r.cubin = std::string("\x7f" "ELF\0\1", 6);
+  r.cubin = std::string(
+      "\x7f"
+      "ELF\0\1",
+      6);
   const LaunchRecipe with = RecipeFromProto(RecipeToProto(r, true));
   CHECK(with.cubin == r.cubin);
   CHECK(with.kernels[0].grid == k.grid);

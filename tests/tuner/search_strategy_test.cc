@@ -1,10 +1,9 @@
 // Search strategies driven over synthetic spaces and cost functions.
-#include <cmath>
-#include <functional>
+#include "tuner/search_strategy.h"
 
 #include <catch2/catch.hpp>
-
-#include "tuner/search_strategy.h"
+#include <cmath>
+#include <functional>
 
 namespace ktune {
 namespace {
@@ -93,8 +92,7 @@ TEST_CASE("coordinate descent keeps to its budget", "[tuner][strategy]") {
   CHECK(Drive(*by_time, space, Bowl, 1.0).measured < 12);
 }
 
-TEST_CASE("coordinate descent survives failing candidates and a seed outside the space",
-          "[tuner][strategy]") {
+TEST_CASE("coordinate descent survives failing candidates and a seed outside the space", "[tuner][strategy]") {
   const auto space = Space();
   NormConfig outside;
   outside.num_warps = 3;  // not in the space: start at the first config

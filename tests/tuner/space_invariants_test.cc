@@ -3,13 +3,12 @@
 // order, an implementable heuristic, and recipes whose geometry fits the
 // device (backward: the fused kernel, then the reduce kernel with a workspace
 // of ceil(M / SPLIT_SIZE) partial rows per gradient).
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <map>
 #include <set>
-#include <tuple>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_split.h"
@@ -40,8 +39,7 @@ DeviceInfo H200() {
   return d;
 }
 
-NormProblem Op(NormOp op, NormPass pass, int64_t m, int64_t n, DType d, DType wt, bool weight,
-               bool bias) {
+NormProblem Op(NormOp op, NormPass pass, int64_t m, int64_t n, DType d, DType wt, bool weight, bool bias) {
   NormProblem p = Rms(m, n, d, weight);
   p.op = op;
   p.pass = pass;
@@ -56,10 +54,10 @@ std::vector<NormProblem> Problems() {
     for (int64_t n : {1, 3, 1000, 1024, 3000, 4096, 5120, 8192, 16384, 262144}) {
       for (DType d : {DType::kBF16, DType::kFP16, DType::kFP32}) {
         for (bool w : {true, false}) {
-          for (auto [op, pass] : {std::pair{NormOp::kRMSNorm, NormPass::kForward},
-                                  std::pair{NormOp::kRMSNorm, NormPass::kBackward},
-                                  std::pair{NormOp::kLayerNorm, NormPass::kForward},
-                                  std::pair{NormOp::kLayerNorm, NormPass::kBackward}}) {
+          for (auto [op, pass] :
+               {std::pair{NormOp::kRMSNorm, NormPass::kForward}, std::pair{NormOp::kRMSNorm, NormPass::kBackward},
+                std::pair{NormOp::kLayerNorm, NormPass::kForward},
+                std::pair{NormOp::kLayerNorm, NormPass::kBackward}}) {
             const bool ln = op == NormOp::kLayerNorm;
             NormProblem p = Op(op, pass, m, n, d, d, w, ln && w);
             if (ValidateNormProblem(p).ok()) out.push_back(p);
@@ -136,10 +134,8 @@ TEST_CASE("NormSearchSpace invariants over many problems", "[tuner][space]") {
           CHECK(c.split_size == 0);
           CHECK(k.grid[0] <= static_cast<uint32_t>((p.m + c.x_block - 1) / c.x_block));
           CHECK(r->workspace_bytes == 0);
-          CHECK(k.params == (ln ? std::vector<std::string>{"x", "w", "b", "y", "mean", "rstd",
-                                                            "M", "N", "eps"}
-                                : std::vector<std::string>{"x", "w", "y", "rstd", "M", "N",
-                                                           "eps"}));
+          CHECK(k.params == (ln ? std::vector<std::string>{"x", "w", "b", "y", "mean", "rstd", "M", "N", "eps"}
+                                : std::vector<std::string>{"x", "w", "y", "rstd", "M", "N", "eps"}));
         } else {
           // A CTA per split, padded to whole clusters; a workspace row per
           // cluster (per CTA without one), staged in the partials' layout.
@@ -147,18 +143,15 @@ TEST_CASE("NormSearchSpace invariants over many problems", "[tuner][space]") {
           const int64_t partial_rows = (ctas + c.cluster - 1) / c.cluster;
           CHECK(c.split_size % c.x_block == 0);
           CHECK(k.grid[0] == static_cast<uint32_t>(partial_rows * c.cluster));
-          CHECK(r->workspace_bytes ==
-                static_cast<uint64_t>(parts) * partial_rows * p.n * sizeof(float));
+          CHECK(r->workspace_bytes == static_cast<uint64_t>(parts) * partial_rows * p.n * sizeof(float));
           if (c.cluster > 1) {
             ++clustered;
             CHECK((c.persistent && c.x_block == 1 && parts > 0));
             CHECK(ctas >= 2 * c.cluster);  // the space's floor: at least two clusters of work
             CHECK(k.dynamic_smem_bytes == static_cast<uint32_t>(parts * c.r_block * sizeof(float)));
           }
-          CHECK(k.params == (ln ? std::vector<std::string>{"x", "dy", "w", "mean", "rstd", "dx",
-                                                            "ws", "M", "N"}
-                                : std::vector<std::string>{"x", "dy", "w", "rstd", "dx", "ws",
-                                                           "M", "N"}));
+          CHECK(k.params == (ln ? std::vector<std::string>{"x", "dy", "w", "mean", "rstd", "dx", "ws", "M", "N"}
+                                : std::vector<std::string>{"x", "dy", "w", "rstd", "dx", "ws", "M", "N"}));
           if (parts > 0) {
             const KernelLaunch& red = r->kernels[1];
             CHECK(red.name_expression.rfind("ktune::norm_bwd_reduce<", 0) == 0);
@@ -185,14 +178,11 @@ TEST_CASE("NormSearchSpace invariants over many problems", "[tuner][space]") {
 TEST_CASE("Bench shapes get a space of a few dozen candidates", "[tuner][space]") {
   const DeviceInfo device = H200();
   for (auto [m, n] : std::vector<std::pair<int64_t, int64_t>>{
-           {32768, 1024}, {32768, 4096}, {16384, 8192}, {8192, 16384}, {65536, 2048},
-           {4096, 4096}}) {
-    for (auto [op, pass] : {std::pair{NormOp::kRMSNorm, NormPass::kForward},
-                            std::pair{NormOp::kRMSNorm, NormPass::kBackward},
-                            std::pair{NormOp::kLayerNorm, NormPass::kForward},
-                            std::pair{NormOp::kLayerNorm, NormPass::kBackward}}) {
-      const NormProblem p =
-          Op(op, pass, m, n, DType::kBF16, DType::kBF16, true, op == NormOp::kLayerNorm);
+           {32768, 1024}, {32768, 4096}, {16384, 8192}, {8192, 16384}, {65536, 2048}, {4096, 4096}}) {
+    for (auto [op, pass] :
+         {std::pair{NormOp::kRMSNorm, NormPass::kForward}, std::pair{NormOp::kRMSNorm, NormPass::kBackward},
+          std::pair{NormOp::kLayerNorm, NormPass::kForward}, std::pair{NormOp::kLayerNorm, NormPass::kBackward}}) {
+      const NormProblem p = Op(op, pass, m, n, DType::kBF16, DType::kBF16, true, op == NormOp::kLayerNorm);
       const size_t size = NormSearchSpace(p, device).size();
       const size_t unpruned = NormSearchSpace(p, device, SpaceOptions{.pruned = false}).size();
       INFO(CanonicalKey(p) << ": " << size << " candidates, " << unpruned << " unpruned");
@@ -208,10 +198,8 @@ TEST_CASE("Bench shapes get a space of a few dozen candidates", "[tuner][space]"
 TEST_CASE("The unpruned grid contains the pruned space", "[tuner][space]") {
   const DeviceInfo device = H200();
   for (const NormProblem& p :
-       {Op(NormOp::kRMSNorm, NormPass::kBackward, 4096, 5120, DType::kBF16, DType::kBF16, true,
-           false),
-        Op(NormOp::kLayerNorm, NormPass::kForward, 32768, 1024, DType::kBF16, DType::kFP32, true,
-           true)}) {
+       {Op(NormOp::kRMSNorm, NormPass::kBackward, 4096, 5120, DType::kBF16, DType::kBF16, true, false),
+        Op(NormOp::kLayerNorm, NormPass::kForward, 32768, 1024, DType::kBF16, DType::kFP32, true, true)}) {
     const std::vector<NormConfig> all = NormSearchSpace(p, device, SpaceOptions{.pruned = false});
     for (const NormConfig& c : NormSearchSpace(p, device)) {
       INFO(CanonicalKey(p) << " " << ToString(c));
@@ -225,8 +213,8 @@ TEST_CASE("Small-M backward splits fill the SMs", "[tuner][space]") {
   // 4096 rows: SPLIT_SIZE must leave at least one CTA per SM.
   const DeviceInfo device = H200();
   for (NormOp op : {NormOp::kRMSNorm, NormOp::kLayerNorm}) {
-    const NormProblem p = Op(op, NormPass::kBackward, 4096, 4096, DType::kBF16, DType::kBF16,
-                             true, op == NormOp::kLayerNorm);
+    const NormProblem p =
+        Op(op, NormPass::kBackward, 4096, 4096, DType::kBF16, DType::kBF16, true, op == NormOp::kLayerNorm);
     for (const NormConfig& c : NormSearchSpace(p, device)) {
       INFO(ToString(c));
       CHECK((p.m + c.split_size - 1) / c.split_size >= device.sm_count / 2);
@@ -243,8 +231,8 @@ TEST_CASE("a backward split whose grid nearly fills one wave is a candidate besi
   // partials): split 32 launches 256 CTAs (1.94 waves of 132), split 64 128
   // (0.97 of a wave, 6% faster on the H200). Both are tried, unpipelined.
   const DeviceInfo device = H200();
-  const NormProblem p = Op(NormOp::kLayerNorm, NormPass::kBackward, 8192, 16384, DType::kBF16, DType::kBF16,
-                           true, true);
+  const NormProblem p =
+      Op(NormOp::kLayerNorm, NormPass::kBackward, 8192, 16384, DType::kBF16, DType::kBF16, true, true);
   std::set<int> splits;
   for (const NormConfig& c : NormSearchSpace(p, device)) {
     if (c.num_warps == 16 && c.x_block == 1 && c.pipeline_depth == 1) splits.insert(c.split_size);
@@ -253,8 +241,8 @@ TEST_CASE("a backward split whose grid nearly fills one wave is a candidate besi
   CHECK(splits.count(64) == 1);
   // Only while the double fills 90% of a wave: at 4096 rows split 32 (128
   // CTAs) is that double; split 64 (64 CTAs, half the SMs idle) is not tried.
-  const NormProblem small = Op(NormOp::kLayerNorm, NormPass::kBackward, 4096, 16384, DType::kBF16,
-                               DType::kBF16, true, true);
+  const NormProblem small =
+      Op(NormOp::kLayerNorm, NormPass::kBackward, 4096, 16384, DType::kBF16, DType::kBF16, true, true);
   std::set<int> small_splits;
   for (const NormConfig& c : NormSearchSpace(small, device)) {
     if (c.num_warps == 16 && c.x_block == 1) small_splits.insert(c.split_size);
@@ -265,11 +253,10 @@ TEST_CASE("a backward split whose grid nearly fills one wave is a candidate besi
 
 TEST_CASE("Every norm op has a template, a space and a heuristic", "[tuner][space]") {
   const DeviceInfo device = CompileOnlyTarget();
-  for (auto [op, pass, id] :
-       {std::tuple{NormOp::kRMSNorm, NormPass::kForward, "norm/rmsnorm_fwd"},
-        std::tuple{NormOp::kRMSNorm, NormPass::kBackward, "norm/rmsnorm_bwd"},
-        std::tuple{NormOp::kLayerNorm, NormPass::kForward, "norm/layernorm_fwd"},
-        std::tuple{NormOp::kLayerNorm, NormPass::kBackward, "norm/layernorm_bwd"}}) {
+  for (auto [op, pass, id] : {std::tuple{NormOp::kRMSNorm, NormPass::kForward, "norm/rmsnorm_fwd"},
+                              std::tuple{NormOp::kRMSNorm, NormPass::kBackward, "norm/rmsnorm_bwd"},
+                              std::tuple{NormOp::kLayerNorm, NormPass::kForward, "norm/layernorm_fwd"},
+                              std::tuple{NormOp::kLayerNorm, NormPass::kBackward, "norm/layernorm_bwd"}}) {
     const NormProblem q = Op(op, pass, 4096, 4096, DType::kBF16, DType::kBF16, true, false);
     INFO(OpName(q));
     CHECK(NormTemplateId(q) == id);
@@ -289,14 +276,11 @@ TEST_CASE("Every norm op has a template, a space and a heuristic", "[tuner][spac
   // A forward config is not a backward one (no split), and vice versa.
   NormProblem fwd = nw;
   fwd.pass = NormPass::kForward;
-  CHECK(CanImplement(nw, HeuristicNormConfig(fwd, device), device).code() ==
-        absl::StatusCode::kFailedPrecondition);
-  CHECK(CanImplement(fwd, HeuristicNormConfig(nw, device), device).code() ==
-        absl::StatusCode::kFailedPrecondition);
+  CHECK(CanImplement(nw, HeuristicNormConfig(fwd, device), device).code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(CanImplement(fwd, HeuristicNormConfig(nw, device), device).code() == absl::StatusCode::kFailedPrecondition);
 }
 
-TEST_CASE("norm kernels may be launched as programmatic dependents on sm_90 only",
-          "[tuner][space]") {
+TEST_CASE("norm kernels may be launched as programmatic dependents on sm_90 only", "[tuner][space]") {
   DeviceInfo hopper = CompileOnlyTarget();
   REQUIRE(hopper.cc_major == 9);
   DeviceInfo ampere = hopper;
@@ -476,19 +460,18 @@ TEST_CASE("the forward keeps x in L2 on long rows and one-wave pipelines only", 
     REQUIRE(r.ok());
     return KeepXArgument(r->kernels[0].name_expression);
   };
-  CHECK(keep_x(Rms(16384, 8192, DType::kBF16, true), 16, 512, true, 1) == "true");   // 16 KB rows
-  CHECK(keep_x(Rms(65536, 2048, DType::kBF16, true), 4, 128, true, 1) == "true");    // 4 KB rows
-  CHECK(keep_x(Rms(32768, 1024, DType::kBF16, true), 2, 64, true, 1) == "false");    // 2 KB rows
-  CHECK(keep_x(Rms(32768, 1024, DType::kBF16, true), 2, 64, true, 2) == "true");     // one wave
-  CHECK(keep_x(Rms(32768, 1024, DType::kFP32, true), 4, 128, true, 1) == "true");    // 4 KB of fp32
-  CHECK(keep_x(Rms(64, 262144, DType::kBF16, true), 8, 256, false, 1) == "false");   // looped
+  CHECK(keep_x(Rms(16384, 8192, DType::kBF16, true), 16, 512, true, 1) == "true");  // 16 KB rows
+  CHECK(keep_x(Rms(65536, 2048, DType::kBF16, true), 4, 128, true, 1) == "true");   // 4 KB rows
+  CHECK(keep_x(Rms(32768, 1024, DType::kBF16, true), 2, 64, true, 1) == "false");   // 2 KB rows
+  CHECK(keep_x(Rms(32768, 1024, DType::kBF16, true), 2, 64, true, 2) == "true");    // one wave
+  CHECK(keep_x(Rms(32768, 1024, DType::kFP32, true), 4, 128, true, 1) == "true");   // 4 KB of fp32
+  CHECK(keep_x(Rms(64, 262144, DType::kBF16, true), 8, 256, false, 1) == "false");  // looped
   NormProblem ln = Rms(8192, 16384, DType::kBF16, true);
   ln.op = NormOp::kLayerNorm;
   CHECK(keep_x(ln, 8, 256, true, 1) == "true");
 }
 
-TEST_CASE("the forward drops bounds checks only where the config tiles the problem exactly",
-          "[tuner][space]") {
+TEST_CASE("the forward drops bounds checks only where the config tiles the problem exactly", "[tuner][space]") {
   const DeviceInfo d = H200();
   // warps, threads per row, chunks of VEC, persistent, pipeline depth.
   auto full_tiles = [&](const NormProblem& p, int warps, int tpr, int chunks, bool persistent, int pipeline) {
@@ -505,15 +488,15 @@ TEST_CASE("the forward drops bounds checks only where the config tiles the probl
     return ArgumentFromEnd(r->kernels[0].name_expression, 2);
   };
   CHECK(full_tiles(Rms(32768, 1024, DType::kBF16, true), 2, 64, 2, true, 1) == "true");
-  CHECK(full_tiles(Rms(32768, 1024, DType::kBF16, true), 4, 64, 2, true, 1) == "true");   // 2 rows per CTA
-  CHECK(full_tiles(Rms(32767, 1024, DType::kBF16, true), 4, 64, 2, true, 1) == "false");  // a last, half row block
-  CHECK(full_tiles(Rms(32767, 1024, DType::kBF16, true), 2, 64, 2, true, 1) == "true");   // one row per CTA
-  CHECK(full_tiles(Rms(4096, 1000, DType::kBF16, true), 2, 64, 2, true, 1) == "false");   // a padded pass
-  CHECK(full_tiles(Rms(4096, 1024, DType::kBF16, true), 2, 64, 4, true, 1) == "false");   // a half-empty pass
-  CHECK(full_tiles(Rms(32768, 1024, DType::kBF16, true), 2, 64, 2, true, 2) == "false");  // pipelined
-  CHECK(full_tiles(Rms(64, 262144, DType::kBF16, true), 8, 256, 1, false, 1) == "false"); // looped
-  CHECK(full_tiles(Rms(32768, 2048, DType::kBF16, true), 4, 128, 2, true, 1) == "false"); // 4 KB rows
-  CHECK(full_tiles(Rms(32768, 512, DType::kFP32, true), 2, 64, 2, true, 1) == "true");    // 2 KB of fp32
+  CHECK(full_tiles(Rms(32768, 1024, DType::kBF16, true), 4, 64, 2, true, 1) == "true");    // 2 rows per CTA
+  CHECK(full_tiles(Rms(32767, 1024, DType::kBF16, true), 4, 64, 2, true, 1) == "false");   // a last, half row block
+  CHECK(full_tiles(Rms(32767, 1024, DType::kBF16, true), 2, 64, 2, true, 1) == "true");    // one row per CTA
+  CHECK(full_tiles(Rms(4096, 1000, DType::kBF16, true), 2, 64, 2, true, 1) == "false");    // a padded pass
+  CHECK(full_tiles(Rms(4096, 1024, DType::kBF16, true), 2, 64, 4, true, 1) == "false");    // a half-empty pass
+  CHECK(full_tiles(Rms(32768, 1024, DType::kBF16, true), 2, 64, 2, true, 2) == "false");   // pipelined
+  CHECK(full_tiles(Rms(64, 262144, DType::kBF16, true), 8, 256, 1, false, 1) == "false");  // looped
+  CHECK(full_tiles(Rms(32768, 2048, DType::kBF16, true), 4, 128, 2, true, 1) == "false");  // 4 KB rows
+  CHECK(full_tiles(Rms(32768, 512, DType::kFP32, true), 2, 64, 2, true, 1) == "true");     // 2 KB of fp32
   NormProblem ln = Rms(32768, 1024, DType::kBF16, true);
   ln.op = NormOp::kLayerNorm;
   ln.has_bias = true;
@@ -541,8 +524,7 @@ TEST_CASE("hoisted params count as live registers where bounds checks are droppe
   CHECK(ctas_per_sm(ln) == 9);
 }
 
-TEST_CASE("the LayerNorm backward prefetches its next rows into L2 when unpipelined on sm_90",
-          "[tuner][space]") {
+TEST_CASE("the LayerNorm backward prefetches its next rows into L2 when unpipelined on sm_90", "[tuner][space]") {
   // PREFETCH_L2 is the fused kernel's last template argument.
   auto prefetch = [](const NormProblem& p, NormConfig c, int pipeline, const DeviceInfo& d) {
     c.pipeline_depth = pipeline;
@@ -570,7 +552,7 @@ TEST_CASE("the LayerNorm backward prefetches its next rows into L2 when unpipeli
   c8k.r_block = 8192;
   CHECK(prefetch(ln8k, c8k, 1, h200) == "true");
   CHECK(prefetch(ln8k, c8k, 2, h200) == "false");
-  DeviceInfo a100 = h200;                      // the bulk-copy engine is sm_90's
+  DeviceInfo a100 = h200;  // the bulk-copy engine is sm_90's
   a100.cc_major = 8;
   CHECK(prefetch(ln, c, 1, a100) == "false");
   NormProblem rms = ln;  // measured -2 to +1%: not for RMSNorm

@@ -9,14 +9,13 @@
 // regenerate it and review the diff:
 //   KTUNE_WRITE_GOLDEN=1 build/tests/ktune_tests "[golden]"
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -69,8 +68,7 @@ std::vector<NormProblem> GoldenNormProblems() {
 
 std::vector<v1::GemmProblem> GoldenGemmProblems() {
   std::vector<v1::GemmProblem> out;
-  auto add = [&](int64_t m, int64_t n, int64_t k, v1::DType ab, v1::DType d, v1::Layout b, v1::Epilogue epi,
-                 bool c) {
+  auto add = [&](int64_t m, int64_t n, int64_t k, v1::DType ab, v1::DType d, v1::Layout b, v1::Epilogue epi, bool c) {
     v1::GemmProblem p;
     p.set_m(m);
     p.set_n(n);

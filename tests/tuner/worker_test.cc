@@ -2,16 +2,16 @@
 // candidate are contained, reported, and the next candidate runs. Uses the
 // worker's fake device (no GPU here); tests/gpu proves the same on the H200
 // with kernels that really fault.
-#include <chrono>
+#include "tuner/worker.h"
 
 #include <catch2/catch.hpp>
+#include <chrono>
 
 #include "tests/tuner/gemm_test_problems.h"
 #include "tuner/gemm_problem.h"
 #include "tuner/gemm_space.h"
 #include "tuner/gemm_tuner.h"
 #include "tuner/gemm_wgmma_space.h"
-#include "tuner/worker.h"
 
 namespace ktune {
 namespace {
@@ -27,7 +27,9 @@ LaunchRecipe Candidate(const std::string& expression) {
   k.grid = {1, 1, 1};
   k.block = {32, 1, 1};
   r.kernels.push_back(k);
-  r.cubin = "\x7f" "ELF fake cubin";
+  r.cubin =
+      "\x7f"
+      "ELF fake cubin";
   return r;
 }
 
@@ -91,8 +93,7 @@ TEST_CASE("a candidate that hangs is cut by the watchdog", "[tuner][worker]") {
   REQUIRE((*worker)->Prepare(Problem()).ok());
   const auto start = std::chrono::steady_clock::now();
   auto hung = (*worker)->Verify(Candidate("slow<1>"));
-  const double waited =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   REQUIRE_FALSE(hung.ok());
   CHECK(hung.status().code() == absl::StatusCode::kDeadlineExceeded);
   CHECK(hung.status().message().find("watchdog") != std::string::npos);
@@ -194,7 +195,8 @@ TEST_CASE("TuneGemm over a worker: a crashing candidate fails alone and both sou
   CHECK(r->winner_timing.median_us <= r->cublaslt_default->median_us * 1.03);
 }
 
-TEST_CASE("TuneGemm tries mma.sync beside wgmma for M <= 16 only, B as [K, N] included", "[tuner][worker][gemm][nvrtc]") {
+TEST_CASE("TuneGemm tries mma.sync beside wgmma for M <= 16 only, B as [K, N] included",
+          "[tuner][worker][gemm][nvrtc]") {
   auto worker = WorkerExecutor::Start(FakeWorker());
   REQUIRE(worker.ok());
   GemmTuneOptions options;

@@ -25,6 +25,8 @@ if [ "$mode" = test ]; then packages+=(clang libclang-rt-14-dev); fi
 # gRPC's Python runtime and protobuf's, matching Debian's protoc and plugin.
 # The bench plots' test (tests/bench/plot_results_test.py): Debian's matplotlib.
 if [ "$mode" = test ]; then packages+=(python3-grpcio python3-protobuf python3-matplotlib); fi
+# The style check (tests/static/clang_format.py).
+if [ "$mode" = test ]; then packages+=(clang-format-14); fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -27,9 +27,6 @@ inline constexpr char kBundleMagic[8] = {'K', 'T', 'U', 'N', 'E', 'B', 'D', 'L'}
 inline constexpr uint32_t kBundleFormatVersion = 1;
 inline constexpr size_t kBundleHeaderBytes = 52;
 inline constexpr uint64_t kMaxBundleBytes = uint64_t{256} << 20;
-// ImportBundleStream carries a bundle in pieces of at most this many bytes,
-// so that every request message ktuned reads stays small (daemon/server.h).
-inline constexpr size_t kImportPieceBytes = size_t{32} << 10;
 
 // SHA-256 of a payload fed in pieces, so that a bundle written or received a
 // piece at a time is checked without holding it.

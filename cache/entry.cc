@@ -14,10 +14,12 @@
 #include "cache/recipe_check.h"
 #include "tuner/fingerprint.h"
 #include "tuner/gemm_problem.h"
+#include "tuner/gemm_wire.h"
 #include "tuner/kernel_source.h"
 #include "tuner/launch_recipe.h"
 #include "tuner/norm_space.h"
 #include "tuner/problem.h"
+#include "tuner/sha256.h"
 #include "tuner/wire.h"
 
 namespace ktune {

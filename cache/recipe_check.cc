@@ -7,9 +7,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "tuner/cublaslt.h"
+#include "tuner/gemm_wire.h"
 #include "tuner/kernel_source.h"
 #include "tuner/norm_space.h"
 #include "tuner/nvrtc_compiler.h"
+#include "tuner/sha256.h"
 #include "tuner/wire.h"
 
 namespace ktune {

@@ -5,7 +5,6 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "cache/bundle.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "tuner/paths.h"
@@ -210,8 +209,8 @@ absl::StatusOr<v1::ImportBundleResponse> Client::ImportBundle(const v1::ImportBu
     piece.set_policy(request.policy());
     piece.set_dry_run(request.dry_run());
     const std::string& bundle = request.bundle();
-    for (size_t at = 0; at == 0 || at < bundle.size(); at += kImportPieceBytes) {
-      piece.set_bundle(bundle.substr(at, kImportPieceBytes));
+    for (size_t at = 0; at == 0 || at < bundle.size(); at += size_t{v1::IMPORT_PIECE_BYTES}) {
+      piece.set_bundle(bundle.substr(at, size_t{v1::IMPORT_PIECE_BYTES}));
       if (!writer->Write(piece)) break;  // the daemon ended the call (a refusal): Finish says why
     }
     writer->WritesDone();

@@ -265,7 +265,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   (void)grpc::health::v1::HealthCheckRequest::descriptor();
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  static_assert(kImportPieceBytes + 1024 <= kMaxRequestBytes, "an import piece must fit a request");
+  static_assert(size_t{v1::IMPORT_PIECE_BYTES} + 1024 <= kMaxRequestBytes, "an import piece must fit a request");
   builder.SetMaxReceiveMessageSize(kMaxRequestBytes);
   builder.SetMaxSendMessageSize(256 << 20);
   // gRPC sets SO_REUSEPORT by default: a second daemon on the port would then

@@ -15,7 +15,7 @@ namespace ktune {
 class KtuneServiceImpl;
 
 // The largest request message ktuned reads: any call's request is a few
-// hundred bytes, and bundles come in pieces (kImportPieceBytes).
+// hundred bytes, and bundles come in pieces (v1::IMPORT_PIECE_BYTES).
 inline constexpr int kMaxRequestBytes = 64 << 10;
 
 struct ServerOptions {

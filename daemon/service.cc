@@ -21,6 +21,7 @@
 #include "tuner/gemm_space.h"
 #include "tuner/gemm_tuner.h"
 #include "tuner/gemm_wgmma_space.h"
+#include "tuner/gemm_wire.h"
 #include "tuner/kernel_source.h"
 #include "tuner/norm_space.h"
 #include "tuner/nvrtc_compiler.h"

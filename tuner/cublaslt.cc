@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tuner/gemm_problem.h"
-#include "tuner/kernel_source.h"
+#include "tuner/sha256.h"
 
 namespace ktune {
 

@@ -15,6 +15,7 @@
 #include "ktune/v1/ktune.pb.h"
 #include "spdlog/spdlog.h"
 #include "tuner/kernel_source.h"
+#include "tuner/sha256.h"
 #include "tuner/wire.h"
 
 namespace ktune {

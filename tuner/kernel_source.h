@@ -25,7 +25,4 @@ struct KernelSource {
 // NOT_FOUND if no such template is embedded.
 absl::StatusOr<const KernelSource*> FindKernelSource(const std::string& template_id);
 
-// Lowercase hex SHA-256 of data.
-std::string Sha256Hex(std::string_view data);
-
 }  // namespace ktune

@@ -1,15 +1,16 @@
 // Conversions between the wire messages (proto/ktune/v1) and the domain values
-// of the tuner. Decoding checks that every enum is known and every count fits
+// of the tuner (GEMM configs: tuner/gemm_wire.h). Decoding checks that every enum is known and every count fits
 // its type, and says which field is wrong; range checks beyond that are
 // ValidateNormProblem's. Thread-safe: pure functions.
 #pragma once
 
+#include <initializer_list>
+#include <utility>
+
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "ktune/v1/ktune.pb.h"
 #include "tuner/fingerprint.h"
-#include "tuner/gemm_skinny_space.h"
-#include "tuner/gemm_space.h"
-#include "tuner/gemm_wgmma_space.h"
 #include "tuner/launch_recipe.h"
 #include "tuner/norm_config.h"
 #include "tuner/problem.h"
@@ -27,24 +28,6 @@ v1::NormProblem NormProblemToProto(const NormProblem& problem);
 absl::StatusOr<NormConfig> NormConfigFromProto(const v1::NormConfig& config);
 v1::NormConfig NormConfigToProto(const NormConfig& config);
 
-// The mma.sync GEMM tile; INVALID_ARGUMENT naming the field when one is < 1.
-absl::StatusOr<GemmTileConfig> GemmTileConfigFromProto(const v1::MmaSyncTile& tile);
-v1::MmaSyncTile GemmTileConfigToProto(const GemmTileConfig& config);
-// Field checks only (every field >= 1; a split_k of 0, from an entry written
-// before split-K existed, reads as 1); CanImplementWgmma judges the rest.
-absl::StatusOr<WgmmaTileConfig> WgmmaTileConfigFromProto(const v1::WgmmaTile& tile);
-v1::WgmmaTile WgmmaTileConfigToProto(const WgmmaTileConfig& config);
-absl::StatusOr<SkinnyConfig> SkinnyConfigFromProto(const v1::SkinnyTile& tile);
-v1::SkinnyTile SkinnyConfigToProto(const SkinnyConfig& config);
-
-// The recipe our templates write for a stored GEMM config (mma_sync, wgmma or
-// skinny) on `device`: INVALID_ARGUMENT where its fields do not parse (as
-// *ConfigFromProto says), FAILED_PRECONDITION with CanImplement*'s reason
-// where the template refuses the problem, NOT_FOUND for a cuBLASLt config or
-// none (no template writes those).
-absl::StatusOr<LaunchRecipe> OwnGemmRecipe(const v1::GemmProblem& problem, const v1::GemmConfig& config,
-                                           const DeviceInfo& device);
-
 // The problem part of a cache key, the one spelling every caller uses (the
 // daemon's lookups, stored and bundled entries, prewarm's dedup and shards):
 // the op name and CanonicalKey of the decoded norm problem, or "gemm" and
@@ -57,6 +40,10 @@ struct ProblemKeyParts {
   std::string key;  // "rmsnorm.fwd m=4096 n=4096 ...", "gemm m=1 n=4096 ..."
 };
 absl::StatusOr<ProblemKeyParts> ProblemKeyOf(const v1::Problem& problem);
+
+// OK, or INVALID_ARGUMENT naming the first of `fields` below 1 as
+// "<prefix><field>: must be >= 1, got <value>" (the config decoders' check).
+absl::Status RequirePositive(absl::string_view prefix, std::initializer_list<std::pair<const char*, int>> fields);
 
 DeviceInfo DeviceFromProto(const v1::DeviceFingerprint& device);
 v1::DeviceFingerprint DeviceToProto(const DeviceInfo& device);

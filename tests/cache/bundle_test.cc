@@ -13,6 +13,7 @@
 #include "tests/cache/current_entries.h"
 #include "tests/cache/test_entries.h"
 #include "tuner/cublaslt.h"
+#include "tuner/gemm_wire.h"
 
 namespace ktune {
 namespace {

@@ -14,6 +14,7 @@
 #include "tuner/gemm_skinny_space.h"
 #include "tuner/gemm_space.h"
 #include "tuner/gemm_wgmma_space.h"
+#include "tuner/gemm_wire.h"
 #include "tuner/norm_space.h"
 #include "tuner/wire.h"
 

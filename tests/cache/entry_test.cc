@@ -11,6 +11,7 @@
 #include "tests/cache/test_entries.h"
 #include "tuner/fingerprint.h"
 #include "tuner/gemm_space.h"
+#include "tuner/gemm_wire.h"
 #include "tuner/norm_space.h"
 #include "tuner/wire.h"
 

@@ -13,6 +13,7 @@
 #include "tests/e2e/daemon_process.h"
 #include "tests/tuner/gemm_test_problems.h"
 #include "tuner/gemm_space.h"
+#include "tuner/gemm_wire.h"
 #include "tuner/kernel_source.h"
 #include "tuner/norm_space.h"
 #include "tuner/nvrtc_compiler.h"

@@ -149,11 +149,11 @@ TEST_CASE("every request ktuned reads is small and a large bundle comes in piece
       EncodeBundle({testutil::MakeTestEntry(1024), testutil::MakeTestEntry(1032)}, "test", 1795000000).size() -
       EncodeBundle({testutil::MakeTestEntry(1024)}, "test", 1795000000).size();
   std::vector<v1::Entry> entries;
-  for (size_t i = 0; i <= 4 * kImportPieceBytes / per_entry; ++i) {
+  for (size_t i = 0; i <= 4 * size_t{v1::IMPORT_PIECE_BYTES} / per_entry; ++i) {
     entries.push_back(testutil::MakeTestEntry(1024 + 8 * static_cast<int64_t>(i)));
   }
   const std::string bundle = EncodeBundle(entries, "test", 1795000000);
-  REQUIRE(bundle.size() >= 4 * kImportPieceBytes);
+  REQUIRE(bundle.size() >= 4 * size_t{v1::IMPORT_PIECE_BYTES});
   v1::ImportBundleRequest unary;
   unary.set_bundle(bundle);
   const grpc::Status as_one = RawUnaryCall(Channel(daemon.address(), grpc::InsecureChannelCredentials()),

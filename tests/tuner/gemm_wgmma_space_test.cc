@@ -13,6 +13,7 @@
 #include "tests/tuner/compile_check.h"
 #include "tests/tuner/gemm_test_problems.h"
 #include "tuner/gemm_problem.h"
+#include "tuner/gemm_wire.h"
 #include "tuner/nvrtc_compiler.h"
 #include "tuner/wire.h"
 

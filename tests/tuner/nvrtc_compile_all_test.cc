@@ -16,6 +16,7 @@
 #include "tuner/norm_runner.h"
 #include "tuner/norm_space.h"
 #include "tuner/nvrtc_compiler.h"
+#include "tuner/sha256.h"
 
 namespace ktune {
 namespace {

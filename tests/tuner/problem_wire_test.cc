@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "tuner/fingerprint.h"
+#include "tuner/gemm_wire.h"
 #include "tuner/problem.h"
 #include "tuner/wire.h"
 

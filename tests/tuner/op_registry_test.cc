@@ -3,6 +3,7 @@
 // no op serves) is a clear error, and a third op registered in a local
 // registry is served, stored and answered by the cache and the daemon's
 // answers without any of them knowing it.
+#include <catch2/catch.hpp>
 #include <memory>
 #include <string>
 #include <vector>
@@ -10,9 +11,9 @@
 #include "absl/strings/str_cat.h"
 #include "cache/entry.h"
 #include "cache/store.h"
-#include "catch2/catch.hpp"
 #include "daemon/answers.h"
 #include "daemon/service_metrics.h"
+#include "tests/cache/current_entries.h"
 #include "tests/e2e/daemon_process.h"
 #include "tuner/fingerprint.h"
 #include "tuner/gemm_op.h"
@@ -132,15 +133,15 @@ TEST_CASE("OpRegistry: a problem of no kind, or of a kind no op serves, is a cle
 }
 
 TEST_CASE("OpRegistry: the builtin ops key and check their problems", "[tuner][op]") {
-  absl::StatusOr<ProblemIdentity> id = BuiltinOps().Identify(GemmProblem(16));
+  absl::StatusOr<ProblemIdentity> id = BuiltinOps().Identify(testutil::GemmProblemOf(LinearGemm(16, 4096, 4096)));
   REQUIRE(id.ok());
   CHECK(id->entry_op == "gemm");
   CHECK(BuiltinOps().Identify(GemmProblem(0)).status().code() == absl::StatusCode::kInvalidArgument);
   const Op* gemm = BuiltinOps().ForEntryOp("gemm");
   REQUIRE(gemm != nullptr);
   // Entries that differ only in M share a family, positioned by M.
-  const ProblemFamily a = gemm->Family(GemmProblem(16), "dev", "sw");
-  const ProblemFamily b = gemm->Family(GemmProblem(2048), "dev", "sw");
+  const ProblemFamily a = gemm->Family(testutil::GemmProblemOf(LinearGemm(16, 4096, 4096)), "dev", "sw");
+  const ProblemFamily b = gemm->Family(testutil::GemmProblemOf(LinearGemm(2048, 4096, 4096)), "dev", "sw");
   CHECK(a.family_key == b.family_key);
   CHECK(a.position == 16);
   CHECK(b.position == 2048);

@@ -75,7 +75,7 @@ ktune::v1::Entry Synthetic(int64_t i) {
 }
 
 int Fill(const std::string& db, int64_t entries) {
-  absl::StatusOr<std::unique_ptr<ktune::Store>> store = ktune::Store::Open(db);
+  absl::StatusOr<std::unique_ptr<ktune::Store>> store = ktune::Store::Open(ktune::BuiltinOps(), db);
   if (!store.ok()) {
     std::fprintf(stderr, "open: %s\n", store.status().ToString().c_str());
     return 1;

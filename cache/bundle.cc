@@ -154,7 +154,7 @@ std::string EncodeBundle(const std::vector<v1::Entry>& entries, const std::strin
   return absl::StrCat(encoder.Header(), encoder.TakePayload());
 }
 
-absl::StatusOr<v1::Bundle> DecodeBundle(std::string_view file_bytes) {
+absl::StatusOr<v1::Bundle> DecodeBundle(const OpRegistry& ops, std::string_view file_bytes) {
   const absl::string_view file(file_bytes.data(), file_bytes.size());
   // The frame first, cheapest checks first: nothing is hashed or parsed until
   // the sizes are known to be consistent and bounded.
@@ -207,7 +207,7 @@ absl::StatusOr<v1::Bundle> DecodeBundle(std::string_view file_bytes) {
   for (int i = 0; i < bundle.entries_size(); ++i) {
     const v1::Entry& entry = bundle.entries(i);
     const std::string prefix = absl::StrCat("entry ", i, ": ");
-    if (absl::Status s = ValidateEntry(entry, prefix); !s.ok()) {
+    if (absl::Status s = ValidateEntry(ops, entry, prefix); !s.ok()) {
       return Invalid(s.message());
     }
     // EncodeBundle never writes one, so a cubin means another writer; machine
@@ -215,7 +215,7 @@ absl::StatusOr<v1::Bundle> DecodeBundle(std::string_view file_bytes) {
     if (!entry.recipe().cubin().empty()) {
       return Invalid(absl::StrCat(prefix, "recipe.cubin: bundles carry no cubins"));
     }
-    absl::StatusOr<EntryKey> key = KeyOf(entry);
+    absl::StatusOr<EntryKey> key = KeyOf(ops, entry);
     if (!key.ok()) return Invalid(absl::StrCat(prefix, key.status().message()));
     auto [it, inserted] = first_index_of_key.emplace(FlatKey(*key), i);
     if (!inserted) {

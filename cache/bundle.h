@@ -20,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "ktune/v1/ktune.pb.h"
+#include "tuner/op.h"
 
 namespace ktune {
 
@@ -83,6 +84,7 @@ std::string EncodeBundle(const std::vector<v1::Entry>& entries, const std::strin
 // problem.n: ...", "entry 5 duplicates entry 2". Entries are numbered from 0,
 // as in Bundle.entries. An entry carrying a cubin is refused (EncodeBundle
 // never writes one).
-absl::StatusOr<v1::Bundle> DecodeBundle(std::string_view file);
+// Entries are checked by their ops in `ops` (ValidateEntry).
+absl::StatusOr<v1::Bundle> DecodeBundle(const OpRegistry& ops, std::string_view file);
 
 }  // namespace ktune

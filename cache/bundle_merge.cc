@@ -118,8 +118,8 @@ CompatibilityVerdict JudgeCompatibility(const v1::Entry& entry, const v1::Device
   return {Compatibility::kCompatible, reason};
 }
 
-absl::StatusOr<MergePlan> PlanMerge(const std::vector<v1::Entry>& incoming, v1::MergePolicy policy,
-                                    const MergeTarget& target, const ExistingLookup& existing) {
+absl::StatusOr<MergePlan> PlanMerge(const OpRegistry& ops, const std::vector<v1::Entry>& incoming,
+                                    v1::MergePolicy policy, const MergeTarget& target, const ExistingLookup& existing) {
   if (!v1::MergePolicy_IsValid(policy)) {
     return absl::InvalidArgumentError(absl::StrCat("policy: unknown merge policy ", policy));
   }
@@ -132,7 +132,7 @@ absl::StatusOr<MergePlan> PlanMerge(const std::vector<v1::Entry>& incoming, v1::
   absl::flat_hash_map<std::string, size_t> planned;
   for (size_t i = 0; i < incoming.size(); ++i) {
     v1::Entry entry = incoming[i];
-    if (absl::Status s = ValidateEntry(entry, absl::StrCat("entry ", i, ": ")); !s.ok()) return s;
+    if (absl::Status s = ValidateEntry(ops, entry, absl::StrCat("entry ", i, ": ")); !s.ok()) return s;
     v1::MergeDecision* decision = plan.report.add_decisions();
     decision->set_device_name(entry.device().name());
 
@@ -147,7 +147,7 @@ absl::StatusOr<MergePlan> PlanMerge(const std::vector<v1::Entry>& incoming, v1::
         entry.set_needs_revalidation(true);
       }
     }
-    absl::StatusOr<EntryKey> key = KeyOf(entry);
+    absl::StatusOr<EntryKey> key = KeyOf(ops, entry);
     if (!key.ok()) return key.status();
     decision->set_op(key->op);
     decision->set_problem_key(key->problem_key);
@@ -188,14 +188,15 @@ absl::StatusOr<MergePlan> PlanMerge(const std::vector<v1::Entry>& incoming, v1::
   return plan;
 }
 
-absl::StatusOr<MergedBundles> MergeOffline(const std::vector<NamedEntries>& inputs, v1::MergePolicy policy) {
+absl::StatusOr<MergedBundles> MergeOffline(const OpRegistry& ops, const std::vector<NamedEntries>& inputs,
+                                           v1::MergePolicy policy) {
   std::map<std::string, v1::Entry> merged;  // flat key -> entry; ordered output
   MergedBundles out;
   MergeTarget target;
   target.not_judged_note = "offline merge: compatibility is judged when a daemon imports";
   for (const NamedEntries& input : inputs) {
     absl::StatusOr<MergePlan> plan =
-        PlanMerge(input.entries, policy, target, [&merged](const EntryKey& key) -> std::optional<v1::Entry> {
+        PlanMerge(ops, input.entries, policy, target, [&merged](const EntryKey& key) -> std::optional<v1::Entry> {
           auto it = merged.find(FlatKey(key));
           if (it == merged.end()) return std::nullopt;
           return it->second;
@@ -204,7 +205,7 @@ absl::StatusOr<MergedBundles> MergeOffline(const std::vector<NamedEntries>& inpu
       return absl::Status(plan.status().code(), absl::StrCat(input.name, ": ", plan.status().message()));
     }
     for (v1::Entry& e : plan->writes) {
-      absl::StatusOr<EntryKey> key = KeyOf(e);
+      absl::StatusOr<EntryKey> key = KeyOf(ops, e);
       if (!key.ok()) return key.status();
       merged.insert_or_assign(FlatKey(*key), std::move(e));
     }

@@ -82,8 +82,9 @@ struct MergePlan {
 // means KEEP_FASTER.
 // REQUIRES: every entry passes ValidateEntry (DecodeBundle checked them);
 // INVALID_ARGUMENT otherwise, or for a policy out of range.
-absl::StatusOr<MergePlan> PlanMerge(const std::vector<v1::Entry>& incoming, v1::MergePolicy policy,
-                                    const MergeTarget& target, const ExistingLookup& existing);
+// Entries are checked and keyed by their ops in `ops`.
+absl::StatusOr<MergePlan> PlanMerge(const OpRegistry& ops, const std::vector<v1::Entry>& incoming,
+                                    v1::MergePolicy policy, const MergeTarget& target, const ExistingLookup& existing);
 
 // One input of an offline merge: a name for the report and its entries.
 struct NamedEntries {
@@ -98,7 +99,8 @@ struct MergedBundles {
 
 // Merges the inputs in order by `policy`, with no target GPU (not_judged):
 // the first input's entries are all added, later ones meet what came before.
-absl::StatusOr<MergedBundles> MergeOffline(const std::vector<NamedEntries>& inputs, v1::MergePolicy policy);
+absl::StatusOr<MergedBundles> MergeOffline(const OpRegistry& ops, const std::vector<NamedEntries>& inputs,
+                                           v1::MergePolicy policy);
 
 // "keep-faster", "prefer-incoming", "prefer-existing" <-> MergePolicy.
 absl::StatusOr<v1::MergePolicy> ParseMergePolicy(std::string_view name);

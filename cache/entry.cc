@@ -13,14 +13,9 @@
 #include "absl/strings/string_view.h"
 #include "cache/recipe_check.h"
 #include "tuner/fingerprint.h"
-#include "tuner/gemm_problem.h"
-#include "tuner/gemm_wire.h"
-#include "tuner/kernel_source.h"
 #include "tuner/launch_recipe.h"
-#include "tuner/norm_space.h"
-#include "tuner/problem.h"
-#include "tuner/sha256.h"
-#include "tuner/wire.h"
+#include "tuner/op.h"
+#include "tuner/wire.h"  // DeviceFromProto, SoftwareFromProto
 
 namespace ktune {
 namespace {
@@ -34,23 +29,17 @@ constexpr size_t kMaxTextBytes = 256;  // names, ids, options, params
 constexpr int kMaxKernels = 16;
 constexpr int kMaxListItems = 64;  // nvrtc options, kernel params
 constexpr uint64_t kMaxThreadsPerBlock = 1024;
-constexpr int kMaxWarpsPerCta = 32;
-constexpr int kCublasLtAlgoBytes = 64;  // sizeof(cublasLtMatmulAlgo_t)
 
 absl::Status Bad(absl::string_view prefix, absl::string_view field, absl::string_view why) {
-  return absl::InvalidArgumentError(absl::StrCat(prefix, field, ": ", why));
+  return EntryFieldError(prefix, field, why);
 }
 
-// The tuner's checks (wire.cc, problem.cc) already start their messages with
-// the field path below the entry ("problem.n: ..."); only the prefix is added.
+// The tuner's checks already start their messages with the field path below
+// the entry ("problem.n: ..."); only the prefix is added (EntryTunerError).
 // Their codes vary (an unserved op is UNIMPLEMENTED for a request), but for a
 // stored or imported entry any such problem is an invalid argument.
 absl::Status FromTuner(absl::string_view prefix, absl::string_view field_root, const absl::Status& status) {
-  absl::string_view message = status.message();
-  if (message.substr(0, field_root.size()) == field_root) {
-    return absl::InvalidArgumentError(absl::StrCat(prefix, message));
-  }
-  return absl::InvalidArgumentError(absl::StrCat(prefix, field_root, ": ", message));
+  return EntryTunerError(prefix, field_root, status);
 }
 
 // Printable text of bounded length. Control characters are refused because
@@ -131,112 +120,6 @@ std::optional<DeviceInfo> TunedOn(const v1::DeviceFingerprint& fingerprint) {
   device.max_threads_per_sm = ArchMaxThreadsPerSm(device.cc_major, device.cc_minor);
   if (device.max_smem_per_block_optin == 0) return std::nullopt;
   return device;
-}
-
-// A norm entry's config is one the norm templates can run for its problem
-// on the device it was tuned on (CanImplement, as the tuner judged it).
-absl::Status CheckNormConfig(absl::string_view prefix, const v1::Config& config, const NormProblem& problem,
-                             const v1::DeviceFingerprint& fingerprint) {
-  if (!config.has_norm()) {
-    return Bad(prefix, "config.norm", "a norm problem needs a norm config");
-  }
-  // Checks that every knob is >= 1 (split_size >= 0).
-  absl::StatusOr<NormConfig> parsed = NormConfigFromProto(config.norm());
-  if (!parsed.ok()) return FromTuner(prefix, "config.norm", parsed.status());
-  const NormConfig& c = *parsed;
-  if (c.num_warps > kMaxWarpsPerCta) {
-    return Bad(prefix, "config.norm.num_warps", absl::StrCat("must be <= ", kMaxWarpsPerCta, ", got ", c.num_warps));
-  }
-  // Fewer threads than rows would leave threads_per_row() at zero, and every
-  // derived quantity (chunks, grid) undefined.
-  if (c.x_block > c.threads()) {
-    return Bad(prefix, "config.norm.x_block",
-               absl::StrCat("must be <= num_warps * 32 = ", c.threads(), ", got ", c.x_block));
-  }
-  if (problem.pass == NormPass::kForward && c.split_size != 0) {
-    return Bad(prefix, "config.norm.split_size", absl::StrCat("must be 0 for a forward problem, got ", c.split_size));
-  }
-  if (problem.pass == NormPass::kForward && c.reduce_rows != 0) {
-    return Bad(prefix, "config.norm.reduce_rows", absl::StrCat("must be 0 for a forward problem, got ", c.reduce_rows));
-  }
-  if (c.reduce_rows > 32 || (c.reduce_rows & (c.reduce_rows - 1)) != 0) {
-    return Bad(prefix, "config.norm.reduce_rows",
-               absl::StrCat("must be 0 or a power of two <= 32, got ", c.reduce_rows));
-  }
-  if (problem.pass == NormPass::kForward && c.cluster != 1) {
-    return Bad(prefix, "config.norm.cluster", absl::StrCat("must be 0 or 1 for a forward problem, got ", c.cluster));
-  }
-  if (c.cluster > 8 || (c.cluster & (c.cluster - 1)) != 0) {
-    return Bad(prefix, "config.norm.cluster", absl::StrCat("must be 0, 1, 2, 4 or 8, got ", c.cluster));
-  }
-  if (problem.pass == NormPass::kBackward && c.split_size < 1) {
-    return Bad(prefix, "config.norm.split_size",
-               absl::StrCat("must be >= 1 for a backward problem, got ", c.split_size));
-  }
-  // An unknown architecture: the field checks above are all that can be said.
-  if (const std::optional<DeviceInfo> device = TunedOn(fingerprint); device.has_value()) {
-    if (absl::Status s = CanImplement(problem, c, *device); !s.ok()) {
-      return Bad(prefix, "config.norm", absl::StrCat("cannot run this problem on ", Arch(*device), ": ", s.message()));
-    }
-  }
-  return absl::OkStatus();
-}
-
-// A GEMM entry's config names its source, its recipe is that source's, and
-// one of our templates' configs can run the problem on the device it was
-// tuned on (judged as the tuner judged it, CanImplement*): a bundle made by
-// hand or by another version cannot bring in a kernel the template refuses
-// (split_k = 3, a skinny config at M = 2048, ...).
-absl::Status CheckGemmConfig(absl::string_view prefix, const v1::Entry& entry) {
-  const v1::Config& config = entry.config();
-  const v1::LaunchRecipe& recipe = entry.recipe();
-  const v1::GemmProblem& problem = entry.problem().gemm();
-  if (!config.has_gemm()) return Bad(prefix, "config.gemm", "a GEMM problem needs a GEMM config");
-  const v1::GemmConfig& g = config.gemm();
-  const std::optional<DeviceInfo> device = TunedOn(entry.device());
-  // One of our templates: its config's fields, a recipe of that template, and
-  // the template's verdict on (problem, config, device) (its LaunchRecipe
-  // refuses, with CanImplement's reason, what it cannot run).
-  auto OwnTemplate = [&](const absl::Status& fields, const char* source, const char* template_id) -> absl::Status {
-    if (!fields.ok()) return FromTuner(prefix, "config.gemm", fields);
-    if (recipe.template_id() != template_id) {
-      return Bad(
-          prefix, "recipe.template_id",
-          absl::StrCat("a ", source, " config needs a ", template_id, " recipe, got '", recipe.template_id(), "'"));
-    }
-    if (!device.has_value()) return absl::OkStatus();
-    const absl::StatusOr<LaunchRecipe> expected = OwnGemmRecipe(problem, g, *device);
-    if (absl::IsFailedPrecondition(expected.status())) {
-      return Bad(prefix, "config.gemm",
-                 absl::StrCat("cannot run this problem on ", Arch(*device), ": ", expected.status().message()));
-    }
-    return absl::OkStatus();
-  };
-  switch (g.source_case()) {
-    case v1::GemmConfig::kMmaSync:
-      return OwnTemplate(GemmTileConfigFromProto(g.mma_sync()).status(), "mma_sync", "gemm/gemm_mma");
-    case v1::GemmConfig::kWgmma:
-      return OwnTemplate(WgmmaTileConfigFromProto(g.wgmma()).status(), "wgmma", "gemm/gemm_wgmma");
-    case v1::GemmConfig::kSkinny:
-      return OwnTemplate(SkinnyConfigFromProto(g.skinny()).status(), "skinny", "gemm/gemm_skinny");
-    case v1::GemmConfig::kCublaslt: {
-      const v1::CublasLtAlgorithm& a = g.cublaslt();
-      if (a.algo().size() != kCublasLtAlgoBytes) {
-        return Bad(prefix, "config.gemm.cublaslt.algo",
-                   absl::StrCat("must be ", kCublasLtAlgoBytes, " bytes, got ", a.algo().size()));
-      }
-      if (a.version() == 0) return Bad(prefix, "config.gemm.cublaslt.version", "must be > 0");
-      if (recipe.template_id() != kCublasLtTemplateId) {
-        return Bad(prefix, "recipe.template_id", "a cuBLASLt config needs the cuBLASLt recipe");
-      }
-      if (recipe.cublaslt_algo() != a.algo()) {
-        return Bad(prefix, "recipe.cublaslt_algo", "a cuBLASLt config needs the recipe of the same algorithm");
-      }
-      return absl::OkStatus();
-    }
-    default:
-      return Bad(prefix, "config.gemm", "must name a source (mma_sync, wgmma, skinny or cublaslt)");
-  }
 }
 
 absl::Status CheckKernel(absl::string_view prefix, const std::string& field, const v1::KernelLaunch& kernel) {
@@ -340,8 +223,8 @@ absl::Status CheckRecipe(absl::string_view prefix, const v1::LaunchRecipe& recip
 // schema) is stale here: kept and listed, never served (its key cannot match
 // a lookup of this build), and its recipe, another build's, cannot be
 // re-derived, so only its form is checked.
-absl::Status CheckRecipeIsBuilds(absl::string_view prefix, const v1::Entry& entry) {
-  const absl::StatusOr<SoftwareFingerprint> build = BuildSoftware(entry.problem());
+absl::Status CheckRecipeIsBuilds(const OpRegistry& ops, absl::string_view prefix, const v1::Entry& entry) {
+  const absl::StatusOr<SoftwareFingerprint> build = ops.Software(entry.problem());
   if (!build.ok()) return absl::OkStatus();  // an op this build does not serve: never served
   if (SoftwareKey(SoftwareFromProto(entry.software())) != SoftwareKey(*build)) return absl::OkStatus();
   const std::optional<DeviceInfo> device = TunedOn(entry.device());
@@ -350,7 +233,7 @@ absl::Status CheckRecipeIsBuilds(absl::string_view prefix, const v1::Entry& entr
                absl::StrCat("sm_", entry.device().cc_major(), entry.device().cc_minor(),
                             " is an architecture this build does not know, so it cannot check the recipe"));
   }
-  return VerifyRecipe(entry.problem(), entry.config(), entry.recipe(), *device, std::string(prefix));
+  return VerifyRecipe(ops, entry.problem(), entry.config(), entry.recipe(), *device, std::string(prefix));
 }
 
 absl::Status CheckMeasurement(absl::string_view prefix, const v1::Measurement& m) {
@@ -377,9 +260,11 @@ bool operator==(const EntryKey& a, const EntryKey& b) {
          a.software_key == b.software_key;
 }
 
-absl::Status ValidateEntry(const v1::Entry& entry) { return ValidateEntry(entry, "entry."); }
+absl::Status ValidateEntry(const OpRegistry& ops, const v1::Entry& entry) {
+  return ValidateEntry(ops, entry, "entry.");
+}
 
-absl::Status ValidateEntry(const v1::Entry& entry, std::string_view prefix_text) {
+absl::Status ValidateEntry(const OpRegistry& ops, const v1::Entry& entry, std::string_view prefix_text) {
   const absl::string_view prefix(prefix_text.data(), prefix_text.size());
   // First, before anything else looks at it: the size is what a hostile
   // entry attacks with (unknown fields are kept by the parser until dropped).
@@ -387,41 +272,24 @@ absl::Status ValidateEntry(const v1::Entry& entry, std::string_view prefix_text)
   const size_t bytes = entry.ByteSizeLong();
   if (bytes > cubin && bytes - cubin > kMaxEntryBytes) {
     std::string what;
-    if (absl::StatusOr<EntryKey> key = KeyOf(entry); key.ok()) {
+    if (absl::StatusOr<EntryKey> key = KeyOf(ops, entry); key.ok()) {
       what = absl::StrCat(" (", key->op, " ", key->problem_key, ")");
     }
     return Bad(prefix, "size",
                absl::StrCat(bytes - cubin, " bytes serialized", what, ", over the ", kMaxEntryBytes,
                             "-byte cap for one entry (unknown fields are dropped before this check)"));
   }
-  const bool gemm = entry.problem().kind_case() == v1::Problem::kGemm;
-  if (gemm) {
-    if (absl::Status s = ValidateGemmProblem(entry.problem().gemm()); !s.ok()) {
-      return FromTuner(prefix, "problem", s);
-    }
-  } else if (entry.problem().kind_case() != v1::Problem::kNorm) {
-    return Bad(prefix, "problem", "missing (a norm or a GEMM problem)");
-  }
-  absl::StatusOr<NormProblem> problem = NormProblem();
-  if (!gemm) {
-    problem = NormProblemFromProto(entry.problem().norm());
-    if (!problem.ok()) return FromTuner(prefix, "problem", problem.status());
-    if (absl::Status s = ValidateNormProblem(*problem); !s.ok()) {
-      return FromTuner(prefix, "problem", s);
-    }
-  }
+  absl::StatusOr<const Op*> op = ops.ForProblem(entry.problem());
+  if (!op.ok()) return FromTuner(prefix, "problem", op.status());
+  if (absl::Status s = (*op)->Identify(entry.problem()).status(); !s.ok()) return FromTuner(prefix, "problem", s);
   if (!entry.has_device()) return Bad(prefix, "device", "missing");
   if (absl::Status s = CheckDevice(prefix, entry.device()); !s.ok()) return s;
   if (!entry.has_software()) return Bad(prefix, "software", "missing");
   if (absl::Status s = CheckSoftware(prefix, entry.software()); !s.ok()) return s;
-  if (absl::Status s =
-          gemm ? CheckGemmConfig(prefix, entry) : CheckNormConfig(prefix, entry.config(), *problem, entry.device());
-      !s.ok()) {
-    return s;
-  }
+  if (absl::Status s = (*op)->CheckConfig(prefix, entry, TunedOn(entry.device())); !s.ok()) return s;
   if (!entry.has_recipe()) return Bad(prefix, "recipe", "missing");
   if (absl::Status s = CheckRecipe(prefix, entry.recipe(), entry.device()); !s.ok()) return s;
-  if (absl::Status s = CheckRecipeIsBuilds(prefix, entry); !s.ok()) return s;
+  if (absl::Status s = CheckRecipeIsBuilds(ops, prefix, entry); !s.ok()) return s;
   if (!entry.has_measurement()) return Bad(prefix, "measurement", "missing");
   if (absl::Status s = CheckMeasurement(prefix, entry.measurement()); !s.ok()) return s;
   if (entry.tuned_at_unix() <= 0) {
@@ -433,13 +301,13 @@ absl::Status ValidateEntry(const v1::Entry& entry, std::string_view prefix_text)
   return CheckText(prefix, "ktune_version", entry.ktune_version(), /*required=*/false);
 }
 
-absl::StatusOr<EntryKey> KeyOf(const v1::Entry& entry) {
-  // Keys are built from the decoded domain values, not the raw proto, so that
-  // equivalent spellings (output dtype unspecified vs. equal to the input, eps
-  // 0 vs. the default) land on one key.
-  absl::StatusOr<ProblemKeyParts> problem = ProblemKeyOf(entry.problem());
+absl::StatusOr<EntryKey> KeyOf(const OpRegistry& ops, const v1::Entry& entry) {
+  // Keys are built by the op from the decoded problem, not the raw proto, so
+  // that equivalent spellings (output dtype unspecified vs. equal to the
+  // input, eps 0 vs. the default) land on one key.
+  absl::StatusOr<ProblemIdentity> problem = ops.Key(entry.problem());
   if (!problem.ok()) return FromTuner("entry.", "problem", problem.status());
-  return EntryKey{problem->op, problem->key, DeviceKey(DeviceFromProto(entry.device())),
+  return EntryKey{problem->entry_op, problem->problem_key, DeviceKey(DeviceFromProto(entry.device())),
                   SoftwareKey(SoftwareFromProto(entry.software()))};
 }
 
@@ -450,30 +318,12 @@ std::string FlatKey(const EntryKey& key) {
   return absl::StrCat(key.op, kSep, key.problem_key, kSep, key.device_key, kSep, key.software_key);
 }
 
-std::string FamilyKey(const NormProblem& problem, const std::string& device_key, const std::string& software_key) {
-  NormProblem family = problem;
-  family.m = 0;
-  constexpr absl::string_view kSep("\x1f", 1);
-  return absl::StrCat(OpName(family), kSep, CanonicalKey(family), kSep, device_key, kSep, software_key);
-}
-
-std::string FamilyKey(const v1::GemmProblem& problem, const std::string& device_key, const std::string& software_key) {
-  v1::GemmProblem family = problem;
-  family.set_m(0);
-  constexpr absl::string_view kSep("\x1f", 1);
-  return absl::StrCat("gemm", kSep, GemmCanonicalKey(family), kSep, device_key, kSep, software_key);
-}
-
-absl::StatusOr<EntryFamily> FamilyOf(const v1::Entry& entry) {
-  absl::StatusOr<EntryKey> key = KeyOf(entry);
+absl::StatusOr<ProblemFamily> FamilyOf(const OpRegistry& ops, const v1::Entry& entry) {
+  absl::StatusOr<EntryKey> key = KeyOf(ops, entry);
   if (!key.ok()) return key.status();
-  if (entry.problem().has_gemm()) {
-    return EntryFamily{FamilyKey(entry.problem().gemm(), key->device_key, key->software_key),
-                       entry.problem().gemm().m()};
-  }
-  absl::StatusOr<NormProblem> problem = NormProblemFromProto(entry.problem().norm());
-  if (!problem.ok()) return problem.status();
-  return EntryFamily{FamilyKey(*problem, key->device_key, key->software_key), problem->m};
+  absl::StatusOr<const Op*> op = ops.ForProblem(entry.problem());
+  if (!op.ok()) return op.status();
+  return (*op)->Family(entry.problem(), key->device_key, key->software_key);
 }
 
 }  // namespace ktune

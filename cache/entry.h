@@ -12,12 +12,12 @@
 
 #include "absl/status/statusor.h"
 #include "ktune/v1/ktune.pb.h"
-#include "tuner/problem.h"
+#include "tuner/op.h"
 
 namespace ktune {
 
 // The four parts of a cache key: the op, the problem, the device and the
-// software fingerprint, each as stable text (ProblemKeyOf, tuner/wire.h;
+// software fingerprint, each as stable text (the op's Key, tuner/op.h;
 // DeviceKey and SoftwareKey, tuner/fingerprint.h).
 struct EntryKey {
   std::string op;            // "rmsnorm.fwd", ..., or "gemm"
@@ -34,14 +34,11 @@ inline constexpr size_t kMaxEntryBytes = size_t{64} << 10;
 
 // INVALID_ARGUMENT naming the first missing or out-of-range field, checked in
 // this order: the serialized size without the cubin (kMaxEntryBytes); the
-// problem, a norm one (ValidateNormProblem) or a GEMM one
-// (ValidateGemmProblem); the device (cc, SM count, name); the software
-// fingerprint (64-hex template hash, versions); the config of the problem's
-// kind: a norm config's knobs in range and, on an architecture this build
-// knows, runnable (CanImplement), or a GEMM config naming its source
-// (mma_sync, wgmma, skinny, whose template must run the problem on a known
-// architecture, or a cuBLASLt algorithm of the right size and version) with a
-// recipe of that source; the recipe (template id and hash, arch matching the
+// problem (its op's Identify, found in `ops`); the device (cc, SM count, name); the software
+// fingerprint (64-hex template hash, versions); the config (its op's
+// CheckConfig: e.g. a norm config's knobs in range and, on an architecture
+// this build knows, runnable; a GEMM config naming its source with a recipe
+// of that source); the recipe (template id and hash, arch matching the
 // device; a cuBLASLt recipe has no kernels and the config's algorithm, any
 // other one 1 to 16 kernels, each with grid and block); the measurement
 // (finite, positive time; spread and throughput finite and >= 0; repetitions >=
@@ -52,30 +49,23 @@ inline constexpr size_t kMaxEntryBytes = size_t{64} << 10;
 // cubin), and so must be of an architecture this build knows. The message
 // starts with the field's path:
 // "entry.measurement.time_us: must be finite and > 0, got -1".
-absl::Status ValidateEntry(const v1::Entry& entry);
+absl::Status ValidateEntry(const OpRegistry& ops, const v1::Entry& entry);
 
 // As above with `prefix` in place of "entry.", so a caller holding many
-// entries can say which one: ValidateEntry(e, "entry 3: ") gives
+// entries can say which one: ValidateEntry(ops, e, "entry 3: ") gives
 // "entry 3: measurement.time_us: ...".
-absl::Status ValidateEntry(const v1::Entry& entry, std::string_view prefix);
+absl::Status ValidateEntry(const OpRegistry& ops, const v1::Entry& entry, std::string_view prefix);
 
-// REQUIRES: ValidateEntry(entry).ok().
-absl::StatusOr<EntryKey> KeyOf(const v1::Entry& entry);
+// The key its op (in `ops`) gives its problem. REQUIRES: ValidateEntry(ops, entry).ok().
+absl::StatusOr<EntryKey> KeyOf(const OpRegistry& ops, const v1::Entry& entry);
 
 // One string combining all four parts, for in-memory maps.
 std::string FlatKey(const EntryKey& key);
 
-// Entries that differ only in M share a family: op, the problem with m = 0,
-// device and software. The store indexes entries by (family, m) so that the
-// entry of the nearest M is found without reading any other.
-std::string FamilyKey(const NormProblem& problem, const std::string& device_key, const std::string& software_key);
-std::string FamilyKey(const v1::GemmProblem& problem, const std::string& device_key, const std::string& software_key);
-
-struct EntryFamily {
-  std::string key;  // FamilyKey
-  int64_t m = 0;
-};
-// REQUIRES: ValidateEntry(entry).ok().
-absl::StatusOr<EntryFamily> FamilyOf(const v1::Entry& entry);
+// Entries that differ only in M share a family (the op's Family): op, the
+// problem with m = 0, device and software. The store indexes entries by
+// (family, m) so that the entry of the nearest M is found without reading any
+// other. REQUIRES: ValidateEntry(ops, entry).ok().
+absl::StatusOr<ProblemFamily> FamilyOf(const OpRegistry& ops, const v1::Entry& entry);
 
 }  // namespace ktune

@@ -6,36 +6,10 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "tuner/cublaslt.h"
-#include "tuner/gemm_wire.h"
-#include "tuner/kernel_source.h"
-#include "tuner/norm_space.h"
-#include "tuner/nvrtc_compiler.h"
-#include "tuner/sha256.h"
-#include "tuner/wire.h"
+#include "tuner/fingerprint.h"
 
 namespace ktune {
 namespace {
-
-// The GEMM software fingerprint, computed once per process: the answer
-// depends on whichever source won, so on every template, the reference the
-// candidates were checked against and the cuBLASLt library (0 when absent).
-const SoftwareFingerprint& GemmSoftware() {
-  static const SoftwareFingerprint software = [] {
-    std::string parts;
-    for (const char* id : {"gemm/gemm_mma", "gemm/gemm_wgmma", "gemm/gemm_skinny", "gemm/gemm_reference"}) {
-      absl::StatusOr<const KernelSource*> source = FindKernelSource(id);
-      absl::StrAppend(&parts, id, "=", source.ok() ? (*source)->hash : "missing", "\n");
-    }
-    absl::StrAppend(&parts, "cublaslt=", CublasLtLibraryVersion(), "\n");
-    SoftwareFingerprint s;
-    s.template_hash = Sha256Hex(parts);
-    s.nvrtc_version = NvrtcVersion();
-    s.schema_version = kSchemaVersion;
-    return s;
-  }();
-  return software;
-}
 
 // Field values are quoted and cut short: they may come from a hostile file.
 std::string Shown(const std::string& text) {
@@ -56,43 +30,6 @@ std::string List(const Container& v) {
 }
 
 }  // namespace
-
-absl::StatusOr<SoftwareFingerprint> BuildSoftware(const v1::Problem& problem) {
-  if (problem.has_gemm()) return GemmSoftware();
-  if (!problem.has_norm()) return absl::InvalidArgumentError("problem: missing (a norm or a GEMM problem)");
-  absl::StatusOr<NormProblem> norm = NormProblemFromProto(problem.norm());
-  if (!norm.ok()) return norm.status();
-  absl::StatusOr<const KernelSource*> source = FindKernelSource(NormTemplateId(*norm));
-  if (!source.ok()) return source.status();
-  return SoftwareFingerprint{(*source)->hash, NvrtcVersion(), kSchemaVersion};
-}
-
-absl::StatusOr<LaunchRecipe> TemplateRecipe(const v1::Problem& problem, const v1::Config& config,
-                                            const DeviceInfo& device) {
-  if (problem.has_norm()) {
-    if (!config.has_norm()) return absl::InvalidArgumentError("config.norm: a norm problem needs a norm config");
-    absl::StatusOr<NormProblem> norm = NormProblemFromProto(problem.norm());
-    if (!norm.ok()) return norm.status();
-    absl::StatusOr<NormConfig> c = NormConfigFromProto(config.norm());
-    if (!c.ok()) return c.status();
-    return NormLaunchRecipe(*norm, *c, device);
-  }
-  if (!problem.has_gemm()) return absl::InvalidArgumentError("problem: missing (a norm or a GEMM problem)");
-  if (!config.has_gemm()) return absl::InvalidArgumentError("config.gemm: a GEMM problem needs a GEMM config");
-  const v1::GemmConfig& g = config.gemm();
-  if (g.has_cublaslt()) {
-    // The call is wholly described by its config: algorithm, workspace and
-    // the library version its bytes are for.
-    LaunchRecipe r = CublasLtRecipe({g.cublaslt().algo(), g.cublaslt().workspace_bytes()}, g.cublaslt().version());
-    r.arch = Arch(device);
-    return r;
-  }
-  absl::StatusOr<LaunchRecipe> r = OwnGemmRecipe(problem.gemm(), g, device);
-  if (absl::IsNotFound(r.status())) {
-    return absl::InvalidArgumentError("config.gemm: must name a source (mma_sync, wgmma, skinny or cublaslt)");
-  }
-  return r;
-}
 
 absl::Status CompareRecipe(std::string_view prefix_text, const v1::LaunchRecipe& got, const LaunchRecipe& expected) {
   const std::string prefix(prefix_text);
@@ -179,9 +116,9 @@ absl::Status CompareRecipe(std::string_view prefix_text, const v1::LaunchRecipe&
   return absl::OkStatus();
 }
 
-absl::Status VerifyRecipe(const v1::Problem& problem, const v1::Config& config, const v1::LaunchRecipe& recipe,
-                          const DeviceInfo& device, std::string_view prefix) {
-  absl::StatusOr<LaunchRecipe> expected = TemplateRecipe(problem, config, device);
+absl::Status VerifyRecipe(const OpRegistry& ops, const v1::Problem& problem, const v1::Config& config,
+                          const v1::LaunchRecipe& recipe, const DeviceInfo& device, std::string_view prefix) {
+  absl::StatusOr<LaunchRecipe> expected = ops.TemplateRecipe(problem, config, device);
   if (!expected.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(std::string(prefix), "recipe: this build's template writes none for the problem and config on ",

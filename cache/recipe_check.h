@@ -3,8 +3,9 @@
 // its problem and config on its device, in every field. Import (ValidateEntry,
 // so DecodeBundle and PlanMerge) and a tune's answer go through VerifyRecipe;
 // a stored entry's answer and a tune's winner through its two halves
-// (TemplateRecipe, then CompareRecipe against the stored or measured recipe);
-// heuristic and nearest answers serve TemplateRecipe's own output. So nothing
+// (the op's TemplateRecipe, tuner/op.h, then CompareRecipe against the stored
+// or measured recipe); heuristic and nearest answers serve TemplateRecipe's
+// own output. Nothing here knows an op: the registry is passed in. So nothing
 // a bundle, a store or an earlier request holds can change what a caller gets:
 // launch geometry, workspace, kernel names, NVRTC options all come from the
 // template. Compiled code (cubin, lowered names) is a product of compiling
@@ -19,23 +20,9 @@
 #include "ktune/v1/ktune.pb.h"
 #include "tuner/fingerprint.h"
 #include "tuner/launch_recipe.h"
+#include "tuner/op.h"
 
 namespace ktune {
-
-// The software fingerprint this build keys `problem` under: its norm template's
-// text hash, or for a GEMM one hash over every GEMM template and the cuBLASLt
-// library's version; this NVRTC and schema. An error for a problem whose
-// template this build does not have.
-absl::StatusOr<SoftwareFingerprint> BuildSoftware(const v1::Problem& problem);
-
-// The recipe this build writes for (problem, config) on `device`, without
-// lowered names or cubin: a norm template's (NormLaunchRecipe), a GEMM
-// template's (OwnGemmRecipe), or the cuBLASLt call of the config's algorithm,
-// workspace and library version. INVALID_ARGUMENT when the config does not
-// parse or is not of the problem's kind; the template's own error (e.g.
-// FAILED_PRECONDITION with CanImplement's reason) when it refuses.
-absl::StatusOr<LaunchRecipe> TemplateRecipe(const v1::Problem& problem, const v1::Config& config,
-                                            const DeviceInfo& device);
 
 // OK iff `recipe` equals `expected` in every field (template id and hash,
 // arch, NVRTC options, each kernel's name expression, lowered name, grid,
@@ -45,10 +32,11 @@ absl::StatusOr<LaunchRecipe> TemplateRecipe(const v1::Problem& problem, const v1
 // (157, 1, 1), but this template writes (160, 1, 1) for the problem and config".
 absl::Status CompareRecipe(std::string_view prefix, const v1::LaunchRecipe& recipe, const LaunchRecipe& expected);
 
-// TemplateRecipe, then CompareRecipe: `recipe` is exactly what this build
-// writes for (problem, config) on `device`. A config the template refuses is
-// INVALID_ARGUMENT "PREFIX recipe: ...".
-absl::Status VerifyRecipe(const v1::Problem& problem, const v1::Config& config, const v1::LaunchRecipe& recipe,
-                          const DeviceInfo& device, std::string_view prefix = "");
+// The problem's op's TemplateRecipe (tuner/op.h, through `ops`), then
+// CompareRecipe: `recipe` is exactly what this build writes for (problem,
+// config) on `device`. A config the template refuses is INVALID_ARGUMENT
+// "PREFIX recipe: ...".
+absl::Status VerifyRecipe(const OpRegistry& ops, const v1::Problem& problem, const v1::Config& config,
+                          const v1::LaunchRecipe& recipe, const DeviceInfo& device, std::string_view prefix = "");
 
 }  // namespace ktune

@@ -193,7 +193,7 @@ absl::StatusOr<std::string> QueryText(sqlite3* db, absl::string_view sql) {
 // cannot decode one), in batches by rowid so that no statement reads a table
 // it writes. Stored entries lose any unknown fields on the way: an entry once
 // imported with 50 MB of them would otherwise weigh on every listing.
-absl::Status BackfillFamilies(sqlite3* db) {
+absl::Status BackfillFamilies(const OpRegistry& ops, sqlite3* db) {
   absl::StatusOr<Statement> read = Statement::Prepare(
       db, "backfill read", "SELECT rowid, entry FROM entries WHERE rowid > ?1 ORDER BY rowid LIMIT 1000");
   if (!read.ok()) return read.status();
@@ -221,11 +221,11 @@ absl::Status BackfillFamilies(sqlite3* db) {
       // can be deleted, but never found as a nearest M.
       if (!entry.ParseFromString(blob)) continue;
       entry.DiscardUnknownFields();
-      absl::StatusOr<EntryFamily> family = FamilyOf(entry);
+      absl::StatusOr<ProblemFamily> family = FamilyOf(ops, entry);
       if (!family.ok()) continue;
       auto reset = write->Use();
-      if (absl::Status s = write->BindText(1, family->key); !s.ok()) return s;
-      if (absl::Status s = write->BindInt64(2, family->m); !s.ok()) return s;
+      if (absl::Status s = write->BindText(1, family->family_key); !s.ok()) return s;
+      if (absl::Status s = write->BindInt64(2, family->position); !s.ok()) return s;
       if (absl::Status s = write->BindBlob(3, entry.SerializeAsString()); !s.ok()) return s;
       if (absl::Status s = write->BindInt64(4, rowid); !s.ok()) return s;
       if (absl::StatusOr<bool> row = write->Step(); !row.ok()) return row.status();
@@ -241,7 +241,7 @@ absl::Status BackfillFamilies(sqlite3* db) {
 // does not compile.
 struct Migration {
   const char* sql;
-  absl::Status (*backfill)(sqlite3* db);
+  absl::Status (*backfill)(const OpRegistry& ops, sqlite3* db);
 };
 constexpr Migration kMigrations[] = {
     // 0 -> 1. The key columns are the four parts of EntryKey; the listing
@@ -493,6 +493,8 @@ constexpr absl::string_view kKeyOrder = " ORDER BY op, problem_key, device_key, 
 }  // namespace
 
 struct Store::Impl {
+  explicit Impl(const OpRegistry& op_registry) : ops(op_registry) {}
+  const OpRegistry& ops;  // keys, families and validation of entries
   std::string path;
   absl::Mutex mu;
   // Declared before the statements so that it is destroyed after them.
@@ -646,9 +648,9 @@ absl::StatusOr<std::optional<std::string>> Store::Impl::GetBlob(const EntryKey& 
 }
 
 absl::Status Store::Impl::PutOne(const v1::Entry& entry, PutAllStats* stats) {
-  absl::StatusOr<EntryKey> key = KeyOf(entry);
+  absl::StatusOr<EntryKey> key = KeyOf(ops, entry);
   if (!key.ok()) return key.status();
-  absl::StatusOr<EntryFamily> family = FamilyOf(entry);
+  absl::StatusOr<ProblemFamily> family = FamilyOf(ops, entry);
   if (!family.ok()) return family.status();
 
   // Stored entries never carry a cubin, nor fields this build does not know
@@ -673,8 +675,8 @@ absl::Status Store::Impl::PutOne(const v1::Entry& entry, PutAllStats* stats) {
   if (absl::Status s = upsert.BindBlob(5, blob); !s.ok()) return s;
   if (absl::Status s = upsert.BindInt64(6, entry.tuned_at_unix()); !s.ok()) return s;
   if (absl::Status s = upsert.BindDouble(7, entry.measurement().time_us()); !s.ok()) return s;
-  if (absl::Status s = upsert.BindText(8, family->key); !s.ok()) return s;
-  if (absl::Status s = upsert.BindInt64(9, family->m); !s.ok()) return s;
+  if (absl::Status s = upsert.BindText(8, family->family_key); !s.ok()) return s;
+  if (absl::Status s = upsert.BindInt64(9, family->position); !s.ok()) return s;
   absl::StatusOr<bool> row = upsert.Step();
   if (!row.ok()) return row.status();
   if (existing->has_value()) {
@@ -689,7 +691,7 @@ absl::StatusOr<Transaction> Store::Impl::BeginTransaction() {
   return Transaction::Begin(db.get(), begin, commit, rollback);
 }
 
-absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
+absl::StatusOr<std::unique_ptr<Store>> Store::Open(const OpRegistry& ops, const std::string& path) {
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) {
     std::error_code ec;
@@ -700,7 +702,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
     }
   }
 
-  auto impl = std::make_unique<Impl>();
+  auto impl = std::make_unique<Impl>(ops);
   impl->path = path;
   absl::MutexLock lock(&impl->mu);
   auto in_path = [&](const absl::Status& s) { return Prefixed(absl::StrCat(path, ": "), s); };
@@ -764,7 +766,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
         const std::string name = absl::StrCat("migration ", v, " -> ", v + 1);
         if (absl::Status s = impl->db.Exec(name, kMigrations[v].sql); !s.ok()) return in_path(s);
         if (kMigrations[v].backfill != nullptr) {
-          if (absl::Status s = kMigrations[v].backfill(raw); !s.ok()) {
+          if (absl::Status s = kMigrations[v].backfill(ops, raw); !s.ok()) {
             return in_path(Prefixed(absl::StrCat(name, ": "), s));
           }
         }
@@ -789,6 +791,8 @@ Store::~Store() = default;
 
 const std::string& Store::path() const { return impl_->path; }
 
+const OpRegistry& Store::ops() const { return impl_->ops; }
+
 absl::StatusOr<std::optional<v1::Entry>> Store::Get(const EntryKey& key) {
   ReaderLease lease(impl_->AcquireReader());
   Reader* r = &*lease;
@@ -809,7 +813,7 @@ absl::Status Store::Put(const v1::Entry& entry) {
   if (!tx.ok()) return tx.status();
   // Validated again although callers must have: a bad entry never reaches
   // disk, and the check costs microseconds against a synced commit.
-  if (absl::Status s = ValidateEntry(entry); !s.ok()) return s;
+  if (absl::Status s = ValidateEntry(impl_->ops, entry); !s.ok()) return s;
   PutAllStats stats;
   if (absl::Status s = impl_->PutOne(entry, &stats); !s.ok()) return s;
   return tx->Commit();
@@ -823,7 +827,7 @@ absl::StatusOr<PutAllStats> Store::PutAll(const std::vector<v1::Entry>& entries)
   for (size_t i = 0; i < entries.size(); ++i) {
     // Returning without Commit() rolls back everything written so far.
     const std::string prefix = absl::StrCat("entry ", i, ": ");
-    if (absl::Status s = ValidateEntry(entries[i], prefix); !s.ok()) return s;
+    if (absl::Status s = ValidateEntry(impl_->ops, entries[i], prefix); !s.ok()) return s;
     if (absl::Status s = impl_->PutOne(entries[i], &stats); !s.ok()) return Prefixed(prefix, s);
   }
   if (absl::Status s = tx->Commit(); !s.ok()) return s;

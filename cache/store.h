@@ -103,8 +103,14 @@ class Store {
   // carry SQLite's message: UNAVAILABLE when the database stayed locked past
   // the busy timeout (5 s), DATA_LOSS when it is corrupt, RESOURCE_EXHAUSTED
   // when the disk is full, INTERNAL otherwise.
-  static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& path);
+  //
+  // `ops` (not owned, outliving the store) keys, families and validates
+  // entries: ktuned and ktune pass BuiltinOps().
+  static absl::StatusOr<std::unique_ptr<Store>> Open(const OpRegistry& ops, const std::string& path);
   ~Store();
+
+  // The registry given to Open.
+  const OpRegistry& ops() const;
 
   // The entry stored under exactly `key`, or nullopt.
   absl::StatusOr<std::optional<v1::Entry>> Get(const EntryKey& key);

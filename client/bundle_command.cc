@@ -19,7 +19,6 @@
 #include "client/cli_util.h"
 #include "google/protobuf/util/json_util.h"
 #include "tuner/input_file.h"
-#include "tuner/problem.h"
 #include "tuner/wire.h"
 
 namespace ktune {
@@ -37,7 +36,7 @@ std::optional<v1::Bundle> LoadBundle(const std::string& path, int* exit_code) {
     *exit_code = PrintUsageError(bytes.status());
     return std::nullopt;
   }
-  absl::StatusOr<v1::Bundle> bundle = DecodeBundle(*bytes);
+  absl::StatusOr<v1::Bundle> bundle = DecodeBundle(BuiltinOps(), *bytes);
   if (!bundle.ok()) {
     *exit_code = Fail(absl::Status(bundle.status().code(), absl::StrCat(path, ": ", bundle.status().message())));
     return std::nullopt;
@@ -201,7 +200,7 @@ int BundleCommands::Inspect() {
   }
   std::map<std::string, int> by_op;
   for (const v1::Entry& e : bundle->entries()) {
-    absl::StatusOr<EntryKey> key = KeyOf(e);
+    absl::StatusOr<EntryKey> key = KeyOf(BuiltinOps(), e);
     ++by_op[key.ok() ? key->op : "?"];
   }
   std::printf("bundle       %s (valid: checksum and every entry)\n", file_.c_str());
@@ -214,11 +213,11 @@ int BundleCommands::Inspect() {
   std::printf("\n%-36s %-16s %-7s %-7s %-16s %10s %7s  %-16s %-9s %s\n", "problem", "device", "arch", "driver",
               "template", "time_us", "spread", "tuned_at (UTC)", "by", "notes");
   for (const v1::Entry& e : bundle->entries()) {
-    std::printf("%-36s %-16s sm_%d%d   %-7d %-16s %10.2f %6.1f%%  %-16s %-9s %s\n", ProblemText(e.problem()).c_str(),
-                e.device().name().c_str(), e.device().cc_major(), e.device().cc_minor(), e.device().driver_version(),
-                e.software().template_hash().substr(0, 16).c_str(), e.measurement().time_us(),
-                100 * e.measurement().spread(), Date(e.tuned_at_unix()).c_str(), e.ktune_version().c_str(),
-                e.needs_revalidation() ? "needs revalidation" : "");
+    std::printf("%-36s %-16s sm_%d%d   %-7d %-16s %10.2f %6.1f%%  %-16s %-9s %s\n",
+                DescribeProblem(e.problem()).c_str(), e.device().name().c_str(), e.device().cc_major(),
+                e.device().cc_minor(), e.device().driver_version(), e.software().template_hash().substr(0, 16).c_str(),
+                e.measurement().time_us(), 100 * e.measurement().spread(), Date(e.tuned_at_unix()).c_str(),
+                e.ktune_version().c_str(), e.needs_revalidation() ? "needs revalidation" : "");
   }
   return 0;
 }
@@ -232,7 +231,7 @@ int BundleCommands::Merge() {
     if (!bundle.has_value()) return exit_code;
     inputs.push_back({path, {bundle->entries().begin(), bundle->entries().end()}});
   }
-  absl::StatusOr<MergedBundles> merged = MergeOffline(inputs, *ParseMergePolicy(policy_));
+  absl::StatusOr<MergedBundles> merged = MergeOffline(BuiltinOps(), inputs, *ParseMergePolicy(policy_));
   if (!merged.ok()) return Fail(merged.status());
   const std::string bytes =
       EncodeBundle(merged->entries, absl::StrCat("ktune ", KTUNE_VERSION), absl::ToUnixSeconds(absl::Now()));

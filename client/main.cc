@@ -122,7 +122,7 @@ absl::StatusOr<ktune::v1::Problem> BuildProblem(const ProblemFlags& f) {
 
 void PrintAnswer(const GetConfigResponse& r) {
   std::printf("source       %s\n", ktune::v1::Source_Name(r.source()).c_str());
-  std::printf("config       %s\n", ktune::ConfigText(r.config()).c_str());
+  std::printf("config       %s\n", ktune::DescribeConfig(r.config()).c_str());
   if (r.source() == ktune::v1::TUNED) {
     std::printf("time         %.2f us (spread %.1f%%, %d reps%s), %.3f %s\n", r.measurement().time_us(),
                 100 * r.measurement().spread(), r.measurement().repetitions(),
@@ -357,7 +357,7 @@ int main(int argc, char** argv) {
       if (show_candidates && e.has_candidate()) {
         const auto& c = e.candidate();
         // Tab-separated: candidate, config, status, median microseconds (0: not timed).
-        std::fprintf(stderr, "candidate\t%s\t%s\t%.2f\n", ktune::ConfigText(c.config()).c_str(), c.status().c_str(),
+        std::fprintf(stderr, "candidate\t%s\t%s\t%.2f\n", ktune::DescribeConfig(c.config()).c_str(), c.status().c_str(),
                      c.has_measurement() ? c.measurement().time_us() : 0.0);
       }
       if (json || !e.has_progress()) return;
@@ -411,8 +411,9 @@ int main(int argc, char** argv) {
         const std::string throughput =
             absl::StrFormat("%.3f %s", e.measurement().throughput(), e.measurement().throughput_unit());
         std::printf(
-            "%-34s %-20s %-44s %10.2f %16s  %s\n", ktune::ProblemText(e.problem()).c_str(), e.device().name().c_str(),
-            ktune::ConfigText(e.config()).c_str(), e.measurement().time_us(), throughput.c_str(),
+            "%-34s %-20s %-44s %10.2f %16s  %s\n", ktune::DescribeProblem(e.problem()).c_str(),
+            e.device().name().c_str(), ktune::DescribeConfig(e.config()).c_str(), e.measurement().time_us(),
+            throughput.c_str(),
             absl::FormatTime("%Y-%m-%d %H:%M", absl::FromUnixSeconds(e.tuned_at_unix()), absl::UTCTimeZone()).c_str());
       }
       next = r->next_page_token();

@@ -47,7 +47,7 @@ int PrintAnswers(const std::vector<PrewarmProblem>& problems, const std::string&
       std::printf("%s\n", AnswerRow(p.problem, *answer).c_str());
     } else {
       ++refused;
-      std::printf("%-36s %s\n", ProblemText(p.problem).c_str(), answer.status().ToString().c_str());
+      std::printf("%-36s %s\n", DescribeProblem(p.problem).c_str(), answer.status().ToString().c_str());
     }
   }
   std::fflush(stdout);

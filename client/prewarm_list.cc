@@ -5,8 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "tuner/gemm_problem.h"
-#include "tuner/problem.h"
+#include "tuner/describe.h"
 #include "tuner/wire.h"
 
 namespace ktune {
@@ -18,17 +17,11 @@ std::string ProblemKey(const v1::Problem& problem) {
   return key.ok() ? key->key : absl::StrCat("invalid ", problem.ShortDebugString());
 }
 
-bool IsGemm(const PrewarmProblem& p) { return p.problem.has_gemm(); }
+bool IsGemm(const PrewarmProblem& p) { return ProblemKindName(p.problem) == "gemm"; }
 
 absl::Status ValidatePrewarmProblems(const std::vector<PrewarmProblem>& problems) {
   for (const PrewarmProblem& p : problems) {
-    absl::Status s;
-    if (p.problem.has_gemm()) {
-      s = ValidateGemmShape(p.problem.gemm());
-    } else {
-      absl::StatusOr<NormProblem> norm = NormProblemFromProto(p.problem.norm());
-      s = norm.ok() ? ValidateNormProblem(*norm) : norm.status();
-    }
+    const absl::Status s = CheckProblemShape(p.problem);
     if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(p.key, ": ", s.message()));
   }
   return absl::OkStatus();

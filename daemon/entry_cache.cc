@@ -99,18 +99,8 @@ size_t EntryCache::cached() {
   return n;
 }
 
-std::shared_ptr<const v1::Entry> EntryCache::Nearest(const NormProblem& problem, const std::string& device_key,
-                                                     const std::string& software_key) {
-  return NearestInFamily(FamilyKey(problem, device_key, software_key), problem.m);
-}
-
-std::shared_ptr<const v1::Entry> EntryCache::Nearest(const v1::GemmProblem& problem, const std::string& device_key,
-                                                     const std::string& software_key) {
-  return NearestInFamily(FamilyKey(problem, device_key, software_key), problem.m());
-}
-
-std::shared_ptr<const v1::Entry> EntryCache::NearestInFamily(const std::string& family_key, int64_t m) {
-  absl::StatusOr<std::optional<v1::Entry>> found = store_->Nearest(family_key, m);
+std::shared_ptr<const v1::Entry> EntryCache::Nearest(const ProblemFamily& family) {
+  absl::StatusOr<std::optional<v1::Entry>> found = store_->Nearest(family.family_key, family.position);
   if (!found.ok()) {
     spdlog::error("event=store_nearest_failed error=\"{}\"", std::string(found.status().message()));
     return nullptr;
@@ -150,7 +140,7 @@ void EntryCache::ForgetWritten(const std::vector<v1::Entry>& entries) {
   std::vector<EntryKey> keys;
   keys.reserve(entries.size());
   for (const v1::Entry& e : entries) {
-    if (absl::StatusOr<EntryKey> key = KeyOf(e); key.ok()) keys.push_back(*std::move(key));
+    if (absl::StatusOr<EntryKey> key = KeyOf(store_->ops(), e); key.ok()) keys.push_back(*std::move(key));
   }
   Forget(keys);
 }

@@ -38,7 +38,7 @@
 #include "grpcpp/impl/codegen/proto_utils.h"  // grpc::SerializationTraits for protobuf
 #include "grpcpp/support/byte_buffer.h"
 #include "ktune/v1/ktune.pb.h"
-#include "tuner/problem.h"
+#include "tuner/op.h"
 
 namespace ktune {
 
@@ -70,15 +70,11 @@ class EntryCache {
   // meanwhile. A store error is logged and answered as a miss.
   std::shared_ptr<const ServedEntry> Lookup(const EntryKey& key);
 
-  // The stored entry for the same op, dtypes, flags and N on the same device
-  // and software whose M is nearest to problem.m (by ratio), if any. Read
-  // from the store on each call, and without an answer: the caller answers
-  // its own problem with the entry's config.
-  std::shared_ptr<const v1::Entry> Nearest(const NormProblem& problem, const std::string& device_key,
-                                           const std::string& software_key);
-  // Likewise for a GEMM: the same N, K, batch, dtypes, layouts and epilogue.
-  std::shared_ptr<const v1::Entry> Nearest(const v1::GemmProblem& problem, const std::string& device_key,
-                                           const std::string& software_key);
+  // The stored entry of `family` (the op's Family: same op, device, software
+  // and everything but M) whose M is nearest to family.position (by ratio),
+  // if any. Read from the store on each call, and without an answer: the
+  // caller answers its own problem with the entry's config.
+  std::shared_ptr<const v1::Entry> Nearest(const ProblemFamily& family);
 
   // Stores durably. REQUIRES: ValidateEntry(entry).ok().
   absl::Status Insert(const v1::Entry& entry);
@@ -121,7 +117,6 @@ class EntryCache {
   void ForgetWritten(const std::vector<v1::Entry>& entries);
   absl::StatusOr<PutAllStats> InsertAllLocked(const std::vector<v1::Entry>& entries)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
-  std::shared_ptr<const v1::Entry> NearestInFamily(const std::string& family_key, int64_t m);
 
   Store* const store_;
   const AnswerFn answer_of_;

@@ -140,10 +140,10 @@ int main(int argc, char** argv) {
   app.add_option("--search", search, "grid (every pruned candidate) or descent (coordinate descent)")
       ->check(CLI::IsMember({"grid", "descent"}))
       ->capture_default_str();
-  app.add_option("--search-max-candidates", service_options.budget.max_candidates,
+  app.add_option("--search-max-candidates", service_options.search.max_candidates,
                  "descent: stop after this many candidates (0 = no limit)")
       ->check(CLI::Range(0, 100000));
-  app.add_option("--search-max-seconds", service_options.budget.max_seconds,
+  app.add_option("--search-max-seconds", service_options.search.max_seconds,
                  "descent: stop proposing after this many seconds (0 = no limit)")
       ->check(CLI::Range(0.0, 86400.0));
   app.add_option("--import-bundle", import_bundle,
@@ -162,7 +162,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   service_options.background_tunes = !no_background_tunes;
-  service_options.search = search == "grid" ? ktune::SearchKind::kGrid : ktune::SearchKind::kCoordinateDescent;
+  service_options.search.descent = search != "grid";
   if (listen.empty()) listen.push_back(ktune::DefaultServerAddress());
 
   // Logs go to stderr (journald and kubectl logs pick it up); stdout stays quiet.
@@ -231,7 +231,7 @@ int main(int argc, char** argv) {
   // file this start created is removed again unless the daemon comes up.
   // Declared before the store, so the store is closed first.
   RemoveIfStartFails new_database(db_path);
-  absl::StatusOr<std::unique_ptr<ktune::Store>> store = ktune::Store::Open(db_path);
+  absl::StatusOr<std::unique_ptr<ktune::Store>> store = ktune::Store::Open(ktune::BuiltinOps(), db_path);
   if (!store.ok()) {
     spdlog::critical("event=store_open_failed db=\"{}\" error=\"{}\"", db_path, std::string(store.status().message()));
     return 1;

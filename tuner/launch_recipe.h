@@ -11,6 +11,8 @@ namespace ktune {
 
 // The template id of a recipe that is a cuBLASLt call (tuner/cublaslt.h).
 inline constexpr char kCublasLtTemplateId[] = "cublaslt";
+// sizeof(cublasLtMatmulAlgo_t): a cuBLASLt algorithm as stored.
+inline constexpr int kCublasLtAlgoBytes = 64;
 
 struct KernelLaunch {
   std::string name_expression;  // "ktune::rmsnorm_fwd<ktune::bf16, ...>"

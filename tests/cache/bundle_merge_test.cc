@@ -21,7 +21,7 @@ v1::Entry Timed(int64_t m, double time_us) {
 // A store of entries by key, as ExistingLookup sees it.
 struct FakeStore {
   std::map<std::string, v1::Entry> entries;
-  void Put(const v1::Entry& e) { entries[FlatKey(*KeyOf(e))] = e; }
+  void Put(const v1::Entry& e) { entries[FlatKey(*KeyOf(BuiltinOps(), e))] = e; }
   ExistingLookup Lookup() const {
     return [this](const EntryKey& key) -> std::optional<v1::Entry> {
       auto it = entries.find(FlatKey(key));
@@ -66,7 +66,7 @@ TEST_CASE("each merge policy decides a taken key and says why", "[cache][merge]"
   };
   for (const Case& c : cases) {
     INFO(MergePolicyName(c.policy) << " incoming " << c.incoming_us);
-    auto plan = PlanMerge({Timed(4096, c.incoming_us)}, c.policy, target, store.Lookup());
+    auto plan = PlanMerge(BuiltinOps(), {Timed(4096, c.incoming_us)}, c.policy, target, store.Lookup());
     REQUIRE(plan.ok());
     const v1::MergeDecision& d = Only(*plan);
     CHECK(d.action() == c.action);
@@ -82,7 +82,7 @@ TEST_CASE("each merge policy decides a taken key and says why", "[cache][merge]"
   SECTION("a tie keeps the stored entry, so re-imports never flip the store") {
     v1::Entry same_time = Timed(4096, 20.0);
     same_time.set_candidates_measured(7);  // differs, but not faster
-    auto plan = PlanMerge({same_time}, v1::KEEP_FASTER, target, store.Lookup());
+    auto plan = PlanMerge(BuiltinOps(), {same_time}, v1::KEEP_FASTER, target, store.Lookup());
     REQUIRE(plan.ok());
     CHECK(Only(*plan).action() == "kept");
   }
@@ -90,7 +90,7 @@ TEST_CASE("each merge policy decides a taken key and says why", "[cache][merge]"
   SECTION("keep-faster does not compare a sustained time with an interleaved one") {
     v1::Entry sustained = Timed(4096, 15.0);
     sustained.mutable_measurement()->set_sustained(true);
-    auto plan = PlanMerge({sustained}, v1::KEEP_FASTER, target, store.Lookup());
+    auto plan = PlanMerge(BuiltinOps(), {sustained}, v1::KEEP_FASTER, target, store.Lookup());
     REQUIRE(plan.ok());
     CHECK(Only(*plan).action() == "kept");
     CHECK(Only(*plan).reason() ==
@@ -102,14 +102,14 @@ TEST_CASE("each merge policy decides a taken key and says why", "[cache][merge]"
     v1::Entry stored = Timed(4096, 20.0);
     stored.mutable_measurement()->set_sustained(true);
     sustained_store.Put(stored);
-    plan = PlanMerge({sustained}, v1::KEEP_FASTER, target, sustained_store.Lookup());
+    plan = PlanMerge(BuiltinOps(), {sustained}, v1::KEEP_FASTER, target, sustained_store.Lookup());
     REQUIRE(plan.ok());
     CHECK(Only(*plan).action() == "replaced");
   }
 
   SECTION("an identical entry is unchanged under every policy") {
     for (v1::MergePolicy p : {v1::KEEP_FASTER, v1::PREFER_INCOMING, v1::PREFER_EXISTING}) {
-      auto plan = PlanMerge({Timed(4096, 20.0)}, p, target, store.Lookup());
+      auto plan = PlanMerge(BuiltinOps(), {Timed(4096, 20.0)}, p, target, store.Lookup());
       REQUIRE(plan.ok());
       CHECK(Only(*plan).action() == "unchanged");
       CHECK(plan->report.unchanged() == 1);
@@ -118,7 +118,7 @@ TEST_CASE("each merge policy decides a taken key and says why", "[cache][merge]"
   }
 
   SECTION("a new key is added") {
-    auto plan = PlanMerge({Timed(8192, 30.0)}, v1::PREFER_EXISTING, target, store.Lookup());
+    auto plan = PlanMerge(BuiltinOps(), {Timed(8192, 30.0)}, v1::PREFER_EXISTING, target, store.Lookup());
     REQUIRE(plan.ok());
     CHECK(Only(*plan).action() == "added");
     CHECK(plan->report.added() == 1);
@@ -142,7 +142,7 @@ TEST_CASE("compatibility is judged against the target's GPU and software", "[cac
     CHECK(v.compatibility == Compatibility::kCompatible);
     CHECK(v.reason.find("driver 12040 in bundle, 13000 here") != std::string::npos);
 
-    auto plan = PlanMerge({other}, v1::KEEP_FASTER, H200Target(), FakeStore().Lookup());
+    auto plan = PlanMerge(BuiltinOps(), {other}, v1::KEEP_FASTER, H200Target(), FakeStore().Lookup());
     REQUIRE(plan.ok());
     CHECK(Only(*plan).action() == "added");
     CHECK(Only(*plan).compatibility() == "compatible");
@@ -171,7 +171,7 @@ TEST_CASE("compatibility is judged against the target's GPU and software", "[cac
       const CompatibilityVerdict v = JudgeCompatibility(entry, here, software);
       CHECK(v.compatibility == Compatibility::kIncompatible);
       CHECK(v.reason.find(reason) != std::string::npos);
-      auto plan = PlanMerge({entry}, v1::PREFER_INCOMING, H200Target(), FakeStore().Lookup());
+      auto plan = PlanMerge(BuiltinOps(), {entry}, v1::PREFER_INCOMING, H200Target(), FakeStore().Lookup());
       REQUIRE(plan.ok());
       CHECK(Only(*plan).action() == "rejected");
       CHECK(Only(*plan).compatibility() == "incompatible");
@@ -185,7 +185,7 @@ TEST_CASE("compatibility is judged against the target's GPU and software", "[cac
     target.software_for = [](const v1::Entry&) -> absl::StatusOr<v1::SoftwareFingerprint> {
       return absl::NotFoundError("no template norm/rmsnorm_fwd");
     };
-    auto plan = PlanMerge({exact}, v1::KEEP_FASTER, target, FakeStore().Lookup());
+    auto plan = PlanMerge(BuiltinOps(), {exact}, v1::KEEP_FASTER, target, FakeStore().Lookup());
     REQUIRE(plan.ok());
     CHECK(Only(*plan).action() == "rejected");
     CHECK(Only(*plan).reason() == "no template norm/rmsnorm_fwd");
@@ -195,7 +195,7 @@ TEST_CASE("compatibility is judged against the target's GPU and software", "[cac
     other.mutable_device()->set_name("NVIDIA B200");
     MergeTarget none;
     none.not_judged_note = "compile-only daemon";
-    auto plan = PlanMerge({other}, v1::KEEP_FASTER, none, FakeStore().Lookup());
+    auto plan = PlanMerge(BuiltinOps(), {other}, v1::KEEP_FASTER, none, FakeStore().Lookup());
     REQUIRE(plan.ok());
     CHECK(Only(*plan).action() == "added");
     CHECK(Only(*plan).compatibility() == "not_judged");
@@ -210,7 +210,7 @@ TEST_CASE("two bundled drivers of one GPU meet on one key by the policy", "[cach
   v1::Entry exact = Timed(4096, 20.0);
   v1::Entry other_driver = Timed(4096, 18.0);
   other_driver.mutable_device()->set_driver_version(12040);
-  auto plan = PlanMerge({exact, other_driver}, v1::KEEP_FASTER, H200Target(), FakeStore().Lookup());
+  auto plan = PlanMerge(BuiltinOps(), {exact, other_driver}, v1::KEEP_FASTER, H200Target(), FakeStore().Lookup());
   REQUIRE(plan.ok());
   REQUIRE(plan->report.decisions_size() == 2);
   CHECK(plan->report.decisions(0).action() == "added");
@@ -223,10 +223,10 @@ TEST_CASE("two bundled drivers of one GPU meet on one key by the policy", "[cach
 TEST_CASE("a plan refuses invalid entries and unknown policies", "[cache][merge]") {
   v1::Entry bad = MakeTestEntry();
   bad.mutable_measurement()->set_time_us(-1);
-  auto plan = PlanMerge({MakeTestEntry(), bad}, v1::KEEP_FASTER, MergeTarget(), nullptr);
+  auto plan = PlanMerge(BuiltinOps(), {MakeTestEntry(), bad}, v1::KEEP_FASTER, MergeTarget(), nullptr);
   REQUIRE_FALSE(plan.ok());
   CHECK(plan.status().message().find("entry 1: measurement.time_us") != std::string::npos);
-  auto policy = PlanMerge({}, static_cast<v1::MergePolicy>(42), MergeTarget(), nullptr);
+  auto policy = PlanMerge(BuiltinOps(), {}, static_cast<v1::MergePolicy>(42), MergeTarget(), nullptr);
   CHECK_FALSE(policy.ok());
   CHECK_FALSE(ParseMergePolicy("fastest").ok());
   CHECK(*ParseMergePolicy("prefer-existing") == v1::PREFER_EXISTING);
@@ -239,7 +239,7 @@ TEST_CASE("offline merge of several bundles by policy, with a report naming each
       {"c.ktb", {Timed(1024, 12.0), Timed(4096, 40.0)}},
   };
   SECTION("keep-faster") {
-    auto merged = MergeOffline(inputs, v1::KEEP_FASTER);
+    auto merged = MergeOffline(BuiltinOps(), inputs, v1::KEEP_FASTER);
     REQUIRE(merged.ok());
     REQUIRE(merged->entries.size() == 3);
     std::map<int64_t, double> times;
@@ -254,14 +254,14 @@ TEST_CASE("offline merge of several bundles by policy, with a report naming each
     CHECK(merged->report.decisions(2).compatibility() == "not_judged");
   }
   SECTION("prefer-incoming: the last input wins") {
-    auto merged = MergeOffline(inputs, v1::PREFER_INCOMING);
+    auto merged = MergeOffline(BuiltinOps(), inputs, v1::PREFER_INCOMING);
     REQUIRE(merged.ok());
     std::map<int64_t, double> times;
     for (const v1::Entry& e : merged->entries) times[e.problem().norm().m()] = e.measurement().time_us();
     CHECK(times == std::map<int64_t, double>{{1024, 12.0}, {2048, 15.0}, {4096, 40.0}});
   }
   SECTION("prefer-existing: the first input wins") {
-    auto merged = MergeOffline(inputs, v1::PREFER_EXISTING);
+    auto merged = MergeOffline(BuiltinOps(), inputs, v1::PREFER_EXISTING);
     REQUIRE(merged.ok());
     std::map<int64_t, double> times;
     for (const v1::Entry& e : merged->entries) times[e.problem().norm().m()] = e.measurement().time_us();

@@ -53,13 +53,13 @@ v1::Bundle BundleOf(const std::vector<v1::Entry>& entries) {
   return bundle;
 }
 
-absl::Status DecodeStatus(std::string_view file) { return DecodeBundle(file).status(); }
+absl::Status DecodeStatus(std::string_view file) { return DecodeBundle(BuiltinOps(), file).status(); }
 
 TEST_CASE("Bundle: encode then decode gives the entries back", "[cache]") {
   const std::vector<v1::Entry> entries = ThreeEntries();
   const std::string file = EncodeBundle(entries, "ktune 0.1.0", kCreatedAt);
 
-  absl::StatusOr<v1::Bundle> bundle = DecodeBundle(file);
+  absl::StatusOr<v1::Bundle> bundle = DecodeBundle(BuiltinOps(), file);
   INFO(bundle.status().ToString());
   REQUIRE(bundle.ok());
   CHECK(bundle->format_version() == static_cast<int32_t>(kBundleFormatVersion));
@@ -73,7 +73,7 @@ TEST_CASE("Bundle: encode then decode gives the entries back", "[cache]") {
 }
 
 TEST_CASE("Bundle: an empty bundle round-trips", "[cache]") {
-  absl::StatusOr<v1::Bundle> bundle = DecodeBundle(EncodeBundle({}, "ktune", kCreatedAt));
+  absl::StatusOr<v1::Bundle> bundle = DecodeBundle(BuiltinOps(), EncodeBundle({}, "ktune", kCreatedAt));
   REQUIRE(bundle.ok());
   CHECK(bundle->entries_size() == 0);
 }
@@ -94,7 +94,7 @@ TEST_CASE("Bundle: the header has the documented layout", "[cache]") {
 TEST_CASE("Bundle: cubins are stripped on export", "[cache]") {
   std::vector<v1::Entry> entries = ThreeEntries();
   entries[1].mutable_recipe()->set_cubin(std::string(4096, '\x7f'));
-  absl::StatusOr<v1::Bundle> bundle = DecodeBundle(EncodeBundle(entries, "ktune", kCreatedAt));
+  absl::StatusOr<v1::Bundle> bundle = DecodeBundle(BuiltinOps(), EncodeBundle(entries, "ktune", kCreatedAt));
   REQUIRE(bundle.ok());
   for (const v1::Entry& e : bundle->entries()) CHECK(e.recipe().cubin().empty());
 }
@@ -253,7 +253,7 @@ TEST_CASE("a bundle's recipe is this build's in every field, or the bundle is re
   CHECK_THAT(Message(DecodeStatus(FrameBundle(BundleOf({include})))),
              Catch::StartsWith("entry 0: recipe.nvrtc_options: is "));
   // EncodeBundle leaves out what entries stored by older versions still carry.
-  absl::StatusOr<v1::Bundle> written = DecodeBundle(EncodeBundle({named}, "test", kCreatedAt));
+  absl::StatusOr<v1::Bundle> written = DecodeBundle(BuiltinOps(), EncodeBundle({named}, "test", kCreatedAt));
   REQUIRE(written.ok());
   CHECK(written->entries(0).recipe().kernels(1).lowered_name().empty());
 }
@@ -272,11 +272,11 @@ TEST_CASE("no payload bit flip brings in a recipe the template does not write", 
   for (size_t bit = 0; bit < payload.size() * 8; ++bit) {
     std::string flipped = payload;
     flipped[bit / 8] = static_cast<char>(flipped[bit / 8] ^ (1 << (bit % 8)));
-    absl::StatusOr<v1::Bundle> bundle = DecodeBundle(Frame(flipped));
+    absl::StatusOr<v1::Bundle> bundle = DecodeBundle(BuiltinOps(), Frame(flipped));
     if (!bundle.ok()) continue;
     ++accepted;
     for (const v1::Entry& e : bundle->entries()) {
-      absl::StatusOr<SoftwareFingerprint> build = BuildSoftware(e.problem());
+      absl::StatusOr<SoftwareFingerprint> build = BuiltinOps().Software(e.problem());
       if (!build.ok() || SoftwareKey(SoftwareFromProto(e.software())) != SoftwareKey(*build)) continue;
       ++served_entries;
       const std::optional<v1::LaunchRecipe> want = TemplatesOwnRecipe(e);
@@ -320,7 +320,7 @@ TEST_CASE("Bundle: the piecewise encoder writes the one-piece format byte for by
   CHECK(encoder.payload_bytes() == payload.size());
   const std::string file = encoder.Header() + pieces;
   CHECK(file == EncodeBundle(entries, "test", 1795000000));
-  REQUIRE(DecodeBundle(file).ok());
+  REQUIRE(DecodeBundle(BuiltinOps(), file).ok());
 
   // A digest fed in arbitrary pieces gives the same header.
   PayloadDigest digest;
@@ -335,7 +335,7 @@ TEST_CASE("Bundle: unknown fields in entries are dropped on decode", "[cache][sc
   v1::Entry with_unknown;
   REQUIRE(with_unknown.ParseFromString(wire));
   REQUIRE(with_unknown.ByteSizeLong() > clean.ByteSizeLong());
-  absl::StatusOr<v1::Bundle> decoded = DecodeBundle(EncodeBundle({with_unknown}, "test", 1795000000));
+  absl::StatusOr<v1::Bundle> decoded = DecodeBundle(BuiltinOps(), EncodeBundle({with_unknown}, "test", 1795000000));
   REQUIRE(decoded.ok());
   REQUIRE(decoded->entries_size() == 1);
   CHECK(decoded->entries(0).ByteSizeLong() == clean.ByteSizeLong());

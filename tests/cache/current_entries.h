@@ -84,11 +84,11 @@ inline v1::Entry CurrentEntry(const v1::Problem& problem, const v1::Config& conf
   v1::Entry e;
   *e.mutable_problem() = problem;
   *e.mutable_device() = DeviceToProto(CompileOnlyTarget());
-  absl::StatusOr<SoftwareFingerprint> software = BuildSoftware(problem);
+  absl::StatusOr<SoftwareFingerprint> software = BuiltinOps().Software(problem);
   REQUIRE(software.ok());
   *e.mutable_software() = SoftwareToProto(*software);
   *e.mutable_config() = config;
-  absl::StatusOr<LaunchRecipe> recipe = TemplateRecipe(problem, config, CompileOnlyTarget());
+  absl::StatusOr<LaunchRecipe> recipe = BuiltinOps().TemplateRecipe(problem, config, CompileOnlyTarget());
   INFO(recipe.status().ToString());
   REQUIRE(recipe.ok());
   *e.mutable_recipe() = RecipeToProto(*recipe, /*include_cubin=*/false);

@@ -21,7 +21,7 @@ namespace {
 using testutil::MakeTestEntry;
 
 EntryKey KeyOrFail(const v1::Entry& entry) {
-  absl::StatusOr<EntryKey> key = KeyOf(entry);
+  absl::StatusOr<EntryKey> key = KeyOf(BuiltinOps(), entry);
   INFO(key.status().ToString());
   REQUIRE(key.ok());
   return *key;
@@ -103,7 +103,7 @@ TEST_CASE("KeyOf: each part of the key separates what it should", "[cache]") {
 }
 
 TEST_CASE("ValidateEntry: the test entry is valid", "[cache]") {
-  absl::Status s = ValidateEntry(MakeTestEntry());
+  absl::Status s = ValidateEntry(BuiltinOps(), MakeTestEntry());
   INFO(s.ToString());
   CHECK(s.ok());
 }
@@ -238,7 +238,7 @@ TEST_CASE("ValidateEntry: each bad field is named", "[cache]") {
     CAPTURE(c.expected);
     v1::Entry e = MakeTestEntry();
     c.change(e);
-    absl::Status s = ValidateEntry(e);
+    absl::Status s = ValidateEntry(BuiltinOps(), e);
     CAPTURE(s.ToString());
     CHECK(s.code() == absl::StatusCode::kInvalidArgument);
     CHECK(std::string(s.message()).rfind(c.expected, 0) == 0);
@@ -247,32 +247,32 @@ TEST_CASE("ValidateEntry: each bad field is named", "[cache]") {
 
 TEST_CASE("ValidateEntry: a norm config the templates cannot run is refused, saying why", "[cache]") {
   v1::Entry e = MakeTestEntry();  // RMSNorm 4096 x 4096, persistent, 4 warps of vec 8: 4 chunks
-  REQUIRE(ValidateEntry(e).ok());
+  REQUIRE(ValidateEntry(BuiltinOps(), e).ok());
   e.mutable_config()->mutable_norm()->set_r_block(2048);  // two chunks: not the whole row
-  CHECK(std::string(ValidateEntry(e).message()) ==
+  CHECK(std::string(ValidateEntry(BuiltinOps(), e).message()) ==
         "entry.config.norm: cannot run this problem on sm_90: xb=1 rb=2048 w=4 v=8 pd=1 persistent: "
         "persistent needs r_block >= N");
   e = MakeTestEntry();
   e.mutable_config()->mutable_norm()->set_r_block(3000);  // not threads_per_row * vec * chunks
-  CHECK_THAT(std::string(ValidateEntry(e).message()),
+  CHECK_THAT(std::string(ValidateEntry(BuiltinOps(), e).message()),
              Catch::Contains("r_block must be threads_per_row * vec * chunks"));
   // On an architecture this version does not know, only the fields are checked.
   e.mutable_device()->set_cc_major(11);
   e.mutable_recipe()->set_arch("sm_110");
-  CHECK(ValidateEntry(e).ok());
+  CHECK(ValidateEntry(BuiltinOps(), e).ok());
 }
 
 TEST_CASE("ValidateEntry: a prefix replaces \"entry.\"", "[cache]") {
   v1::Entry e = MakeTestEntry();
   e.mutable_problem()->mutable_norm()->set_n(0);
-  absl::Status s = ValidateEntry(e, "entry 3: ");
+  absl::Status s = ValidateEntry(BuiltinOps(), e, "entry 3: ");
   CHECK(std::string(s.message()).rfind("entry 3: problem.n: ", 0) == 0);
 }
 
 TEST_CASE("ValidateEntry: the arch-specific target of the device is accepted", "[cache]") {
   v1::Entry e = MakeTestEntry();
   e.mutable_recipe()->set_arch("sm_90a");
-  CHECK(ValidateEntry(e).ok());
+  CHECK(ValidateEntry(BuiltinOps(), e).ok());
 }
 
 TEST_CASE("FlatKey: parts cannot run into each other", "[cache]") {
@@ -287,7 +287,7 @@ TEST_CASE("ValidateEntry: GEMM entries of either source are valid and keyed by t
   for (bool cublaslt : {false, true}) {
     INFO(cublaslt);
     const v1::Entry e = MakeTestGemmEntry(2048, 4096, 4096, cublaslt);
-    absl::Status s = ValidateEntry(e);
+    absl::Status s = ValidateEntry(BuiltinOps(), e);
     INFO(s.ToString());
     CHECK(s.ok());
     const EntryKey key = KeyOrFail(e);
@@ -360,7 +360,7 @@ TEST_CASE("ValidateEntry: each bad GEMM field is named", "[cache][gemm]") {
   for (const Case& c : cases) {
     v1::Entry e = MakeTestGemmEntry(2048, 4096, 4096, c.cublaslt);
     c.change(e);
-    const absl::Status s = ValidateEntry(e);
+    const absl::Status s = ValidateEntry(BuiltinOps(), e);
     INFO(c.expected);
     INFO(s.ToString());
     CHECK(s.code() == absl::StatusCode::kInvalidArgument);
@@ -371,7 +371,7 @@ TEST_CASE("ValidateEntry: each bad GEMM field is named", "[cache][gemm]") {
 TEST_CASE("ValidateEntry: a GEMM config the template cannot run is refused, saying why", "[cache][gemm]") {
   for (int split : {1, 2, 4}) {
     INFO(split);
-    CHECK(ValidateEntry(WgmmaEntry(split)).ok());
+    CHECK(ValidateEntry(BuiltinOps(), WgmmaEntry(split)).ok());
   }
   struct Case {
     v1::Entry entry;
@@ -432,7 +432,7 @@ TEST_CASE("ValidateEntry: a GEMM config the template cannot run is refused, sayi
                      "serves fp8 at M <= 8 only"});
   }
   for (const Case& c : cases) {
-    const absl::Status s = ValidateEntry(c.entry);
+    const absl::Status s = ValidateEntry(BuiltinOps(), c.entry);
     CHECK(s.code() == absl::StatusCode::kInvalidArgument);
     CHECK(std::string(s.message()) == c.expected);
   }
@@ -444,10 +444,10 @@ TEST_CASE("ValidateEntry: on an architecture it does not know, a GEMM config get
   e.mutable_device()->set_cc_minor(0);
   e.mutable_recipe()->set_arch("sm_110");
   REQUIRE(ArchSmemPerBlockOptin(11, 0) == 0);
-  INFO(ValidateEntry(e).ToString());
-  CHECK(ValidateEntry(e).ok());
+  INFO(ValidateEntry(BuiltinOps(), e).ToString());
+  CHECK(ValidateEntry(BuiltinOps(), e).ok());
   e.mutable_config()->mutable_gemm()->mutable_wgmma()->set_split_k(-1);
-  CHECK(std::string(ValidateEntry(e).message()).rfind("entry.config.gemm.wgmma.split_k:", 0) == 0);
+  CHECK(std::string(ValidateEntry(BuiltinOps(), e).message()).rfind("entry.config.gemm.wgmma.split_k:", 0) == 0);
 }
 
 }  // namespace
@@ -469,7 +469,7 @@ DeviceInfo EntryDevice(const v1::Entry& e) {
 // build's template writes for its config (no lowered names: those come from
 // compiling it).
 v1::Entry WithTemplatesRecipe(v1::Entry e) {
-  absl::StatusOr<SoftwareFingerprint> software = BuildSoftware(e.problem());
+  absl::StatusOr<SoftwareFingerprint> software = BuiltinOps().Software(e.problem());
   REQUIRE(software.ok());
   *e.mutable_software() = SoftwareToProto(*software);
   absl::StatusOr<LaunchRecipe> r = absl::UnknownError("unset");
@@ -493,13 +493,13 @@ v1::Entry WithTemplatesRecipe(v1::Entry e) {
 TEST_CASE("ValidateEntry: a recipe of this build's template must be the one it writes for the config",
           "[cache][gemm]") {
   const v1::Entry norm = WithTemplatesRecipe(MakeTestEntry());
-  CHECK(ValidateEntry(norm).ok());
+  CHECK(ValidateEntry(BuiltinOps(), norm).ok());
   v1::Entry gemm = MakeTestGemmEntry();
   gemm.mutable_problem()->mutable_gemm()->set_m(16);  // few tiles: a split-K config is one the space offers
   gemm.mutable_config()->mutable_gemm()->mutable_mma_sync()->set_split_k(4);
   gemm = WithTemplatesRecipe(gemm);
-  INFO(ValidateEntry(gemm).ToString());
-  REQUIRE(ValidateEntry(gemm).ok());
+  INFO(ValidateEntry(BuiltinOps(), gemm).ToString());
+  REQUIRE(ValidateEntry(BuiltinOps(), gemm).ok());
   REQUIRE(gemm.recipe().workspace_bytes() > 0);
 
   struct Case {
@@ -539,7 +539,7 @@ TEST_CASE("ValidateEntry: a recipe of this build's template must be the one it w
   for (const Case& c : cases) {
     v1::Entry e = c.entry;
     c.change(e);
-    const absl::Status s = ValidateEntry(e);
+    const absl::Status s = ValidateEntry(BuiltinOps(), e);
     CHECK(s.code() == absl::StatusCode::kInvalidArgument);
     CHECK(std::string(s.message()) == c.expected);
   }
@@ -549,9 +549,9 @@ TEST_CASE("ValidateEntry: a recipe of this build's template must be the one it w
   v1::Entry other = gemm;
   other.mutable_recipe()->set_template_hash(std::string(64, 'a'));
   other.mutable_recipe()->mutable_kernels(0)->set_grid(1, 1);
-  CHECK(std::string(ValidateEntry(other).message()).rfind("entry.recipe.template_hash: is ", 0) == 0);
+  CHECK(std::string(ValidateEntry(BuiltinOps(), other).message()).rfind("entry.recipe.template_hash: is ", 0) == 0);
   other.mutable_software()->set_template_hash(std::string(64, 'a'));
-  CHECK(ValidateEntry(other).ok());
+  CHECK(ValidateEntry(BuiltinOps(), other).ok());
 }
 
 }  // namespace

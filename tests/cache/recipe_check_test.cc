@@ -25,22 +25,22 @@ TEST_CASE("the recipe check knows every field of a recipe", "[cache][recipe]") {
 TEST_CASE("entries this build serves carry exactly its template's recipe", "[cache][recipe]") {
   for (const v1::Entry& entry : CurrentEntriesOfEveryKind()) {
     INFO(entry.problem().ShortDebugString() << " " << entry.config().ShortDebugString());
-    REQUIRE(ValidateEntry(entry).ok());
-    REQUIRE(DecodeBundle(EncodeBundle({entry}, "test", 1795000000)).ok());
+    REQUIRE(ValidateEntry(BuiltinOps(), entry).ok());
+    REQUIRE(DecodeBundle(BuiltinOps(), EncodeBundle({entry}, "test", 1795000000)).ok());
     const bool kernels = entry.recipe().kernels_size() > 0;
 
     // Each change is refused at import, naming the field.
     auto refused = [&](const char* field, const std::function<void(v1::LaunchRecipe*)>& change) {
       v1::Entry bad = entry;
       change(bad.mutable_recipe());
-      const absl::Status s = ValidateEntry(bad);
+      const absl::Status s = ValidateEntry(BuiltinOps(), bad);
       INFO(field << ": " << s.ToString());
       CHECK(absl::IsInvalidArgument(s));
       CHECK(Message(s).find(std::string("entry.recipe.") + field) == 0);
       // Bundles are written without lowered names (bundle_test.cc refuses one
       // that has them); every other field reaches the check.
       if (std::string(field).find("lowered_name") == std::string::npos) {
-        const absl::Status decoded = DecodeBundle(EncodeBundle({bad}, "test", 1795000000)).status();
+        const absl::Status decoded = DecodeBundle(BuiltinOps(), EncodeBundle({bad}, "test", 1795000000)).status();
         CHECK(Message(decoded).find(field) != std::string::npos);
       }
     };
@@ -80,14 +80,14 @@ TEST_CASE("an entry naming another template for its config is refused, whatever 
   v1::Entry entry = CurrentEntriesOfEveryKind()[0];  // rmsnorm.fwd
   v1::Entry other_id = entry;
   other_id.mutable_recipe()->set_template_id("norm/layernorm_fwd");
-  CHECK(Message(ValidateEntry(other_id)).find("entry.recipe.template_id") == 0);
+  CHECK(Message(ValidateEntry(BuiltinOps(), other_id)).find("entry.recipe.template_id") == 0);
   v1::Entry unknown_id = entry;
   unknown_id.mutable_recipe()->set_template_id("norm/not_a_template");
-  CHECK(Message(ValidateEntry(unknown_id)).find("entry.recipe.template_id") == 0);
+  CHECK(Message(ValidateEntry(BuiltinOps(), unknown_id)).find("entry.recipe.template_id") == 0);
   v1::Entry other_hash = entry;
   other_hash.mutable_recipe()->set_template_hash(std::string(64, 'e'));
   other_hash.mutable_recipe()->mutable_kernels(0)->set_grid(0, 1);
-  CHECK(Message(ValidateEntry(other_hash)).find("entry.recipe.template_hash") == 0);
+  CHECK(Message(ValidateEntry(BuiltinOps(), other_hash)).find("entry.recipe.template_hash") == 0);
 }
 
 TEST_CASE("entries of another build's software are kept as they are, as stale", "[cache][recipe]") {
@@ -97,7 +97,7 @@ TEST_CASE("entries of another build's software are kept as they are, as stale", 
   entry.mutable_software()->set_template_hash(std::string(64, 'b'));
   entry.mutable_recipe()->set_template_hash(std::string(64, 'b'));
   entry.mutable_recipe()->mutable_kernels(0)->set_grid(0, 3);
-  CHECK(ValidateEntry(entry).ok());
+  CHECK(ValidateEntry(BuiltinOps(), entry).ok());
 }
 
 TEST_CASE("TemplateRecipe writes each problem's own geometry", "[cache][recipe]") {
@@ -105,16 +105,16 @@ TEST_CASE("TemplateRecipe writes each problem's own geometry", "[cache][recipe]"
   const v1::Problem small = testutil::GemmProblemOf(LinearGemm(1, 4096, 4096));
   const v1::Problem large = testutil::GemmProblemOf(LinearGemm(1, 14336, 4096));
   const v1::Config skinny = testutil::SkinnyConfigFor(large.gemm());
-  absl::StatusOr<LaunchRecipe> a = TemplateRecipe(small, skinny, CompileOnlyTarget());
-  absl::StatusOr<LaunchRecipe> b = TemplateRecipe(large, skinny, CompileOnlyTarget());
+  absl::StatusOr<LaunchRecipe> a = BuiltinOps().TemplateRecipe(small, skinny, CompileOnlyTarget());
+  absl::StatusOr<LaunchRecipe> b = BuiltinOps().TemplateRecipe(large, skinny, CompileOnlyTarget());
   REQUIRE(a.ok());
   REQUIRE(b.ok());
   CHECK(a->kernels[0].name_expression == b->kernels[0].name_expression);
   CHECK(b->kernels[0].grid[0] == 896);
-  CHECK(VerifyRecipe(large, skinny, RecipeToProto(*a, false), CompileOnlyTarget())
+  CHECK(VerifyRecipe(BuiltinOps(), large, skinny, RecipeToProto(*a, false), CompileOnlyTarget())
             .message()
             .find("recipe.kernels[0].grid") != std::string::npos);
-  CHECK(VerifyRecipe(large, skinny, RecipeToProto(*b, false), CompileOnlyTarget()).ok());
+  CHECK(VerifyRecipe(BuiltinOps(), large, skinny, RecipeToProto(*b, false), CompileOnlyTarget()).ok());
 }
 
 }  // namespace

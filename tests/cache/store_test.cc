@@ -74,14 +74,14 @@ class RawDb {
 };
 
 std::unique_ptr<Store> OpenOrFail(const std::string& path) {
-  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(BuiltinOps(), path);
   INFO(store.status().ToString());
   REQUIRE(store.ok());
   return *std::move(store);
 }
 
 EntryKey KeyOrFail(const v1::Entry& entry) {
-  absl::StatusOr<EntryKey> key = KeyOf(entry);
+  absl::StatusOr<EntryKey> key = KeyOf(BuiltinOps(), entry);
   REQUIRE(key.ok());
   return *key;
 }
@@ -174,7 +174,7 @@ TEST_CASE("Store: a file that cannot be written is refused at Open", "[cache]") 
   const std::string path = dir.File("cache.db");
   OpenOrFail(path).reset();
   std::filesystem::permissions(path, std::filesystem::perms::owner_read | std::filesystem::perms::group_read);
-  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(BuiltinOps(), path);
   REQUIRE_FALSE(store.ok());
   CHECK(store.status().code() == absl::StatusCode::kPermissionDenied);
   CHECK_THAT(std::string(store.status().message()), Catch::Contains("read-only"));
@@ -216,7 +216,7 @@ TEST_CASE("Store: acknowledged entries survive a process that dies without closi
   if (child == 0) {
     // No destructors, no close, no WAL checkpoint: as if killed right after
     // the Put returned.
-    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
+    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(BuiltinOps(), path);
     bool ok = store.ok() && (*store)->Put(entries[0]).ok() && (*store)->Put(entries[1]).ok();
     _exit(ok ? 0 : 1);
   }
@@ -244,7 +244,7 @@ TEST_CASE("Store: a database from a newer schema is refused and left alone", "[c
   }
   RawDb(path).Exec("PRAGMA user_version = " + std::to_string(kStoreSchemaVersion + 1));
 
-  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(BuiltinOps(), path);
   REQUIRE_FALSE(store.ok());
   CHECK(store.status().code() == absl::StatusCode::kFailedPrecondition);
   CHECK_THAT(std::string(store.status().message()),
@@ -259,7 +259,7 @@ TEST_CASE("Store: a file that is not SQLite is refused and left alone", "[cache]
   const std::string text = "this is a config file, not a database\n" + std::string(4096, '#');
   std::ofstream(path, std::ios::binary) << text;
 
-  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(BuiltinOps(), path);
   REQUIRE_FALSE(store.ok());
   CHECK(store.status().code() == absl::StatusCode::kFailedPrecondition);
   CHECK_THAT(std::string(store.status().message()),
@@ -276,7 +276,7 @@ TEST_CASE("Store: another program's SQLite database is refused and left alone", 
     REQUIRE(sqlite3_exec(db, "CREATE TABLE notes (text TEXT)", nullptr, nullptr, nullptr) == SQLITE_OK);
     sqlite3_close(db);
   }
-  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(BuiltinOps(), path);
   REQUIRE_FALSE(store.ok());
   CHECK(store.status().code() == absl::StatusCode::kFailedPrecondition);
   CHECK_THAT(std::string(store.status().message()), Catch::Contains("not a ktune database"));
@@ -441,7 +441,7 @@ TEST_CASE("Store: concurrent puts and gets from many threads", "[cache]") {
     threads.emplace_back([&, t] {
       for (int i = 0; i < kPerThread; ++i) {
         const v1::Entry e = MakeTestEntry(1 + t * kPerThread + i, 4096);
-        absl::StatusOr<EntryKey> key = KeyOf(e);
+        absl::StatusOr<EntryKey> key = KeyOf(BuiltinOps(), e);
         if (!key.ok() || !store->Put(e).ok()) {
           ++failures[t];
           continue;
@@ -681,7 +681,7 @@ TEST_CASE("Store: Nearest finds the nearest M of a family by ratio", "[cache][sc
   const EntryKey key = KeyOrFail(MakeTestEntry(1024, 4096));
   absl::StatusOr<NormProblem> problem = NormProblemFromProto(MakeTestEntry(1, 4096).problem().norm());
   REQUIRE(problem.ok());
-  const std::string family = FamilyKey(*problem, key.device_key, key.software_key);
+  const std::string family = FamilyOf(BuiltinOps(), MakeTestEntry(1, 4096)).value().family_key;
   auto m_of = [&](int64_t m) -> int64_t {
     absl::StatusOr<std::optional<v1::Entry>> e = store->Nearest(family, m);
     REQUIRE(e.ok());
@@ -747,7 +747,7 @@ TEST_CASE("Store: a version 2 database migrates: families, counts, unknown field
   absl::StatusOr<NormProblem> problem = NormProblemFromProto(small.problem().norm());
   REQUIRE(problem.ok());
   const EntryKey key = KeyOrFail(small);
-  auto nearest = store->Nearest(FamilyKey(*problem, key.device_key, key.software_key), 6000);
+  auto nearest = store->Nearest(FamilyOf(BuiltinOps(), small).value().family_key, 6000);
   REQUIRE(nearest.ok());
   REQUIRE(nearest->has_value());
   CHECK((*nearest)->problem().norm().m() == 8192);

@@ -50,7 +50,7 @@ TEST_CASE("prewarm keys a GEMM as the cache does: one entry is one problem", "[c
   CHECK(list.problems().size() == 1);
   // The very key the cache stores each spelling's entry under.
   for (const v1::Problem& p : spellings) {
-    absl::StatusOr<EntryKey> key = KeyOf(testutil::CurrentEntry(p, testutil::SkinnyConfigFor(p.gemm())));
+    absl::StatusOr<EntryKey> key = KeyOf(BuiltinOps(), testutil::CurrentEntry(p, testutil::SkinnyConfigFor(p.gemm())));
     REQUIRE(key.ok());
     CHECK(key->problem_key == ProblemKey(spellings[0]));
   }

@@ -19,7 +19,7 @@ struct TempStore {
     std::string pattern = (std::filesystem::temp_directory_path() / "ktune-entry-cache-XXXXXX").string();
     REQUIRE(mkdtemp(pattern.data()) != nullptr);
     dir = pattern;
-    absl::StatusOr<std::unique_ptr<Store>> opened = Store::Open(dir + "/cache.db");
+    absl::StatusOr<std::unique_ptr<Store>> opened = Store::Open(BuiltinOps(), dir + "/cache.db");
     REQUIRE(opened.ok());
     store = *std::move(opened);
   }
@@ -33,7 +33,7 @@ struct TempStore {
 };
 
 EntryKey KeyOrFail(const v1::Entry& e) {
-  absl::StatusOr<EntryKey> key = KeyOf(e);
+  absl::StatusOr<EntryKey> key = KeyOf(BuiltinOps(), e);
   REQUIRE(key.ok());
   return *key;
 }

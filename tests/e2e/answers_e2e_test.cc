@@ -165,7 +165,7 @@ TEST_CASE("two problems sharing one kernel each get their own grid and workspace
       CHECK(k.lowered_name().empty() == (answers[i].source() == v1::TUNED));
       k.clear_lowered_name();
     }
-    const absl::Status s = VerifyRecipe(problems[i], answers[i].config(), recipe, CompileOnlyTarget());
+    const absl::Status s = VerifyRecipe(BuiltinOps(), problems[i], answers[i].config(), recipe, CompileOnlyTarget());
     INFO(s.ToString());
     CHECK(s.ok());
   }

@@ -79,12 +79,12 @@ TEST_CASE("kill -9 during imports: every acknowledged import is whole, the datab
           "1");
     sqlite3_close_v2(db);
   }
-  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(db_path);
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(BuiltinOps(), db_path);
   REQUIRE(store.ok());
   for (int i = 0; i < next_bundle; ++i) {
     int present = 0;
     for (const v1::Entry& e : BundleEntries(i)) {
-      absl::StatusOr<EntryKey> key = KeyOf(e);
+      absl::StatusOr<EntryKey> key = KeyOf(BuiltinOps(), e);
       REQUIRE(key.ok());
       absl::StatusOr<std::optional<v1::Entry>> got = (*store)->Get(*key);
       REQUIRE(got.ok());

@@ -700,7 +700,7 @@ v1::Entry LocalGemmEntry(const v1::GetConfigResponse& answer, const v1::GemmProb
   *e.mutable_device() = answer.device();
   *e.mutable_software() = answer.software();
   *e.mutable_config()->mutable_gemm() = config;
-  absl::StatusOr<LaunchRecipe> recipe = TemplateRecipe(e.problem(), e.config(), CompileOnlyTarget());
+  absl::StatusOr<LaunchRecipe> recipe = BuiltinOps().TemplateRecipe(e.problem(), e.config(), CompileOnlyTarget());
   REQUIRE(recipe.ok());
   *e.mutable_recipe() = RecipeToProto(*recipe, false);
   SetMeasured(&e, p.m());

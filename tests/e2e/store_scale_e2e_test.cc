@@ -33,7 +33,7 @@ std::vector<v1::Entry> SyntheticEntries(int count) {
 }
 
 void Fill(const std::string& db_path, const std::vector<v1::Entry>& entries) {
-  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(db_path);
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(BuiltinOps(), db_path);
   REQUIRE(store.ok());
   absl::StatusOr<PutAllStats> stats = (*store)->PutAll(entries);
   INFO(stats.status().ToString());
@@ -42,7 +42,7 @@ void Fill(const std::string& db_path, const std::vector<v1::Entry>& entries) {
 }
 
 std::string KeyText(const v1::Entry& e) {
-  absl::StatusOr<EntryKey> key = KeyOf(e);
+  absl::StatusOr<EntryKey> key = KeyOf(BuiltinOps(), e);
   REQUIRE(key.ok());
   return FlatKey(*key);
 }
@@ -137,14 +137,14 @@ TEST_CASE("a streamed export of 20000 entries round-trips through import", "[e2e
   REQUIRE(exported.exit_code == 0);
   CHECK(exported.out.find("exported 20000 entries") != std::string::npos);
   const std::string bytes = Slurp(file);
-  absl::StatusOr<v1::Bundle> bundle = DecodeBundle(bytes);  // the checksum holds, every entry valid
+  absl::StatusOr<v1::Bundle> bundle = DecodeBundle(BuiltinOps(), bytes);  // the checksum holds, every entry valid
   INFO(bundle.status().ToString());
   REQUIRE(bundle.ok());
   REQUIRE(bundle->entries_size() == 20000);
   // The unary export writes the same entries (small enough for one message).
   auto unary = a.NewClient()->ExportBundle();
   REQUIRE(unary.ok());
-  absl::StatusOr<v1::Bundle> unary_bundle = DecodeBundle(unary->bundle());
+  absl::StatusOr<v1::Bundle> unary_bundle = DecodeBundle(BuiltinOps(), unary->bundle());
   REQUIRE(unary_bundle.ok());
   CHECK(unary_bundle->entries_size() == 20000);
   CHECK(a.Stop() == 0);

@@ -54,23 +54,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string_view bytes(reinterpret_cast<const char*>(data) + 1, size - 1);
   const std::string file = data[0] == 'F' ? std::string(bytes) : Frame(bytes);
-  absl::StatusOr<ktune::v1::Bundle> bundle = ktune::DecodeBundle(file);
+  absl::StatusOr<ktune::v1::Bundle> bundle = ktune::DecodeBundle(ktune::BuiltinOps(), file);
   if (!bundle.ok()) return 0;
 
   // What DecodeBundle accepts is valid entry by entry, and keyed.
   const std::vector<ktune::v1::Entry> entries(bundle->entries().begin(), bundle->entries().end());
   for (const ktune::v1::Entry& e : entries) {
-    if (!ktune::ValidateEntry(e).ok() || !ktune::KeyOf(e).ok()) std::abort();
+    if (!ktune::ValidateEntry(ktune::BuiltinOps(), e).ok() || !ktune::KeyOf(ktune::BuiltinOps(), e).ok()) std::abort();
   }
   // Re-encoding an accepted bundle gives an accepted bundle.
-  if (!ktune::DecodeBundle(ktune::EncodeBundle(entries, "fuzz", 1)).ok()) std::abort();
+  if (!ktune::DecodeBundle(ktune::BuiltinOps(), ktune::EncodeBundle(entries, "fuzz", 1)).ok()) std::abort();
 
   // Half the entries play the store an import meets; the plan covers every
   // incoming entry under each policy.
   std::vector<ktune::v1::Entry> stored(entries.begin(), entries.begin() + entries.size() / 2);
   const ktune::ExistingLookup existing = [&stored](const ktune::EntryKey& key) -> std::optional<ktune::v1::Entry> {
     for (const ktune::v1::Entry& e : stored) {
-      if (absl::StatusOr<ktune::EntryKey> k = ktune::KeyOf(e); k.ok() && *k == key) return e;
+      if (absl::StatusOr<ktune::EntryKey> k = ktune::KeyOf(ktune::BuiltinOps(), e); k.ok() && *k == key) return e;
     }
     return std::nullopt;
   };
@@ -84,11 +84,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const ktune::MergeTarget* target : {&gpu, &compile_only}) {
     for (ktune::v1::MergePolicy policy :
          {ktune::v1::KEEP_FASTER, ktune::v1::PREFER_INCOMING, ktune::v1::PREFER_EXISTING}) {
-      absl::StatusOr<ktune::MergePlan> plan = ktune::PlanMerge(entries, policy, *target, existing);
+      absl::StatusOr<ktune::MergePlan> plan = ktune::PlanMerge(ktune::BuiltinOps(), entries, policy, *target, existing);
       if (!plan.ok()) std::abort();  // entries are valid: a plan always exists
       if (plan->report.decisions_size() != static_cast<int>(entries.size())) std::abort();
       for (const ktune::v1::Entry& w : plan->writes) {
-        if (!ktune::ValidateEntry(w).ok()) std::abort();  // an import writes only valid entries
+        if (!ktune::ValidateEntry(ktune::BuiltinOps(), w).ok()) std::abort();  // an import writes only valid entries
       }
     }
   }

@@ -1,0 +1,228 @@
+#include "daemon/answers.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "cache/recipe_check.h"
+#include "spdlog/spdlog.h"
+#include "tuner/nvrtc_compiler.h"
+#include "tuner/safe_text.h"
+#include "tuner/wire.h"
+
+namespace ktune {
+namespace {
+
+// Everything that determines a program's code, and nothing of its launch
+// geometry: two problems that instantiate the same kernels share their code
+// and nothing else.
+std::string CompileKey(const LaunchRecipe& r) {
+  std::string key =
+      absl::StrCat(r.template_id, "|", r.template_hash, "|", r.arch, "|", absl::StrJoin(r.nvrtc_options, " "));
+  for (const KernelLaunch& k : r.kernels) absl::StrAppend(&key, "|", k.name_expression);
+  return key;
+}
+
+// The software this binary keys each entry op under (it depends on the op
+// alone). An op whose template is missing is not served: none of its
+// entries is stale.
+std::map<std::string, SoftwareFingerprint> OpSoftware(const OpRegistry& ops) {
+  std::map<std::string, SoftwareFingerprint> software;
+  for (const std::unique_ptr<Op>& op : ops.ops()) {
+    for (const std::string& entry_op : op->entry_ops()) {
+      if (absl::StatusOr<SoftwareFingerprint> s = op->Software(entry_op); s.ok()) software[entry_op] = *s;
+    }
+  }
+  return software;
+}
+
+std::map<std::string, std::string> SoftwareKeys(const std::map<std::string, SoftwareFingerprint>& op_software) {
+  std::map<std::string, std::string> keys;
+  for (const auto& [op, software] : op_software) keys[op] = SoftwareKey(software);
+  return keys;
+}
+
+}  // namespace
+
+v1::LaunchRecipe WithoutLoweredNames(v1::LaunchRecipe recipe) {
+  for (v1::KernelLaunch& k : *recipe.mutable_kernels()) k.clear_lowered_name();
+  return recipe;
+}
+
+Answers::Answers(const OpRegistry& ops, Store* store, KernelCache* kernel_cache, DeviceInfo target,
+                 ServiceMetrics* metrics)
+    : ops_(ops),
+      kernel_cache_(kernel_cache),
+      metrics_(metrics),
+      target_(std::move(target)),
+      target_key_(DeviceKey(target_)),
+      op_software_(OpSoftware(ops)),
+      current_software_(SoftwareKeys(op_software_)),
+      entries_(store, [this](const v1::Entry& entry) { return EntryAnswer(entry); }) {}
+
+absl::StatusOr<Resolved> Answers::Resolve(const v1::Problem& problem) const {
+  // Once per request: the problem is validated and keyed once, and the op's
+  // software fingerprint and key come from tables made at start.
+  absl::StatusOr<const Op*> op = ops_.ForProblem(problem);
+  if (!op.ok()) return op.status();
+  absl::StatusOr<ProblemIdentity> id = (*op)->Identify(problem);
+  if (!id.ok()) return id.status();
+  auto software = op_software_.find(id->entry_op);
+  auto software_key = current_software_.find(id->entry_op);
+  if (software == op_software_.end() || software_key == current_software_.end()) {
+    // As the op answers it (its template is not in this build).
+    absl::StatusOr<SoftwareFingerprint> built = (*op)->Software(id->entry_op);
+    return built.ok() ? absl::InternalError(absl::StrCat("no software fingerprint for ", id->entry_op))
+                      : built.status();
+  }
+  Resolved r;
+  r.proto = problem;
+  r.op = *op;
+  r.software = software->second;
+  r.key = EntryKey{std::move(id->entry_op), std::move(id->problem_key), target_key_, software_key->second};
+  return r;
+}
+
+absl::Status Answers::CheckOpFilter(const std::string& op) const {
+  if (op.empty() || current_software_.count(op) > 0) return absl::OkStatus();
+  if (ops_.ForEntryOp(op) != nullptr) return absl::InvalidArgumentError("op: not served by this daemon");
+  const std::vector<std::string> known = ops_.entry_ops();
+  std::string expected;
+  for (size_t i = 0; i < known.size(); ++i) {
+    absl::StrAppend(&expected, i == 0 ? "" : i + 1 == known.size() ? " or " : ", ", known[i]);
+  }
+  return absl::InvalidArgumentError(absl::StrCat("op: unknown op '", SafeText(op), "' (expected ", expected, ")"));
+}
+
+void Answers::RememberCode(const LaunchRecipe& recipe) {
+  if (recipe.is_cublaslt_call() || recipe.cubin.empty()) return;
+  CompiledCode code{recipe.cubin, {}};
+  for (const KernelLaunch& k : recipe.kernels) code.lowered_names.push_back(k.lowered_name);
+  absl::MutexLock lock(&compiled_mu_);
+  compiled_.insert_or_assign(CompileKey(recipe), std::move(code));
+}
+
+absl::Status Answers::AttachCode(LaunchRecipe* recipe) {
+  if (recipe->is_cublaslt_call()) return absl::OkStatus();  // a library call: nothing to compile
+  const std::string key = CompileKey(*recipe);
+  auto attach = [recipe](const CompiledCode& code) {
+    recipe->cubin = code.cubin;
+    for (size_t i = 0; i < recipe->kernels.size(); ++i) recipe->kernels[i].lowered_name = code.lowered_names[i];
+  };
+  {
+    absl::MutexLock lock(&compiled_mu_);
+    if (auto it = compiled_.find(key); it != compiled_.end()) {
+      attach(it->second);
+      return absl::OkStatus();
+    }
+  }
+  // Compiled on a copy: only its code is kept, whatever else it holds.
+  LaunchRecipe program = *recipe;
+  if (kernel_cache_ == nullptr || !kernel_cache_->Lookup(&program, NvrtcVersion())) {
+    CompileResult result = Compile(&program);
+    if (!result.ok) {
+      return absl::InternalError(absl::StrCat("compiling ", program.template_id, " failed: ", result.log));
+    }
+    metrics_->AddCompileSeconds(result.compile_seconds);
+    if (kernel_cache_ != nullptr) kernel_cache_->Store(program, NvrtcVersion());
+  }
+  CompiledCode code{program.cubin, {}};
+  for (const KernelLaunch& k : program.kernels) code.lowered_names.push_back(k.lowered_name);
+  attach(code);
+  absl::MutexLock lock(&compiled_mu_);
+  compiled_.insert_or_assign(key, std::move(code));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LaunchRecipe> Answers::ServedRecipe(const Resolved& r, const v1::Config& config) {
+  absl::StatusOr<LaunchRecipe> recipe = r.op->TemplateRecipe(r.proto, config, target_);
+  if (!recipe.ok()) return recipe.status();
+  if (absl::Status s = AttachCode(&*recipe); !s.ok()) return s;
+  return recipe;
+}
+
+absl::StatusOr<v1::GetConfigResponse> Answers::EntryAnswer(const v1::Entry& entry) const {
+  // The stored recipe is checked, then the template's own is served: a store
+  // or bundle can say which config won, never how to launch it.
+  absl::StatusOr<LaunchRecipe> recipe = ops_.TemplateRecipe(entry.problem(), entry.config(), target_);
+  if (!recipe.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stored entry: recipe: this build's template writes none for its config on ", Arch(target_), ": ",
+                     recipe.status().message()));
+  }
+  if (absl::Status s = CompareRecipe("stored entry: ", WithoutLoweredNames(entry.recipe()), *recipe); !s.ok()) {
+    return s;
+  }
+  v1::GetConfigResponse response;
+  *response.mutable_config() = entry.config();
+  response.set_source(v1::TUNED);
+  *response.mutable_measurement() = entry.measurement();
+  *response.mutable_recipe() = RecipeToProto(*recipe, /*include_cubin=*/false);
+  *response.mutable_device() = entry.device();
+  *response.mutable_software() = entry.software();
+  return response;
+}
+
+absl::Status Answers::AnswerFromEntry(const ServedEntry& served, bool include_cubin, v1::GetConfigResponse* response) {
+  if (!served.answer.ok()) return served.answer.status();
+  *response = *served.answer;
+  if (include_cubin) {
+    // Entries carry no code; the recipe compiles deterministically from the
+    // embedded template (same software fingerprint), once per process.
+    LaunchRecipe recipe = RecipeFromProto(response->recipe());
+    if (absl::Status s = AttachCode(&recipe); !s.ok()) {
+      spdlog::warn("event=cubin_recompile_failed template=\"{}\" error=\"{}\"", SafeText(recipe.template_id),
+                   SafeText(s.message(), 1024));
+    } else {
+      *response->mutable_recipe() = RecipeToProto(recipe, /*include_cubin=*/true);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Answers::AnswerConfig(const Resolved& r, v1::Config config, v1::Source source, bool include_cubin,
+                                   v1::GetConfigResponse* response) {
+  absl::StatusOr<LaunchRecipe> compiled = ServedRecipe(r, config);
+  if (!compiled.ok()) return compiled.status();
+  *response->mutable_config() = std::move(config);
+  response->set_source(source);
+  *response->mutable_recipe() = RecipeToProto(*compiled, include_cubin);
+  *response->mutable_device() = DeviceToProto(target_);
+  *response->mutable_software() = SoftwareToProto(r.software);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<GetConfigAnswer> Answers::AnswerUntuned(const Resolved& r, bool nearest_on_miss, bool include_cubin,
+                                                       v1::GetConfigResponse* response) {
+  if (nearest_on_miss) {
+    const ProblemFamily family = r.op->Family(r.proto, r.key.device_key, r.key.software_key);
+    if (std::shared_ptr<const v1::Entry> nearest = entries_.Nearest(family)) {
+      // Another M's tuned config, if its op re-judges it fit for this one and
+      // its template writes it for this problem; else the heuristic answer.
+      absl::StatusOr<v1::Config> config = r.op->NearestConfig(r.proto, *nearest, target_);
+      if (config.ok() && AnswerConfig(r, *std::move(config), v1::NEAREST, include_cubin, response).ok()) {
+        *response->mutable_tuned_for() = nearest->problem();
+        return GetConfigAnswer::kNearest;
+      }
+      response->Clear();
+    }
+  }
+  absl::StatusOr<v1::Config> config = r.op->HeuristicConfig(r.proto, target_);
+  if (!config.ok()) return config.status();
+  if (absl::Status s = AnswerConfig(r, *std::move(config), v1::HEURISTIC, include_cubin, response); !s.ok()) return s;
+  return GetConfigAnswer::kHeuristic;
+}
+
+absl::Status Answers::AttachVerifiedCode(const v1::Problem& problem, v1::GetConfigResponse* response) {
+  // The tune's answer is this build's recipe for its config (the tune job
+  // checked it); compiled here, served with its code.
+  if (absl::Status s = VerifyRecipe(ops_, problem, response->config(), response->recipe(), target_); !s.ok()) {
+    return absl::InternalError(s.message());
+  }
+  LaunchRecipe recipe = RecipeFromProto(response->recipe());
+  if (absl::Status s = AttachCode(&recipe); !s.ok()) return s;
+  *response->mutable_recipe() = RecipeToProto(recipe, /*include_cubin=*/true);
+  return absl::OkStatus();
+}
+
+}  // namespace ktune

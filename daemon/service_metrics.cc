@@ -1,0 +1,108 @@
+#include "daemon/service_metrics.h"
+
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+#include "tuner/nvrtc_compiler.h"
+#include "tuner/safe_text.h"
+#include "tuner/tuner.h"
+
+namespace ktune {
+
+ServiceMetrics::ServiceMetrics(const OpRegistry& ops, bool compile_only) : ops_(ops) {
+  using K = Metrics::Kind;
+  metrics_.Declare("ktune_getconfig_total", K::kCounter,
+                   "GetConfig answers by how they were obtained (hit, heuristic, nearest, tuned, "
+                   "not_found, refused, cancelled, error)");
+  metrics_.DeclareHistogram(
+      "ktune_getconfig_seconds", "GetConfig latency in the daemon (decoded request to answer), by answer",
+      {25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 0.1, 0.25, 1, 10, 60, 300, 1800});
+  metrics_.Declare("ktune_build_info", K::kGauge, "Always 1; the labels say what this ktuned is built from");
+  metrics_.Declare("ktune_compile_only", K::kGauge,
+                   "1 when this ktuned has no usable GPU (serves cached and heuristic answers, cannot tune)");
+  metrics_.Declare("ktune_tunes_total", K::kCounter, "Tuning jobs finished, by result");
+  metrics_.Declare("ktune_tune_seconds_total", K::kCounter, "Wall time spent in tuning jobs");
+  metrics_.Declare("ktune_compile_seconds_total", K::kCounter,
+                   "NVRTC compile time summed over candidates (all compile threads)");
+  metrics_.Declare("ktune_run_seconds_total", K::kCounter, "Wall time verifying and timing candidates on the GPU");
+  metrics_.Declare("ktune_kernel_cache_hits_total", K::kCounter,
+                   "Candidates whose cubin came from the compiled-kernel cache");
+  metrics_.Declare("ktune_candidates_compiled_total", K::kCounter, "Candidates compiled by NVRTC");
+  metrics_.Declare("ktune_quarantined_total", K::kCounter, "Candidates quarantined after a fault or a hang, by reason");
+  metrics_.Declare("ktune_candidates_total", K::kCounter,
+                   "Candidates that finished, by outcome (ok, compile_error, wrong_answer, "
+                   "launch_error)");
+  metrics_.Declare("ktune_tune_jobs_joined_total", K::kCounter,
+                   "Tune requests that shared an already queued or running job of their key");
+  metrics_.Declare("ktune_tune_jobs_rejected_total", K::kCounter, "Tune requests refused because the queue was full");
+  metrics_.Declare("ktune_tune_jobs_cancelled_total", K::kCounter,
+                   "Tuning jobs dropped because every caller waiting for them went away");
+  metrics_.Declare("ktune_tune_queue_depth", K::kGauge, "Tuning jobs waiting");
+  metrics_.Declare("ktune_tunes_running", K::kGauge, "Tuning jobs running");
+  metrics_.Declare("ktune_entries", K::kGauge, "Tuned entries stored, by op");
+
+  // Every label value a family can take is exported from the start, at 0.
+  static constexpr std::array<const char*, kAnswerKinds> kAnswerNames = {
+      "hit", "heuristic", "nearest", "tuned", "not_found", "refused", "cancelled", "error"};
+  for (int i = 0; i < kAnswerKinds; ++i) {
+    answer_metrics_[i] = {metrics_.Get("ktune_getconfig_total", {{"answer", kAnswerNames[i]}}),
+                          metrics_.GetHistogram("ktune_getconfig_seconds", {{"answer", kAnswerNames[i]}})};
+  }
+  for (const char* result : {"ok", "failed", "cancelled"}) metrics_.Get("ktune_tunes_total", {{"result", result}});
+  for (CandidateStatus status : {CandidateStatus::kOk, CandidateStatus::kCompileError, CandidateStatus::kWrongAnswer,
+                                 CandidateStatus::kLaunchError, CandidateStatus::kFault, CandidateStatus::kTimeout,
+                                 CandidateStatus::kQuarantined}) {
+    metrics_.Get("ktune_candidates_total", {{"status", CandidateStatusName(status)}});
+  }
+  for (const char* reason : {"fault", "timeout"}) metrics_.Get("ktune_quarantined_total", {{"reason", reason}});
+  for (const std::string& op : ops_.entry_ops()) metrics_.Get("ktune_entries", {{"op", op}});
+  metrics_.Get("ktune_build_info", {{"version", KTUNE_VERSION}, {"nvrtc", absl::StrCat(NvrtcVersion())}})->Set(1);
+  metrics_.Get("ktune_compile_only")->Set(compile_only ? 1 : 0);
+}
+
+void ServiceMetrics::CountAnswer(GetConfigAnswer answer, std::chrono::steady_clock::time_point start) {
+  const AnswerMetrics& m = answer_metrics_[static_cast<int>(answer)];
+  m.total->Add(1);
+  m.seconds->Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
+
+void ServiceMetrics::CountTune(const std::string& key, const absl::StatusOr<OpTuneResult>& result) {
+  if (!result.ok()) {
+    metrics_.Add("ktune_tunes_total", 1, "result", absl::IsCancelled(result.status()) ? "cancelled" : "failed");
+    spdlog::error("event=tune_failed key=\"{}\" error=\"{}\"", key, SafeText(result.status().message(), 1024));
+    return;
+  }
+  metrics_.Add("ktune_tunes_total", 1, "result", "ok");
+  metrics_.Add("ktune_tune_seconds_total", result->tune_seconds);
+  metrics_.Add("ktune_compile_seconds_total", result->compile_seconds);
+  metrics_.Add("ktune_run_seconds_total", result->run_seconds);
+  metrics_.Add("ktune_kernel_cache_hits_total", result->kernel_cache_hits);
+  metrics_.Add("ktune_candidates_compiled_total", result->compiled);
+  for (const std::string& status : result->candidate_statuses) {
+    metrics_.Add("ktune_candidates_total", 1, "status", status);
+  }
+}
+
+void ServiceMetrics::CountQuarantine(const std::string& reason) {
+  metrics_.Add("ktune_quarantined_total", 1, "reason", reason);
+}
+
+void ServiceMetrics::AddCompileSeconds(double seconds) { metrics_.Add("ktune_compile_seconds_total", seconds); }
+
+void ServiceMetrics::RefreshGauges(const TuneQueue::Stats& s, Store* store) {
+  metrics_.Set("ktune_tune_queue_depth", s.queued);
+  metrics_.Set("ktune_tunes_running", s.running);
+  metrics_.Set("ktune_tune_jobs_joined_total", static_cast<double>(s.jobs_joined));
+  metrics_.Set("ktune_tune_jobs_rejected_total", static_cast<double>(s.jobs_rejected));
+  metrics_.Set("ktune_tune_jobs_cancelled_total", static_cast<double>(s.jobs_cancelled));
+  if (absl::StatusOr<std::map<std::string, int64_t>> counts = store->CountByOp(); counts.ok()) {
+    // An op with no entries (left) reads 0, not its last count.
+    for (const std::string& op : ops_.entry_ops()) {
+      if (counts->count(op) == 0) metrics_.Set("ktune_entries", 0, "op", op);
+    }
+    for (const auto& [op, n] : *counts) metrics_.Set("ktune_entries", static_cast<double>(n), "op", op);
+  }
+}
+
+}  // namespace ktune

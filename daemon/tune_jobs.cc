@@ -1,0 +1,136 @@
+#include "daemon/tune_jobs.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "cache/recipe_check.h"
+#include "spdlog/spdlog.h"
+#include "tuner/safe_text.h"
+#include "tuner/wire.h"
+
+namespace ktune {
+namespace {
+
+// Sets entry->recipe to the one this build's template writes for the entry's
+// problem and config on `device`, after checking that `measured` (the recipe
+// the tuner measured, when given) is that recipe: what is stored is exactly
+// what was timed, and what every later answer will re-derive.
+absl::Status SetTemplateRecipe(const Op& op, const DeviceInfo& device, const LaunchRecipe* measured, v1::Entry* entry) {
+  absl::StatusOr<LaunchRecipe> recipe = op.TemplateRecipe(entry->problem(), entry->config(), device);
+  if (!recipe.ok()) {
+    return absl::InternalError(
+        absl::StrCat("the tune's winner has no recipe of this build: ", recipe.status().message()));
+  }
+  if (measured != nullptr) {
+    const v1::LaunchRecipe timed = WithoutLoweredNames(RecipeToProto(*measured, /*include_cubin=*/false));
+    if (absl::Status s = CompareRecipe("the tune's winner: ", timed, *recipe); !s.ok()) {
+      return absl::InternalError(s.message());
+    }
+  }
+  *entry->mutable_recipe() = RecipeToProto(*recipe, /*include_cubin=*/false);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+TuneJobs::TuneJobs(Store* store, KernelCache* kernel_cache, std::unique_ptr<CandidateExecutor> executor,
+                   std::string compile_only_reason, Answers* answers, ServiceMetrics* metrics,
+                   const TuneJobOptions& options)
+    : store_(store),
+      kernel_cache_(kernel_cache),
+      executor_(std::move(executor)),
+      compile_only_reason_(std::move(compile_only_reason)),
+      answers_(answers),
+      metrics_(metrics),
+      options_(options),
+      queue_(options.max_queued_tunes) {}
+
+TuneJobs::~TuneJobs() { queue_.Shutdown(); }
+
+std::set<std::string> TuneJobs::QuarantinedFor(const Resolved& r) {
+  std::set<std::string> out;
+  if (absl::StatusOr<std::vector<QuarantineRecord>> q = store_->Quarantined(r.key.device_key, r.key.software_key);
+      q.ok()) {
+    for (const QuarantineRecord& record : *q) out.insert(record.candidate);
+  }
+  return out;
+}
+
+std::function<void(const std::string&, const std::string&, const std::string&)> TuneJobs::QuarantineFn(
+    const Resolved& r) {
+  return [this, key = r.key](const std::string& candidate, const std::string& reason, const std::string& detail) {
+    spdlog::error("event=candidate_quarantined key=\"{}\" reason={} candidate=\"{}\" detail=\"{}\"", key.problem_key,
+                  reason, SafeText(candidate), SafeText(detail, 2000));
+    metrics_->CountQuarantine(reason);
+    absl::Status s = store_->Quarantine({key.device_key, key.software_key, candidate, reason, detail.substr(0, 2000),
+                                         absl::ToUnixSeconds(absl::Now())});
+    if (!s.ok()) spdlog::error("event=quarantine_store_failed error=\"{}\"", std::string(s.message()));
+  };
+}
+
+TuneQueue::Result TuneJobs::TuneAndStore(const Resolved& r, int repetitions, bool force,
+                                         const std::atomic<bool>& cancelled, const TuneQueue::ProgressFn& progress) {
+  // A key stored while this job waited in the queue (e.g. a background tune
+  // that ran first) is answered, not tuned again.
+  if (!force) {
+    if (std::shared_ptr<const ServedEntry> hit = answers_->entries()->Lookup(r.key);
+        hit != nullptr && hit->answer.ok()) {
+      return *hit->answer;
+    }  // else not servable: tuned again, and replaced
+  }
+  if (cancelled) return absl::CancelledError("every caller waiting for this tune went away");
+  OpTuneRequest request;
+  request.repetitions = repetitions;
+  request.kernel_cache = kernel_cache_;
+  request.cancelled = &cancelled;
+  request.quarantined = QuarantinedFor(r);
+  request.on_quarantine = QuarantineFn(r);
+  request.progress = progress;
+  request.search = options_.search;
+  spdlog::info("event=tune_start key=\"{}\"", r.key.problem_key);
+  absl::StatusOr<OpTuneResult> result = r.op->Tune(r.proto, executor_.get(), request);
+  metrics_->CountTune(r.key.problem_key, result);
+  if (!result.ok()) return result.status();
+
+  const DeviceInfo& target = answers_->target();
+  v1::Entry entry;
+  *entry.mutable_problem() = std::move(result->problem);
+  *entry.mutable_device() = DeviceToProto(target);
+  *entry.mutable_software() = SoftwareToProto(r.software);
+  *entry.mutable_config() = std::move(result->config);
+  // A library call is wholly its config; a template's recipe is checked to be
+  // the one the template writes for the config that won.
+  const LaunchRecipe* measured = result->measured_recipe.has_value() ? &*result->measured_recipe : nullptr;
+  if (absl::Status s = SetTemplateRecipe(*r.op, target, measured, &entry); !s.ok()) return s;
+  *entry.mutable_measurement() = std::move(result->measurement);
+  entry.set_tuned_at_unix(absl::ToUnixSeconds(absl::Now()));
+  entry.set_candidates_measured(result->candidates_measured);
+  entry.set_ktune_version(KTUNE_VERSION);
+  if (absl::Status s = answers_->entries()->Insert(entry); !s.ok()) return s;
+  if (measured != nullptr) answers_->RememberCode(*measured);
+  spdlog::info("event=tune_done key=\"{}\" {}", r.key.problem_key, result->summary);
+  return answers_->EntryAnswer(entry);
+}
+
+absl::StatusOr<std::unique_ptr<TuneQueue::Ticket>> TuneJobs::Join(const Resolved& r, JobPriority priority,
+                                                                  int repetitions, bool force, TuneQueue::DoneFn done,
+                                                                  TuneQueue::ProgressFn progress) {
+  if (compile_only()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("this ktuned is compile-only (", compile_only_reason_,
+                     "): it answers CACHED_ONLY and HEURISTIC_ON_MISS but cannot tune"));
+  }
+  auto work = [this, r, repetitions, force](const std::atomic<bool>& cancelled, const TuneQueue::ProgressFn& progress) {
+    return TuneAndStore(r, repetitions, force, cancelled, progress);
+  };
+  absl::StatusOr<std::unique_ptr<TuneQueue::Ticket>> ticket =
+      queue_.Join(FlatKey(r.key), priority, std::move(work), std::move(done), std::move(progress));
+  if (!ticket.ok() && absl::IsResourceExhausted(ticket.status())) {
+    spdlog::warn("event=tune_rejected key=\"{}\" error=\"{}\"", r.key.problem_key,
+                 std::string(ticket.status().message()));
+  }
+  return ticket;
+}
+
+}  // namespace ktune

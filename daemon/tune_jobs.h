@@ -1,0 +1,76 @@
+// Tuning jobs, for every op alike (tuner/op.h): a request joins the job of its
+// key (single flight, TuneQueue), the job runs its op's Tune on the worker,
+// stores the winner as an entry (its recipe re-derived from the winning config
+// and checked to be the one measured) and answers it. Candidates that fault or
+// hang are quarantined in the store for the environment and never run there
+// again.
+//
+// Thread-safe. Jobs run one at a time on the queue's thread; Join may be
+// called from any thread. The destructor cancels queued jobs and waits for
+// the running one.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "cache/store.h"
+#include "daemon/answers.h"
+#include "daemon/service_metrics.h"
+#include "daemon/tune_queue.h"
+#include "tuner/executor.h"
+#include "tuner/kernel_cache.h"
+
+namespace ktune {
+
+struct TuneJobOptions {
+  int max_queued_tunes = 64;
+  OpSearch search;  // for ops that search their space (norms)
+};
+
+class TuneJobs {
+ public:
+  // `executor` runs candidates; null makes every Join FAILED_PRECONDITION
+  // (compile-only, for `compile_only_reason`). Nothing else is owned; all
+  // must outlive this.
+  TuneJobs(Store* store, KernelCache* kernel_cache, std::unique_ptr<CandidateExecutor> executor,
+           std::string compile_only_reason, Answers* answers, ServiceMetrics* metrics, const TuneJobOptions& options);
+  ~TuneJobs();
+
+  bool compile_only() const { return executor_ == nullptr; }
+  const std::string& compile_only_reason() const { return compile_only_reason_; }
+
+  // Joins (or creates) the tuning job of `r`: FAILED_PRECONDITION when
+  // compile-only, RESOURCE_EXHAUSTED when the queue is full. Unless `force`,
+  // a key stored meanwhile is answered, not tuned again.
+  absl::StatusOr<std::unique_ptr<TuneQueue::Ticket>> Join(const Resolved& r, JobPriority priority, int repetitions,
+                                                          bool force, TuneQueue::DoneFn done,
+                                                          TuneQueue::ProgressFn progress);
+
+  TuneQueue::Stats stats() { return queue_.stats(); }
+  // Stops taking jobs (shutdown): queued ones are cancelled.
+  void Shutdown() { queue_.Shutdown(); }
+
+ private:
+  // The work of one job: tunes on the GPU, stores the winner, answers it.
+  TuneQueue::Result TuneAndStore(const Resolved& r, int repetitions, bool force, const std::atomic<bool>& cancelled,
+                                 const TuneQueue::ProgressFn& progress);
+  // The candidates quarantined in r's environment, and the callback that
+  // quarantines one (store, metric, log).
+  std::set<std::string> QuarantinedFor(const Resolved& r);
+  std::function<void(const std::string&, const std::string&, const std::string&)> QuarantineFn(const Resolved& r);
+
+  Store* const store_;
+  KernelCache* const kernel_cache_;
+  const std::unique_ptr<CandidateExecutor> executor_;
+  const std::string compile_only_reason_;
+  Answers* const answers_;
+  ServiceMetrics* const metrics_;
+  const TuneJobOptions options_;
+  TuneQueue queue_;  // last: its worker uses everything above until it is joined
+};
+
+}  // namespace ktune

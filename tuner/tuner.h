@@ -68,7 +68,7 @@ struct TuneOptions {
   // Candidates (CandidateId) that faulted or hung before: not run.
   std::set<std::string> quarantined;
   // Called for a candidate that faulted or hung: reason "fault" or "timeout".
-  std::function<void(const std::string& candidate, const std::string& reason, const std::string& detail)> on_quarantine;
+  QuarantineFn on_quarantine;  // tuner/candidate.h
 };
 
 struct TuneResult {

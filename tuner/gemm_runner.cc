@@ -11,12 +11,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "spdlog/spdlog.h"
 #include "tuner/gemm_problem.h"
 #include "tuner/gemm_wgmma_space.h"
 #include "tuner/host_float.h"
 #include "tuner/kernel_instance.h"
 #include "tuner/kernel_source.h"
 #include "tuner/nvrtc_compiler.h"
+#include "tuner/parallel.h"
 
 namespace ktune {
 namespace {
@@ -73,11 +75,8 @@ VerifyResult CompareGemmOutput(const std::vector<float>& got, const std::vector<
   };
   const int64_t total = static_cast<int64_t>(got.size());
   constexpr int64_t kPerThread = int64_t{1} << 22;  // below this, threads cost more than they save
-  const int threads =
-      static_cast<int>(std::clamp<int64_t>(total / kPerThread, 1, std::max(1u, std::thread::hardware_concurrency())));
-  std::vector<Slice> slices(threads);
-  auto compare = [&](int t) {
-    const int64_t begin = total * t / threads, end = total * (t + 1) / threads;
+  std::vector<Slice> slices(RangeSlices(total, kPerThread));
+  ParallelForRanges(total, kPerThread, [&](int t, int64_t begin, int64_t end) {
     Slice& out = slices[t];
     for (int64_t i = begin; i < end; ++i) {
       const double want = ref[i];
@@ -86,11 +85,7 @@ VerifyResult CompareGemmOutput(const std::vector<float>& got, const std::vector<
       out.max_error = std::max(out.max_error, scaled);
       if (scaled > 1.0 && out.first_bad < 0) out.first_bad = i;
     }
-  };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) pool.emplace_back(compare, t);
-  compare(0);
-  for (std::thread& th : pool) th.join();
+  });
 
   VerifyResult v;
   v.ok = true;
@@ -379,6 +374,24 @@ absl::StatusOr<Timing> GemmRunner::Time(const LaunchRecipe& recipe, const Measur
       im.device, [&](int set) { return im.Launch(recipe, *kernel ? &**kernel : nullptr, set); }, im.rotation, options);
   if (*kernel) im.device->UnloadKernel(**kernel);
   return t;
+}
+
+absl::StatusOr<std::vector<LaunchRecipe>> GemmRunner::LibraryCandidates(int max) {
+  Impl& im = *impl_;
+  std::vector<LaunchRecipe> out;
+  if (im.cublaslt == nullptr || !CublasLtCanServe(im.p).ok()) return out;
+  absl::Status variants;
+  absl::StatusOr<std::vector<CublasLtAlgo>> algos =
+      im.cublaslt->Candidates(im.p, max, im.device->info().cc_major >= 9, &variants);
+  if (!algos.ok()) return algos.status();
+  if (!variants.ok()) {
+    spdlog::warn("event=cublaslt_variants_failed reason=\"{}\"", std::string(variants.message()));
+  }
+  for (const CublasLtAlgo& a : *algos) {
+    out.push_back(CublasLtRecipe(a, im.cublaslt->version()));
+    out.back().arch = Arch(im.device->info());
+  }
+  return out;
 }
 
 }  // namespace ktune

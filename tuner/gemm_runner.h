@@ -31,7 +31,7 @@
 #include "tuner/gemm_wgmma_space.h"
 #include "tuner/launch_recipe.h"
 #include "tuner/measure.h"
-#include "tuner/norm_runner.h"  // VerifyResult
+#include "tuner/problem_runner.h"
 
 namespace ktune {
 
@@ -67,7 +67,7 @@ double GemmRelativeTolerance(v1::DType d_dtype);
 VerifyResult CompareGemmOutput(const std::vector<float>& got, const std::vector<float>& ref, double ref_rms,
                                double rtol, int64_t m, int64_t n);
 
-class GemmRunner {
+class GemmRunner final : public ProblemRunner {
  public:
   // REQUIRES: ValidateGemmProblem(problem) OK. `cublaslt` may be
   // null (no cuBLASLt candidates); it must outlive the runner. Allocates the
@@ -77,16 +77,22 @@ class GemmRunner {
   // the Device returns them.
   static absl::StatusOr<std::unique_ptr<GemmRunner>> Create(const v1::GemmProblem& problem, Device* device,
                                                             CublasLt* cublaslt, uint64_t seed = 1);
-  ~GemmRunner();
+  ~GemmRunner() override;
 
   // Runs the recipe (its one kernel, or a cuBLASLt call) once on set 0 and
   // checks every element of D. A wrong answer is a value (ok == false); a
   // recipe of more than one kernel or with a parameter the runner cannot
   // bind is INVALID_ARGUMENT; a launch error or fault is a status.
-  absl::StatusOr<VerifyResult> Verify(const LaunchRecipe& recipe);
+  absl::StatusOr<VerifyResult> Verify(const LaunchRecipe& recipe) override;
 
   // Times the recipe, inputs rotated past the L2. REQUIRES: Verify passed.
-  absl::StatusOr<Timing> Time(const LaunchRecipe& recipe, const MeasureOptions& options);
+  absl::StatusOr<Timing> Time(const LaunchRecipe& recipe, const MeasureOptions& options) override;
+
+  // Up to `max` algorithms of cuBLASLt's heuristic (with its one-setting
+  // variants, CublasLt::Candidates) as recipes for this device's arch, best
+  // first; empty without cuBLASLt or where it does not serve the problem
+  // (CublasLtCanServe).
+  absl::StatusOr<std::vector<LaunchRecipe>> LibraryCandidates(int max) override;
 
  private:
   struct Impl;

@@ -17,6 +17,8 @@
 // measurably slower than what cuBLASLt would have run: adding a source can
 // only make it faster.
 //
+// TuneGemm runs as stages of the one tuning pipeline (tuner/pipeline.h):
+// its own finals and tie-breaks are GemmStages::Finish in gemm_tuner.cc.
 // Candidates run on a CandidateExecutor: in ktuned the worker process
 // (tuner/worker.h), so a candidate that faults or hangs fails alone (its
 // outcome says so) and the tune goes on; in benchmarks, in process.
@@ -31,6 +33,7 @@
 
 #include "absl/status/statusor.h"
 #include "ktune/v1/ktune.pb.h"
+#include "tuner/candidate.h"
 #include "tuner/executor.h"
 #include "tuner/gemm_runner.h"
 #include "tuner/gemm_space.h"
@@ -73,10 +76,10 @@ struct GemmTuneOptions {
   int tie_break_rounds = 8;
   KernelCache* kernel_cache = nullptr;           // not owned; may be null
   const std::atomic<bool>* cancelled = nullptr;  // checked between candidates
-  // Candidates (CandidateId, tuner/tuner.h) that faulted or hung before: not run.
+  // Candidates (CandidateId, tuner/candidate.h) that faulted or hung before: not run.
   std::set<std::string> quarantined;
   // Called for a candidate that faulted or hung: reason "fault" or "timeout".
-  std::function<void(const std::string& candidate, const std::string& reason, const std::string& detail)> on_quarantine;
+  QuarantineFn on_quarantine;  // tuner/candidate.h
 };
 
 // Two candidates timed against each other as the sustained finals time each

@@ -16,6 +16,7 @@
 #include "tuner/kernel_source.h"
 #include "tuner/norm_space.h"
 #include "tuner/nvrtc_compiler.h"
+#include "tuner/parallel.h"
 
 namespace ktune {
 namespace {
@@ -142,25 +143,6 @@ float SignedMagnitude(double u, double lo, double hi) {
   const double twice = 2.0 * u;
   const double m = lo + (hi - lo) * (twice < 1.0 ? twice : twice - 1.0);
   return static_cast<float>(u < 0.5 ? -m : m);
-}
-
-// Runs fn(begin, end) over [0, count) split across the machine's cores.
-void ParallelFor(int64_t count, int64_t min_per_thread, const std::function<void(int64_t, int64_t)>& fn) {
-  const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
-  const int64_t threads = std::clamp<int64_t>(count / std::max<int64_t>(min_per_thread, 1), 1, cores);
-  if (threads == 1) {
-    fn(0, count);
-    return;
-  }
-  std::vector<std::thread> pool;
-  const int64_t per = (count + threads - 1) / threads;
-  for (int64_t t = 0; t < threads; ++t) {
-    const int64_t begin = t * per;
-    const int64_t end = std::min(count, begin + per);
-    if (begin >= end) break;
-    pool.emplace_back(fn, begin, end);
-  }
-  for (std::thread& t : pool) t.join();
 }
 
 constexpr uint64_t kStreamX = 1;
@@ -517,7 +499,7 @@ absl::StatusOr<std::unique_ptr<NormRunner>> NormRunner::Create(const NormProblem
   im.rstd_ref.assign(m, 0.0);
   const UniformStream row_scale(seed, kStreamRowScale), row_offset(seed + 1, kStreamRowScale);
   const UniformStream x_values(seed, kStreamX), dy_values(seed, kStreamDy);
-  ParallelFor(m, std::max<int64_t>(1, (int64_t{1} << 16) / n), [&](int64_t begin, int64_t end) {
+  ParallelForRanges(m, std::max<int64_t>(1, (int64_t{1} << 16) / n), [&](int, int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const double scale = std::exp2(4.0 * row_scale(i) - 2.0);
       const double offset = ln ? scale * (8.0 * row_offset(i) - 4.0) : 0.0;
@@ -558,7 +540,7 @@ absl::StatusOr<std::unique_ptr<NormRunner>> NormRunner::Create(const NormProblem
   if (!fwd) {
     im.c1_ref.assign(m, 0.0);
     im.c2_ref.assign(m, 0.0);
-    ParallelFor(m, std::max<int64_t>(1, (int64_t{1} << 16) / n), [&](int64_t begin, int64_t end) {
+    ParallelForRanges(m, std::max<int64_t>(1, (int64_t{1} << 16) / n), [&](int, int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         const double mu = ln ? im.mean_f[i] : 0.0;
         const double r = im.rstd_f[i];
@@ -576,7 +558,7 @@ absl::StatusOr<std::unique_ptr<NormRunner>> NormRunner::Create(const NormProblem
     im.db_ref.assign(n, 0.0);
     im.dw_scale.assign(n, 0.0);
     im.db_scale.assign(n, 0.0);
-    ParallelFor(n, std::max<int64_t>(1, (int64_t{1} << 16) / m), [&](int64_t begin, int64_t end) {
+    ParallelForRanges(n, std::max<int64_t>(1, (int64_t{1} << 16) / m), [&](int, int64_t begin, int64_t end) {
       for (int64_t i = 0; i < m; ++i) {
         const double mu = ln ? im.mean_f[i] : 0.0;
         const double r = im.rstd_f[i];
@@ -828,7 +810,7 @@ absl::StatusOr<VerifyResult> NormRunner::Impl::CheckElementsOnHost() {
   const int64_t n = problem.n;
   const char* what = IsForward(problem) ? "y" : "dx";
   Findings findings;
-  ParallelFor(m, std::max<int64_t>(1, (int64_t{1} << 16) / n), [&](int64_t begin, int64_t end) {
+  ParallelForRanges(m, std::max<int64_t>(1, (int64_t{1} << 16) / n), [&](int, int64_t begin, int64_t end) {
     double local_max = 0;
     int64_t bad = -1;
     std::string detail;
@@ -964,5 +946,7 @@ absl::StatusOr<Timing> NormRunner::Time(const LaunchRecipe& recipe, const Measur
   if (absl::Status s = im.device->Synchronize(); !s.ok()) return s;
   return timing;
 }
+
+absl::StatusOr<std::vector<LaunchRecipe>> NormRunner::LibraryCandidates(int) { return std::vector<LaunchRecipe>(); }
 
 }  // namespace ktune

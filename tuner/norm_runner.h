@@ -25,35 +25,33 @@
 #include "tuner/launch_recipe.h"
 #include "tuner/measure.h"
 #include "tuner/problem.h"
+#include "tuner/problem_runner.h"
 
 namespace ktune {
 
-struct VerifyResult {
-  bool ok = false;
-  std::string detail;    // first mismatch, unwritten element, or NaN when !ok
-  double max_error = 0;  // max |out - ref| / (atol + rtol * |ref|) over the outputs
-};
-
-class NormRunner {
+class NormRunner final : public ProblemRunner {
  public:
   // REQUIRES: ValidateNormProblem(problem).ok(). Allocates device memory.
   static absl::StatusOr<std::unique_ptr<NormRunner>> Create(const NormProblem& problem, Device* device,
                                                             uint64_t seed = 1);
-  ~NormRunner();
+  ~NormRunner() override;
 
   // Loads recipe's cubin, poisons outputs (and the backward workspace, sized
   // by recipe.workspace_bytes), launches every kernel once on input set 0 and
   // checks every output element against the float64 reference. A wrong answer
   // is a value (ok == false); a launch failure or fault is an error status,
   // and so (INTERNAL) is the device check disagreeing with the host's.
-  absl::StatusOr<VerifyResult> Verify(const LaunchRecipe& recipe);
+  absl::StatusOr<VerifyResult> Verify(const LaunchRecipe& recipe) override;
 
   // Verify with every element compared on the host (the whole output copied
   // back): the device check's own reference, slow at large M * N.
   absl::StatusOr<VerifyResult> VerifyOnHost(const LaunchRecipe& recipe);
 
   // Times the recipe (inputs rotated past L2). REQUIRES: Verify passed.
-  absl::StatusOr<Timing> Time(const LaunchRecipe& recipe, const MeasureOptions& options);
+  absl::StatusOr<Timing> Time(const LaunchRecipe& recipe, const MeasureOptions& options) override;
+
+  // No library serves norms: always empty.
+  absl::StatusOr<std::vector<LaunchRecipe>> LibraryCandidates(int max) override;
 
  private:
   struct Impl;

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tuner/kernel_source.h"
+#include "tuner/parallel.h"
 
 namespace ktune {
 namespace {
@@ -175,25 +176,14 @@ std::vector<CompileResult> CompileAll(std::vector<LaunchRecipe>* recipes, int th
   const int count = static_cast<int>(recipes->size());
   std::vector<CompileResult> results(count);
   if (count == 0) return results;
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  threads = std::min(threads, count);
-
-  std::atomic<int> next{0};
   std::mutex done_mu;  // serializes on_done and guards `finished`
   int finished = 0;
-  auto worker = [&] {
-    for (int i = next.fetch_add(1); i < count; i = next.fetch_add(1)) {
-      results[i] = Compile(&(*recipes)[i]);
-      std::lock_guard<std::mutex> lock(done_mu);
-      ++finished;
-      if (on_done) on_done(finished);
-    }
-  };
-  std::vector<std::thread> pool;
-  pool.reserve(threads - 1);
-  for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
-  worker();  // the calling thread works too
-  for (std::thread& t : pool) t.join();
+  ParallelFor(count, threads, [&](int i) {
+    results[i] = Compile(&(*recipes)[i]);
+    std::lock_guard<std::mutex> lock(done_mu);
+    ++finished;
+    if (on_done) on_done(finished);
+  });
   return results;
 }
 

@@ -2,15 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
-#include <mutex>
+#include <memory>
 #include <optional>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "tuner/measure.h"
-#include "tuner/nvrtc_compiler.h"
+#include "tuner/pipeline.h"
+#include "tuner/problem_runners.h"
 
 namespace ktune {
 namespace {
@@ -26,47 +25,224 @@ std::string Excerpt(const std::string& text) {
 
 double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
 
-// What a failed run says about the candidate: a fault or a hang is the
-// candidate's (and quarantines it); UNAVAILABLE means the executor itself is
-// gone, which ends the tune.
-CandidateStatus StatusOfFailure(const absl::Status& s) {
-  if (absl::IsAborted(s)) return CandidateStatus::kFault;
-  if (absl::IsDeadlineExceeded(s)) return CandidateStatus::kTimeout;
-  return CandidateStatus::kLaunchError;
-}
+// The norm tuner's stages: the space (NormSearchSpace) in its order, batches
+// from the search strategy, progress as TuneProgress, and as finals the best
+// `remeasure_top` re-timed, the earliest in space order among those tied with
+// the fastest, then for a backward its reduce kernel's geometries.
+class NormStages final : public TuneStages {
+ public:
+  NormStages(const NormProblem& problem, const DeviceInfo& info, const TuneOptions& options,
+             const ProgressCallback& progress, Clock::time_point start, TuneResult* result)
+      : problem_(problem), info_(info), options_(options), progress_(progress), start_(start), result_(*result) {}
+
+  absl::StatusOr<int> Generate() override {
+    // The space, already pruned by CanImplement and the grid's rules.
+    space_ = NormSearchSpace(problem_, info_, options_.space);
+    if (space_.empty()) {
+      return absl::UnimplementedError(
+          absl::StrCat("no kernel configuration implements ", CanonicalKey(problem_), " on ", Arch(info_)));
+    }
+    const int total = static_cast<int>(space_.size());
+    strategy_ = options_.search == SearchKind::kGrid
+                    ? NewGridSearch()
+                    : NewCoordinateDescent(HeuristicNormConfig(problem_, info_), options_.budget);
+    result_.strategy = strategy_->name();
+    result_.candidates_generated = total;
+    result_.outcomes.resize(total);
+    for (int i = 0; i < total; ++i) result_.outcomes[i].config = space_[i];
+    Emit({"generated", total, total, 0,
+          absl::StrCat(total, " candidates for ", CanonicalKey(problem_), " (", strategy_->name(), ")"), nullptr});
+    return total;
+  }
+
+  absl::StatusOr<LaunchRecipe> Recipe(int i) override { return NormLaunchRecipe(problem_, space_[i], info_); }
+
+  std::vector<int> NextBatch(const Pipeline& pipeline) override {
+    std::vector<std::optional<double>> measured_us(space_.size());
+    for (size_t i = 0; i < space_.size(); ++i) {
+      const CandidateRecord& r = pipeline.record(static_cast<int>(i));
+      if (r.status == CandidateStatus::kOk) measured_us[i] = r.timing.median_us;
+    }
+    return strategy_->Next(space_, measured_us, pipeline.tried(), Seconds(start_));
+  }
+
+  std::string Name(int i) const override { return ToString(space_[i]); }
+
+  void OnEvent(const Pipeline& pipeline, const PipelineEvent& e) override {
+    const CandidateOutcome* candidate = nullptr;
+    if (e.candidate >= 0) {
+      Sync(pipeline, e.candidate);
+      candidate = &result_.outcomes[e.candidate];
+    }
+    Emit({e.stage, e.done, e.total, e.best_us, e.message, candidate});
+  }
+
+  absl::Status Finish(Pipeline& pipeline) override {
+    for (int i = 0; i < static_cast<int>(space_.size()); ++i) Sync(pipeline, i);
+    if (absl::Status s = RemeasureAndPick(pipeline); !s.ok()) return s;
+    if (absl::Status s = TuneReduce(pipeline); !s.ok()) return s;
+    result_.candidates_measured = pipeline.measured;
+    result_.compiled = pipeline.compiled;
+    result_.kernel_cache_hits = pipeline.kernel_cache_hits;
+    result_.compile_seconds = pipeline.compile_seconds;
+    result_.prepare_seconds = pipeline.prepare_seconds;
+    result_.verify_seconds = pipeline.verify_seconds;
+    result_.time_seconds = pipeline.time_seconds;
+    result_.run_seconds = pipeline.run_seconds + finals_seconds_;
+    result_.throughput_tbs = result_.timing.median_us > 0 ? static_cast<double>(MinimumBytes(problem_)) /
+                                                                (result_.timing.median_us * 1e-6) / 1e12
+                                                          : 0;
+    result_.tune_seconds = Seconds(start_);
+    return absl::OkStatus();
+  }
+
+ private:
+  void Emit(const TuneProgress& p) {
+    if (progress_) progress_(p);
+  }
+
+  // The pipeline's record of candidate i, as the result's outcome.
+  void Sync(const Pipeline& pipeline, int i) {
+    const CandidateRecord& r = pipeline.record(i);
+    CandidateOutcome& o = result_.outcomes[i];
+    o.status = r.status;
+    switch (r.status) {
+      case CandidateStatus::kOk:
+        o.timing = r.timing;
+        break;
+      case CandidateStatus::kCompileError:
+        o.detail = Excerpt(r.message);
+        break;
+      case CandidateStatus::kLaunchError:
+      case CandidateStatus::kFault:
+      case CandidateStatus::kTimeout:
+        o.detail = absl::StrCat(r.phase, ": ", r.message);
+        break;
+      default:
+        o.detail = r.message;
+    }
+  }
+
+  // The best few re-measured (fastest first), then the winner chosen with
+  // noise in mind: the earliest in space order among those within the tie
+  // window of the fastest.
+  absl::Status RemeasureAndPick(Pipeline& pipeline) {
+    std::vector<CandidateOutcome>& outcomes = result_.outcomes;
+    const int total = static_cast<int>(space_.size());
+    std::vector<int> ranked;
+    for (int i = 0; i < total; ++i) {
+      if (outcomes[i].status == CandidateStatus::kOk) ranked.push_back(i);
+    }
+    if (ranked.empty()) {
+      std::string why;
+      for (const CandidateOutcome& o : outcomes) {
+        if (o.status == CandidateStatus::kNotMeasured || why.size() > 4000) continue;
+        absl::StrAppend(&why, "\n  ", ToString(o.config), ": ", CandidateStatusName(o.status), ": ",
+                        o.detail.substr(0, 300));
+      }
+      return absl::InternalError(
+          absl::StrCat("no candidate for ", CanonicalKey(problem_), " passed verification:", why));
+    }
+    std::stable_sort(ranked.begin(), ranked.end(),
+                     [&](int a, int b) { return outcomes[a].timing.median_us < outcomes[b].timing.median_us; });
+    const int finalists = std::clamp(options_.remeasure_top, 1, static_cast<int>(ranked.size()));
+    ranked.resize(finalists);
+    const auto remeasure_start = Clock::now();
+    for (int r = 0; r < finalists; ++r) {
+      if (pipeline.cancelled()) return absl::CancelledError("the tune was cancelled");
+      const int i = ranked[r];
+      absl::StatusOr<Timing> t = pipeline.Time(pipeline.recipe(i), options_.measure);
+      if (!t.ok()) return t.status();  // it ran moments ago: a failure now is not the candidate's
+      outcomes[i].timing = *t;
+      pipeline.best_us = std::min(pipeline.best_us, t->median_us);
+      Emit({"measured", r + 1, finalists, pipeline.best_us,
+            absl::StrFormat("re-measured %s: %.2f us (spread %.1f%%)", ToString(space_[i]), t->median_us,
+                            100 * t->spread),
+            &outcomes[i]});
+    }
+    finals_seconds_ += Seconds(remeasure_start);
+    int best = ranked[0];
+    for (int i : ranked) {
+      if (outcomes[i].timing.median_us < outcomes[best].timing.median_us) best = i;
+    }
+    const Timing& best_timing = outcomes[best].timing;
+    const double window = TieWindowUs(best_timing.spread, best_timing.median_us);
+    int winner = best;
+    for (int i : ranked) {  // the earliest in space order among the tied
+      if (outcomes[i].timing.median_us <= best_timing.median_us + window && i < winner) winner = i;
+    }
+    result_.config = space_[winner];
+    result_.recipe = pipeline.recipe(winner);
+    result_.timing = outcomes[winner].timing;
+    return absl::OkStatus();
+  }
+
+  // Backward: the partials' reduce kernel, tuned with the fused kernel fixed
+  // (its geometry does not change the fused kernel's time, so a second,
+  // one-knob search replaces multiplying the space). The winner (derived
+  // geometry) is re-timed beside the variants; a variant replaces it only
+  // when faster by more than the tie window.
+  absl::Status TuneReduce(Pipeline& pipeline) {
+    const std::vector<int> reduce_rows =
+        options_.tune_reduce ? ReduceRowsCandidates(problem_, result_.config) : std::vector<int>();
+    if (reduce_rows.empty()) return absl::OkStatus();
+    const auto reduce_start = Clock::now();
+    std::vector<NormConfig> variants;
+    std::vector<LaunchRecipe> recipes;
+    for (int rows : reduce_rows) {
+      NormConfig c = result_.config;
+      c.reduce_rows = rows;
+      absl::StatusOr<LaunchRecipe> r = NormLaunchRecipe(problem_, c, info_);
+      if (!r.ok() || pipeline.quarantined(*r)) continue;
+      variants.push_back(c);
+      recipes.push_back(*std::move(r));
+    }
+    std::vector<LaunchRecipe*> pointers;
+    for (LaunchRecipe& r : recipes) pointers.push_back(&r);
+    const CompileBatchResult compiled = pipeline.Compile(pointers);
+    absl::StatusOr<Timing> base = pipeline.Time(result_.recipe, options_.measure);
+    if (!base.ok()) return base.status();  // it ran moments ago: not the candidate's fault
+    Timing best = *base;
+    for (size_t v = 0; v < variants.size(); ++v) {
+      if (!compiled.results[v].ok) continue;
+      if (pipeline.cancelled()) return absl::CancelledError("the tune was cancelled");
+      absl::StatusOr<VerifyResult> ok = pipeline.Verify(recipes[v]);
+      if (!ok.ok() && EndsTune(ok.status())) return ok.status();
+      if (!ok.ok()) {
+        ClassifyRunFailure(ok.status(), recipes[v], options_.on_quarantine, std::string(ok.status().message()));
+        continue;
+      }
+      if (!ok->ok) continue;
+      absl::StatusOr<Timing> t = pipeline.Time(recipes[v], options_.measure);
+      if (!t.ok() && EndsTune(t.status())) return t.status();
+      if (!t.ok()) continue;
+      ++result_.reduce_variants_measured;
+      Emit({"measured", pipeline.measured, pipeline.proposed, pipeline.best_us,
+            absl::StrFormat("%s: %.2f us (reduce kernel)", ToString(variants[v]), t->median_us), nullptr});
+      const double window = TieWindowUs(base->spread, base->median_us);
+      if (t->median_us < base->median_us - window && t->median_us < best.median_us) {
+        best = *t;
+        result_.config = variants[v];
+        result_.recipe = recipes[v];
+        result_.timing = *t;
+      }
+    }
+    finals_seconds_ += Seconds(reduce_start);
+    return absl::OkStatus();
+  }
+
+  const NormProblem& problem_;
+  const DeviceInfo& info_;
+  const TuneOptions& options_;
+  const ProgressCallback& progress_;
+  const Clock::time_point start_;
+  TuneResult& result_;
+  std::vector<NormConfig> space_;
+  std::unique_ptr<SearchStrategy> strategy_;
+  double finals_seconds_ = 0;  // wall time of the re-measurement and the reduce pass
+};
 
 }  // namespace
-
-std::string CandidateStatusName(CandidateStatus status) {
-  switch (status) {
-    case CandidateStatus::kOk:
-      return "ok";
-    case CandidateStatus::kCompileError:
-      return "compile_error";
-    case CandidateStatus::kWrongAnswer:
-      return "wrong_answer";
-    case CandidateStatus::kLaunchError:
-      return "launch_error";
-    case CandidateStatus::kFault:
-      return "fault";
-    case CandidateStatus::kTimeout:
-      return "timeout";
-    case CandidateStatus::kQuarantined:
-      return "quarantined";
-    case CandidateStatus::kNotMeasured:
-      return "not_measured";
-  }
-  return "unknown";
-}
-
-std::string CandidateId(const LaunchRecipe& recipe) {
-  if (recipe.is_cublaslt_call()) {  // no kernels: the algorithm is the identity
-    return absl::StrCat("cublaslt:", absl::BytesToHexString(recipe.cublaslt_algo));
-  }
-  std::vector<std::string> names;
-  for (const KernelLaunch& k : recipe.kernels) names.push_back(k.name_expression);
-  return absl::StrJoin(names, ";");
-}
 
 absl::StatusOr<TuneResult> TuneNorm(const NormProblem& problem, Device* device, const TuneOptions& options,
                                     const ProgressCallback& progress) {
@@ -80,278 +256,12 @@ absl::StatusOr<TuneResult> TuneNorm(const NormProblem& problem, CandidateExecuto
   const auto start = Clock::now();
   if (absl::Status s = ValidateNormProblem(problem); !s.ok()) return s;
   if (executor == nullptr) return absl::FailedPreconditionError("TuneNorm needs an executor");
-  const DeviceInfo& info = executor->device();
-  std::mutex progress_mu;  // progress may be called from compile workers
-  auto emit = [&](TuneProgress p) {
-    if (!progress) return;
-    std::lock_guard<std::mutex> lock(progress_mu);
-    progress(p);
-  };
-  auto cancelled = [&] { return options.cancelled != nullptr && options.cancelled->load(); };
-
-  // 1. The space, already pruned by CanImplement and the grid's rules.
-  const std::vector<NormConfig> space = NormSearchSpace(problem, info, options.space);
-  if (space.empty()) {
-    return absl::UnimplementedError(
-        absl::StrCat("no kernel configuration implements ", CanonicalKey(problem), " on ", Arch(info)));
-  }
-  const int total = static_cast<int>(space.size());
-  std::unique_ptr<SearchStrategy> strategy =
-      options.search == SearchKind::kGrid ? NewGridSearch()
-                                          : NewCoordinateDescent(HeuristicNormConfig(problem, info), options.budget);
   TuneResult result;
-  result.strategy = strategy->name();
-  result.candidates_generated = total;
-  result.outcomes.resize(total);
-  for (int i = 0; i < total; ++i) result.outcomes[i].config = space[i];
-  emit({"generated", total, total, 0,
-        absl::StrCat(total, " candidates for ", CanonicalKey(problem), " (", strategy->name(), ")"), nullptr});
-
-  const auto prepare_start = Clock::now();
-  if (absl::Status s = executor->Prepare(problem); !s.ok()) return s;
-  result.prepare_seconds = Seconds(prepare_start);
-  // Verify and Time, each timed into the result's phase totals.
-  auto verify_phase = [&](const LaunchRecipe& recipe) {
-    const auto phase_start = Clock::now();
-    absl::StatusOr<VerifyResult> v = executor->Verify(recipe);
-    result.verify_seconds += Seconds(phase_start);
-    return v;
-  };
-  auto time_phase = [&](const LaunchRecipe& recipe) {
-    const auto phase_start = Clock::now();
-    absl::StatusOr<Timing> t = executor->Time(recipe, options.measure);
-    result.time_seconds += Seconds(phase_start);
-    return t;
-  };
-
-  std::vector<LaunchRecipe> recipes(total);
-  std::vector<std::optional<double>> measured_us(total);
-  std::vector<bool> tried(total, false);
-  int proposed = 0, compiled_count = 0, verified = 0, measured = 0;
-  double best_us = 0;
-
-  // Runs one candidate: verify, then time. An error status ends the tune.
-  auto run_candidate = [&](int i) -> absl::Status {
-    CandidateOutcome& outcome = result.outcomes[i];
-    auto fail = [&](const absl::Status& s, const char* stage) -> absl::Status {
-      if (absl::IsUnavailable(s)) return s;  // the executor is gone: end the tune
-      outcome.status = StatusOfFailure(s);
-      outcome.detail = absl::StrCat(stage, ": ", s.message());
-      if ((outcome.status == CandidateStatus::kFault || outcome.status == CandidateStatus::kTimeout) &&
-          options.on_quarantine) {
-        options.on_quarantine(CandidateId(recipes[i]), CandidateStatusName(outcome.status), outcome.detail);
-      }
-      return absl::OkStatus();
-    };
-    absl::StatusOr<VerifyResult> v = verify_phase(recipes[i]);
-    ++verified;
-    if (!v.ok()) return fail(v.status(), "verify");
-    if (!v->ok) {
-      outcome.status = CandidateStatus::kWrongAnswer;
-      outcome.detail = v->detail;
-      return absl::OkStatus();
-    }
-    emit({"verified", verified, proposed, best_us, absl::StrCat(ToString(space[i]), ": correct"), nullptr});
-    absl::StatusOr<Timing> t = time_phase(recipes[i]);
-    ++measured;
-    if (!t.ok()) return fail(t.status(), "time");
-    outcome.status = CandidateStatus::kOk;
-    outcome.timing = *t;
-    measured_us[i] = t->median_us;
-    if (best_us == 0 || t->median_us < best_us) best_us = t->median_us;
-    return absl::OkStatus();
-  };
-
-  // 2. Batches proposed by the strategy: recipes, compile (cache first), run.
-  double run_seconds = 0;
-  while (true) {
-    std::vector<int> batch = strategy->Next(space, measured_us, tried, Seconds(start));
-    if (batch.empty()) break;
-    proposed += static_cast<int>(batch.size());
-    std::vector<int> to_compile;
-    std::vector<LaunchRecipe> compile_batch;
-    for (int i : batch) {
-      tried[i] = true;
-      CandidateOutcome& outcome = result.outcomes[i];
-      absl::StatusOr<LaunchRecipe> recipe = NormLaunchRecipe(problem, space[i], info);
-      if (!recipe.ok()) {  // a bug in the space: every config passed CanImplement
-        outcome.status = CandidateStatus::kCompileError;
-        outcome.detail = std::string(recipe.status().message());
-        continue;
-      }
-      recipes[i] = *std::move(recipe);
-      if (options.quarantined.count(CandidateId(recipes[i])) > 0) {
-        outcome.status = CandidateStatus::kQuarantined;
-        outcome.detail = "faulted or hung before in this environment";
-        emit({"pruned", proposed, proposed, best_us, absl::StrCat(ToString(space[i]), ": quarantined"), &outcome});
-        continue;
-      }
-      if (options.kernel_cache != nullptr && options.kernel_cache->Lookup(&recipes[i], NvrtcVersion())) {
-        ++result.kernel_cache_hits;
-        continue;
-      }
-      to_compile.push_back(i);
-      compile_batch.push_back(recipes[i]);
-    }
-    emit({"pruned", proposed, proposed, best_us, absl::StrCat(proposed, " of ", total, " proposed"), nullptr});
-    const int already = compiled_count;
-    std::vector<CompileResult> compiled = CompileAll(&compile_batch, options.compile_threads, [&](int done) {
-      emit({"compiled", already + done, proposed, best_us, "", nullptr});
-    });
-    for (size_t b = 0; b < compile_batch.size(); ++b) {
-      const int i = to_compile[b];
-      ++compiled_count;
-      result.compile_seconds += compiled[b].compile_seconds;
-      if (!compiled[b].ok) {
-        result.outcomes[i].status = CandidateStatus::kCompileError;
-        result.outcomes[i].detail = Excerpt(compiled[b].log);
-        emit({"compiled", compiled_count, proposed, best_us, absl::StrCat(ToString(space[i]), ": compile error"),
-              &result.outcomes[i]});
-        continue;
-      }
-      recipes[i] = std::move(compile_batch[b]);
-      if (options.kernel_cache != nullptr) options.kernel_cache->Store(recipes[i], NvrtcVersion());
-    }
-    const auto run_start = Clock::now();
-    for (int i : batch) {
-      if (result.outcomes[i].status != CandidateStatus::kNotMeasured) continue;  // failed above
-      if (cancelled()) return absl::CancelledError("the tune was cancelled");
-      if (absl::Status s = run_candidate(i); !s.ok()) return s;
-      const CandidateOutcome& o = result.outcomes[i];
-      emit({"measured", measured, proposed, best_us,
-            o.status == CandidateStatus::kOk ? absl::StrFormat("%s: %.2f us", ToString(space[i]), o.timing.median_us)
-                                             : absl::StrCat(ToString(space[i]), ": ", CandidateStatusName(o.status)),
-            &o});
-    }
-    run_seconds += Seconds(run_start);
-  }
-  result.compiled = compiled_count;
-
-  // 3. Re-measure the best few (fastest first), then choose with noise in mind.
-  std::vector<int> ranked;
-  for (int i = 0; i < total; ++i) {
-    if (result.outcomes[i].status == CandidateStatus::kOk) ranked.push_back(i);
-  }
-  if (ranked.empty()) {
-    std::string why;
-    for (const CandidateOutcome& o : result.outcomes) {
-      if (o.status == CandidateStatus::kNotMeasured || why.size() > 4000) continue;
-      absl::StrAppend(&why, "\n  ", ToString(o.config), ": ", CandidateStatusName(o.status), ": ",
-                      o.detail.substr(0, 300));
-    }
-    return absl::InternalError(absl::StrCat("no candidate for ", CanonicalKey(problem), " passed verification:", why));
-  }
-  std::stable_sort(ranked.begin(), ranked.end(), [&](int a, int b) {
-    return result.outcomes[a].timing.median_us < result.outcomes[b].timing.median_us;
-  });
-  const int finalists = std::clamp(options.remeasure_top, 1, static_cast<int>(ranked.size()));
-  ranked.resize(finalists);
-  const auto remeasure_start = Clock::now();
-  for (int r = 0; r < finalists; ++r) {
-    if (cancelled()) return absl::CancelledError("the tune was cancelled");
-    const int i = ranked[r];
-    absl::StatusOr<Timing> t = time_phase(recipes[i]);
-    if (!t.ok()) return t.status();  // it ran moments ago: a failure now is not the candidate's
-    result.outcomes[i].timing = *t;
-    best_us = std::min(best_us, t->median_us);
-    emit({"measured", r + 1, finalists, best_us,
-          absl::StrFormat("re-measured %s: %.2f us (spread %.1f%%)", ToString(space[i]), t->median_us, 100 * t->spread),
-          &result.outcomes[i]});
-  }
-  run_seconds += Seconds(remeasure_start);
-  int best = ranked[0];
-  for (int i : ranked) {
-    if (result.outcomes[i].timing.median_us < result.outcomes[best].timing.median_us) best = i;
-  }
-  const Timing& best_timing = result.outcomes[best].timing;
-  const double window = TieWindowUs(best_timing.spread, best_timing.median_us);
-  int winner = best;
-  for (int i : ranked) {  // the earliest in space order among the tied
-    if (result.outcomes[i].timing.median_us <= best_timing.median_us + window && i < winner) {
-      winner = i;
-    }
-  }
-
-  result.config = space[winner];
-  result.recipe = std::move(recipes[winner]);
-  result.timing = result.outcomes[winner].timing;
-
-  // 4. Backward: the partials' reduce kernel, tuned with the fused kernel
-  // fixed (its geometry does not change the fused kernel's time, so a second,
-  // one-knob search replaces multiplying the space). The winner (derived
-  // geometry) is re-timed beside the variants; a variant replaces it only
-  // when faster by more than the tie window.
-  const std::vector<int> reduce_rows =
-      options.tune_reduce ? ReduceRowsCandidates(problem, result.config) : std::vector<int>();
-  if (!reduce_rows.empty()) {
-    const auto reduce_start = Clock::now();
-    std::vector<NormConfig> variants;
-    std::vector<LaunchRecipe> variant_recipes, to_compile;
-    std::vector<size_t> compile_index;
-    for (int rows : reduce_rows) {
-      NormConfig c = result.config;
-      c.reduce_rows = rows;
-      absl::StatusOr<LaunchRecipe> r = NormLaunchRecipe(problem, c, info);
-      if (!r.ok() || options.quarantined.count(CandidateId(*r)) > 0) continue;
-      variants.push_back(c);
-      variant_recipes.push_back(*std::move(r));
-      if (options.kernel_cache != nullptr && options.kernel_cache->Lookup(&variant_recipes.back(), NvrtcVersion())) {
-        ++result.kernel_cache_hits;
-        continue;
-      }
-      compile_index.push_back(variant_recipes.size() - 1);
-      to_compile.push_back(variant_recipes.back());
-    }
-    const std::vector<CompileResult> compiled = CompileAll(&to_compile, options.compile_threads);
-    std::vector<bool> usable(variants.size(), true);
-    for (size_t b = 0; b < to_compile.size(); ++b) {
-      const size_t v = compile_index[b];
-      ++result.compiled;
-      result.compile_seconds += compiled[b].compile_seconds;
-      usable[v] = compiled[b].ok;
-      if (!compiled[b].ok) continue;
-      variant_recipes[v] = std::move(to_compile[b]);
-      if (options.kernel_cache != nullptr) options.kernel_cache->Store(variant_recipes[v], NvrtcVersion());
-    }
-    absl::StatusOr<Timing> base = time_phase(result.recipe);
-    if (!base.ok()) return base.status();  // it ran moments ago: not the candidate's fault
-    Timing best = *base;
-    for (size_t v = 0; v < variants.size(); ++v) {
-      if (!usable[v]) continue;
-      if (cancelled()) return absl::CancelledError("the tune was cancelled");
-      absl::StatusOr<VerifyResult> ok = verify_phase(variant_recipes[v]);
-      if (!ok.ok() && absl::IsUnavailable(ok.status())) return ok.status();
-      if (!ok.ok() || !ok->ok) {
-        if (!ok.ok() && options.on_quarantine &&
-            (StatusOfFailure(ok.status()) == CandidateStatus::kFault ||
-             StatusOfFailure(ok.status()) == CandidateStatus::kTimeout)) {
-          options.on_quarantine(CandidateId(variant_recipes[v]), CandidateStatusName(StatusOfFailure(ok.status())),
-                                std::string(ok.status().message()));
-        }
-        continue;
-      }
-      absl::StatusOr<Timing> t = time_phase(variant_recipes[v]);
-      if (!t.ok() && absl::IsUnavailable(t.status())) return t.status();
-      if (!t.ok()) continue;
-      ++result.reduce_variants_measured;
-      emit({"measured", measured, proposed, best_us,
-            absl::StrFormat("%s: %.2f us (reduce kernel)", ToString(variants[v]), t->median_us), nullptr});
-      const double window = TieWindowUs(base->spread, base->median_us);
-      if (t->median_us < base->median_us - window && t->median_us < best.median_us) {
-        best = *t;
-        result.config = variants[v];
-        result.recipe = variant_recipes[v];
-        result.timing = *t;
-      }
-    }
-    run_seconds += Seconds(reduce_start);
-  }
-  result.candidates_measured = measured;
-  result.run_seconds = run_seconds;
-  result.throughput_tbs = result.timing.median_us > 0
-                              ? static_cast<double>(MinimumBytes(problem)) / (result.timing.median_us * 1e-6) / 1e12
-                              : 0;
-  result.tune_seconds = Seconds(start);
+  NormStages stages(problem, executor->device(), options, progress, start, &result);
+  PipelineOptions pipeline_options = CommonPipelineOptions(options);
+  pipeline_options.compile_threads = options.compile_threads;
+  Pipeline pipeline(ProblemOf(problem), executor, &stages, std::move(pipeline_options));
+  if (absl::Status s = pipeline.Run(); !s.ok()) return s;
   return result;
 }
 

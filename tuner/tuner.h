@@ -1,10 +1,12 @@
-// The tuning job for one problem: a search strategy proposes candidates from
-// the (pruned) space; each batch is compiled through NVRTC in parallel (the
+// The tuning job for one norm problem, as stages of the one pipeline
+// (tuner/pipeline.h): a search strategy proposes candidates from the
+// (pruned) space; each batch is compiled through NVRTC in parallel (the
 // compiled-kernel cache first), then every candidate runs on a
 // CandidateExecutor, verified against the float64 reference and timed; the
 // best few are re-measured and the winner is chosen with measurement noise in
 // mind: candidates within noise of the fastest are a tie, broken by space
-// order, so the same machine keeps giving the same winner.
+// order, so the same machine keeps giving the same winner. A backward's
+// winner then has its reduce kernel's geometry tuned (TuneOptions::tune_reduce).
 //
 // Expected outcomes (compile error, wrong answer, fault, timeout, quarantined)
 // are recorded per candidate; a candidate that faulted or hung is reported to
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "tuner/candidate.h"  // CandidateStatus, CandidateId
 #include "tuner/device.h"
 #include "tuner/executor.h"
 #include "tuner/kernel_cache.h"
@@ -31,18 +34,6 @@
 #include "tuner/search_strategy.h"
 
 namespace ktune {
-
-enum class CandidateStatus {
-  kOk,
-  kCompileError,
-  kWrongAnswer,
-  kLaunchError,
-  kFault,        // took its worker down (illegal address, misaligned access, ...)
-  kTimeout,      // cut by the watchdog
-  kQuarantined,  // faulted or hung before in this environment: not run
-  kNotMeasured,  // the search strategy never proposed it
-};
-std::string CandidateStatusName(CandidateStatus status);
 
 struct CandidateOutcome {
   NormConfig config;
@@ -77,7 +68,7 @@ struct TuneOptions {
   // Candidates (CandidateId) that faulted or hung before: not run.
   std::set<std::string> quarantined;
   // Called for a candidate that faulted or hung: reason "fault" or "timeout".
-  std::function<void(const std::string& candidate, const std::string& reason, const std::string& detail)> on_quarantine;
+  QuarantineFn on_quarantine;  // tuner/candidate.h
 };
 
 struct TuneResult {
@@ -105,11 +96,6 @@ struct TuneResult {
 };
 
 using ProgressCallback = std::function<void(const TuneProgress&)>;
-
-// The identity of a candidate across tunes of one environment: its kernels'
-// name expressions (they fix the template instantiation, not the shape), or
-// for a cuBLASLt call its algorithm's bytes.
-std::string CandidateId(const LaunchRecipe& recipe);
 
 // Tunes `problem` on `executor`. REQUIRES: ValidateNormProblem(problem).ok().
 // CANCELLED if options.cancelled was set; INTERNAL if no candidate passes

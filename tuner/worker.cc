@@ -16,8 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
-#include "tuner/cublaslt.h"
-#include "tuner/gemm_problem.h"
+#include "tuner/problem_runners.h"
 #include "tuner/wire.h"
 
 extern char** environ;
@@ -89,66 +88,6 @@ absl::Status ReadFrame(int fd, google::protobuf::Message* message, Clock::time_p
 
 // ---------------------------------------------------------------- worker side
 
-// Test double for machines without a GPU (KTUNE_WORKER_FAKE_DEVICE=1).
-class FakeExecutor final : public CandidateExecutor {
- public:
-  FakeExecutor() : device_(FakeWorkerDevice()) {}
-  const DeviceInfo& device() const override { return device_; }
-  // Like the real executor, it refuses to run before Prepare: a worker
-  // restarted without its problem must fail here as it would on a GPU.
-  absl::Status Prepare(const NormProblem&) override {
-    prepared_ = true;
-    gemm_ = false;
-    return absl::OkStatus();
-  }
-  absl::Status PrepareGemm(const v1::GemmProblem& problem) override {
-    prepared_ = true;
-    gemm_ = true;
-    gemm_us_ = GemmFlops(problem) / kFakeFlopsPerUs;
-    return absl::OkStatus();
-  }
-  // Three made-up algorithms (64 distinct bytes each), as cuBLASLt would give.
-  absl::StatusOr<std::vector<LaunchRecipe>> CublasLtCandidates(int max) override {
-    if (!prepared_ || !gemm_) return absl::FailedPreconditionError("CublasLtCandidates before PrepareGemm");
-    std::vector<LaunchRecipe> out;
-    for (int i = 0; i < std::min(max, 3); ++i) {
-      CublasLtAlgo a;
-      a.data = std::string(64, static_cast<char>('a' + i));
-      out.push_back(CublasLtRecipe(a, 130100));
-      out.back().arch = Arch(device_);
-    }
-    return out;
-  }
-  absl::StatusOr<VerifyResult> Verify(const LaunchRecipe& recipe) override {
-    if (!prepared_) return absl::FailedPreconditionError("Verify before Prepare");
-    VerifyResult v;
-    v.ok = !recipe.cubin.empty() || !recipe.cublaslt_algo.empty();
-    v.detail = v.ok ? "" : "no cubin";
-    return v;
-  }
-  absl::StatusOr<Timing> Time(const LaunchRecipe& recipe, const MeasureOptions& options) override {
-    if (!prepared_) return absl::FailedPreconditionError("Time before Prepare");
-    size_t h = std::hash<std::string>()(recipe.cublaslt_algo);
-    for (const KernelLaunch& k : recipe.kernels) h = h * 31 + std::hash<std::string>()(k.name_expression);
-    Timing t;
-    // 10-20 us, or for a GEMM long at the fake rate its time up to 10% more:
-    // large GEMMs get the tuner's sustained finals on this device too.
-    t.median_us = std::max(1.0, gemm_ ? gemm_us_ / 10 : 1.0) * (10.0 + static_cast<double>(h % 1000) / 100.0);
-    t.p10_us = t.median_us * 0.99;
-    t.p90_us = t.median_us * 1.01;
-    t.spread = 0.02;
-    t.repetitions = options.repetitions;
-    return t;
-  }
-
- private:
-  static constexpr double kFakeFlopsPerUs = 500e6;  // 500 TFLOP/s
-  DeviceInfo device_;
-  bool prepared_ = false;
-  bool gemm_ = false;
-  double gemm_us_ = 0;  // the prepared GEMM's time at the fake rate
-};
-
 void MaybeInjectFault(const LaunchRecipe& recipe) {
   const char* fault = std::getenv("KTUNE_WORKER_FAULT");
   if (fault == nullptr) return;
@@ -198,7 +137,13 @@ int RunWorker(int fd) {
     if (request.has_hello()) {
       if (!executor) {
         if (fake) {
-          executor = std::make_unique<FakeExecutor>();
+          // No GPU: the fake runners of tuner/problem_runners.h. Like the
+          // real executor it refuses to run before Prepare, so a worker
+          // restarted without its problem fails here as it would on a GPU.
+          const DeviceInfo fake_device = FakeWorkerDevice();
+          executor = NewRunnerExecutor(fake_device, [fake_device](const v1::Problem& problem) {
+            return NewFakeProblemRunner(problem, fake_device);
+          });
         } else {
           absl::StatusOr<std::unique_ptr<Device>> opened = OpenCudaDevice(0);
           if (opened.ok()) {
@@ -216,17 +161,10 @@ int RunWorker(int fd) {
       }
     } else if (!executor) {
       SetStatus(absl::FailedPreconditionError("worker: hello first"), &reply);
-    } else if (request.has_prepare() && request.prepare().has_gemm()) {
-      const v1::GemmProblem& gemm = request.prepare().gemm();
-      absl::Status s = ValidateGemmProblem(gemm);
-      if (s.ok()) s = executor->PrepareGemm(gemm);
-      SetStatus(s, &reply);
     } else if (request.has_prepare()) {
-      absl::StatusOr<NormProblem> problem = NormProblemFromProto(request.prepare().problem());
-      absl::Status s = problem.ok() ? executor->Prepare(*problem) : problem.status();
-      SetStatus(s, &reply);
-    } else if (request.has_cublaslt()) {
-      absl::StatusOr<std::vector<LaunchRecipe>> recipes = executor->CublasLtCandidates(request.cublaslt().max());
+      SetStatus(executor->Prepare(request.prepare().problem()), &reply);
+    } else if (request.has_library()) {
+      absl::StatusOr<std::vector<LaunchRecipe>> recipes = executor->LibraryCandidates(request.library().max());
       if (recipes.ok()) {
         for (const LaunchRecipe& r : *recipes) *reply.add_recipes() = RecipeToProto(r, /*include_cubin=*/false);
       }
@@ -403,11 +341,11 @@ absl::Status WorkerExecutor::Recover() {
   return absl::OkStatus();
 }
 
-absl::Status WorkerExecutor::SendPrepare(const v1::WorkerPrepare& prepare) {
+absl::Status WorkerExecutor::Prepare(const v1::Problem& problem) {
   if (fd_ < 0) {
     if (absl::Status s = Recover(); !s.ok()) return s;
   }
-  prepare_ = prepare;
+  *prepare_.mutable_problem() = problem;
   prepare_.set_seed(options_.seed);
   prepared_ = false;
   v1::WorkerRequest request;
@@ -419,24 +357,12 @@ absl::Status WorkerExecutor::SendPrepare(const v1::WorkerPrepare& prepare) {
   return absl::OkStatus();
 }
 
-absl::Status WorkerExecutor::Prepare(const NormProblem& problem) {
-  v1::WorkerPrepare prepare;
-  *prepare.mutable_problem() = NormProblemToProto(problem);
-  return SendPrepare(prepare);
-}
-
-absl::Status WorkerExecutor::PrepareGemm(const v1::GemmProblem& problem) {
-  v1::WorkerPrepare prepare;
-  *prepare.mutable_gemm() = problem;
-  return SendPrepare(prepare);
-}
-
-absl::StatusOr<std::vector<LaunchRecipe>> WorkerExecutor::CublasLtCandidates(int max) {
+absl::StatusOr<std::vector<LaunchRecipe>> WorkerExecutor::LibraryCandidates(int max) {
   if (fd_ < 0) {
     if (absl::Status s = Recover(); !s.ok()) return s;
   }
   v1::WorkerRequest request;
-  request.mutable_cublaslt()->set_max(max);
+  request.mutable_library()->set_max(max);
   absl::StatusOr<v1::WorkerReply> reply = Call(request, options_.prepare_timeout_s);
   if (!reply.ok()) return reply.status();
   if (reply->code() != 0) return absl::Status(static_cast<absl::StatusCode>(reply->code()), reply->message());

@@ -55,9 +55,8 @@ class WorkerExecutor final : public CandidateExecutor {
   ~WorkerExecutor() override;
 
   const DeviceInfo& device() const override { return device_; }
-  absl::Status Prepare(const NormProblem& problem) override;
-  absl::Status PrepareGemm(const v1::GemmProblem& problem) override;
-  absl::StatusOr<std::vector<LaunchRecipe>> CublasLtCandidates(int max) override;
+  absl::Status Prepare(const v1::Problem& problem) override;
+  absl::StatusOr<std::vector<LaunchRecipe>> LibraryCandidates(int max) override;
   absl::StatusOr<VerifyResult> Verify(const LaunchRecipe& recipe) override;
   absl::StatusOr<Timing> Time(const LaunchRecipe& recipe, const MeasureOptions& options) override;
 
@@ -81,8 +80,6 @@ class WorkerExecutor final : public CandidateExecutor {
                                           const MeasureOptions& options, bool* faulted);
   // After a candidate took the worker down: restart it and prepare again.
   absl::Status Recover();
-  // Sends `prepare` (a norm or GEMM problem) and remembers it for restarts.
-  absl::Status SendPrepare(const v1::WorkerPrepare& prepare);
 
   const WorkerOptions options_;
   DeviceInfo device_;

@@ -7,6 +7,7 @@
 #include "tests/e2e/daemon_process.h"
 #include "tuner/norm_space.h"
 #include "tuner/nvrtc_compiler.h"
+#include "tuner/problem_runners.h"
 #include "tuner/worker.h"
 
 namespace ktune {
@@ -50,7 +51,7 @@ TEST_CASE("a faulting or hanging kernel takes down only its worker", "[gpu][work
   NormProblem problem;
   problem.m = 4096;
   problem.n = 4096;
-  REQUIRE((*worker)->Prepare(problem).ok());
+  REQUIRE((*worker)->Prepare(ProblemOf(problem)).ok());
 
   auto good = NormLaunchRecipe(problem, HeuristicNormConfig(problem, (*worker)->device()), (*worker)->device());
   REQUIRE(good.ok());

@@ -112,9 +112,10 @@ class BusyGpuExecutor : public CandidateExecutor {
     info_.max_smem_per_block_optin = 227 << 10;
   }
   const DeviceInfo& device() const override { return info_; }
-  absl::Status Prepare(const NormProblem&) override { return absl::UnimplementedError("GEMM only"); }
-  absl::Status PrepareGemm(const v1::GemmProblem&) override { return absl::OkStatus(); }
-  absl::StatusOr<std::vector<LaunchRecipe>> CublasLtCandidates(int max) override {
+  absl::Status Prepare(const v1::Problem& problem) override {
+    return problem.has_gemm() ? absl::OkStatus() : absl::UnimplementedError("GEMM only");
+  }
+  absl::StatusOr<std::vector<LaunchRecipe>> LibraryCandidates(int max) override {
     std::vector<LaunchRecipe> out;
     for (size_t i = 0; i < base_us_.size() && static_cast<int>(i) < max; ++i) {
       LaunchRecipe r;

@@ -12,6 +12,7 @@
 #include "tuner/gemm_space.h"
 #include "tuner/gemm_tuner.h"
 #include "tuner/gemm_wgmma_space.h"
+#include "tuner/problem_runners.h"
 
 namespace ktune {
 namespace {
@@ -54,7 +55,7 @@ TEST_CASE("a worker runs candidates out of process", "[tuner][worker]") {
   REQUIRE(worker.ok());
   CHECK((*worker)->device().name == "ktune fake device (tests only)");
   CHECK((*worker)->pid() > 0);
-  REQUIRE((*worker)->Prepare(Problem()).ok());
+  REQUIRE((*worker)->Prepare(ProblemOf(Problem())).ok());
   auto v = (*worker)->Verify(Candidate("good<1>"));
   REQUIRE(v.ok());
   CHECK(v->ok);
@@ -70,7 +71,7 @@ TEST_CASE("a worker runs candidates out of process", "[tuner][worker]") {
 TEST_CASE("a candidate that crashes the worker fails alone", "[tuner][worker]") {
   auto worker = WorkerExecutor::Start(FakeWorker({"KTUNE_WORKER_FAULT=crash:bad"}));
   REQUIRE(worker.ok());
-  REQUIRE((*worker)->Prepare(Problem()).ok());
+  REQUIRE((*worker)->Prepare(ProblemOf(Problem())).ok());
   const pid_t first_pid = (*worker)->pid();
   auto crashed = (*worker)->Verify(Candidate("bad<7>"));
   REQUIRE_FALSE(crashed.ok());
@@ -90,7 +91,7 @@ TEST_CASE("a candidate that crashes the worker fails alone", "[tuner][worker]") 
 TEST_CASE("a candidate that hangs is cut by the watchdog", "[tuner][worker]") {
   auto worker = WorkerExecutor::Start(FakeWorker({"KTUNE_WORKER_FAULT=hang:slow"}));
   REQUIRE(worker.ok());
-  REQUIRE((*worker)->Prepare(Problem()).ok());
+  REQUIRE((*worker)->Prepare(ProblemOf(Problem())).ok());
   const auto start = std::chrono::steady_clock::now();
   auto hung = (*worker)->Verify(Candidate("slow<1>"));
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -128,11 +129,12 @@ TEST_CASE("a worker without a GPU says why it cannot run", "[tuner][worker]") {
 namespace ktune {
 namespace {
 
-TEST_CASE("a worker prepares GEMM problems, lists cuBLASLt candidates and runs both kinds", "[tuner][worker][gemm]") {
+TEST_CASE("a worker prepares GEMM problems, lists library (cuBLASLt) candidates and runs both kinds",
+          "[tuner][worker][gemm]") {
   auto worker = WorkerExecutor::Start(FakeWorker());
   REQUIRE(worker.ok());
-  REQUIRE((*worker)->PrepareGemm(LinearGemm(256, 256, 256)).ok());
-  auto lt = (*worker)->CublasLtCandidates(8);
+  REQUIRE((*worker)->Prepare(ProblemOf(LinearGemm(256, 256, 256))).ok());
+  auto lt = (*worker)->LibraryCandidates(8);
   REQUIRE(lt.ok());
   REQUIRE(lt->size() == 3);  // what the fake device's cuBLASLt offers
   for (const LaunchRecipe& r : *lt) {
@@ -149,9 +151,12 @@ TEST_CASE("a worker prepares GEMM problems, lists cuBLASLt candidates and runs b
   auto v = (*worker)->Verify(Candidate("ktune::gemm_mma<1>"));
   REQUIRE(v.ok());
   CHECK(v->ok);
-  // A norm problem after a GEMM one: the worker switches back.
-  REQUIRE((*worker)->Prepare(Problem()).ok());
-  CHECK((*worker)->CublasLtCandidates(8).status().code() == absl::StatusCode::kFailedPrecondition);
+  // A norm problem after a GEMM one: the worker switches back, and no
+  // library serves norms.
+  REQUIRE((*worker)->Prepare(ProblemOf(Problem())).ok());
+  auto none = (*worker)->LibraryCandidates(8);
+  REQUIRE(none.ok());
+  CHECK(none->empty());
 }
 
 TEST_CASE("TuneGemm over a worker: a crashing candidate fails alone and both sources compete",

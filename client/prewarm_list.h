@@ -36,9 +36,9 @@ std::string ProblemKey(const v1::Problem& problem);
 
 bool IsGemm(const PrewarmProblem& p);
 
-// Every norm problem checked as ktuned checks it (NormProblemFromProto, then
-// ValidateNormProblem); a GEMM only by the size rules (ValidateGemmShape:
-// which dtypes and layouts a daemon serves is its own answer), so a list that
+// Every problem checked by CheckProblemShape (tuner/describe.h: a norm
+// problem as ktuned checks it; a GEMM only by the size rules, since which
+// dtypes and layouts a daemon serves is its own answer), so a list that
 // can only fail is refused before any daemon is called. INVALID_ARGUMENT
 // names the first bad problem by its key (ProblemKey) and the validator's
 // message.

@@ -1,5 +1,5 @@
 // ktune_gemm_bench: tunes GEMM problems in process on the local GPU over both
-// candidate sources (tuner/gemm_tuner.h) and prints, per problem, TFLOP/s of
+// candidate sources (tuner/gemm/gemm_tuner.h) and prints, per problem, TFLOP/s of
 // cuBLASLt's default choice, of the best own template candidate and of
 // ktune's answer, all from one measurement (re-measured together). Peers
 // outside ktune (torch.matmul) are for a Python driver to add.
@@ -20,7 +20,7 @@
 // lower clocks.
 // --unpruned times every config of the template spaces (460 wgmma configs at
 // bf16 8192^3), not the model's best few; --max-candidates and
-// --max-model-ratio widen the pruning instead (tuner/gemm_space.h). Both are
+// --max-model-ratio widen the pruning instead (tuner/gemm/gemm_space.h). Both are
 // for comparing configs the model ranks out, such as 2x1 clusters (charged
 // twice their time), in one run.
 // The JSON also names the settings of ktune's answer when it is a cuBLASLt
@@ -31,12 +31,12 @@
 // instead), and
 // whether the two are one kernel.
 // Where the tune's sustained finals ran (problems of 100 us and more,
-// tuner/gemm_tuner.h), its three figures are theirs, each candidate timed
+// tuner/gemm/gemm_tuner.h), its three figures are theirs, each candidate timed
 // after its own heat; the table prints every sustained finalist under the row,
 // and --sustained-finalists 0 turns them off.
 // --head-to-head-rounds R (default 8): where the sustained finals ran, the
 // best template and cuBLASLt's default are then timed against each other in
-// R rounds (tuner/gemm_tuner.h, TimeHeadToHead: each window as a sustained
+// R rounds (tuner/gemm/gemm_tuner.h, TimeHeadToHead: each window as a sustained
 // finalist's, the two of a round back to back, the order swapped every
 // round), and the median of the rounds' ratios is printed beside the tune's
 // figures ("head_to_head" in the JSON). The tune's own template/default
@@ -61,10 +61,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "tuner/cublaslt.h"
-#include "tuner/executor.h"
-#include "tuner/gemm_problem.h"
-#include "tuner/gemm_tuner.h"
+#include "tuner/core/gemm_problem.h"
+#include "tuner/gemm/gemm_tuner.h"
+#include "tuner/gpu/cublaslt.h"
+#include "tuner/problem_runners.h"
+#include "tuner/run/executor.h"
 
 namespace {
 

@@ -2,7 +2,7 @@
 """GEMM on the GPU machine (issue 5): ktune's answer, cuBLASLt's default choice
 and the best own template (all from ktune_gemm_bench, one measurement inside
 ktune), beside torch.matmul (bf16) or torch._scaled_mm (fp8), timed the way
-ktune's protocol times candidates (tuner/measure.h, tuner/gemm_tuner.h): the
+ktune's protocol times candidates (tuner/run/measure.h, tuner/gemm/gemm_tuner.h): the
 GPU kept busy for 200 ms first (a large GEMM pulls the clocks down under the
 power limit within tens of ms, so a peer timed from idle would be flattered),
 then a pair of CUDA events around each call, input sets rotated past the L2,
@@ -28,7 +28,7 @@ bench/results/decisions/gemm-bench-protocol.md).
 
 The tune's own three figures (cuBLASLt, template, ktune) are, since 1dcdd72,
 those of its sustained finals where they ran (problems of 100 us and
-more, tuner/gemm_tuner.h): each candidate timed after 200 ms of its own heat,
+more, tuner/gemm/gemm_tuner.h): each candidate timed after 200 ms of its own heat,
 as the block column times ktune's answer. The JSON keeps every finalist's
 interleaved figure too ("median_us"; "sustained_us" beside it).
 
@@ -106,7 +106,7 @@ def torch_timer(m, n, k, dtype):
     """A function timing torch.matmul (bf16) or torch._scaled_mm (fp8, per-tensor scales, bf16 out) in us, B [N, K]."""
     per_set = (m * k + n * k) * (1 if dtype == "fp8" else 2) + 2 * m * n
     sets = max(1, math.ceil(3 * L2_BYTES / per_set))
-    # The distribution ktune times its candidates on (tuner/gemm_runner.cc:
+    # The distribution ktune times its candidates on (tuner/gemm/gemm_runner.cc:
     # uniform in [-1, 1)): on a power-limited H200 the clocks a large GEMM
     # holds can depend on its operands' bits (METHOD: never time zeros), so
     # the peers get the same kind of data.

@@ -8,7 +8,7 @@
 
 #include "CLI/CLI.hpp"
 #include "client/client.h"
-#include "tuner/paths.h"
+#include "tuner/core/paths.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"ktune_get_latency: GetConfig round trips on a cache hit"};

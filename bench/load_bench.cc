@@ -45,11 +45,11 @@
 #include "grpcpp/support/proto_buffer_reader.h"
 #include "grpcpp/support/proto_buffer_writer.h"
 #include "ktune/v1/ktune.pb.h"
-#include "tuner/fingerprint.h"
-#include "tuner/kernel_source.h"
-#include "tuner/norm_space.h"
-#include "tuner/nvrtc_compiler.h"
-#include "tuner/wire.h"
+#include "tuner/compile/kernel_source.h"
+#include "tuner/compile/nvrtc_compiler.h"
+#include "tuner/core/fingerprint.h"
+#include "tuner/core/wire.h"
+#include "tuner/norm/norm_space.h"
 
 namespace {
 

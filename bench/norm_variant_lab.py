@@ -50,7 +50,7 @@ def kernel(tree, op, c, m, n):
     flags = ["true" if c["keep"] else "false"]
     with open(os.path.join(tree, "norm", f"{op}_fwd.cuh")) as f:
         if "FULL_TILES" in f.read():  # trees from before 1843eff lack it
-            # As tuner/norm_space.cc's FullTiles: pd1, an exact tiling, rows of <= 2 KB (bf16).
+            # As tuner/norm/norm_space.cc's FullTiles: pd1, an exact tiling, rows of <= 2 KB (bf16).
             r_block = c["warps"] * 32 // c["xb"] * c["vec"] * c["chunks"]
             exact = m % c["xb"] == 0 and n == r_block
             full = {"nofull": False, "full": exact, None: exact and c["pd"] == 1 and n * 2 <= 2048}[c["full"]]

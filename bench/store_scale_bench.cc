@@ -29,9 +29,10 @@
 #include "cache/store.h"
 #include "client/client.h"
 #include "tests/cache/test_entries.h"
-#include "tuner/kernel_source.h"
-#include "tuner/nvrtc_compiler.h"
-#include "tuner/wire.h"
+#include "tuner/builtin_ops.h"
+#include "tuner/compile/kernel_source.h"
+#include "tuner/compile/nvrtc_compiler.h"
+#include "tuner/core/wire.h"
 
 namespace {
 

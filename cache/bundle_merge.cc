@@ -56,7 +56,7 @@ std::pair<std::string, std::string> Resolve(const v1::Entry& stored, const v1::E
       return {"kept", absl::StrFormat("prefer-existing (stored %.2f us, bundled %.2f us)", old_us, new_us)};
     default:
       // A large GEMM timed after its own heat reads slower than interleaved
-      // with others (tuner/gemm_tuner.h): the two times say nothing of which
+      // with others (tuner/gemm/gemm_tuner.h): the two times say nothing of which
       // kernel is faster, so the store stands.
       if (stored.measurement().sustained() != incoming.measurement().sustained()) {
         auto protocol = [](const v1::Entry& e) { return e.measurement().sustained() ? "sustained" : "interleaved"; };

@@ -12,10 +12,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "cache/recipe_check.h"
-#include "tuner/fingerprint.h"
-#include "tuner/launch_recipe.h"
+#include "tuner/core/fingerprint.h"
+#include "tuner/core/launch_recipe.h"
+#include "tuner/core/wire.h"  // DeviceFromProto, SoftwareFromProto
 #include "tuner/op.h"
-#include "tuner/wire.h"  // DeviceFromProto, SoftwareFromProto
 
 namespace ktune {
 namespace {

@@ -18,7 +18,7 @@ namespace ktune {
 
 // The four parts of a cache key: the op, the problem, the device and the
 // software fingerprint, each as stable text (the op's Key, tuner/op.h;
-// DeviceKey and SoftwareKey, tuner/fingerprint.h).
+// DeviceKey and SoftwareKey, tuner/core/fingerprint.h).
 struct EntryKey {
   std::string op;            // "rmsnorm.fwd", ..., or "gemm"
   std::string problem_key;   // CanonicalKey(norm problem) or GemmCanonicalKey(GEMM problem)

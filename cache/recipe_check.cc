@@ -6,7 +6,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "tuner/fingerprint.h"
+#include "tuner/core/fingerprint.h"
 
 namespace ktune {
 namespace {

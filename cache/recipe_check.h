@@ -18,8 +18,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "ktune/v1/ktune.pb.h"
-#include "tuner/fingerprint.h"
-#include "tuner/launch_recipe.h"
+#include "tuner/core/fingerprint.h"
+#include "tuner/core/launch_recipe.h"
 #include "tuner/op.h"
 
 namespace ktune {

@@ -22,7 +22,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
-#include "tuner/fingerprint.h"
+#include "tuner/core/fingerprint.h"
 
 namespace ktune {
 namespace {

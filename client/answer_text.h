@@ -5,7 +5,7 @@
 #include <string>
 
 #include "ktune/v1/ktune.pb.h"
-#include "tuner/describe.h"  // DescribeProblem, DescribeConfig: the problem and config columns
+#include "tuner/core/describe.h"  // DescribeProblem, DescribeConfig: the problem and config columns
 
 namespace ktune {
 

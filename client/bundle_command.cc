@@ -18,8 +18,9 @@
 #include "client/answer_text.h"
 #include "client/cli_util.h"
 #include "google/protobuf/util/json_util.h"
-#include "tuner/input_file.h"
-#include "tuner/wire.h"
+#include "tuner/builtin_ops.h"
+#include "tuner/core/input_file.h"
+#include "tuner/core/wire.h"
 
 namespace ktune {
 namespace {

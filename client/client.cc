@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
-#include "tuner/paths.h"
+#include "tuner/core/paths.h"
 
 namespace ktune {
 

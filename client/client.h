@@ -70,7 +70,7 @@ class Client {
   std::string address_;
   const ClientOptions options_;
   // Not OK when `address_` is the default socket and its directory is not
-  // ours alone (tuner/paths.h): no call is made then.
+  // ours alone (tuner/core/paths.h): no call is made then.
   absl::Status socket_dir_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::KtuneService::Stub> stub_;

@@ -27,11 +27,11 @@
 #include "client/client.h"
 #include "client/prewarm_command.h"
 #include "google/protobuf/util/json_util.h"
-#include "tuner/gemm_problem.h"
-#include "tuner/input_file.h"
-#include "tuner/paths.h"
-#include "tuner/problem.h"
-#include "tuner/wire.h"
+#include "tuner/core/gemm_problem.h"
+#include "tuner/core/input_file.h"
+#include "tuner/core/paths.h"
+#include "tuner/core/problem.h"
+#include "tuner/core/wire.h"
 
 namespace {
 

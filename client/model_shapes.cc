@@ -10,8 +10,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "nlohmann/json.hpp"
-#include "tuner/input_file.h"
-#include "tuner/wire.h"
+#include "tuner/core/input_file.h"
+#include "tuner/core/wire.h"
 
 namespace ktune {
 namespace {

@@ -27,7 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "client/prewarm_list.h"
-#include "tuner/problem.h"
+#include "tuner/core/problem.h"
 
 namespace ktune {
 

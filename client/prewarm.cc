@@ -15,7 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "client/client.h"
 #include "nlohmann/json.hpp"
-#include "tuner/input_file.h"
+#include "tuner/core/input_file.h"
 
 namespace ktune {
 

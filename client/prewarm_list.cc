@@ -5,8 +5,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "tuner/describe.h"
-#include "tuner/wire.h"
+#include "tuner/core/describe.h"
+#include "tuner/core/wire.h"
 
 namespace ktune {
 

@@ -3,7 +3,7 @@
 // sharding a batch job uses to take its share of the list.
 //
 // Keys are what dedup, sharding and reports go by: the cache key's problem
-// part (ProblemKeyOf, tuner/wire.h: CanonicalKey for norms, GemmCanonicalKey
+// part (ProblemKeyOf, tuner/core/wire.h: CanonicalKey for norms, GemmCanonicalKey
 // for GEMM), so "the same problem" here means the same cache entry on a
 // daemon. A problem without such a key (see ProblemKey) is keyed by its own
 // text instead, so it is still listed, deduplicated and sharded.
@@ -26,9 +26,9 @@ struct PrewarmProblem {
   std::string key;  // ProblemKey(problem)
 };
 
-// "rmsnorm.fwd m=4096 n=4096 in=bf16 ..." for norms (tuner/problem.h
+// "rmsnorm.fwd m=4096 n=4096 in=bf16 ..." for norms (tuner/core/problem.h
 // CanonicalKey), "gemm m=.. n=.. k=.. batch=.. ..." for GEMM
-// (tuner/gemm_problem.h GemmCanonicalKey). Never fails: where ProblemKeyOf
+// (tuner/core/gemm_problem.h GemmCanonicalKey). Never fails: where ProblemKeyOf
 // refuses the problem (a norm that does not decode, a GEMM that
 // ValidateGemmProblem refuses, its dtypes or layouts included), the key is
 // "invalid " followed by the problem's ShortDebugString.
@@ -36,7 +36,7 @@ std::string ProblemKey(const v1::Problem& problem);
 
 bool IsGemm(const PrewarmProblem& p);
 
-// Every problem checked by CheckProblemShape (tuner/describe.h: a norm
+// Every problem checked by CheckProblemShape (tuner/core/describe.h: a norm
 // problem as ktuned checks it; a GEMM only by the size rules, since which
 // dtypes and layouts a daemon serves is its own answer), so a list that
 // can only fail is refused before any daemon is called. INVALID_ARGUMENT

@@ -6,9 +6,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "tuner/input_file.h"
-#include "tuner/problem.h"
-#include "tuner/wire.h"
+#include "tuner/core/input_file.h"
+#include "tuner/core/problem.h"
+#include "tuner/core/wire.h"
 #include "yaml-cpp/yaml.h"
 
 namespace ktune {

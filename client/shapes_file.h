@@ -58,7 +58,7 @@ inline constexpr int64_t kMaxShapesProblems = 100000;
 absl::StatusOr<std::vector<PrewarmProblem>> ParseShapes(absl::string_view text, const std::string& source);
 
 // Reads `path` (ReadInputFile, kShapesFile) and parses it; when it cannot be
-// read, ReadInputFile's error (tuner/input_file.h: NOT_FOUND,
+// read, ReadInputFile's error (tuner/core/input_file.h: NOT_FOUND,
 // PERMISSION_DENIED, INVALID_ARGUMENT for what is not a regular file or is
 // over 16 MiB).
 absl::StatusOr<std::vector<PrewarmProblem>> LoadShapesFile(const std::string& path);

@@ -6,9 +6,9 @@
 #include "absl/strings/str_join.h"
 #include "cache/recipe_check.h"
 #include "spdlog/spdlog.h"
-#include "tuner/nvrtc_compiler.h"
-#include "tuner/safe_text.h"
-#include "tuner/wire.h"
+#include "tuner/compile/nvrtc_compiler.h"
+#include "tuner/core/safe_text.h"
+#include "tuner/core/wire.h"
 
 namespace ktune {
 namespace {

@@ -29,9 +29,9 @@
 #include "daemon/entry_cache.h"
 #include "daemon/service_metrics.h"
 #include "ktune/v1/ktune.pb.h"
-#include "tuner/fingerprint.h"
-#include "tuner/kernel_cache.h"
-#include "tuner/launch_recipe.h"
+#include "tuner/compile/kernel_cache.h"
+#include "tuner/core/fingerprint.h"
+#include "tuner/core/launch_recipe.h"
 #include "tuner/op.h"
 
 namespace ktune {

@@ -3,7 +3,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "tuner/input_file.h"
+#include "tuner/core/input_file.h"
 
 namespace ktune {
 namespace {

@@ -10,8 +10,8 @@
 #include "absl/time/clock.h"
 #include "daemon/status_mapping.h"
 #include "spdlog/spdlog.h"
-#include "tuner/safe_text.h"
-#include "tuner/wire.h"
+#include "tuner/core/safe_text.h"
+#include "tuner/core/wire.h"
 
 namespace ktune {
 namespace {

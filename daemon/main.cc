@@ -1,7 +1,7 @@
 // ktuned: the ktune daemon, norms and GEMM. Parses and checks its flags,
 // listen addresses and token files, opens the store and the compiled-kernel
 // cache, and starts a GPU worker: this binary re-executed with --worker-fd
-// (tuner/worker.h), so candidates run out of process. Without a worker (no
+// (tuner/run/worker.h), so candidates run out of process. Without a worker (no
 // GPU, no driver) it is compile-only: cached and heuristic answers, no tuning.
 // It then imports --import-bundle if one is given, serves gRPC (and /metrics
 // with --metrics-listen), tells systemd READY=1, and runs until SIGTERM or
@@ -33,11 +33,13 @@
 #include "daemon/service.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
-#include "tuner/input_file.h"
-#include "tuner/kernel_cache.h"
-#include "tuner/nvrtc_compiler.h"
-#include "tuner/paths.h"
-#include "tuner/worker.h"
+#include "tuner/builtin_ops.h"
+#include "tuner/compile/kernel_cache.h"
+#include "tuner/compile/nvrtc_compiler.h"
+#include "tuner/core/input_file.h"
+#include "tuner/core/paths.h"
+#include "tuner/problem_runners.h"
+#include "tuner/run/worker.h"
 
 namespace {
 
@@ -70,8 +72,9 @@ class RemoveIfStartFails {
 
 int main(int argc, char** argv) {
   // The GPU worker: ktuned re-executes itself to run candidates out of process
-  // (tuner/worker.h). Not a user-facing mode.
-  if (argc == 3 && std::string(argv[1]) == "--worker-fd") return ktune::RunWorker(std::atoi(argv[2]));
+  // (tuner/run/worker.h). Not a user-facing mode.
+  if (argc == 3 && std::string(argv[1]) == "--worker-fd")
+    return ktune::RunWorker(std::atoi(argv[2]), ktune::BuiltinWorkerRunners());
 
   // absl::Mutex's deadlock detection is on in this build of abseil: every
   // lock (gRPC's included) then takes a process-wide graph lock, a measurable

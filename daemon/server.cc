@@ -33,8 +33,8 @@
 #include "openssl/pem.h"
 #include "openssl/x509.h"
 #include "spdlog/spdlog.h"
-#include "tuner/input_file.h"
-#include "tuner/paths.h"
+#include "tuner/core/input_file.h"
+#include "tuner/core/paths.h"
 
 namespace ktune {
 namespace {

@@ -51,7 +51,7 @@ class Server {
   // socket chmod'ed 0660; a stale socket nobody answers on is replaced, a live
   // one is an error) and starts serving `service`, which must outlive Server.
   // The default socket's directory must be ours alone (EnsurePrivateDir,
-  // tuner/paths.h). A TCP port is never shared (no SO_REUSEPORT): one already
+  // tuner/core/paths.h). A TCP port is never shared (no SO_REUSEPORT): one already
   // taken is UNAVAILABLE "--listen HOST:PORT: address already in use".
   // Requests that do not parse are answered INVALID_ARGUMENT naming the method.
   //

@@ -8,8 +8,8 @@
 #include "daemon/status_mapping.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
 #include "spdlog/spdlog.h"
-#include "tuner/nvrtc_compiler.h"
-#include "tuner/wire.h"
+#include "tuner/compile/nvrtc_compiler.h"
+#include "tuner/core/wire.h"
 
 namespace ktune {
 namespace {

@@ -25,9 +25,9 @@
 #include "daemon/service_metrics.h"
 #include "daemon/tune_jobs.h"
 #include "ktune/v1/ktune.grpc.pb.h"
-#include "tuner/executor.h"
-#include "tuner/kernel_cache.h"
+#include "tuner/compile/kernel_cache.h"
 #include "tuner/op.h"
+#include "tuner/run/executor.h"
 
 namespace ktune {
 

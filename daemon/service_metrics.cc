@@ -4,9 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
-#include "tuner/nvrtc_compiler.h"
-#include "tuner/safe_text.h"
-#include "tuner/tuner.h"
+#include "tuner/compile/nvrtc_compiler.h"
+#include "tuner/core/safe_text.h"
+#include "tuner/run/candidate.h"
 
 namespace ktune {
 

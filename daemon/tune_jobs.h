@@ -21,8 +21,8 @@
 #include "daemon/answers.h"
 #include "daemon/service_metrics.h"
 #include "daemon/tune_queue.h"
-#include "tuner/executor.h"
-#include "tuner/kernel_cache.h"
+#include "tuner/compile/kernel_cache.h"
+#include "tuner/run/executor.h"
 
 namespace ktune {
 

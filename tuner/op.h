@@ -2,8 +2,8 @@
 // daemon, the cache and the CLI need to serve, store and check answers for
 // one kind of v1::Problem, behind one interface, so that none of them branches
 // on the op kind. Each family implements it beside its own code
-// (tuner/norm_op.h, tuner/gemm_op.h); the registry (BuiltinOps, in
-// op_registry.cc) lists the families this build has.
+// (tuner/norm/norm_op.h, tuner/gemm/gemm_op.h); the registry (BuiltinOps, in
+// tuner/builtin_ops.h) lists the families this build has.
 //
 // The contract every implementation keeps (DESIGN.md, the answer contract):
 // an answer is a function of (problem, store, device). TemplateRecipe is the
@@ -27,8 +27,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "ktune/v1/ktune.pb.h"
-#include "tuner/fingerprint.h"
-#include "tuner/launch_recipe.h"
+#include "tuner/core/fingerprint.h"
+#include "tuner/core/launch_recipe.h"
 
 namespace ktune {
 
@@ -171,9 +171,6 @@ class OpRegistry {
   std::vector<std::unique_ptr<Op>> ops_;
   std::vector<const Op*> by_kind_;  // indexed by v1::Problem::KindCase: a request's op is one load
 };
-
-// Norm and GEMM: the registry ktuned, ktune and the tests use.
-const OpRegistry& BuiltinOps();
 
 // Field errors in entries, worded alike by cache/ and every op:
 // INVALID_ARGUMENT "PREFIXFIELD: WHY".

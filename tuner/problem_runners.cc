@@ -6,10 +6,10 @@
 #include <vector>
 
 #include "spdlog/spdlog.h"
-#include "tuner/gemm_problem.h"
-#include "tuner/gemm_runner.h"
-#include "tuner/norm_runner.h"
-#include "tuner/wire.h"
+#include "tuner/core/gemm_problem.h"
+#include "tuner/core/wire.h"
+#include "tuner/gemm/gemm_runner.h"
+#include "tuner/norm/norm_runner.h"
 
 namespace ktune {
 namespace {
@@ -77,21 +77,10 @@ CublasLt* RunnerLibraries::cublaslt() {
 absl::StatusOr<std::unique_ptr<ProblemRunner>> NewProblemRunner(const v1::Problem& problem, Device* device,
                                                                 uint64_t seed, RunnerLibraries* libraries) {
   switch (problem.kind_case()) {
-    case v1::Problem::kNorm: {
-      absl::StatusOr<NormProblem> norm = NormProblemFromProto(problem.norm());
-      if (!norm.ok()) return norm.status();
-      if (absl::Status s = ValidateNormProblem(*norm); !s.ok()) return s;
-      absl::StatusOr<std::unique_ptr<NormRunner>> runner = NormRunner::Create(*norm, device, seed);
-      if (!runner.ok()) return runner.status();
-      return std::unique_ptr<ProblemRunner>(*std::move(runner));
-    }
-    case v1::Problem::kGemm: {
-      if (absl::Status s = ValidateGemmProblem(problem.gemm()); !s.ok()) return s;
-      absl::StatusOr<std::unique_ptr<GemmRunner>> runner =
-          GemmRunner::Create(problem.gemm(), device, libraries->cublaslt(), seed);
-      if (!runner.ok()) return runner.status();
-      return std::unique_ptr<ProblemRunner>(*std::move(runner));
-    }
+    case v1::Problem::kNorm:
+      return NormProblemRunner(problem.norm(), device, seed);
+    case v1::Problem::kGemm:
+      return GemmProblemRunner(problem.gemm(), device, libraries->cublaslt(), seed);
     case v1::Problem::KIND_NOT_SET:
       break;
   }
@@ -117,16 +106,25 @@ absl::StatusOr<std::unique_ptr<ProblemRunner>> NewFakeProblemRunner(const v1::Pr
   return absl::InvalidArgumentError("problem: no norm or GEMM problem set");
 }
 
-v1::Problem ProblemOf(const NormProblem& problem) {
-  v1::Problem p;
-  *p.mutable_norm() = NormProblemToProto(problem);
-  return p;
+std::unique_ptr<CandidateExecutor> NewInProcessExecutor(Device* device, uint64_t seed) {
+  auto libraries = std::make_shared<RunnerLibraries>();
+  return NewRunnerExecutor(device->info(), [device, seed, libraries](const v1::Problem& problem) {
+    return NewProblemRunner(problem, device, seed, libraries.get());
+  });
 }
 
-v1::Problem ProblemOf(const v1::GemmProblem& problem) {
-  v1::Problem p;
-  *p.mutable_gemm() = problem;
-  return p;
+WorkerRunners BuiltinWorkerRunners() {
+  WorkerRunners runners;
+  runners.real = [](Device* device) -> ProblemRunnerFactory {
+    auto libraries = std::make_shared<RunnerLibraries>();
+    return [device, libraries](const v1::Problem& problem) {
+      return NewProblemRunner(problem, device, /*seed=*/1, libraries.get());
+    };
+  };
+  runners.fake = [](const DeviceInfo& fake_device) -> ProblemRunnerFactory {
+    return [fake_device](const v1::Problem& problem) { return NewFakeProblemRunner(problem, fake_device); };
+  };
+  return runners;
 }
 
 }  // namespace ktune

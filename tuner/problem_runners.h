@@ -1,7 +1,7 @@
 // The one place that maps a problem's kind to its runner: NewProblemRunner
-// (a NormRunner or a GemmRunner, tuner/problem_runner.h) for a v1::Problem,
-// and the worker's fake-device test double. Executors (tuner/executor.h) and
-// the worker (tuner/worker.h) never look at the kind themselves. (This
+// (a NormRunner or a GemmRunner, tuner/run/problem_runner.h) for a v1::Problem,
+// and the worker's fake-device test double. Executors (tuner/run/executor.h) and
+// the worker (tuner/run/worker.h) never look at the kind themselves. (This
 // switch is what the op registry will own.)
 // Thread-compatible.
 #pragma once
@@ -11,11 +11,13 @@
 
 #include "absl/status/statusor.h"
 #include "ktune/v1/ktune.pb.h"
-#include "tuner/cublaslt.h"
-#include "tuner/device.h"
-#include "tuner/fingerprint.h"
-#include "tuner/problem.h"
-#include "tuner/problem_runner.h"
+#include "tuner/core/fingerprint.h"
+#include "tuner/core/problem.h"
+#include "tuner/gpu/cublaslt.h"
+#include "tuner/gpu/device.h"
+#include "tuner/run/executor.h"
+#include "tuner/run/problem_runner.h"
+#include "tuner/run/worker.h"
 
 namespace ktune {
 
@@ -48,8 +50,13 @@ absl::StatusOr<std::unique_ptr<ProblemRunner>> NewProblemRunner(const v1::Proble
 absl::StatusOr<std::unique_ptr<ProblemRunner>> NewFakeProblemRunner(const v1::Problem& problem,
                                                                     const DeviceInfo& device);
 
-// The v1::Problem of a norm or GEMM problem.
-v1::Problem ProblemOf(const NormProblem& problem);
-v1::Problem ProblemOf(const v1::GemmProblem& problem);
+// Runs candidates of every op in this process on `device` (not owned):
+// NewRunnerExecutor over NewProblemRunner. A faulting kernel poisons the
+// process's CUDA context: use it where that is acceptable.
+std::unique_ptr<CandidateExecutor> NewInProcessExecutor(Device* device, uint64_t seed = 1);
+
+// What ktuned's worker process runs candidates on (RunWorker): every op's
+// runners over its GPU, or the fake runners.
+WorkerRunners BuiltinWorkerRunners();
 
 }  // namespace ktune

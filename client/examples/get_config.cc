@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "client/client.h"
-#include "tuner/paths.h"
+#include "tuner/core/paths.h"
 
 int main() {
   auto client = ktune::Client::Create(ktune::DefaultServerAddress());

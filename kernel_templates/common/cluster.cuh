@@ -1,6 +1,6 @@
 // Thread-block cluster helpers (sm_90), shared by the kernels that run in
 // clusters: gemm/gemm_wgmma.cuh (2x1 pairs multicasting B) and
-// common/norm_bwd.cuh (CTAs adding up their partials through distributed
+// norm/norm_bwd.cuh (CTAs adding up their partials through distributed
 // shared memory).
 #pragma once
 

@@ -23,7 +23,7 @@
 // the speed of torch.compile's Triton kernels, which load x with the same
 // policy). On 2 KB rows it was 1-2.5% slower except in one-wave pipelined
 // grids (+3%), and on the backward's x and dy 12% slower, so
-// tuner/norm_space.cc decides where it is used. The L1::evict_last qualifier
+// tuner/norm/norm_space.cc decides where it is used. The L1::evict_last qualifier
 // alone changed nothing.
 // Why: bench/results/decisions/norm-memory-hints.md
 //

@@ -1,4 +1,4 @@
-// LayerNorm backward: the fused kernel of common/norm_bwd.cuh (dx and per-CTA
+// LayerNorm backward: the fused kernel of norm/norm_bwd.cuh (dx and per-CTA
 // dw/db partials in one pass over x and dy) and, with a weight or a bias,
 // norm_bwd_reduce (also there) summing the partials. The recipe launches them
 // in that order: kernels[0] layernorm_bwd (or layernorm_bwd_cluster), kernels[1]
@@ -19,12 +19,12 @@
 //                      HAS_WEIGHT + HAS_BIAS (none when 0)
 //   M, N  int          N % VEC == 0
 // SMEM_PARTIALS: the dw/db partials live in dynamic shared memory
-// (common/norm_bwd.cuh); the launch passes PARTS * CHUNKS * VEC * THREADS * 4 bytes.
-// PREFETCH_L2: the next row block is prefetched into L2 (common/norm_bwd.cuh).
+// (norm/norm_bwd.cuh); the launch passes PARTS * CHUNKS * VEC * THREADS * 4 bytes.
+// PREFETCH_L2: the next row block is prefetched into L2 (norm/norm_bwd.cuh).
 // REQUIRES: x, dy, w, dx and ws aligned to 16 bytes.
 #pragma once
 
-#include "common/norm_bwd.cuh"
+#include "norm/norm_bwd.cuh"
 
 namespace ktune {
 

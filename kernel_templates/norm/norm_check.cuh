@@ -3,7 +3,7 @@
 // copy the whole output back and walk it on the host for every candidate
 // (at 65536 x 2048 that walk was ~0.25 s a candidate, most of a cold tune).
 //
-// The reference is the host's (tuner/norm_runner.cc): the float64 per-row
+// The reference is the host's (tuner/norm/norm_runner.cc): the float64 per-row
 // terms (mean, rstd, and for the backward mean_j(g * xhat) and mean_j(g)) are
 // computed there and passed in `rows`; this kernel evaluates the same
 // per-element expression and tolerance in float64, in the same order. Built

@@ -1,4 +1,4 @@
-// RMSNorm backward: the fused kernel of common/norm_bwd.cuh (dx and per-CTA
+// RMSNorm backward: the fused kernel of norm/norm_bwd.cuh (dx and per-CTA
 // dw partials in one pass over x and dy) and, with a weight, norm_bwd_reduce
 // (also there) summing the partials into dw. The recipe launches them in that
 // order: kernels[0] rmsnorm_bwd (or rmsnorm_bwd_cluster), kernels[1] norm_bwd_reduce.
@@ -14,13 +14,13 @@
 //   dx    TOut*        (M, N) row-major
 //   ws    float*       (ceil(M / SPLIT_SIZE), N) f32 workspace (HAS_WEIGHT only)
 //   M, N  int          N % VEC == 0
-// SMEM_PARTIALS: the dw partials live in dynamic shared memory (common/norm_bwd.cuh);
+// SMEM_PARTIALS: the dw partials live in dynamic shared memory (norm/norm_bwd.cuh);
 // the launch passes CHUNKS * VEC * THREADS * 4 bytes of it.
-// PREFETCH_L2: the next row block is prefetched into L2 (common/norm_bwd.cuh).
+// PREFETCH_L2: the next row block is prefetched into L2 (norm/norm_bwd.cuh).
 // REQUIRES: x, dy, w, dx and ws aligned to 16 bytes.
 #pragma once
 
-#include "common/norm_bwd.cuh"
+#include "norm/norm_bwd.cuh"
 
 namespace ktune {
 

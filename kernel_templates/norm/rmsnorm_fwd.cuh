@@ -19,7 +19,7 @@
 //     chunks again (from L2 when they are still there) and writes y.
 //
 // X_KEEP_L2 (persistent only) loads x with an L2 evict_last policy; the host
-// derives it from the row's size and the pipeline (tuner/norm_space.cc).
+// derives it from the row's size and the pipeline (tuner/norm/norm_space.cc).
 // FULL_TILES, also derived by the host, promises M % XBLOCK == 0 and
 // N % R_BLOCK == 0: every row of a row block exists and every vector of a pass
 // lies inside its row, so no bounds check is compiled. Those runtime checks are

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "tests/cache/test_entries.h"
+#include "tuner/builtin_ops.h"
 
 namespace ktune {
 namespace {

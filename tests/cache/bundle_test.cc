@@ -12,8 +12,9 @@
 #include "cache/recipe_check.h"
 #include "tests/cache/current_entries.h"
 #include "tests/cache/test_entries.h"
-#include "tuner/cublaslt.h"
-#include "tuner/gemm_wire.h"
+#include "tuner/builtin_ops.h"
+#include "tuner/gemm/gemm_wire.h"
+#include "tuner/gpu/cublaslt.h"
 
 namespace ktune {
 namespace {

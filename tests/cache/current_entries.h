@@ -11,12 +11,13 @@
 #include "cache/recipe_check.h"
 #include "ktune/v1/ktune.pb.h"
 #include "tests/tuner/gemm_test_problems.h"
-#include "tuner/gemm_skinny_space.h"
-#include "tuner/gemm_space.h"
-#include "tuner/gemm_wgmma_space.h"
-#include "tuner/gemm_wire.h"
-#include "tuner/norm_space.h"
-#include "tuner/wire.h"
+#include "tuner/builtin_ops.h"
+#include "tuner/core/wire.h"
+#include "tuner/gemm/gemm_skinny_space.h"
+#include "tuner/gemm/gemm_space.h"
+#include "tuner/gemm/gemm_wgmma_space.h"
+#include "tuner/gemm/gemm_wire.h"
+#include "tuner/norm/norm_space.h"
 
 namespace ktune::testutil {
 

@@ -9,11 +9,12 @@
 
 #include "cache/recipe_check.h"
 #include "tests/cache/test_entries.h"
-#include "tuner/fingerprint.h"
-#include "tuner/gemm_space.h"
-#include "tuner/gemm_wire.h"
-#include "tuner/norm_space.h"
-#include "tuner/wire.h"
+#include "tuner/builtin_ops.h"
+#include "tuner/core/fingerprint.h"
+#include "tuner/core/wire.h"
+#include "tuner/gemm/gemm_space.h"
+#include "tuner/gemm/gemm_wire.h"
+#include "tuner/norm/norm_space.h"
 
 namespace ktune {
 namespace {

@@ -7,6 +7,7 @@
 #include "cache/bundle.h"
 #include "cache/entry.h"
 #include "tests/cache/current_entries.h"
+#include "tuner/builtin_ops.h"
 
 namespace ktune {
 namespace {

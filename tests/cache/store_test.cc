@@ -17,8 +17,9 @@
 #include <vector>
 
 #include "tests/cache/test_entries.h"
-#include "tuner/fingerprint.h"
-#include "tuner/wire.h"
+#include "tuner/builtin_ops.h"
+#include "tuner/core/fingerprint.h"
+#include "tuner/core/wire.h"
 
 namespace ktune {
 namespace {

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "ktune/v1/ktune.pb.h"
-#include "tuner/fingerprint.h"
+#include "tuner/core/fingerprint.h"
 
 namespace ktune::testutil {
 

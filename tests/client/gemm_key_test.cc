@@ -9,7 +9,8 @@
 #include "client/shapes_file.h"
 #include "tests/cache/current_entries.h"
 #include "tests/e2e/daemon_process.h"
-#include "tuner/gemm_problem.h"
+#include "tuner/builtin_ops.h"
+#include "tuner/core/gemm_problem.h"
 
 namespace ktune {
 namespace {

@@ -9,8 +9,8 @@
 #include <set>
 
 #include "absl/strings/match.h"
-#include "tuner/gemm_problem.h"
-#include "tuner/wire.h"
+#include "tuner/core/gemm_problem.h"
+#include "tuner/core/wire.h"
 
 namespace ktune {
 namespace {

@@ -6,7 +6,7 @@
 #include <catch2/catch.hpp>
 #include <map>
 
-#include "tuner/wire.h"
+#include "tuner/core/wire.h"
 
 namespace ktune {
 namespace {

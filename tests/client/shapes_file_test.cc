@@ -8,7 +8,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
-#include "tuner/wire.h"
+#include "tuner/core/wire.h"
 
 namespace ktune {
 namespace {

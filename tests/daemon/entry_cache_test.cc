@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "tests/cache/test_entries.h"
+#include "tuner/builtin_ops.h"
 
 namespace ktune {
 namespace {

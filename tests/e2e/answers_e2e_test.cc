@@ -16,7 +16,8 @@
 #include "tests/cache/current_entries.h"
 #include "tests/e2e/daemon_process.h"
 #include "tests/tuner/gemm_test_problems.h"
-#include "tuner/wire.h"
+#include "tuner/builtin_ops.h"
+#include "tuner/core/wire.h"
 
 namespace ktune {
 namespace {

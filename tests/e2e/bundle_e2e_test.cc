@@ -6,11 +6,11 @@
 
 #include "cache/bundle.h"
 #include "tests/e2e/daemon_process.h"
-#include "tuner/kernel_source.h"
-#include "tuner/norm_space.h"
-#include "tuner/nvrtc_compiler.h"
-#include "tuner/wire.h"
-#include "tuner/worker.h"
+#include "tuner/compile/kernel_source.h"
+#include "tuner/compile/nvrtc_compiler.h"
+#include "tuner/core/wire.h"
+#include "tuner/norm/norm_space.h"
+#include "tuner/run/worker.h"
 
 namespace ktune {
 namespace {

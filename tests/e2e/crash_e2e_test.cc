@@ -14,6 +14,7 @@
 #include "cache/store.h"
 #include "tests/cache/test_entries.h"
 #include "tests/e2e/daemon_process.h"
+#include "tuner/builtin_ops.h"
 
 namespace ktune {
 namespace {

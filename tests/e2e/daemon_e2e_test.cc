@@ -12,12 +12,13 @@
 #include "httplib.h"
 #include "tests/e2e/daemon_process.h"
 #include "tests/tuner/gemm_test_problems.h"
-#include "tuner/gemm_space.h"
-#include "tuner/gemm_wire.h"
-#include "tuner/kernel_source.h"
-#include "tuner/norm_space.h"
-#include "tuner/nvrtc_compiler.h"
-#include "tuner/wire.h"
+#include "tuner/builtin_ops.h"
+#include "tuner/compile/kernel_source.h"
+#include "tuner/compile/nvrtc_compiler.h"
+#include "tuner/core/wire.h"
+#include "tuner/gemm/gemm_space.h"
+#include "tuner/gemm/gemm_wire.h"
+#include "tuner/norm/norm_space.h"
 
 namespace ktune {
 namespace {

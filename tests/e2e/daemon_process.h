@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "client/client.h"
-#include "tuner/wire.h"
+#include "tuner/core/wire.h"
 
 namespace ktune::testing {
 
@@ -159,7 +159,7 @@ class DaemonProcess {
   pid_t pid_ = -1;
 };
 
-// The environment that gives ktuned's worker the fake device (tuner/worker.h).
+// The environment that gives ktuned's worker the fake device (tuner/run/worker.h).
 inline constexpr char kFakeDeviceEnv[] = "KTUNE_WORKER_FAKE_DEVICE=1";
 
 // A bf16 RMSNorm forward problem of m rows of width n.

@@ -11,7 +11,7 @@
 
 #include "httplib.h"
 #include "tests/e2e/daemon_process.h"
-#include "tuner/nvrtc_compiler.h"
+#include "tuner/compile/nvrtc_compiler.h"
 
 namespace ktune {
 namespace {

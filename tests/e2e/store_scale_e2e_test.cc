@@ -12,9 +12,10 @@
 #include "cache/store.h"
 #include "tests/cache/test_entries.h"
 #include "tests/e2e/daemon_process.h"
-#include "tuner/fingerprint.h"
-#include "tuner/norm_space.h"
-#include "tuner/wire.h"
+#include "tuner/builtin_ops.h"
+#include "tuner/core/fingerprint.h"
+#include "tuner/core/wire.h"
+#include "tuner/norm/norm_space.h"
 
 namespace ktune {
 namespace {

@@ -11,11 +11,11 @@
 #include "absl/strings/str_split.h"
 #include "tests/e2e/daemon_process.h"
 #include "tests/tuner/gemm_test_problems.h"
-#include "tuner/gemm_space.h"
-#include "tuner/gemm_wgmma_space.h"
-#include "tuner/norm_space.h"
-#include "tuner/wire.h"
-#include "tuner/worker.h"
+#include "tuner/core/wire.h"
+#include "tuner/gemm/gemm_space.h"
+#include "tuner/gemm/gemm_wgmma_space.h"
+#include "tuner/norm/norm_space.h"
+#include "tuner/run/worker.h"
 
 namespace ktune {
 namespace {

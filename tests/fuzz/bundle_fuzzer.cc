@@ -19,6 +19,7 @@
 #include "cache/bundle.h"
 #include "cache/bundle_merge.h"
 #include "cache/entry.h"
+#include "tuner/builtin_ops.h"
 
 namespace {
 

@@ -8,14 +8,14 @@
 #include <string>
 
 #include "ktune/v1/ktune.pb.h"
-#include "tuner/fingerprint.h"
-#include "tuner/gemm_problem.h"
-#include "tuner/gemm_skinny_space.h"
-#include "tuner/gemm_space.h"
-#include "tuner/gemm_wgmma_space.h"
-#include "tuner/norm_space.h"
-#include "tuner/problem.h"
-#include "tuner/wire.h"
+#include "tuner/core/fingerprint.h"
+#include "tuner/core/gemm_problem.h"
+#include "tuner/core/problem.h"
+#include "tuner/core/wire.h"
+#include "tuner/gemm/gemm_skinny_space.h"
+#include "tuner/gemm/gemm_space.h"
+#include "tuner/gemm/gemm_wgmma_space.h"
+#include "tuner/norm/norm_space.h"
 
 namespace {
 

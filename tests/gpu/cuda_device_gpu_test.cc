@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "tests/gpu/gpu_env.h"
-#include "tuner/norm_space.h"
-#include "tuner/nvrtc_compiler.h"
+#include "tuner/compile/nvrtc_compiler.h"
+#include "tuner/norm/norm_space.h"
 
 namespace ktune {
 namespace {

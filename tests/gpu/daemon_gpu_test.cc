@@ -7,8 +7,8 @@
 
 #include "tests/e2e/daemon_process.h"
 #include "tests/gpu/gpu_env.h"
-#include "tuner/norm_runner.h"
-#include "tuner/wire.h"
+#include "tuner/core/wire.h"
+#include "tuner/norm/norm_runner.h"
 
 namespace ktune {
 namespace {

@@ -13,15 +13,16 @@
 
 #include "tests/gpu/gpu_env.h"
 #include "tests/tuner/gemm_test_problems.h"
-#include "tuner/cublaslt.h"
-#include "tuner/executor.h"
-#include "tuner/gemm_problem.h"
-#include "tuner/gemm_skinny_space.h"
-#include "tuner/gemm_space.h"
-#include "tuner/gemm_tuner.h"
-#include "tuner/gemm_wgmma_space.h"
-#include "tuner/host_float.h"
-#include "tuner/nvrtc_compiler.h"
+#include "tuner/compile/nvrtc_compiler.h"
+#include "tuner/core/gemm_problem.h"
+#include "tuner/gemm/gemm_skinny_space.h"
+#include "tuner/gemm/gemm_space.h"
+#include "tuner/gemm/gemm_tuner.h"
+#include "tuner/gemm/gemm_wgmma_space.h"
+#include "tuner/gpu/cublaslt.h"
+#include "tuner/gpu/host_float.h"
+#include "tuner/problem_runners.h"
+#include "tuner/run/executor.h"
 
 namespace ktune {
 namespace {

@@ -2,7 +2,7 @@
 // starts (the binary exits 77, "skipped", when there is none).
 #pragma once
 
-#include "tuner/device.h"
+#include "tuner/gpu/device.h"
 
 namespace ktune::testing {
 

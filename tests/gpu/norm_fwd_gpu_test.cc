@@ -14,11 +14,11 @@
 #include "absl/strings/str_replace.h"
 #include "tests/gpu/gpu_env.h"
 #include "tests/gpu/tune_helpers.h"
-#include "tuner/norm_runner.h"
-#include "tuner/norm_space.h"
-#include "tuner/nvrtc_compiler.h"
-#include "tuner/tuner.h"
-#include "tuner/wire.h"
+#include "tuner/compile/nvrtc_compiler.h"
+#include "tuner/core/wire.h"
+#include "tuner/norm/norm_runner.h"
+#include "tuner/norm/norm_space.h"
+#include "tuner/norm/norm_tuner.h"
 
 namespace ktune {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "tuner/tuner.h"
+#include "tuner/norm/norm_tuner.h"
 
 namespace ktune::testing {
 

@@ -5,10 +5,11 @@
 #include <chrono>
 
 #include "tests/e2e/daemon_process.h"
-#include "tuner/norm_space.h"
-#include "tuner/nvrtc_compiler.h"
+#include "tuner/compile/nvrtc_compiler.h"
+#include "tuner/core/wire.h"
+#include "tuner/norm/norm_space.h"
 #include "tuner/problem_runners.h"
-#include "tuner/worker.h"
+#include "tuner/run/worker.h"
 
 namespace ktune {
 namespace {

@@ -4,8 +4,8 @@ headers of that library or of the libraries it links (directly or through
 them). Read from the CMakeLists.txt files themselves, so a new library or a
 new link is checked without editing this script.
 
-A header belongs to the library whose CMakeLists.txt is in the nearest folder
-above it; generated headers (ktune/v1/*.pb.h) belong to ktune_proto, the
+A header belongs to the library that lists it among its sources, else to the
+first library of the CMakeLists.txt in the nearest folder above it; generated headers (ktune/v1/*.pb.h) belong to ktune_proto, the
 embedded template texts to ktune_kernel_texts. tests/ and bench/ link what
 they test and are not checked. Exits 1 listing each include that crosses a
 missing link, and fails its own canary: a file that includes what its
@@ -78,7 +78,7 @@ def check(source):
                 return lib
         if not os.path.isfile(os.path.join(source, inc)):
             return None  # a system or third-party header
-        if inc in file_owner and inc.endswith('.h') and file_owner[inc] in libs_by_folder.values():
+        if inc in file_owner:  # listed in a library's sources: that library's
             return file_owner[inc]
         return folder_owner(inc, libs_by_folder)
     problems = []
@@ -89,8 +89,9 @@ def check(source):
         candidates = set(files)
         if folder is not None and libs_by_folder.get(folder) == name:
             for f in os.listdir(os.path.join(source, folder)):
-                if f.endswith('.h'):
-                    candidates.add(os.path.normpath(os.path.join(folder, f)))
+                header = os.path.normpath(os.path.join(folder, f))
+                if f.endswith('.h') and file_owner.get(header, name) == name:
+                    candidates.add(header)
         for f in sorted(candidates):
             path = os.path.join(source, f)
             if not os.path.isfile(path):

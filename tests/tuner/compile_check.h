@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "ktune/v1/ktune.pb.h"
-#include "tuner/fingerprint.h"
-#include "tuner/gemm_space.h"
-#include "tuner/launch_recipe.h"
-#include "tuner/nvrtc_compiler.h"
+#include "tuner/compile/nvrtc_compiler.h"
+#include "tuner/core/fingerprint.h"
+#include "tuner/core/launch_recipe.h"
+#include "tuner/gemm/gemm_space.h"
 
 namespace ktune {
 

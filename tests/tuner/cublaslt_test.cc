@@ -1,12 +1,12 @@
-// cuBLASLt as a candidate source (tuner/cublaslt.h): what it serves, and that
+// cuBLASLt as a candidate source (tuner/gpu/cublaslt.h): what it serves, and that
 // the library loads and answers cleanly on machines with or without a GPU.
 // Running its algorithms is checked on the GPU machine.
-#include "tuner/cublaslt.h"
+#include "tuner/gpu/cublaslt.h"
 
 #include <catch2/catch.hpp>
 
 #include "tests/tuner/gemm_test_problems.h"
-#include "tuner/gemm_problem.h"
+#include "tuner/core/gemm_problem.h"
 
 namespace ktune {
 namespace {

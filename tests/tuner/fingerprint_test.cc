@@ -1,6 +1,6 @@
 // The architecture table that stands in for a remote device's measured
 // limits when an imported entry's config is judged (cache/entry.cc).
-#include "tuner/fingerprint.h"
+#include "tuner/core/fingerprint.h"
 
 #include <catch2/catch.hpp>
 

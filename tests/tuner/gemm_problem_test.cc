@@ -1,5 +1,5 @@
 // GEMM problems are validated at the edge even before they are served.
-#include "tuner/gemm_problem.h"
+#include "tuner/core/gemm_problem.h"
 
 #include <catch2/catch.hpp>
 

@@ -1,7 +1,7 @@
-// The skinny GEMM space (tuner/gemm_skinny_space.h): which problems it takes,
+// The skinny GEMM space (tuner/gemm/gemm_skinny_space.h): which problems it takes,
 // its recipes, and that NVRTC compiles every config for every epilogue, C and
 // D type without spills.
-#include "tuner/gemm_skinny_space.h"
+#include "tuner/gemm/gemm_skinny_space.h"
 
 #include <catch2/catch.hpp>
 #include <optional>
@@ -10,8 +10,8 @@
 
 #include "tests/tuner/compile_check.h"
 #include "tests/tuner/gemm_test_problems.h"
-#include "tuner/gemm_problem.h"
-#include "tuner/nvrtc_compiler.h"
+#include "tuner/compile/nvrtc_compiler.h"
+#include "tuner/core/gemm_problem.h"
 
 namespace ktune {
 namespace {

@@ -1,8 +1,8 @@
-// The mma.sync GEMM space (tuner/gemm_space.h): what it accepts, how it
+// The mma.sync GEMM space (tuner/gemm/gemm_space.h): what it accepts, how it
 // prunes, the recipes it writes, and, with no GPU, the half of its contract
 // CI can check: NVRTC compiles every pruned candidate of a representative
 // problem set for sm_90 without spills.
-#include "tuner/gemm_space.h"
+#include "tuner/gemm/gemm_space.h"
 
 #include <algorithm>
 #include <array>
@@ -13,8 +13,8 @@
 
 #include "tests/tuner/compile_check.h"
 #include "tests/tuner/gemm_test_problems.h"
-#include "tuner/gemm_problem.h"
-#include "tuner/nvrtc_compiler.h"
+#include "tuner/compile/nvrtc_compiler.h"
+#include "tuner/core/gemm_problem.h"
 
 namespace ktune {
 namespace {

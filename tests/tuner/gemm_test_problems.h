@@ -6,7 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include "ktune/v1/ktune.pb.h"
-#include "tuner/gemm_problem.h"
+#include "tuner/core/gemm_problem.h"
 
 namespace ktune {
 

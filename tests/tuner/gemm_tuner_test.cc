@@ -2,7 +2,7 @@
 // the re-measured finalists, that a GPU whose clocks fall as it gets busy
 // does not bias the winner, and that the reference every candidate is
 // checked against compiles for every kind of problem.
-#include "tuner/gemm_tuner.h"
+#include "tuner/gemm/gemm_tuner.h"
 
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -14,9 +14,9 @@
 
 #include "absl/strings/str_format.h"
 #include "tests/tuner/gemm_test_problems.h"
-#include "tuner/executor.h"
-#include "tuner/kernel_source.h"
-#include "tuner/nvrtc_compiler.h"
+#include "tuner/compile/kernel_source.h"
+#include "tuner/compile/nvrtc_compiler.h"
+#include "tuner/run/executor.h"
 
 namespace ktune {
 namespace {

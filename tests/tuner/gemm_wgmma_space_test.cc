@@ -1,8 +1,8 @@
-// The Hopper GEMM space (tuner/gemm_wgmma_space.h): what it accepts and
+// The Hopper GEMM space (tuner/gemm/gemm_wgmma_space.h): what it accepts and
 // refuses, how it prunes, its recipes and TMA parameters, and, with no GPU,
 // the half of its contract CI can check: NVRTC compiles every pruned
 // candidate of issue 5's bench problems for sm_90a without spills.
-#include "tuner/gemm_wgmma_space.h"
+#include "tuner/gemm/gemm_wgmma_space.h"
 
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -12,10 +12,10 @@
 
 #include "tests/tuner/compile_check.h"
 #include "tests/tuner/gemm_test_problems.h"
-#include "tuner/gemm_problem.h"
-#include "tuner/gemm_wire.h"
-#include "tuner/nvrtc_compiler.h"
-#include "tuner/wire.h"
+#include "tuner/compile/nvrtc_compiler.h"
+#include "tuner/core/gemm_problem.h"
+#include "tuner/core/wire.h"
+#include "tuner/gemm/gemm_wire.h"
 
 namespace ktune {
 namespace {

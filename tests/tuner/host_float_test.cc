@@ -1,6 +1,6 @@
-// Host encodings of bf16 and fp8 e4m3 (tuner/host_float.h): the inputs every
+// Host encodings of bf16 and fp8 e4m3 (tuner/gpu/host_float.h): the inputs every
 // GEMM and norm check starts from.
-#include "tuner/host_float.h"
+#include "tuner/gpu/host_float.h"
 
 #include <catch2/catch.hpp>
 #include <cmath>

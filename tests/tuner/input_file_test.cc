@@ -1,6 +1,6 @@
-// Reading the files a user names (tuner/input_file.h): only regular files,
+// Reading the files a user names (tuner/core/input_file.h): only regular files,
 // their size checked before they are read, and never a blocking open or read.
-#include "tuner/input_file.h"
+#include "tuner/core/input_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,5 +1,5 @@
 // The on-disk compiled-kernel cache: keys, round trips, LRU bound, damage.
-#include "tuner/kernel_cache.h"
+#include "tuner/compile/kernel_cache.h"
 
 #include <catch2/catch.hpp>
 #include <chrono>

@@ -1,4 +1,4 @@
-#include "tuner/kernel_instance.h"
+#include "tuner/compile/kernel_instance.h"
 
 #include <catch2/catch.hpp>
 

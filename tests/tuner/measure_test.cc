@@ -1,6 +1,6 @@
 // The measurement protocol without a GPU: percentiles, the rotation count,
 // and Measure's warm-up / rotation / repetition sequence against a fake Device.
-#include "tuner/measure.h"
+#include "tuner/run/measure.h"
 
 #include <catch2/catch.hpp>
 #include <vector>

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <vector>
 
-#include "tuner/norm_runner.h"
+#include "tuner/norm/norm_runner.h"
 
 namespace ktune {
 namespace {

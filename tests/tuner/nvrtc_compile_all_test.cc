@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "tuner/kernel_source.h"
-#include "tuner/norm_runner.h"
-#include "tuner/norm_space.h"
-#include "tuner/nvrtc_compiler.h"
-#include "tuner/sha256.h"
+#include "tuner/compile/kernel_source.h"
+#include "tuner/compile/nvrtc_compiler.h"
+#include "tuner/core/sha256.h"
+#include "tuner/norm/norm_runner.h"
+#include "tuner/norm/norm_space.h"
 
 namespace ktune {
 namespace {

@@ -15,11 +15,12 @@
 #include "daemon/service_metrics.h"
 #include "tests/cache/current_entries.h"
 #include "tests/e2e/daemon_process.h"
-#include "tuner/fingerprint.h"
-#include "tuner/gemm_op.h"
-#include "tuner/norm_op.h"
+#include "tuner/builtin_ops.h"
+#include "tuner/core/fingerprint.h"
+#include "tuner/core/wire.h"
+#include "tuner/gemm/gemm_op.h"
+#include "tuner/norm/norm_op.h"
 #include "tuner/op.h"
-#include "tuner/wire.h"
 
 namespace ktune {
 namespace {

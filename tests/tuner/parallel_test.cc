@@ -1,6 +1,6 @@
 // The one thread pool of tuner/: every task runs once, and ranges cover
 // their items once, in contiguous slices.
-#include "tuner/parallel.h"
+#include "tuner/core/parallel.h"
 
 #include <atomic>
 #include <catch2/catch.hpp>

@@ -1,4 +1,4 @@
-#include "tuner/paths.h"
+#include "tuner/core/paths.h"
 
 #include <sys/stat.h>
 #include <unistd.h>

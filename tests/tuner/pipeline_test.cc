@@ -1,10 +1,10 @@
-// The tuning pipeline (tuner/pipeline.h) and the norm tuner's stages
-// (tuner/tuner.cc) without a GPU: candidates run on a scripted ProblemRunner
+// The tuning pipeline (tuner/run/pipeline.h) and the norm tuner's stages
+// (tuner/norm/norm_tuner.cc) without a GPU: candidates run on a scripted ProblemRunner
 // behind NewRunnerExecutor, and their code comes from a kernel cache filled
 // beforehand with made-up cubins, so no NVRTC compile runs and every test is
 // quick. The last cases compile real templates through the cache
 // (CompileThroughCache) and check GEMM's stages over library candidates.
-#include "tuner/pipeline.h"
+#include "tuner/run/pipeline.h"
 
 #include <algorithm>
 #include <atomic>
@@ -16,12 +16,12 @@
 
 #include "tests/e2e/daemon_process.h"
 #include "tests/tuner/gemm_test_problems.h"
-#include "tuner/compile_through_cache.h"
-#include "tuner/gemm_tuner.h"
-#include "tuner/norm_space.h"
-#include "tuner/nvrtc_compiler.h"
+#include "tuner/compile/compile_through_cache.h"
+#include "tuner/compile/nvrtc_compiler.h"
+#include "tuner/gemm/gemm_tuner.h"
+#include "tuner/norm/norm_space.h"
+#include "tuner/norm/norm_tuner.h"
 #include "tuner/problem_runners.h"
-#include "tuner/tuner.h"
 
 namespace ktune {
 namespace {

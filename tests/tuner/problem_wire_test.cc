@@ -1,14 +1,14 @@
 // Problems, their validation and canonical keys, and the proto <-> domain
-// conversions of tuner/wire.h.
+// conversions of tuner/core/wire.h.
 #include <catch2/catch.hpp>
 #include <cstring>
 
 #include "absl/strings/str_format.h"
 #include "google/protobuf/util/message_differencer.h"
-#include "tuner/fingerprint.h"
-#include "tuner/gemm_wire.h"
-#include "tuner/problem.h"
-#include "tuner/wire.h"
+#include "tuner/core/fingerprint.h"
+#include "tuner/core/problem.h"
+#include "tuner/core/wire.h"
+#include "tuner/gemm/gemm_wire.h"
 
 namespace ktune {
 namespace {

@@ -1,4 +1,4 @@
-#include "tuner/safe_text.h"
+#include "tuner/core/safe_text.h"
 
 #include <catch2/catch.hpp>
 

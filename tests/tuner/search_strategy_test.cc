@@ -1,5 +1,5 @@
 // Search strategies driven over synthetic spaces and cost functions.
-#include "tuner/search_strategy.h"
+#include "tuner/norm/search_strategy.h"
 
 #include <catch2/catch.hpp>
 #include <cmath>

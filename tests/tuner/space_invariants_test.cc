@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
-#include "tuner/norm_space.h"
+#include "tuner/norm/norm_space.h"
 
 namespace ktune {
 namespace {

@@ -20,13 +20,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "tuner/fingerprint.h"
-#include "tuner/gemm_problem.h"
-#include "tuner/gemm_skinny_space.h"
-#include "tuner/gemm_space.h"
-#include "tuner/gemm_wgmma_space.h"
-#include "tuner/norm_space.h"
-#include "tuner/problem.h"
+#include "tuner/core/fingerprint.h"
+#include "tuner/core/gemm_problem.h"
+#include "tuner/core/problem.h"
+#include "tuner/gemm/gemm_skinny_space.h"
+#include "tuner/gemm/gemm_space.h"
+#include "tuner/gemm/gemm_wgmma_space.h"
+#include "tuner/norm/norm_space.h"
 
 namespace ktune {
 namespace {

@@ -2,16 +2,17 @@
 // candidate are contained, reported, and the next candidate runs. Uses the
 // worker's fake device (no GPU here); tests/gpu proves the same on the H200
 // with kernels that really fault.
-#include "tuner/worker.h"
+#include "tuner/run/worker.h"
 
 #include <catch2/catch.hpp>
 #include <chrono>
 
 #include "tests/tuner/gemm_test_problems.h"
-#include "tuner/gemm_problem.h"
-#include "tuner/gemm_space.h"
-#include "tuner/gemm_tuner.h"
-#include "tuner/gemm_wgmma_space.h"
+#include "tuner/core/gemm_problem.h"
+#include "tuner/core/wire.h"
+#include "tuner/gemm/gemm_space.h"
+#include "tuner/gemm/gemm_tuner.h"
+#include "tuner/gemm/gemm_wgmma_space.h"
 #include "tuner/problem_runners.h"
 
 namespace ktune {

@@ -4,7 +4,10 @@
 #
 #   deploy/setup.sh run    install what is missing, build, run the main job
 #   deploy/setup.sh test   install what is missing, build, run every test, then
-#                          build the fuzz targets with clang and fuzz each briefly
+#                          build the fuzz targets with clang and fuzz each briefly,
+#                          then run the daemon's, cache's and client's unit tests
+#                          under ASan+UBSan and the locking tests under TSan
+#                          (tests/sanitizers/run.sh)
 #
 # Environment: BUILD_DIR (default build), JOBS (default: all cores).
 set -euo pipefail
@@ -18,7 +21,8 @@ packages=(build-essential cmake ninja-build pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libsqlite3-dev libspdlog-dev catch2 libcli11-dev libssl-dev libcpp-httplib-dev
   nlohmann-json3-dev libyaml-cpp-dev)
-# The fuzz targets (tests/fuzz): clang and its libFuzzer/sanitizer runtimes,
+# The fuzz targets (tests/fuzz) and the sanitizer builds (tests/sanitizers):
+# clang and its libFuzzer/sanitizer runtimes,
 # which libclang-common-14-dev only recommends.
 if [ "$mode" = test ]; then packages+=(clang libclang-rt-14-dev); fi
 # The README's Python quick start, which its doc test runs (tests/docs):
@@ -50,6 +54,9 @@ echo "== built in $(( $(date +%s) - start )) s"
 case "$mode" in
   run)  exec deploy/main-job.sh "$build_dir" ;;
   test)
+    start=$(date +%s)
     ctest --test-dir "$build_dir" --output-on-failure -j "$jobs"
-    JOBS=$jobs exec tests/fuzz/run_fuzzers.sh ;;
+    echo "== tests ran in $(( $(date +%s) - start )) s"
+    JOBS=$jobs tests/fuzz/run_fuzzers.sh
+    JOBS=$jobs exec tests/sanitizers/run.sh ;;
 esac

@@ -6,7 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "cache/recipe_check.h"
 #include "spdlog/spdlog.h"
-#include "tuner/compile/nvrtc_compiler.h"
+#include "tuner/compile/compile_through_cache.h"
 #include "tuner/core/safe_text.h"
 #include "tuner/core/wire.h"
 
@@ -116,19 +116,15 @@ absl::Status Answers::AttachCode(LaunchRecipe* recipe) {
       return absl::OkStatus();
     }
   }
-  // Compiled on a copy: only its code is kept, whatever else it holds.
-  LaunchRecipe program = *recipe;
-  if (kernel_cache_ == nullptr || !kernel_cache_->Lookup(&program, NvrtcVersion())) {
-    CompileResult result = Compile(&program);
-    if (!result.ok) {
-      return absl::InternalError(absl::StrCat("compiling ", program.template_id, " failed: ", result.log));
-    }
-    metrics_->AddCompileSeconds(result.compile_seconds);
-    if (kernel_cache_ != nullptr) kernel_cache_->Store(program, NvrtcVersion());
+  // The tuner's one way to code (kernel cache, then NVRTC, stored back): it
+  // fills only the cubin and lowered names, and a failure changes nothing.
+  const CachedCompile compiled = CompileThroughCache(recipe, kernel_cache_);
+  if (!compiled.ok) {
+    return absl::InternalError(absl::StrCat("compiling ", recipe->template_id, " failed: ", compiled.log));
   }
-  CompiledCode code{program.cubin, {}};
-  for (const KernelLaunch& k : program.kernels) code.lowered_names.push_back(k.lowered_name);
-  attach(code);
+  if (compiled.compiled) metrics_->AddCompileSeconds(compiled.compile_seconds);
+  CompiledCode code{recipe->cubin, {}};
+  for (const KernelLaunch& k : recipe->kernels) code.lowered_names.push_back(k.lowered_name);
   absl::MutexLock lock(&compiled_mu_);
   compiled_.insert_or_assign(key, std::move(code));
   return absl::OkStatus();

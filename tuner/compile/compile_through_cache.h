@@ -2,7 +2,7 @@
 // (tuner/compile/kernel_cache.h), NVRTC (tuner/compile/nvrtc_compiler.h) for the rest, in
 // parallel, and every successful compile stored back. The tuning pipeline
 // (tuner/run/pipeline.h), the norm backward's reduce pass and the daemon's
-// served recipes (daemon/service.cc AttachCode) all compile through it, so a
+// served recipes (daemon/answers.cc AttachCode) all compile through it, so a
 // cubin a tune compiled is the one a later answer serves.
 //
 // Contract: a hit or a successful compile fills recipe->cubin and every

@@ -114,7 +114,7 @@ TEST_CASE("SkinnyLaunchRecipe: 16 columns of D per CTA, the row block from M", "
   CHECK(r->kernels[0].block == std::array<uint32_t, 3>{256, 1, 1});
 }
 
-TEST_CASE("NVRTC compiles every skinny config for every epilogue without spills", "[tuner][gemm][nvrtc]") {
+TEST_CASE("NVRTC compiles every skinny config for every epilogue without spills", "[tuner][gemm][nvrtc][slow]") {
   const DeviceInfo h200 = CompileOnlyTarget();
   std::vector<LaunchRecipe> recipes;
   for (const v1::GemmProblem& p : {LinearGemm(1, 4096, 4096), LinearGemm(16, 4096, 4096, v1::EPILOGUE_BIAS_GELU),

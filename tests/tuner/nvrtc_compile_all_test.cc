@@ -177,7 +177,7 @@ TEST_CASE("NVRTC compiles every config of the space for sm_90", "[tuner][nvrtc][
   CompileEverything(problems);
 }
 
-TEST_CASE("The device check of norm outputs compiles for every op and type", "[tuner][nvrtc]") {
+TEST_CASE("The device check of norm outputs compiles for every op and type", "[tuner][nvrtc][slow]") {
   const DeviceInfo device = CompileOnlyTarget();
   const std::vector<DType> types = {DType::kBF16, DType::kFP16, DType::kFP32};
   std::map<std::string, LaunchRecipe> unique;  // by name expression

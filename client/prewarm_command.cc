@@ -27,12 +27,6 @@ int UsageError(const absl::Status& s) {
   return kExitUsage;
 }
 
-int CountGemm(const std::vector<PrewarmProblem>& problems) {
-  int n = 0;
-  for (const PrewarmProblem& p : problems) n += IsGemm(p) ? 1 : 0;
-  return n;
-}
-
 // --answers: what `server` answers for each problem now, one row each.
 int PrintAnswers(const std::vector<PrewarmProblem>& problems, const std::string& server, const ClientOptions& options) {
   std::unique_ptr<Client> client = Client::Create(server, options);
@@ -170,17 +164,16 @@ int PrewarmCommand::Run(const std::string& default_server, const ClientOptions& 
     return UsageError(absl::InvalidArgumentError("--answers prints a table: not with --dry-run or --json"));
   }
 
-  const int gemm = CountGemm(*problems);
+  const std::string counts = CountByKind(*problems);
   if (answers_) return PrintAnswers(*problems, servers.front(), client);
   if (dry_run_) {
     for (const PrewarmProblem& p : *problems) {
       std::printf("%s\n", p.key.c_str());
     }
-    std::printf("%zu problems (%zu norm, %d gemm)\n", problems->size(), problems->size() - gemm, gemm);
+    std::printf("%zu problems (%s)\n", problems->size(), counts.c_str());
     return kExitDone;
   }
-  std::fprintf(stderr, "ktune prewarm: %zu problems (%zu norm, %d gemm)\n", problems->size(), problems->size() - gemm,
-               gemm);
+  std::fprintf(stderr, "ktune prewarm: %zu problems (%s)\n", problems->size(), counts.c_str());
 
   PrewarmOptions options;
   options.call_timeout_s = client.timeout_s;

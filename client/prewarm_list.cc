@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "tuner/core/describe.h"
-#include "tuner/core/wire.h"
+#include "tuner/core/problem_kind.h"
 
 namespace ktune {
 
@@ -17,7 +17,16 @@ std::string ProblemKey(const v1::Problem& problem) {
   return key.ok() ? key->key : absl::StrCat("invalid ", problem.ShortDebugString());
 }
 
-bool IsGemm(const PrewarmProblem& p) { return ProblemKindName(p.problem) == "gemm"; }
+std::string CountByKind(const std::vector<PrewarmProblem>& problems) {
+  std::string text;
+  for (const ProblemKind* kind : ProblemKinds()) {
+    const auto n = std::count_if(problems.begin(), problems.end(), [kind](const PrewarmProblem& p) {
+      return p.problem.kind_case() == kind->problem_case();
+    });
+    absl::StrAppend(&text, text.empty() ? "" : ", ", n, " ", kind->name());
+  }
+  return text;
+}
 
 absl::Status ValidatePrewarmProblems(const std::vector<PrewarmProblem>& problems) {
   for (const PrewarmProblem& p : problems) {

@@ -3,7 +3,7 @@
 // sharding a batch job uses to take its share of the list.
 //
 // Keys are what dedup, sharding and reports go by: the cache key's problem
-// part (ProblemKeyOf, tuner/core/wire.h: CanonicalKey for norms, GemmCanonicalKey
+// part (ProblemKeyOf, tuner/core/problem_kind.h: CanonicalKey for norms, GemmCanonicalKey
 // for GEMM), so "the same problem" here means the same cache entry on a
 // daemon. A problem without such a key (see ProblemKey) is keyed by its own
 // text instead, so it is still listed, deduplicated and sharded.
@@ -34,7 +34,9 @@ struct PrewarmProblem {
 // "invalid " followed by the problem's ShortDebugString.
 std::string ProblemKey(const v1::Problem& problem);
 
-bool IsGemm(const PrewarmProblem& p);
+// "3 norm, 2 gemm": how many problems of each kind of this build, every kind
+// named (zeros too), in registration order (ProblemKinds).
+std::string CountByKind(const std::vector<PrewarmProblem>& problems);
 
 // Every problem checked by CheckProblemShape (tuner/core/describe.h: a norm
 // problem as ktuned checks it; a GEMM only by the size rules, since which

@@ -24,21 +24,22 @@ std::string CompileKey(const LaunchRecipe& r) {
 }
 
 // The software this binary keys each entry op under (it depends on the op
-// alone). An op whose template is missing is not served: none of its
-// entries is stale.
-std::map<std::string, SoftwareFingerprint> OpSoftware(const OpRegistry& ops) {
-  std::map<std::string, SoftwareFingerprint> software;
+// alone), or why there is none. An op whose template is missing is not
+// served: none of its entries is stale.
+std::map<std::string, absl::StatusOr<SoftwareFingerprint>> OpSoftware(const OpRegistry& ops) {
+  std::map<std::string, absl::StatusOr<SoftwareFingerprint>> software;
   for (const std::unique_ptr<Op>& op : ops.ops()) {
-    for (const std::string& entry_op : op->entry_ops()) {
-      if (absl::StatusOr<SoftwareFingerprint> s = op->Software(entry_op); s.ok()) software[entry_op] = *s;
-    }
+    for (const std::string& entry_op : op->entry_ops()) software.emplace(entry_op, op->Software(entry_op));
   }
   return software;
 }
 
-std::map<std::string, std::string> SoftwareKeys(const std::map<std::string, SoftwareFingerprint>& op_software) {
+std::map<std::string, std::string> SoftwareKeys(
+    const std::map<std::string, absl::StatusOr<SoftwareFingerprint>>& op_software) {
   std::map<std::string, std::string> keys;
-  for (const auto& [op, software] : op_software) keys[op] = SoftwareKey(software);
+  for (const auto& [op, software] : op_software) {
+    if (software.ok()) keys[op] = SoftwareKey(*software);
+  }
   return keys;
 }
 
@@ -68,18 +69,17 @@ absl::StatusOr<Resolved> Answers::Resolve(const v1::Problem& problem) const {
   absl::StatusOr<ProblemIdentity> id = (*op)->Identify(problem);
   if (!id.ok()) return id.status();
   auto software = op_software_.find(id->entry_op);
-  auto software_key = current_software_.find(id->entry_op);
-  if (software == op_software_.end() || software_key == current_software_.end()) {
-    // As the op answers it (its template is not in this build).
-    absl::StatusOr<SoftwareFingerprint> built = (*op)->Software(id->entry_op);
-    return built.ok() ? absl::InternalError(absl::StrCat("no software fingerprint for ", id->entry_op))
-                      : built.status();
+  if (software == op_software_.end()) {  // an op keyed the problem under an entry op it does not list
+    return absl::InternalError(absl::StrCat("no software fingerprint for ", id->entry_op));
   }
+  // As the op answered at start (its template is not in this build).
+  if (!software->second.ok()) return software->second.status();
   Resolved r;
   r.proto = problem;
   r.op = *op;
-  r.software = software->second;
-  r.key = EntryKey{std::move(id->entry_op), std::move(id->problem_key), target_key_, software_key->second};
+  r.software = *software->second;
+  const std::string& software_key = current_software_.at(id->entry_op);  // every ok software has its key
+  r.key = EntryKey{std::move(id->entry_op), std::move(id->problem_key), target_key_, software_key};
   return r;
 }
 

@@ -110,9 +110,10 @@ class Answers {
   KernelCache* const kernel_cache_;
   ServiceMetrics* const metrics_;
   const DeviceInfo target_;
-  const std::string target_key_;                                  // DeviceKey(target_), on every request's key
-  const std::map<std::string, SoftwareFingerprint> op_software_;  // by entry op
-  const std::map<std::string, std::string> current_software_;     // their keys
+  const std::string target_key_;  // DeviceKey(target_), on every request's key
+  // By entry op: its software, or the op's error (a template missing here).
+  const std::map<std::string, absl::StatusOr<SoftwareFingerprint>> op_software_;
+  const std::map<std::string, std::string> current_software_;  // the keys of those that are ok
   EntryCache entries_;
 
   // What compiling one program gives: the cubin and, per name expression in

@@ -9,38 +9,50 @@
 #include "tuner/run/candidate.h"
 
 namespace ktune {
+namespace {
+
+// The counters and gauges ktuned exports (the one histogram is declared in
+// the constructor, with its buckets). /metrics lists families by name.
+struct MetricDeclaration {
+  const char* name;
+  Metrics::Kind kind;
+  const char* help;
+};
+constexpr MetricDeclaration kDeclared[] = {
+    {"ktune_getconfig_total", Metrics::Kind::kCounter,
+     "GetConfig answers by how they were obtained (hit, heuristic, nearest, tuned, not_found, refused, cancelled, "
+     "error)"},
+    {"ktune_build_info", Metrics::Kind::kGauge, "Always 1; the labels say what this ktuned is built from"},
+    {"ktune_compile_only", Metrics::Kind::kGauge,
+     "1 when this ktuned has no usable GPU (serves cached and heuristic answers, cannot tune)"},
+    {"ktune_tunes_total", Metrics::Kind::kCounter, "Tuning jobs finished, by result"},
+    {"ktune_tune_seconds_total", Metrics::Kind::kCounter, "Wall time spent in tuning jobs"},
+    {"ktune_compile_seconds_total", Metrics::Kind::kCounter,
+     "NVRTC compile time summed over candidates (all compile threads)"},
+    {"ktune_run_seconds_total", Metrics::Kind::kCounter, "Wall time verifying and timing candidates on the GPU"},
+    {"ktune_kernel_cache_hits_total", Metrics::Kind::kCounter,
+     "Candidates whose cubin came from the compiled-kernel cache"},
+    {"ktune_candidates_compiled_total", Metrics::Kind::kCounter, "Candidates compiled by NVRTC"},
+    {"ktune_quarantined_total", Metrics::Kind::kCounter, "Candidates quarantined after a fault or a hang, by reason"},
+    {"ktune_candidates_total", Metrics::Kind::kCounter,
+     "Candidates that finished, by outcome (ok, compile_error, wrong_answer, launch_error)"},
+    {"ktune_tune_jobs_joined_total", Metrics::Kind::kCounter,
+     "Tune requests that shared an already queued or running job of their key"},
+    {"ktune_tune_jobs_rejected_total", Metrics::Kind::kCounter, "Tune requests refused because the queue was full"},
+    {"ktune_tune_jobs_cancelled_total", Metrics::Kind::kCounter,
+     "Tuning jobs dropped because every caller waiting for them went away"},
+    {"ktune_tune_queue_depth", Metrics::Kind::kGauge, "Tuning jobs waiting"},
+    {"ktune_tunes_running", Metrics::Kind::kGauge, "Tuning jobs running"},
+    {"ktune_entries", Metrics::Kind::kGauge, "Tuned entries stored, by op"},
+};
+
+}  // namespace
 
 ServiceMetrics::ServiceMetrics(const OpRegistry& ops, bool compile_only) : ops_(ops) {
-  using K = Metrics::Kind;
-  metrics_.Declare("ktune_getconfig_total", K::kCounter,
-                   "GetConfig answers by how they were obtained (hit, heuristic, nearest, tuned, "
-                   "not_found, refused, cancelled, error)");
+  for (const MetricDeclaration& m : kDeclared) metrics_.Declare(m.name, m.kind, m.help);
   metrics_.DeclareHistogram(
       "ktune_getconfig_seconds", "GetConfig latency in the daemon (decoded request to answer), by answer",
       {25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 0.1, 0.25, 1, 10, 60, 300, 1800});
-  metrics_.Declare("ktune_build_info", K::kGauge, "Always 1; the labels say what this ktuned is built from");
-  metrics_.Declare("ktune_compile_only", K::kGauge,
-                   "1 when this ktuned has no usable GPU (serves cached and heuristic answers, cannot tune)");
-  metrics_.Declare("ktune_tunes_total", K::kCounter, "Tuning jobs finished, by result");
-  metrics_.Declare("ktune_tune_seconds_total", K::kCounter, "Wall time spent in tuning jobs");
-  metrics_.Declare("ktune_compile_seconds_total", K::kCounter,
-                   "NVRTC compile time summed over candidates (all compile threads)");
-  metrics_.Declare("ktune_run_seconds_total", K::kCounter, "Wall time verifying and timing candidates on the GPU");
-  metrics_.Declare("ktune_kernel_cache_hits_total", K::kCounter,
-                   "Candidates whose cubin came from the compiled-kernel cache");
-  metrics_.Declare("ktune_candidates_compiled_total", K::kCounter, "Candidates compiled by NVRTC");
-  metrics_.Declare("ktune_quarantined_total", K::kCounter, "Candidates quarantined after a fault or a hang, by reason");
-  metrics_.Declare("ktune_candidates_total", K::kCounter,
-                   "Candidates that finished, by outcome (ok, compile_error, wrong_answer, "
-                   "launch_error)");
-  metrics_.Declare("ktune_tune_jobs_joined_total", K::kCounter,
-                   "Tune requests that shared an already queued or running job of their key");
-  metrics_.Declare("ktune_tune_jobs_rejected_total", K::kCounter, "Tune requests refused because the queue was full");
-  metrics_.Declare("ktune_tune_jobs_cancelled_total", K::kCounter,
-                   "Tuning jobs dropped because every caller waiting for them went away");
-  metrics_.Declare("ktune_tune_queue_depth", K::kGauge, "Tuning jobs waiting");
-  metrics_.Declare("ktune_tunes_running", K::kGauge, "Tuning jobs running");
-  metrics_.Declare("ktune_entries", K::kGauge, "Tuned entries stored, by op");
 
   // Every label value a family can take is exported from the start, at 0.
   static constexpr std::array<const char*, kAnswerKinds> kAnswerNames = {

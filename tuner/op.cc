@@ -24,11 +24,9 @@ absl::StatusOr<const Op*> OpRegistry::ForProblem(const v1::Problem& problem) con
   const size_t kind = static_cast<size_t>(problem.kind_case());
   if (kind < by_kind_.size() && by_kind_[kind] != nullptr) return by_kind_[kind];
   if (problem.kind_case() == v1::Problem::KIND_NOT_SET) {
-    std::string kinds;
-    for (size_t i = 0; i < ops_.size(); ++i) {
-      absl::StrAppend(&kinds, i == 0 ? "" : i + 1 == ops_.size() ? " or " : ", ", "a ", ops_[i]->name());
-    }
-    return absl::InvalidArgumentError(absl::StrCat("problem: missing (", kinds, " problem)"));
+    std::vector<const ProblemKind*> kinds;
+    for (const std::unique_ptr<Op>& op : ops_) kinds.push_back(&op->kind());
+    return MissingProblemError(kinds);
   }
   return absl::UnimplementedError(
       absl::StrCat("problem: kind ", static_cast<int>(problem.kind_case()), " is served by no op of this build"));
@@ -49,6 +47,12 @@ std::vector<std::string> OpRegistry::entry_ops() const {
     for (std::string& name : op->entry_ops()) out.push_back(std::move(name));
   }
   return out;
+}
+
+absl::StatusOr<ProblemIdentity> Op::Key(const v1::Problem& problem) const {
+  absl::StatusOr<ProblemKeyParts> key = kind().Key(problem);
+  if (!key.ok()) return key.status();
+  return ProblemIdentity{std::move(key->op), std::move(key->key)};
 }
 
 absl::StatusOr<ProblemIdentity> OpRegistry::Identify(const v1::Problem& problem) const {

@@ -29,11 +29,15 @@
 #include "ktune/v1/ktune.pb.h"
 #include "tuner/core/fingerprint.h"
 #include "tuner/core/launch_recipe.h"
+#include "tuner/core/problem_kind.h"
 
 namespace ktune {
 
 class CandidateExecutor;
+class Device;
 class KernelCache;
+class ProblemRunner;
+class RunnerLibraries;
 
 // What a problem is stored under, apart from device and software.
 struct ProblemIdentity {
@@ -98,8 +102,10 @@ class Op {
 
   // How messages name a problem of this family: "norm", "GEMM".
   virtual absl::string_view name() const = 0;
-  // The v1::Problem oneof case this family serves.
-  virtual v1::Problem::KindCase problem_kind() const = 0;
+  // The problem kind this family serves: its wire case, key and text, as
+  // clients that link no op see them (tuner/core/problem_kind.h).
+  virtual const ProblemKind& kind() const = 0;
+  v1::Problem::KindCase problem_kind() const { return kind().problem_case(); }
   // The EntryKey::op values its entries are stored under.
   virtual std::vector<std::string> entry_ops() const = 0;
 
@@ -108,8 +114,9 @@ class Op {
   // keys it. REQUIRES (every method below): the problem is of problem_kind().
   virtual absl::StatusOr<ProblemIdentity> Identify(const v1::Problem& problem) const = 0;
   // The key alone (equivalent spellings give one key), for entries: errors
-  // only for what cannot be keyed; Identify is the full check.
-  virtual absl::StatusOr<ProblemIdentity> Key(const v1::Problem& problem) const = 0;
+  // only for what cannot be keyed; Identify is the full check. The kind's
+  // Key: one spelling for clients and the daemon alike.
+  absl::StatusOr<ProblemIdentity> Key(const v1::Problem& problem) const;
   // REQUIRES: Identify(problem).ok().
   virtual ProblemFamily Family(const v1::Problem& problem, const std::string& device_key,
                                const std::string& software_key) const = 0;
@@ -144,6 +151,19 @@ class Op {
   // INTERNAL when no candidate ran correctly.
   virtual absl::StatusOr<OpTuneResult> Tune(const v1::Problem& problem, CandidateExecutor* executor,
                                             const OpTuneRequest& request) const = 0;
+
+  // What runs this family's candidates for `problem` on `device` (not owned;
+  // tuner/run/problem_runner.h): allocates its buffers and computes the
+  // reference, inputs drawn from `seed`. `libraries` (not owned, not null)
+  // must outlive the runner. INVALID_ARGUMENT for a problem that does not
+  // validate; device errors as the runner returns them. Only executors and
+  // the worker call these (through tuner/problem_runners.h).
+  virtual absl::StatusOr<std::unique_ptr<ProblemRunner>> NewRunner(const v1::Problem& problem, Device* device,
+                                                                   uint64_t seed, RunnerLibraries* libraries) const = 0;
+  // The runner of tests without a GPU (tuner/run/fake_runner.h), with this
+  // family's work and library candidates for `problem`.
+  virtual absl::StatusOr<std::unique_ptr<ProblemRunner>> NewFakeRunner(const v1::Problem& problem,
+                                                                       const DeviceInfo& device) const = 0;
 };
 
 // The families of a build, each found by problem kind or entry op.
@@ -152,8 +172,9 @@ class OpRegistry {
   // REQUIRES: no two ops of one problem kind or entry op.
   explicit OpRegistry(std::vector<std::unique_ptr<Op>> ops);
 
-  // INVALID_ARGUMENT "problem: missing (a norm or a GEMM problem)" for a
-  // problem with no kind; UNIMPLEMENTED for a kind no op here serves.
+  // INVALID_ARGUMENT "problem: missing (set one of: norm, gemm)"
+  // (MissingProblemError) for a problem with no kind; UNIMPLEMENTED for a
+  // kind no op here serves.
   absl::StatusOr<const Op*> ForProblem(const v1::Problem& problem) const;
   const Op* ForEntryOp(absl::string_view entry_op) const;  // null if none
   // Every op's entry ops, in registration order.

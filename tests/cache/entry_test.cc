@@ -118,7 +118,7 @@ TEST_CASE("ValidateEntry: each bad field is named", "[cache]") {
   };
   const std::vector<Case> cases = {
       // problem
-      {[](v1::Entry& e) { e.clear_problem(); }, "entry.problem: missing (a norm or a GEMM problem)"},
+      {[](v1::Entry& e) { e.clear_problem(); }, "entry.problem: missing (set one of: norm, gemm)"},
       {[](v1::Entry& e) { e.mutable_problem()->mutable_gemm()->set_m(1); }, "entry.problem.gemm.n:"},
       {[](v1::Entry& e) { e.mutable_problem()->mutable_norm()->set_m(0); }, "entry.problem.m:"},
       {[](v1::Entry& e) { e.mutable_config()->mutable_norm()->set_reduce_rows(8); },

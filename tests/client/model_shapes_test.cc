@@ -24,7 +24,7 @@ const std::vector<int64_t> kTokens = {1, 16, 128, 2048, 8192};
 std::vector<NormProblem> Norms(const std::vector<PrewarmProblem>& problems) {
   std::vector<NormProblem> out;
   for (const PrewarmProblem& p : problems) {
-    if (IsGemm(p)) continue;
+    if (p.problem.has_gemm()) continue;
     absl::StatusOr<NormProblem> n = NormProblemFromProto(p.problem.norm());
     REQUIRE(n.ok());
     out.push_back(*n);
@@ -35,7 +35,7 @@ std::vector<NormProblem> Norms(const std::vector<PrewarmProblem>& problems) {
 std::set<std::tuple<int64_t, int64_t, int64_t>> GemmShapes(const std::vector<PrewarmProblem>& problems) {
   std::set<std::tuple<int64_t, int64_t, int64_t>> out;
   for (const PrewarmProblem& p : problems) {
-    if (IsGemm(p)) out.emplace(p.problem.gemm().m(), p.problem.gemm().n(), p.problem.gemm().k());
+    if (p.problem.has_gemm()) out.emplace(p.problem.gemm().m(), p.problem.gemm().n(), p.problem.gemm().k());
   }
   return out;
 }
@@ -77,8 +77,8 @@ TEST_CASE("Llama-3-8B: one RMSNorm per token count, and the layer's GEMMs", "[cl
     CHECK(gemms.count({2048, 4096, 14336}) == 1);               // down
     CHECK(gemms.count({2048, 128256, 4096}) == 1);              // lm_head
     // Norms first, so that what is served today is tuned first.
-    CHECK(!IsGemm(problems->front()));
-    CHECK(IsGemm(problems->back()));
+    CHECK(!problems->front().problem.has_gemm());
+    CHECK(problems->back().problem.has_gemm());
   }
   SECTION("forward and backward") {
     auto problems = DeriveModelProblems(*config, {kTokens, true, DType::kFP16});

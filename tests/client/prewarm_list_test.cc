@@ -38,6 +38,23 @@ TEST_CASE("the problem list drops duplicates and keeps first-seen order", "[clie
   CHECK(list.problems()[1].problem.norm().m() == 4);
 }
 
+TEST_CASE("the list counts its problems by kind, every kind named", "[client][prewarm]") {
+  ProblemList list;
+  list.Add(Rms(8, 16));
+  CHECK(CountByKind(list.problems()) == "1 norm, 0 gemm");
+  v1::Problem gemm;
+  gemm.mutable_gemm()->set_m(16);
+  list.Add(gemm);
+  list.Add(Rms(4, 16));
+  CHECK(CountByKind(list.problems()) == "2 norm, 1 gemm");
+  // A problem of no kind is listed (by its text) but counted under none.
+  list.Add(v1::Problem());
+  CHECK(list.problems().size() == 4);
+  CHECK(CountByKind(list.problems()) == "2 norm, 1 gemm");
+  const absl::Status none = ValidatePrewarmProblems({list.problems().back()});
+  CHECK(none.message().find("problem: missing (set one of: norm, gemm)") != absl::string_view::npos);
+}
+
 TEST_CASE("shard parsing validates i < n and n >= 1", "[client][prewarm]") {
   auto ok = ParseShard("2/5");
   REQUIRE(ok.ok());

@@ -64,7 +64,7 @@ problems:
   CHECK(ln.output_dtype == DType::kFP16);
 
   const PrewarmProblem& g = (*parsed)[3];
-  REQUIRE(IsGemm(g));
+  REQUIRE(g.problem.has_gemm());
   CHECK(g.problem.gemm().k() == 256);
   CHECK(g.problem.gemm().a_dtype() == v1::BF16);
   CHECK(g.key.rfind("gemm m=64 n=128 k=256", 0) == 0);
@@ -93,7 +93,7 @@ TEST_CASE("the shipped example shapes file parses", "[client][shapes]") {
   auto parsed = LoadShapesFile(path.string());
   REQUIRE(parsed.ok());
   CHECK(parsed->size() == 11);
-  CHECK(IsGemm(parsed->back()));
+  CHECK(parsed->back().problem.has_gemm());
 }
 
 TEST_CASE("bad shapes files name the file, line, entry and field", "[client][shapes]") {

@@ -9,6 +9,7 @@
 
 #include "cache/bundle.h"
 #include "tests/cache/test_entries.h"
+#include "tests/tuner/gemm_problem_builder.h"
 #include "tuner/compile/kernel_source.h"
 #include "tuner/compile/nvrtc_compiler.h"
 #include "tuner/core/fingerprint.h"
@@ -44,17 +45,7 @@ ktune::v1::Entry LocalEntry(const ktune::NormProblem& p) {
 
 // A GEMM with B as [N, K] (nn.Linear's), bf16 or fp8 A and B, bf16 D.
 ktune::v1::GemmProblem Gemm(int64_t m, int64_t n, int64_t k, ktune::v1::DType ab = ktune::v1::BF16) {
-  ktune::v1::GemmProblem p;
-  p.set_m(m);
-  p.set_n(n);
-  p.set_k(k);
-  p.set_batch(1);
-  p.set_a_dtype(ab);
-  p.set_b_dtype(ab);
-  p.set_d_dtype(ktune::v1::BF16);
-  p.set_a_layout(ktune::v1::ROW_MAJOR);
-  p.set_b_layout(ktune::v1::COL_MAJOR);
-  return p;
+  return ktune::MakeGemm({m, n, k, ab});
 }
 
 }  // namespace

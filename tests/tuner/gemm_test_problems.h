@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include "ktune/v1/ktune.pb.h"
+#include "tests/tuner/gemm_problem_builder.h"
 #include "tuner/core/gemm_problem.h"
 
 namespace ktune {
@@ -13,18 +14,7 @@ namespace ktune {
 inline v1::GemmProblem TestGemm(int64_t m, int64_t n, int64_t k, v1::Layout b_layout = v1::COL_MAJOR,
                                 v1::Epilogue epilogue = v1::EPILOGUE_NONE, v1::DType c = v1::DTYPE_UNSPECIFIED,
                                 v1::DType d = v1::BF16, int64_t batch = 1) {
-  v1::GemmProblem p;
-  p.set_m(m);
-  p.set_n(n);
-  p.set_k(k);
-  p.set_batch(batch);
-  p.set_a_dtype(v1::BF16);
-  p.set_b_dtype(v1::BF16);
-  p.set_c_dtype(c);
-  p.set_d_dtype(d);
-  p.set_a_layout(v1::ROW_MAJOR);
-  p.set_b_layout(b_layout);
-  p.set_epilogue(epilogue);
+  const v1::GemmProblem p = MakeGemm({m, n, k, v1::BF16, d, b_layout, epilogue, c, batch});
   REQUIRE(ValidateGemmProblem(p).ok());
   return p;
 }

@@ -17,31 +17,46 @@
 #include "tests/e2e/daemon_process.h"
 #include "tuner/builtin_ops.h"
 #include "tuner/core/fingerprint.h"
+#include "tuner/core/problem_kind.h"
 #include "tuner/core/wire.h"
 #include "tuner/gemm/gemm_op.h"
 #include "tuner/norm/norm_op.h"
 #include "tuner/op.h"
+#include "tuner/run/problem_runner.h"
 
 namespace ktune {
 namespace {
 
-// A made-up family that borrows the GEMM message for its shape and answers
-// a library call (no kernels: nothing to compile), so that it runs anywhere.
+std::string FakeKeyText(int64_t m, int64_t n) { return absl::StrCat("fake m=", m, " n=", n); }
+
+// A made-up kind that borrows the GEMM message for its shape.
+class FakeKind final : public ProblemKind {
+ public:
+  absl::string_view name() const override { return "fake"; }
+  v1::Problem::KindCase problem_case() const override { return v1::Problem::kGemm; }
+  v1::Config::KindCase config_case() const override { return v1::Config::kGemm; }
+  absl::StatusOr<ProblemKeyParts> Key(const v1::Problem& problem) const override {
+    return ProblemKeyParts{"fake.op", FakeKeyText(problem.gemm().m(), problem.gemm().n())};
+  }
+  std::string Describe(const v1::Problem& problem) const override { return FakeKeyText(problem.gemm().m(), 0); }
+  std::string DescribeConfig(const v1::Config&) const override { return "fake"; }
+  absl::Status CheckShape(const v1::Problem&) const override { return absl::OkStatus(); }
+};
+
+// A made-up family of that kind that answers a library call (no kernels:
+// nothing to compile), so that it runs anywhere.
 class FakeOp final : public Op {
  public:
   absl::string_view name() const override { return "fake"; }
-  v1::Problem::KindCase problem_kind() const override { return v1::Problem::kGemm; }
+  const ProblemKind& kind() const override { return kind_; }
   std::vector<std::string> entry_ops() const override { return {"fake.op"}; }
   absl::StatusOr<ProblemIdentity> Identify(const v1::Problem& problem) const override {
     if (problem.gemm().m() < 1) return absl::InvalidArgumentError("problem.gemm.m: must be >= 1");
     return Key(problem);
   }
-  absl::StatusOr<ProblemIdentity> Key(const v1::Problem& problem) const override {
-    return ProblemIdentity{"fake.op", KeyText(problem.gemm().m(), problem.gemm().n())};
-  }
   ProblemFamily Family(const v1::Problem& problem, const std::string& device_key,
                        const std::string& software_key) const override {
-    return {FamilyKeyText("fake.op", KeyText(0, problem.gemm().n()), device_key, software_key), problem.gemm().m()};
+    return {FamilyKeyText("fake.op", FakeKeyText(0, problem.gemm().n()), device_key, software_key), problem.gemm().m()};
   }
   absl::StatusOr<SoftwareFingerprint> Software(absl::string_view) const override {
     return SoftwareFingerprint{std::string(64, 'a'), 1, kSchemaVersion};
@@ -73,9 +88,16 @@ class FakeOp final : public Op {
   absl::StatusOr<OpTuneResult> Tune(const v1::Problem&, CandidateExecutor*, const OpTuneRequest&) const override {
     return absl::UnimplementedError("fake ops do not tune");
   }
+  absl::StatusOr<std::unique_ptr<ProblemRunner>> NewRunner(const v1::Problem&, Device*, uint64_t,
+                                                           RunnerLibraries*) const override {
+    return absl::UnimplementedError("fake ops do not run");
+  }
+  absl::StatusOr<std::unique_ptr<ProblemRunner>> NewFakeRunner(const v1::Problem&, const DeviceInfo&) const override {
+    return absl::UnimplementedError("fake ops do not run");
+  }
 
  private:
-  static std::string KeyText(int64_t m, int64_t n) { return absl::StrCat("fake m=", m, " n=", n); }
+  FakeKind kind_;
 };
 
 v1::Problem GemmProblem(int64_t m) {
@@ -103,6 +125,58 @@ TEST_CASE("BuiltinOps: every problem kind of the wire API has its op", "[tuner][
   }
 }
 
+TEST_CASE("ProblemKinds: the light registry names the kinds BuiltinOps serves, in order", "[tuner][op]") {
+  // The client's list (tuner/core/problem_kinds.cc) and the ops
+  // (tuner/builtin_ops.cc) are two lines to edit for a new op: a kind
+  // registered in one and not the other fails here.
+  const std::vector<const ProblemKind*>& kinds = ProblemKinds();
+  REQUIRE(kinds.size() == BuiltinOps().ops().size());
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    INFO(kinds[i]->name());
+    CHECK(&BuiltinOps().ops()[i]->kind() == kinds[i]);
+  }
+  // Every oneof case of Problem and of Config has its kind, and text.
+  const google::protobuf::OneofDescriptor* problems = v1::Problem::descriptor()->FindOneofByName("kind");
+  const google::protobuf::OneofDescriptor* configs = v1::Config::descriptor()->FindOneofByName("kind");
+  REQUIRE(problems != nullptr);
+  REQUIRE(configs != nullptr);
+  CHECK(problems->field_count() == static_cast<int>(kinds.size()));
+  CHECK(configs->field_count() == static_cast<int>(kinds.size()));
+  for (int i = 0; i < configs->field_count(); ++i) {
+    v1::Config config;
+    config.GetReflection()->MutableMessage(&config, configs->field(i));
+    INFO(configs->field(i)->name());
+    REQUIRE(KindOf(config) != nullptr);
+    CHECK(KindOf(config)->name() == configs->field(i)->name());
+  }
+  for (int i = 0; i < problems->field_count(); ++i) {
+    v1::Problem problem;
+    problem.GetReflection()->MutableMessage(&problem, problems->field(i));
+    INFO(problems->field(i)->name());
+    REQUIRE(KindOf(problem) != nullptr);
+    CHECK(KindOf(problem)->name() == problems->field(i)->name());
+  }
+  CHECK(KindOf(v1::Problem()) == nullptr);
+  CHECK(ProblemKeyOf(v1::Problem()).status().message() == "problem: missing (set one of: norm, gemm)");
+}
+
+TEST_CASE("ProblemKinds: the op's key is its kind's, the one spelling clients use", "[tuner][op]") {
+  v1::Problem norm;
+  norm.mutable_norm()->set_op(v1::RMSNORM);
+  norm.mutable_norm()->set_pass(v1::FWD);
+  norm.mutable_norm()->set_m(8);
+  norm.mutable_norm()->set_n(4096);
+  norm.mutable_norm()->set_input_dtype(v1::BF16);
+  for (const v1::Problem& problem : {norm, testutil::GemmProblemOf(LinearGemm(16, 4096, 4096))}) {
+    absl::StatusOr<ProblemKeyParts> client = ProblemKeyOf(problem);
+    absl::StatusOr<ProblemIdentity> daemon = BuiltinOps().Key(problem);
+    REQUIRE(client.ok());
+    REQUIRE(daemon.ok());
+    CHECK(client->op == daemon->entry_op);
+    CHECK(client->key == daemon->problem_key);
+  }
+}
+
 TEST_CASE("BuiltinOps: every entry op finds its op", "[tuner][op]") {
   const std::vector<std::string> expected = {"rmsnorm.fwd", "rmsnorm.bwd", "layernorm.fwd", "layernorm.bwd", "gemm"};
   CHECK(BuiltinOps().entry_ops() == expected);
@@ -121,14 +195,14 @@ TEST_CASE("BuiltinOps: every entry op finds its op", "[tuner][op]") {
 TEST_CASE("OpRegistry: a problem of no kind, or of a kind no op serves, is a clear error", "[tuner][op]") {
   absl::StatusOr<const Op*> none = BuiltinOps().ForProblem(v1::Problem());
   CHECK(none.status().code() == absl::StatusCode::kInvalidArgument);
-  CHECK(none.status().message() == "problem: missing (a norm or a GEMM problem)");
+  CHECK(none.status().message() == "problem: missing (set one of: norm, gemm)");
 
   std::vector<std::unique_ptr<Op>> norm_only;
   norm_only.push_back(MakeNormOp());
   const OpRegistry ops(std::move(norm_only));
   absl::StatusOr<const Op*> gemm = ops.ForProblem(GemmProblem(16));
   CHECK(gemm.status().code() == absl::StatusCode::kUnimplemented);
-  CHECK(ops.ForProblem(v1::Problem()).status().message() == "problem: missing (a norm problem)");
+  CHECK(ops.ForProblem(v1::Problem()).status().message() == "problem: missing (set one of: norm)");
   CHECK(ops.ForEntryOp("gemm") == nullptr);
   CHECK(ops.Identify(GemmProblem(16)).status().code() == absl::StatusCode::kUnimplemented);
 }

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "tests/tuner/gemm_problem_builder.h"
 #include "tuner/core/fingerprint.h"
 #include "tuner/core/gemm_problem.h"
 #include "tuner/core/problem.h"
@@ -69,19 +70,7 @@ std::vector<NormProblem> GoldenNormProblems() {
 std::vector<v1::GemmProblem> GoldenGemmProblems() {
   std::vector<v1::GemmProblem> out;
   auto add = [&](int64_t m, int64_t n, int64_t k, v1::DType ab, v1::DType d, v1::Layout b, v1::Epilogue epi, bool c) {
-    v1::GemmProblem p;
-    p.set_m(m);
-    p.set_n(n);
-    p.set_k(k);
-    p.set_batch(1);
-    p.set_a_dtype(ab);
-    p.set_b_dtype(ab);
-    p.set_d_dtype(d);
-    p.set_a_layout(v1::ROW_MAJOR);
-    p.set_b_layout(b);
-    p.set_epilogue(epi);
-    if (c) p.set_c_dtype(d);
-    out.push_back(p);
+    out.push_back(MakeGemm({m, n, k, ab, d, b, epi, c ? d : v1::DTYPE_UNSPECIFIED}));
   };
   add(8192, 8192, 8192, v1::BF16, v1::BF16, v1::COL_MAJOR, v1::EPILOGUE_NONE, false);
   add(2048, 4096, 14336, v1::BF16, v1::BF16, v1::ROW_MAJOR, v1::EPILOGUE_BIAS_GELU, false);

@@ -215,4 +215,11 @@ absl::StatusOr<std::string> KernelInstance::NameExpression() const {
   return absl::StrCat("ktune::", kernel_, "<", absl::StrJoin(args, ", "), ">");
 }
 
+absl::Status KernelInstance::NameInto(KernelLaunch* launch) const {
+  absl::StatusOr<std::string> name = NameExpression();
+  if (!name.ok()) return name.status();
+  launch->name_expression = *std::move(name);
+  return absl::OkStatus();
+}
+
 }  // namespace ktune

@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "tuner/core/launch_recipe.h"
 
 namespace ktune {
 
@@ -51,6 +52,9 @@ class KernelInstance {
   // "ktune::<kernel><arg, arg, ...>", the arguments in declaration order; or
   // the first misuse, or INTERNAL naming a parameter never set.
   absl::StatusOr<std::string> NameExpression() const;
+  // NameExpression, written to `launch->name_expression`; its error leaves
+  // the launch unchanged.
+  absl::Status NameInto(KernelLaunch* launch) const;
 
  private:
   KernelInstance& Set(absl::string_view name, TemplateParameter::Kind kind, std::string value);

@@ -6,7 +6,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "tuner/core/gemm_problem.h"
 
 namespace ktune {
 
@@ -245,17 +244,6 @@ LaunchRecipe RecipeFromProto(const v1::LaunchRecipe& in) {
   r.cublaslt_algo = in.cublaslt_algo();
   r.workspace_zeroed = in.workspace_zeroed();
   return r;
-}
-
-absl::StatusOr<ProblemKeyParts> ProblemKeyOf(const v1::Problem& problem) {
-  if (problem.has_gemm()) {
-    if (absl::Status s = ValidateGemmProblem(problem.gemm()); !s.ok()) return s;
-    return ProblemKeyParts{"gemm", GemmCanonicalKey(problem.gemm())};
-  }
-  if (!problem.has_norm()) return absl::InvalidArgumentError("problem: missing (a norm or a GEMM problem)");
-  absl::StatusOr<NormProblem> norm = NormProblemFromProto(problem.norm());
-  if (!norm.ok()) return norm.status();
-  return ProblemKeyParts{OpName(*norm), CanonicalKey(*norm)};
 }
 
 v1::Problem ProblemOf(const NormProblem& problem) {

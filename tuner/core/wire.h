@@ -28,19 +28,6 @@ v1::NormProblem NormProblemToProto(const NormProblem& problem);
 absl::StatusOr<NormConfig> NormConfigFromProto(const v1::NormConfig& config);
 v1::NormConfig NormConfigToProto(const NormConfig& config);
 
-// The problem part of a cache key, the one spelling every caller uses (the
-// daemon's lookups, stored and bundled entries, prewarm's dedup and shards):
-// the op name and CanonicalKey of the decoded norm problem, or "gemm" and
-// GemmCanonicalKey, so equivalent spellings (an unset output dtype, batch 0,
-// eps 0) are one key. INVALID_ARGUMENT naming the field for a problem that
-// does not decode (norm) or validate (GEMM); norm ranges are
-// ValidateNormProblem's.
-struct ProblemKeyParts {
-  std::string op;   // "rmsnorm.fwd", "gemm"
-  std::string key;  // "rmsnorm.fwd m=4096 n=4096 ...", "gemm m=1 n=4096 ..."
-};
-absl::StatusOr<ProblemKeyParts> ProblemKeyOf(const v1::Problem& problem);
-
 // OK, or INVALID_ARGUMENT naming the first of `fields` below 1 as
 // "<prefix><field>: must be >= 1, got <value>" (the config decoders' check).
 absl::Status RequirePositive(absl::string_view prefix, std::initializer_list<std::pair<const char*, int>> fields);

@@ -11,15 +11,19 @@
 #include "spdlog/spdlog.h"
 #include "tuner/compile/kernel_source.h"
 #include "tuner/compile/nvrtc_compiler.h"
+#include "tuner/core/gemm_kind.h"
 #include "tuner/core/gemm_problem.h"
 #include "tuner/core/sha256.h"
 #include "tuner/core/wire.h"
+#include "tuner/gemm/gemm_runner.h"
 #include "tuner/gemm/gemm_skinny_space.h"
 #include "tuner/gemm/gemm_space.h"
 #include "tuner/gemm/gemm_tuner.h"
 #include "tuner/gemm/gemm_wgmma_space.h"
 #include "tuner/gemm/gemm_wire.h"
 #include "tuner/gpu/cublaslt.h"
+#include "tuner/run/fake_runner.h"
+#include "tuner/run/runner_libraries.h"
 
 namespace ktune {
 namespace {
@@ -58,16 +62,12 @@ std::optional<WgmmaTileConfig> BestUnsplit(const std::vector<WgmmaTileConfig>& s
 class GemmOpImpl final : public Op {
  public:
   absl::string_view name() const override { return "GEMM"; }
-  v1::Problem::KindCase problem_kind() const override { return v1::Problem::kGemm; }
+  const ProblemKind& kind() const override { return GemmProblemKind(); }
   std::vector<std::string> entry_ops() const override { return {kGemmOp}; }
 
+  // A GEMM key is only defined for a valid problem (GemmProblemKind's Key
+  // validates it), so keying it is the whole request-edge check.
   absl::StatusOr<ProblemIdentity> Identify(const v1::Problem& problem) const override { return Key(problem); }
-
-  absl::StatusOr<ProblemIdentity> Key(const v1::Problem& problem) const override {
-    // A GEMM key is only defined for a valid problem (GemmCanonicalKey).
-    if (absl::Status s = ValidateGemmProblem(problem.gemm()); !s.ok()) return s;
-    return ProblemIdentity{kGemmOp, GemmCanonicalKey(problem.gemm())};
-  }
 
   ProblemFamily Family(const v1::Problem& problem, const std::string& device_key,
                        const std::string& software_key) const override {
@@ -207,6 +207,19 @@ class GemmOpImpl final : public Op {
     v1::Config config;
     *config.mutable_gemm() = nearest.config().gemm();
     return config;
+  }
+
+  absl::StatusOr<std::unique_ptr<ProblemRunner>> NewRunner(const v1::Problem& problem, Device* device, uint64_t seed,
+                                                           RunnerLibraries* libraries) const override {
+    return GemmProblemRunner(problem.gemm(), device, libraries->cublaslt(), seed);
+  }
+
+  // Three made-up cuBLASLt algorithms beside the templates, as cuBLASLt's
+  // heuristic offers some on a GPU.
+  absl::StatusOr<std::unique_ptr<ProblemRunner>> NewFakeRunner(const v1::Problem& problem,
+                                                               const DeviceInfo& device) const override {
+    if (absl::Status s = ValidateGemmProblem(problem.gemm()); !s.ok()) return s;
+    return ktune::NewFakeRunner(device, FakeWork{GemmFlops(problem.gemm()), /*library_candidates=*/3});
   }
 
   absl::StatusOr<OpTuneResult> Tune(const v1::Problem& problem, CandidateExecutor* executor,

@@ -194,15 +194,14 @@ absl::Status GemmRunner::Impl::ComputeReference() {
   r.arch = Arch(device->info());
   r.nvrtc_options = {absl::StrCat("--gpu-architecture=", r.arch), "-std=c++17"};
   KernelLaunch k;
-  absl::StatusOr<std::string> name = KernelInstance("gemm_reference")
-                                         .Type("TAB", p.a_dtype() == v1::FP8_E4M3 ? "ktune::e4m3" : "ktune::bf16")
-                                         .Type("TD", GemmDType(p) == v1::FP32 ? "float" : "ktune::bf16")
-                                         .Bool("B_NK", GemmBIsNK(p))
-                                         .Int("EPI", GemmEpilogueCode(p))
-                                         .Bool("HAS_C", GemmHasC(p))
-                                         .NameExpression();
-  if (!name.ok()) return name.status();
-  k.name_expression = *std::move(name);
+  const absl::Status named = KernelInstance("gemm_reference")
+                                 .Type("TAB", p.a_dtype() == v1::FP8_E4M3 ? "ktune::e4m3" : "ktune::bf16")
+                                 .Type("TD", GemmDType(p) == v1::FP32 ? "float" : "ktune::bf16")
+                                 .Bool("B_NK", GemmBIsNK(p))
+                                 .Int("EPI", GemmEpilogueCode(p))
+                                 .Bool("HAS_C", GemmHasC(p))
+                                 .NameInto(&k);
+  if (!named.ok()) return named;
   k.grid = {static_cast<uint32_t>((p.n() + kRefTile - 1) / kRefTile),
             static_cast<uint32_t>((p.m() + kRefTile - 1) / kRefTile), static_cast<uint32_t>(GemmBatch(p))};
   k.block = {kRefTile, kRefTile, 1};

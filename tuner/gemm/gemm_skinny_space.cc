@@ -92,18 +92,17 @@ absl::StatusOr<LaunchRecipe> SkinnyLaunchRecipe(const v1::GemmProblem& p, const 
   absl::StatusOr<LaunchRecipe> recipe = GemmTemplateRecipe(kTemplateId, Arch(d));
   if (!recipe.ok()) return recipe.status();
   KernelLaunch k;
-  absl::StatusOr<std::string> name = KernelInstance("gemm_skinny")
-                                         .Type("TAB", GemmIsFp8(p) ? "ktune::e4m3" : "ktune::bf16")
-                                         .Type("TD", GemmDType(p) == v1::FP32 ? "float" : "ktune::bf16")
-                                         .Int("EPI", GemmEpilogueCode(p))
-                                         .Bool("HAS_C", GemmHasC(p))
-                                         .Int("MB", p.m() <= 8 ? 8 : 16)
-                                         .Int("WARPS", c.warps)
-                                         .Int("UNROLL", c.unroll)
-                                         .Bool("PIPELINED", c.pipelined)
-                                         .NameExpression();
-  if (!name.ok()) return name.status();
-  k.name_expression = *std::move(name);
+  const absl::Status named = KernelInstance("gemm_skinny")
+                                 .Type("TAB", GemmIsFp8(p) ? "ktune::e4m3" : "ktune::bf16")
+                                 .Type("TD", GemmDType(p) == v1::FP32 ? "float" : "ktune::bf16")
+                                 .Int("EPI", GemmEpilogueCode(p))
+                                 .Bool("HAS_C", GemmHasC(p))
+                                 .Int("MB", p.m() <= 8 ? 8 : 16)
+                                 .Int("WARPS", c.warps)
+                                 .Int("UNROLL", c.unroll)
+                                 .Bool("PIPELINED", c.pipelined)
+                                 .NameInto(&k);
+  if (!named.ok()) return named;
   k.grid = {static_cast<uint32_t>((p.n() + kColumnsPerCta - 1) / kColumnsPerCta), 1,
             static_cast<uint32_t>(GemmBatch(p))};
   k.block = {static_cast<uint32_t>(c.warps * 32), 1, 1};

@@ -256,23 +256,22 @@ absl::StatusOr<LaunchRecipe> GemmLaunchRecipe(const v1::GemmProblem& p, const Ge
   absl::StatusOr<LaunchRecipe> recipe = GemmTemplateRecipe(kTemplateId, Arch(d));
   if (!recipe.ok()) return recipe.status();
   KernelLaunch k;
-  absl::StatusOr<std::string> name = KernelInstance("gemm_mma")
-                                         .Type("T", "ktune::bf16")
-                                         .Type("TD", TypeName(GemmDType(p)))
-                                         .Bool("B_NK", GemmBIsNK(p))
-                                         .Int("EPI", GemmEpilogueCode(p))
-                                         .Bool("HAS_C", GemmHasC(p))
-                                         .Int("BM", c.block_m)
-                                         .Int("BN", c.block_n)
-                                         .Int("BK", c.block_k)
-                                         .Int("WARPS_M", c.warps_m)
-                                         .Int("WARPS_N", c.warps_n)
-                                         .Int("STAGES", c.stages)
-                                         .Int("GROUP_M", c.group_m)
-                                         .Int("SPLIT_K", c.split_k)
-                                         .NameExpression();
-  if (!name.ok()) return name.status();
-  k.name_expression = *std::move(name);
+  const absl::Status named = KernelInstance("gemm_mma")
+                                 .Type("T", "ktune::bf16")
+                                 .Type("TD", TypeName(GemmDType(p)))
+                                 .Bool("B_NK", GemmBIsNK(p))
+                                 .Int("EPI", GemmEpilogueCode(p))
+                                 .Bool("HAS_C", GemmHasC(p))
+                                 .Int("BM", c.block_m)
+                                 .Int("BN", c.block_n)
+                                 .Int("BK", c.block_k)
+                                 .Int("WARPS_M", c.warps_m)
+                                 .Int("WARPS_N", c.warps_n)
+                                 .Int("STAGES", c.stages)
+                                 .Int("GROUP_M", c.group_m)
+                                 .Int("SPLIT_K", c.split_k)
+                                 .NameInto(&k);
+  if (!named.ok()) return named;
   k.grid = {static_cast<uint32_t>(Tiles(p, c)), static_cast<uint32_t>(c.split_k), static_cast<uint32_t>(GemmBatch(p))};
   k.block = {static_cast<uint32_t>(c.threads()), 1, 1};
   k.dynamic_smem_bytes = static_cast<uint32_t>(GemmSharedMemoryBytes(c));

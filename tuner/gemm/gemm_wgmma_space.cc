@@ -562,61 +562,45 @@ absl::StatusOr<LaunchRecipe> WgmmaLaunchRecipe(const v1::GemmProblem& p, const W
   absl::StatusOr<LaunchRecipe> recipe = GemmTemplateRecipe(kTemplateId, "sm_90a");
   if (!recipe.ok()) return recipe.status();
   KernelLaunch k;
-  absl::StatusOr<std::string> name = KernelInstance("gemm_wgmma")
-                                         .Type("TAB", GemmIsFp8(p) ? "ktune::e4m3" : "ktune::bf16")
-                                         .Type("TD", GemmDType(p) == v1::FP32 ? "float" : "ktune::bf16")
-                                         .Int("EPI", GemmEpilogueCode(p))
-                                         .Bool("HAS_C", GemmHasC(p))
-                                         .Int("BM", c.block_m)
-                                         .Int("BN", c.block_n)
-                                         .Int("CONSUMERS", c.consumers)
-                                         .Bool("PINGPONG", c.pingpong)
-                                         .Int("CLUSTER_M", c.cluster_m)
-                                         .Int("STAGES", c.stages)
-                                         .Int("GROUP_M", c.group_m)
-                                         .Int("SPLIT_K", c.split_k)
-                                         .Int("K_ROWS", c.k_rows)
-                                         .Int("PROMOTE_STEPS", PromoteSteps(p, c))
-                                         .Bool("B_KN", !GemmBIsNK(p))
-                                         .Bool("SWAP_AB", c.swap_ab)
-                                         .Int("TAIL_SPLIT", c.tail_split)
-                                         .NameExpression();
-  if (!name.ok()) return name.status();
-  k.name_expression = *std::move(name);
+  const absl::Status named = KernelInstance("gemm_wgmma")
+                                 .Type("TAB", GemmIsFp8(p) ? "ktune::e4m3" : "ktune::bf16")
+                                 .Type("TD", GemmDType(p) == v1::FP32 ? "float" : "ktune::bf16")
+                                 .Int("EPI", GemmEpilogueCode(p))
+                                 .Bool("HAS_C", GemmHasC(p))
+                                 .Int("BM", c.block_m)
+                                 .Int("BN", c.block_n)
+                                 .Int("CONSUMERS", c.consumers)
+                                 .Bool("PINGPONG", c.pingpong)
+                                 .Int("CLUSTER_M", c.cluster_m)
+                                 .Int("STAGES", c.stages)
+                                 .Int("GROUP_M", c.group_m)
+                                 .Int("SPLIT_K", c.split_k)
+                                 .Int("K_ROWS", c.k_rows)
+                                 .Int("PROMOTE_STEPS", PromoteSteps(p, c))
+                                 .Bool("B_KN", !GemmBIsNK(p))
+                                 .Bool("SWAP_AB", c.swap_ab)
+                                 .Int("TAIL_SPLIT", c.tail_split)
+                                 .NameInto(&k);
+  if (!named.ok()) return named;
   k.grid = {static_cast<uint32_t>(GridX(p, c, d)), 1, static_cast<uint32_t>(GemmBatch(p))};
   k.block = {static_cast<uint32_t>(c.threads()), 1, 1};
   k.dynamic_smem_bytes = static_cast<uint32_t>(WgmmaSharedMemoryBytes(c));
+  // The kernel's parameters (gemm_wgmma.cuh): two TMA descriptors, then C,
+  // D, bias, its M, N and K, alpha, beta, the workspace and the scales.
+  // Under swap_ab the kernel's A is the problem's B and its B the problem's
+  // A; its M and N are the problem's N and M.
+  std::string kernel_a = absl::StrCat("tma_a:", BlockK(p), "x", c.block_m);
+  std::string kernel_b = GemmBIsNK(p) ? absl::StrCat("tma_b:", BlockK(p), "x", c.block_n / c.cluster_m)
+                                      : absl::StrCat("tma_b:", kNBlock, "x", BlockK(p));
   if (c.swap_ab) {
-    // The kernel's A is the problem's B and its B the problem's A; its M and
-    // N are the problem's N and M.
-    k.params = {absl::StrCat("tma_b:", BlockK(p), "x", c.block_m),
-                absl::StrCat("tma_a:", BlockK(p), "x", c.block_n),
-                "c",
-                "d",
-                "bias",
-                "N",
-                "M",
-                "K",
-                "alpha",
-                "beta",
-                "ws",
-                "a_scale",
-                "b_scale"};
-  } else {
-    k.params = {absl::StrCat("tma_a:", BlockK(p), "x", c.block_m),
-                GemmBIsNK(p) ? absl::StrCat("tma_b:", BlockK(p), "x", c.block_n / c.cluster_m)
-                             : absl::StrCat("tma_b:", kNBlock, "x", BlockK(p)),
-                "c",
-                "d",
-                "bias",
-                "M",
-                "N",
-                "K",
-                "alpha",
-                "beta",
-                "ws",
-                "a_scale",
-                "b_scale"};
+    kernel_a = absl::StrCat("tma_b:", BlockK(p), "x", c.block_m);
+    kernel_b = absl::StrCat("tma_a:", BlockK(p), "x", c.block_n);
+  }
+  const char* kernel_m = c.swap_ab ? "N" : "M";
+  const char* kernel_n = c.swap_ab ? "M" : "N";
+  k.params = {std::move(kernel_a), std::move(kernel_b)};
+  for (const char* param : {"c", "d", "bias", kernel_m, kernel_n, "K", "alpha", "beta", "ws", "a_scale", "b_scale"}) {
+    k.params.emplace_back(param);
   }
   recipe->kernels.push_back(std::move(k));
   recipe->workspace_bytes = SplitKWorkspaceBytes(p, c, d);

@@ -7,10 +7,14 @@
 #include "spdlog/fmt/fmt.h"
 #include "tuner/compile/kernel_source.h"
 #include "tuner/compile/nvrtc_compiler.h"
+#include "tuner/core/norm_kind.h"
 #include "tuner/core/problem.h"
 #include "tuner/core/wire.h"
+#include "tuner/norm/norm_runner.h"
 #include "tuner/norm/norm_space.h"
 #include "tuner/norm/norm_tuner.h"
+#include "tuner/run/fake_runner.h"
+#include "tuner/run/runner_libraries.h"
 
 namespace ktune {
 namespace {
@@ -20,7 +24,7 @@ constexpr int kMaxWarpsPerCta = 32;
 class NormOpImpl final : public Op {
  public:
   absl::string_view name() const override { return "norm"; }
-  v1::Problem::KindCase problem_kind() const override { return v1::Problem::kNorm; }
+  const ProblemKind& kind() const override { return NormProblemKind(); }
 
   std::vector<std::string> entry_ops() const override {
     std::vector<std::string> ops;
@@ -34,12 +38,6 @@ class NormOpImpl final : public Op {
     absl::StatusOr<NormProblem> norm = NormProblemFromProto(problem.norm());
     if (!norm.ok()) return norm.status();
     if (absl::Status s = ValidateNormProblem(*norm); !s.ok()) return s;
-    return ProblemIdentity{OpName(*norm), CanonicalKey(*norm)};
-  }
-
-  absl::StatusOr<ProblemIdentity> Key(const v1::Problem& problem) const override {
-    absl::StatusOr<NormProblem> norm = NormProblemFromProto(problem.norm());
-    if (!norm.ok()) return norm.status();
     return ProblemIdentity{OpName(*norm), CanonicalKey(*norm)};
   }
 
@@ -137,6 +135,17 @@ class NormOpImpl final : public Op {
     v1::Config out;
     *out.mutable_norm() = NormConfigToProto(*config);
     return out;
+  }
+
+  absl::StatusOr<std::unique_ptr<ProblemRunner>> NewRunner(const v1::Problem& problem, Device* device, uint64_t seed,
+                                                           RunnerLibraries*) const override {
+    return NormProblemRunner(problem.norm(), device, seed);
+  }
+
+  absl::StatusOr<std::unique_ptr<ProblemRunner>> NewFakeRunner(const v1::Problem& problem,
+                                                               const DeviceInfo& device) const override {
+    if (absl::Status s = NormProblemKind().CheckShape(problem); !s.ok()) return s;
+    return ktune::NewFakeRunner(device, FakeWork{});
   }
 
   absl::StatusOr<OpTuneResult> Tune(const v1::Problem& problem, CandidateExecutor* executor,

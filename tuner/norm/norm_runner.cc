@@ -260,17 +260,16 @@ absl::StatusOr<LaunchRecipe> NormCheckRecipe(const NormProblem& p, const DeviceI
   // so both checks compute the same errors.
   recipe.nvrtc_options = {absl::StrCat("--gpu-architecture=", recipe.arch), "-std=c++17", "--fmad=false"};
   KernelLaunch k;
-  absl::StatusOr<std::string> name = KernelInstance("norm_check")
-                                         .Type("TIn", TemplateTypeName(p.input_dtype))
-                                         .Type("TW", TemplateTypeName(p.weight_dtype))
-                                         .Type("TOut", TemplateTypeName(p.output_dtype))
-                                         .Bool("BACKWARD", !IsForward(p))
-                                         .Bool("LAYERNORM", IsLayerNorm(p))
-                                         .Bool("HAS_W", p.has_weight)
-                                         .Bool("HAS_B", IsForward(p) && HasBias(p))
-                                         .NameExpression();
-  if (!name.ok()) return name.status();
-  k.name_expression = *std::move(name);
+  const absl::Status named = KernelInstance("norm_check")
+                                 .Type("TIn", TemplateTypeName(p.input_dtype))
+                                 .Type("TW", TemplateTypeName(p.weight_dtype))
+                                 .Type("TOut", TemplateTypeName(p.output_dtype))
+                                 .Bool("BACKWARD", !IsForward(p))
+                                 .Bool("LAYERNORM", IsLayerNorm(p))
+                                 .Bool("HAS_W", p.has_weight)
+                                 .Bool("HAS_B", IsForward(p) && HasBias(p))
+                                 .NameInto(&k);
+  if (!named.ok()) return named;
   constexpr int64_t kThreads = 256;  // norm_check's block
   const int64_t blocks =
       std::min<int64_t>((p.m * p.n + kThreads - 1) / kThreads, int64_t{8} * std::max(device.sm_count, 1));

@@ -621,9 +621,7 @@ absl::StatusOr<LaunchRecipe> NormLaunchRecipe(const NormProblem& p, const NormCo
         .Bool("X_KEEP_L2", KeepXInL2(p, c))
         .Bool("FULL_TILES", FullTiles(p, c));
     if (ln) t.Bool("HAS_BIAS", p.has_bias);
-    absl::StatusOr<std::string> name = t.NameExpression();
-    if (!name.ok()) return name.status();
-    k.name_expression = *std::move(name);
+    if (absl::Status s = t.NameInto(&k); !s.ok()) return s;
     // Pointers x, w, (b,) y (16-byte aligned), (mean,) rstd (float*, may be
     // null); int M, N; float eps.
     k.params = ln ? std::vector<std::string>{"x", "w", "b", "y", "mean", "rstd", "M", "N", "eps"}
@@ -644,9 +642,7 @@ absl::StatusOr<LaunchRecipe> NormLaunchRecipe(const NormProblem& p, const NormCo
   } else {
     t.Int("XBLOCK", c.x_block).Bool("PERSISTENT", c.persistent).Bool("PREFETCH_L2", PrefetchNextRowsToL2(p, c, d));
   }
-  absl::StatusOr<std::string> name = t.NameExpression();
-  if (!name.ok()) return name.status();
-  k.name_expression = *std::move(name);
+  if (absl::Status s = t.NameInto(&k); !s.ok()) return s;
   k.params = ln ? std::vector<std::string>{"x", "dy", "w", "mean", "rstd", "dx", "ws", "M", "N"}
                 : std::vector<std::string>{"x", "dy", "w", "rstd", "dx", "ws", "M", "N"};
   k.dynamic_smem_bytes = static_cast<uint32_t>(PartialsSmemBytes(p, c, d));
@@ -657,15 +653,14 @@ absl::StatusOr<LaunchRecipe> NormLaunchRecipe(const NormProblem& p, const NormCo
     ReduceGeometry g = ReduceGeometryFor(PartialRows(p, c));
     if (c.reduce_rows > 0) g.threads_y = c.reduce_rows;  // tuned
     KernelLaunch r;
-    absl::StatusOr<std::string> reduce = KernelInstance("norm_bwd_reduce")
-                                             .Type("TW", wt)
-                                             .Bool("HAS_WEIGHT", p.has_weight)
-                                             .Bool("HAS_BIAS", ln && p.has_bias)
-                                             .Int("THREADS_X", g.threads_x)
-                                             .Int("THREADS_Y", g.threads_y)
-                                             .NameExpression();
-    if (!reduce.ok()) return reduce.status();
-    r.name_expression = *std::move(reduce);
+    const absl::Status named = KernelInstance("norm_bwd_reduce")
+                                   .Type("TW", wt)
+                                   .Bool("HAS_WEIGHT", p.has_weight)
+                                   .Bool("HAS_BIAS", ln && p.has_bias)
+                                   .Int("THREADS_X", g.threads_x)
+                                   .Int("THREADS_Y", g.threads_y)
+                                   .NameInto(&r);
+    if (!named.ok()) return named;
     r.grid = {static_cast<uint32_t>(CeilDiv(p.n, g.threads_x)), static_cast<uint32_t>(parts), 1};
     r.block = {static_cast<uint32_t>(g.threads_x), static_cast<uint32_t>(g.threads_y), 1};
     r.dynamic_smem_bytes = 0;

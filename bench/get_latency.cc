@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
   ktune::v1::GetConfigRequest request;
   ktune::v1::NormProblem* p = request.mutable_problem()->mutable_norm();
   p->set_op(ktune::v1::RMSNORM);
-  p->set_pass(ktune::v1::FWD);
+  p->set_norm_pass(ktune::v1::FWD);
   p->set_m(m);
   p->set_n(n);
   p->set_input_dtype(ktune::v1::BF16);

@@ -11,7 +11,7 @@ int main() {
   ktune::v1::GetConfigRequest request;
   ktune::v1::NormProblem* norm = request.mutable_problem()->mutable_norm();
   norm->set_op(ktune::v1::RMSNORM);
-  norm->set_pass(ktune::v1::FWD);
+  norm->set_norm_pass(ktune::v1::FWD);
   norm->set_m(8192);
   norm->set_n(4096);
   norm->set_input_dtype(ktune::v1::BF16);

@@ -126,7 +126,7 @@ TEST_CASE("ValidateEntry: each bad field is named", "[cache]") {
       {[](v1::Entry& e) { e.mutable_config()->mutable_norm()->set_reduce_rows(-1); },
        "entry.config.norm.reduce_rows: must be >= 0, got -1"},
       {[](v1::Entry& e) {
-         e.mutable_problem()->mutable_norm()->set_pass(v1::BWD);
+         e.mutable_problem()->mutable_norm()->set_norm_pass(v1::BWD);
          e.mutable_config()->mutable_norm()->set_split_size(64);
          e.mutable_config()->mutable_norm()->set_reduce_rows(3);
        },
@@ -136,7 +136,7 @@ TEST_CASE("ValidateEntry: each bad field is named", "[cache]") {
       {[](v1::Entry& e) { e.mutable_config()->mutable_norm()->set_cluster(-2); },
        "entry.config.norm.cluster: must be >= 0, got -2"},
       {[](v1::Entry& e) {
-         e.mutable_problem()->mutable_norm()->set_pass(v1::BWD);
+         e.mutable_problem()->mutable_norm()->set_norm_pass(v1::BWD);
          e.mutable_config()->mutable_norm()->set_split_size(64);
          e.mutable_config()->mutable_norm()->set_cluster(3);
        },

@@ -19,7 +19,7 @@ inline v1::Entry MakeTestEntry(int64_t m = 4096, int64_t n = 4096) {
   v1::Entry e;
   v1::NormProblem* p = e.mutable_problem()->mutable_norm();
   p->set_op(v1::RMSNORM);
-  p->set_pass(v1::FWD);
+  p->set_norm_pass(v1::FWD);
   p->set_m(m);
   p->set_n(n);
   p->set_input_dtype(v1::BF16);

@@ -31,7 +31,7 @@ v1::Problem RmsNormProblem(int64_t m, int64_t n, v1::DType dtype = v1::BF16) {
   v1::Problem p;
   v1::NormProblem* norm = p.mutable_norm();
   norm->set_op(v1::RMSNORM);
-  norm->set_pass(v1::FWD);
+  norm->set_norm_pass(v1::FWD);
   norm->set_m(m);
   norm->set_n(n);
   norm->set_input_dtype(dtype);

@@ -50,7 +50,7 @@ v1::GetConfigRequest HeuristicRequest() {
   v1::GetConfigRequest request;
   v1::NormProblem* p = request.mutable_problem()->mutable_norm();
   p->set_op(v1::RMSNORM);
-  p->set_pass(v1::FWD);
+  p->set_norm_pass(v1::FWD);
   p->set_m(512);
   p->set_n(4096);
   p->set_input_dtype(v1::BF16);

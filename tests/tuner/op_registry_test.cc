@@ -163,7 +163,7 @@ TEST_CASE("ProblemKinds: the light registry names the kinds BuiltinOps serves, i
 TEST_CASE("ProblemKinds: the op's key is its kind's, the one spelling clients use", "[tuner][op]") {
   v1::Problem norm;
   norm.mutable_norm()->set_op(v1::RMSNORM);
-  norm.mutable_norm()->set_pass(v1::FWD);
+  norm.mutable_norm()->set_norm_pass(v1::FWD);
   norm.mutable_norm()->set_m(8);
   norm.mutable_norm()->set_n(4096);
   norm.mutable_norm()->set_input_dtype(v1::BF16);

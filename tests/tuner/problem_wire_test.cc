@@ -160,7 +160,7 @@ TEST_CASE("norm problems and configs round-trip through the wire format", "[tune
 
   v1::NormProblem defaults;
   defaults.set_op(v1::RMSNORM);
-  defaults.set_pass(v1::FWD);
+  defaults.set_norm_pass(v1::FWD);
   defaults.set_m(2);
   defaults.set_n(3);
   defaults.set_input_dtype(v1::BF16);
@@ -170,9 +170,9 @@ TEST_CASE("norm problems and configs round-trip through the wire format", "[tune
   CHECK(d->eps == kDefaultNormEps);        // 0: the default
   CHECK(d->weight_dtype == DType::kBF16);  // unspecified: same as input
 
-  defaults.set_pass(v1::NORM_PASS_UNSPECIFIED);
+  defaults.set_norm_pass(v1::NORM_PASS_UNSPECIFIED);
   CHECK(NormProblemFromProto(defaults).status().message().find("problem.pass") != std::string::npos);
-  defaults.set_pass(v1::FWD);
+  defaults.set_norm_pass(v1::FWD);
   defaults.set_output_dtype(static_cast<v1::DType>(42));
   CHECK(NormProblemFromProto(defaults).status().message().find("problem.output_dtype") != std::string::npos);
 

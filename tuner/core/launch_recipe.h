@@ -1,11 +1,20 @@
 // What a caller needs to launch a tuned kernel without ktune: which template
-// and options produced the cubin, the entry points and their launch geometry.
+// and options produced the cubin, the entry points and their launch geometry,
+// and the interface: every argument typed and valued, every tensor with its
+// layout contract (ktune.proto's KernelArg, TensorSpec, CublasLtCall, held
+// as the wire messages because a launcher reads them as they are).
+//
+// The interface is a build product like the cubin: each op's TemplateRecipe
+// writes it for the problem and config; the cache and bundles store recipes
+// without it (StoredRecipe, cache/recipe_check.h) and answers get it fresh.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "ktune/v1/ktune.pb.h"
 
 namespace ktune {
 
@@ -25,6 +34,7 @@ struct KernelLaunch {
   // recipe's previous kernel, or the caller's), so it may be launched as its
   // programmatic dependent (sm_90+; Device::Launch does).
   bool programmatic_dependent = false;
+  std::vector<v1::KernelArg> args;  // one per entry of params, in its order
 };
 
 struct LaunchRecipe {
@@ -42,6 +52,8 @@ struct LaunchRecipe {
   // The workspace must be zero before the first launch on it; the kernels
   // leave it zero (gemm_wgmma's split-K counters).
   bool workspace_zeroed = false;
+  std::vector<v1::TensorSpec> tensors;  // what args and cublaslt_call name
+  v1::CublasLtCall cublaslt_call;       // set for cuBLASLt recipes only
 
   bool is_cublaslt_call() const { return template_id == kCublasLtTemplateId; }
 };

@@ -76,7 +76,7 @@ absl::StatusOr<NormProblem> NormProblemFromProto(const v1::NormProblem& in) {
     default:
       return absl::InvalidArgumentError(absl::StrCat("problem.op: unknown or unspecified norm op ", in.op()));
   }
-  switch (in.pass()) {
+  switch (in.norm_pass()) {
     case v1::FWD:
       p.pass = NormPass::kForward;
       break;
@@ -84,7 +84,7 @@ absl::StatusOr<NormProblem> NormProblemFromProto(const v1::NormProblem& in) {
       p.pass = NormPass::kBackward;
       break;
     default:
-      return absl::InvalidArgumentError(absl::StrCat("problem.pass: unknown or unspecified pass ", in.pass()));
+      return absl::InvalidArgumentError(absl::StrCat("problem.pass: unknown or unspecified pass ", in.norm_pass()));
   }
   p.m = in.m();
   p.n = in.n();
@@ -106,7 +106,7 @@ absl::StatusOr<NormProblem> NormProblemFromProto(const v1::NormProblem& in) {
 v1::NormProblem NormProblemToProto(const NormProblem& p) {
   v1::NormProblem out;
   out.set_op(p.op == NormOp::kRMSNorm ? v1::RMSNORM : v1::LAYERNORM);
-  out.set_pass(p.pass == NormPass::kForward ? v1::FWD : v1::BWD);
+  out.set_norm_pass(p.pass == NormPass::kForward ? v1::FWD : v1::BWD);
   out.set_m(p.m);
   out.set_n(p.n);
   out.set_input_dtype(DTypeToProto(p.input_dtype));
@@ -214,11 +214,14 @@ v1::LaunchRecipe RecipeToProto(const LaunchRecipe& r, bool include_cubin) {
     pk->set_dynamic_smem_bytes(k.dynamic_smem_bytes);
     for (const auto& p : k.params) pk->add_params(p);
     pk->set_programmatic_dependent(k.programmatic_dependent);
+    for (const v1::KernelArg& a : k.args) *pk->add_args() = a;
   }
   out.set_workspace_bytes(r.workspace_bytes);
   if (include_cubin) out.set_cubin(r.cubin);
   out.set_cublaslt_algo(r.cublaslt_algo);
   out.set_workspace_zeroed(r.workspace_zeroed);
+  for (const v1::TensorSpec& t : r.tensors) *out.add_tensors() = t;
+  if (r.is_cublaslt_call()) *out.mutable_cublaslt_call() = r.cublaslt_call;
   return out;
 }
 
@@ -237,12 +240,15 @@ LaunchRecipe RecipeFromProto(const v1::LaunchRecipe& in) {
     k.dynamic_smem_bytes = pk.dynamic_smem_bytes();
     k.params.assign(pk.params().begin(), pk.params().end());
     k.programmatic_dependent = pk.programmatic_dependent();
+    k.args.assign(pk.args().begin(), pk.args().end());
     r.kernels.push_back(std::move(k));
   }
   r.workspace_bytes = in.workspace_bytes();
   r.cubin = in.cubin();
   r.cublaslt_algo = in.cublaslt_algo();
   r.workspace_zeroed = in.workspace_zeroed();
+  r.tensors.assign(in.tensors().begin(), in.tensors().end());
+  r.cublaslt_call = in.cublaslt_call();
   return r;
 }
 

@@ -265,6 +265,10 @@ class Planner:
             raise launcher
         return launcher
 
+    def entries(self):
+        """{(key, device): Plan or (reason, retry_at)}: what was planned so far (a copy)."""
+        return dict(self._plans)
+
     def clear(self):
         with self._lock:
             self._plans.clear()

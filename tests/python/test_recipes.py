@@ -93,6 +93,9 @@ def test_binding_refuses_what_the_recipe_does_not_take():
                                                optional=True)])
     b = rc.plan_binding(r, {"x": (pb.BF16, (4, 8), (8, 1))})
     assert b.addresses({"x": 0x100}) == [0x100, 0, 0]
+    # Left unbound (None): fine for an optional tensor, and for one the recipe does not have.
+    b = rc.plan_binding(r, {"x": (pb.BF16, (4, 8), (8, 1)), "w": None, "dw": None})
+    assert b.addresses({"x": 0x100}) == [0x100, 0, 0]
     with pytest.raises(rc.BindingError, match="16-byte aligned"):
         b.addresses({"x": 0x102})
     with pytest.raises(rc.BindingError, match="fp16, the recipe takes bf16"):

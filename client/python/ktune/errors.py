@@ -100,6 +100,8 @@ def from_rpc_error(error, address=None):
     code = error.code() if hasattr(error, "code") else None
     number = code.value[0] if code is not None else INTERNAL
     details = (error.details() if hasattr(error, "details") else None) or str(error)
-    if number in (UNAVAILABLE, DEADLINE_EXCEEDED) and address:
+    if number == UNAVAILABLE and address:
         details = f"no ktune daemon answered at {address} ({details}); is ktuned running?"
+    elif number == DEADLINE_EXCEEDED and address:
+        details = f"ktuned at {address} did not answer within the call's deadline ({details})"
     return from_code(number, details)

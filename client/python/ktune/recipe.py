@@ -63,7 +63,8 @@ class Binding:
                 continue
             address = buffers[name]
             if align > 1 and address % align:
-                raise BindingError(f"tensor {name} at 0x{address:x} is not {align}-byte aligned")
+                # No address in the message: it is a fallback reason, warned once per distinct text.
+                raise BindingError(f"tensor {name} is not {align}-byte aligned")
             out.append(address)
         return out
 
@@ -103,7 +104,9 @@ def plan_binding(recipe, layouts):
         alignments.append(spec.alignment_bytes)
         if spec.role in (pb.ROLE_OUTPUT, pb.ROLE_INPUT_OUTPUT):
             outputs.append(spec.name)
-    unknown = set(layouts) - {s.name for s in recipe.tensors}
+    # A tensor the caller leaves unbound (None) may be one this recipe lacks
+    # (the norm backward without a weight has no reduce kernel, so no dw).
+    unknown = {name for name, layout in layouts.items() if layout is not None} - {s.name for s in recipe.tensors}
     if unknown:
         raise BindingError(f"the recipe has no tensor named {sorted(unknown)[0]!r} "
                            f"(it takes {[s.name for s in recipe.tensors]})")

@@ -27,7 +27,7 @@ Tensor = torch.Tensor
 
 _NAMES = {}
 
-_settings = {"address": None, "policy": pb.HEURISTIC_ON_MISS, "token": None, "timeout_s": 10.0}
+_settings = {"address": None, "policy": pb.HEURISTIC_ON_MISS, "token": None, "timeout_s": 30.0}
 _planner = None
 
 

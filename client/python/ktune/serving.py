@@ -16,6 +16,7 @@ ktune does not serve is never an error.
 
 Thread-safety: Planner's lookups are lock-free; building a plan takes its lock.
 """
+import functools
 import threading
 import time
 import warnings
@@ -78,6 +79,9 @@ def _rows(shape):
     return m
 
 
+# Memoised: a model calls a few shapes over and over, and a hit is one hash
+# of the arguments instead of the checks (the torch ops call these per call).
+@functools.lru_cache(maxsize=4096)
 def decide_norm(op, norm_pass, device_type, x_dtype, x_shape, x_strides, w_dtype=None, w_shape=None,
                 b_dtype=None, b_shape=None, eps=1e-6, dy_dtype=None):
     """The norm problem key for one call over x's last dimension, or why ktune does not serve it.
@@ -123,6 +127,7 @@ def decide_norm(op, norm_pass, device_type, x_dtype, x_shape, x_strides, w_dtype
                                  w_dtype is not None, b_dtype is not None, float(eps)))
 
 
+@functools.lru_cache(maxsize=4096)
 def decide_linear(device_type, x_dtype, x_shape, x_strides, w_dtype, w_shape, w_strides, b_dtype=None,
                   b_shape=None, activation=None):
     """The GEMM key for y = act(x @ w.T + b), or why not. An activation needs the bias (ktune's

@@ -34,11 +34,8 @@ if [ -n "$gpu_filter" ]; then
   summary+=("gpu tests exit: ${PIPESTATUS[0]}")
 fi
 
-"$bin/ktuned" --listen "$sock" --db "$work/cache.db" --kernel-cache-dir "$work/kernels" \
-  --log-level info --no-background-tunes 2>"$out/ktuned.log" &
-pid=$!
-for _ in $(seq 300); do "$bin/ktune" --server "$sock" status >/dev/null 2>&1 && break; sleep 0.1; done
-"$bin/ktune" --server "$sock" status | head -n 8 | tee -a "$out/env.txt"
+source bench/device_ktuned.sh
+start_ktuned "$sock"
 
 if [ "${NORM:-1}" = 1 ]; then
   echo "== norm bench $*"

@@ -29,6 +29,9 @@ if [ "$mode" = test ]; then packages+=(clang libclang-rt-14-dev); fi
 # gRPC's Python runtime and protobuf's, matching Debian's protoc and plugin.
 # The bench plots' test (tests/bench/plot_results_test.py): Debian's matplotlib.
 if [ "$mode" = test ]; then packages+=(python3-grpcio python3-protobuf python3-matplotlib); fi
+# The Python package's tests (tests/python): pytest, and a venv that pip
+# installs client/python into offline (setuptools and wheel build it).
+if [ "$mode" = test ]; then packages+=(python3-pytest python3-venv python3-pip python3-setuptools python3-wheel); fi
 # The style check (tests/static/clang_format.py).
 if [ "$mode" = test ]; then packages+=(clang-format-14); fi
 missing=()

@@ -1,0 +1,187 @@
+"""ktune.torch on the GPU: every family launched from Python against torch's reference, autograd
+against torch's gradients, torch.compile(fullgraph=True) and CUDA-graph capture. Each test also
+proves the call was served by ktune (a plan exists, no fallback warning), not by the fallback."""
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed (the device has it)")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device for torch", allow_module_level=True)
+
+import ktune  # noqa: E402
+import ktune.torch as kt  # noqa: E402
+from ktune import launch, serving  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+TOL = {torch.bfloat16: (2e-2, 2e-2), torch.float16: (2e-3, 2e-3), torch.float32: (1e-4, 1e-4)}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ktune_ready(daemon_address):
+    try:
+        launch.load_library()
+    except ktune.LauncherUnavailable as e:
+        pytest.skip(str(e))
+    with ktune.Client(daemon_address) as c:
+        if c.status().compile_only:
+            pytest.skip("the daemon is compile-only: recipes are for sm_90, the launcher needs this GPU's")
+    kt.configure(address=daemon_address, policy="heuristic")
+    yield
+
+
+def served(fn):
+    """Runs fn and fails on any fallback warning: the call must be ktune's."""
+    serving.reset_warnings()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = fn()
+        torch.cuda.synchronize()
+    fallbacks = [str(w.message) for w in caught if issubclass(w.category, serving.KtuneFallbackWarning)]
+    assert not fallbacks, fallbacks
+    return out
+
+
+def ref_rms(x, w, eps):
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float())
+
+
+def close(got, want, dtype):
+    atol, rtol = TOL[dtype]
+    torch.testing.assert_close(got.float(), want.float(), atol=atol, rtol=rtol)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("shape", [(4, 512, 4096), (1, 4096), (64, 1024)])
+def test_rms_norm_forward_and_backward(dtype, shape):
+    x = torch.randn(shape, device="cuda", dtype=dtype, requires_grad=True)
+    w = torch.randn(shape[-1], device="cuda", dtype=dtype, requires_grad=True)
+    dy = torch.randn(shape, device="cuda", dtype=dtype)
+    y = served(lambda: kt.rms_norm(x, w, 1e-5))
+    close(y, ref_rms(x, w, 1e-5), dtype)
+    dx, dw = served(lambda: torch.autograd.grad(y, (x, w), dy))
+    xr, wr = x.detach().float().requires_grad_(), w.detach().float().requires_grad_()
+    rx, rw = torch.autograd.grad(ref_rms(xr, wr, 1e-5), (xr, wr), dy.float())
+    close(dx, rx, dtype)
+    rows = x.numel() // shape[-1]
+    atol, rtol = TOL[dtype]
+    torch.testing.assert_close(dw.float(), rw, atol=atol * rows ** 0.5 * 4, rtol=rtol * 4)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_layer_norm_forward_and_backward(dtype):
+    n = 2048
+    x = torch.randn(8, 256, n, device="cuda", dtype=dtype, requires_grad=True)
+    w = torch.randn(n, device="cuda", dtype=dtype, requires_grad=True)
+    b = torch.randn(n, device="cuda", dtype=dtype, requires_grad=True)
+    dy = torch.randn_like(x)
+    y = served(lambda: kt.layer_norm(x, w, b, 1e-5))
+    ref = torch.nn.functional.layer_norm(x.float(), (n,), w.float(), b.float(), 1e-5)
+    close(y, ref, dtype)
+    grads = served(lambda: torch.autograd.grad(y, (x, w, b), dy))
+    leaves = [t.detach().float().requires_grad_() for t in (x, w, b)]
+    want = torch.autograd.grad(torch.nn.functional.layer_norm(leaves[0], (n,), leaves[1], leaves[2], 1e-5), leaves,
+                               dy.float())
+    close(grads[0], want[0], dtype)
+    atol, rtol = TOL[dtype]
+    for g, r in zip(grads[1:], want[1:]):
+        torch.testing.assert_close(g.float(), r, atol=atol * 2048 ** 0.5 * 4, rtol=rtol * 4)
+
+
+@pytest.mark.parametrize("activation, bias", [(None, False), (None, True), ("gelu", True), ("silu", True),
+                                              ("gelu", False)])
+@pytest.mark.parametrize("m", [8, 512, 4096])
+def test_linear_with_each_epilogue(m, activation, bias):
+    k, n = 1024, 2048
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, device="cuda", dtype=torch.bfloat16) if bias else None
+    y = served(lambda: kt.linear(x, w, b, activation))
+    z = x.float() @ w.float().t() + (b.float() if bias else 0.0)
+    want = {None: z, "gelu": torch.nn.functional.gelu(z), "silu": torch.nn.functional.silu(z)}[activation]
+    torch.testing.assert_close(y.float(), want, atol=3e-2, rtol=3e-2)
+
+
+def test_linear_gradients_match_torch():
+    x = (torch.randn(256, 512, device="cuda", dtype=torch.bfloat16) / 16).requires_grad_()
+    w = torch.randn(1024, 512, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    b = torch.randn(1024, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    dy = torch.randn(256, 1024, device="cuda", dtype=torch.bfloat16)
+    got = served(lambda: torch.autograd.grad(kt.linear(x, w, b, "gelu"), (x, w, b), dy))
+    want = torch.autograd.grad(torch.nn.functional.gelu(torch.nn.functional.linear(x, w, b)), (x, w, b), dy)
+    for g, r in zip(got, want):
+        torch.testing.assert_close(g.float(), r.float(), atol=5e-2 * max(1.0, r.float().abs().max().item() / 10),
+                                   rtol=5e-2)
+
+
+class Block(torch.nn.Module):
+    def __init__(self, n=1024):
+        super().__init__()
+        self.norm = torch.nn.RMSNorm(n, eps=1e-5, device="cuda", dtype=torch.bfloat16)
+        self.ln = torch.nn.LayerNorm(n, device="cuda", dtype=torch.bfloat16)
+        self.proj = torch.nn.Linear(n, n, device="cuda", dtype=torch.bfloat16)
+
+    def forward(self, x):
+        return self.proj(self.ln(self.norm(x)))
+
+
+def test_patch_swaps_and_matches():
+    torch.manual_seed(0)
+    block = Block()
+    x = torch.randn(4, 128, 1024, device="cuda", dtype=torch.bfloat16)
+    want = block(x)
+    swapped = kt.patch(block, linears=True)
+    assert swapped == {"norm": "RMSNorm", "ln": "LayerNorm", "proj": "Linear"}
+    assert isinstance(block.norm, kt.RMSNorm) and block.norm.weight is not None
+    got = served(lambda: block(x))
+    torch.testing.assert_close(got.float(), want.float(), atol=5e-2, rtol=5e-2)
+
+
+def test_torch_compile_fullgraph_traces_the_ops():
+    torch.manual_seed(0)
+    block = Block()
+    kt.patch(block, linears=True)
+    x = torch.randn(2, 64, 1024, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    eager = block(x)
+    compiled = torch.compile(block, fullgraph=True)
+    got = served(lambda: compiled(x))
+    torch.testing.assert_close(got.float(), eager.float(), atol=2e-2, rtol=2e-2)
+    got.float().sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
+
+
+def test_cuda_graph_capture_and_replay():
+    n = 4096
+    x = torch.randn(16, n, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up: the answer and the module load happen here
+        for _ in range(2):
+            served(lambda: kt.rms_norm(x, w, 1e-5))
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = kt.rms_norm(x, w, 1e-5)
+    key = serving.decide_norm("rmsnorm", "fwd", "cuda", "bfloat16", (16, n), (n, 1), "bfloat16", (n,), eps=1e-5).key
+    plan, reason = kt.planner().cached(key, torch.cuda.current_device())
+    assert reason is None, reason
+    for _ in range(3):
+        x.copy_(torch.randn_like(x))
+        graph.replay()
+        torch.cuda.synchronize()
+        close(y, ref_rms(x, w, 1e-5), torch.bfloat16)
+
+
+def test_unserved_dtype_falls_back_with_one_warning():
+    x = torch.randn(8, 256, device="cuda", dtype=torch.float64)
+    w = torch.ones(256, device="cuda", dtype=torch.float64)
+    serving.reset_warnings()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            y = kt.rms_norm(x, w, 1e-6)
+    assert len([w for w in caught if issubclass(w.category, serving.KtuneFallbackWarning)]) == 1
+    torch.testing.assert_close(y, ref_rms(x, w, 1e-6).double())

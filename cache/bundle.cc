@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "cache/entry.h"
+#include "cache/recipe_check.h"
 
 namespace ktune {
 namespace {
@@ -111,21 +112,14 @@ BundleEncoder::BundleEncoder(const std::string& created_by, int64_t created_at_u
 }
 
 void BundleEncoder::Add(const v1::Entry& entry) {
-  // A cubin and lowered names are build products of the recipe: the importer
-  // compiles it for itself rather than trusting machine code or entry points
-  // from another host (entries stored by older versions still carry lowered
-  // names).
-  bool built = !entry.recipe().cubin().empty();
-  for (const v1::KernelLaunch& k : entry.recipe().kernels()) built |= !k.lowered_name().empty();
-  std::string bytes;
-  if (!built) {
-    bytes = entry.SerializeAsString();
-  } else {
-    v1::Entry stripped = entry;
-    stripped.mutable_recipe()->clear_cubin();
-    for (v1::KernelLaunch& k : *stripped.mutable_recipe()->mutable_kernels()) k.clear_lowered_name();
-    bytes = stripped.SerializeAsString();
-  }
+  // A cubin, lowered names and the interface are build products of the
+  // recipe (StoredRecipe): the importer compiles it and derives its interface
+  // for itself rather than trusting machine code, entry points or argument
+  // values from another host (entries stored by older versions still carry
+  // lowered names).
+  v1::Entry stripped = entry;
+  *stripped.mutable_recipe() = StoredRecipe(entry.recipe());
+  const std::string bytes = stripped.SerializeAsString();
   // Field 4, length-delimited: tag (4 << 3 | 2), a varint length, the bytes.
   std::string framed(1, static_cast<char>((4 << 3) | 2));
   for (uint64_t n = bytes.size();; n >>= 7) {

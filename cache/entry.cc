@@ -233,7 +233,7 @@ absl::Status CheckRecipeIsBuilds(const OpRegistry& ops, absl::string_view prefix
                absl::StrCat("sm_", entry.device().cc_major(), entry.device().cc_minor(),
                             " is an architecture this build does not know, so it cannot check the recipe"));
   }
-  return VerifyRecipe(ops, entry.problem(), entry.config(), entry.recipe(), *device, std::string(prefix));
+  return VerifyStoredRecipe(ops, entry.problem(), entry.config(), entry.recipe(), *device, std::string(prefix));
 }
 
 absl::Status CheckMeasurement(absl::string_view prefix, const v1::Measurement& m) {

@@ -6,6 +6,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "tuner/core/fingerprint.h"
 
 namespace ktune {
@@ -29,7 +30,56 @@ std::string List(const Container& v) {
   return absl::StrCat(out, "]");
 }
 
+// A message as text for an error, cut short like Shown's.
+std::string ShownMessage(const google::protobuf::Message& m) {
+  const std::string text = m.ShortDebugString();
+  return absl::StrCat("{", text.substr(0, 240), text.size() > 240 ? "...}" : "}");
+}
+
+// The first of `got` and `want` (repeated messages) that differ, as
+// differs(field[i], ...); OK when equal in count and every field.
+template <typename Got, typename Want, typename Differs>
+absl::Status CompareMessages(const std::string& field, const Got& got, const Want& want, Differs differs) {
+  using google::protobuf::util::MessageDifferencer;
+  const size_t n = std::max<size_t>(got.size(), want.size());
+  for (size_t i = 0; i < n; ++i) {
+    const std::string at = absl::StrCat(field, "[", i, "]");
+    if (i >= static_cast<size_t>(got.size())) return differs(at, "missing", ShownMessage(want[i]));
+    if (i >= static_cast<size_t>(want.size())) return differs(at, ShownMessage(got[i]), "none");
+    if (!MessageDifferencer::Equals(got[i], want[i])) return differs(at, ShownMessage(got[i]), ShownMessage(want[i]));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+v1::LaunchRecipe StoredRecipe(const v1::LaunchRecipe& recipe) {
+  v1::LaunchRecipe stored = recipe;
+  stored.clear_cubin();
+  stored.clear_tensors();
+  stored.clear_cublaslt_call();
+  for (v1::KernelLaunch& k : *stored.mutable_kernels()) {
+    k.clear_lowered_name();
+    k.clear_args();
+  }
+  return stored;
+}
+
+LaunchRecipe StoredRecipe(LaunchRecipe recipe) {
+  recipe.cubin.clear();
+  recipe.tensors.clear();
+  recipe.cublaslt_call.Clear();
+  for (KernelLaunch& k : recipe.kernels) {
+    k.lowered_name.clear();
+    k.args.clear();
+  }
+  return recipe;
+}
+
+absl::Status CompareStoredRecipe(std::string_view prefix, const v1::LaunchRecipe& stored,
+                                 const LaunchRecipe& expected) {
+  return CompareRecipe(prefix, stored, StoredRecipe(expected));
+}
 
 absl::Status CompareRecipe(std::string_view prefix_text, const v1::LaunchRecipe& got, const LaunchRecipe& expected) {
   const std::string prefix(prefix_text);
@@ -84,6 +134,7 @@ absl::Status CompareRecipe(std::string_view prefix_text, const v1::LaunchRecipe&
       return differs(field + "programmatic_dependent", k.programmatic_dependent() ? "true" : "false",
                      want.programmatic_dependent ? "true" : "false");
     }
+    if (absl::Status s = CompareMessages(field + "args", k.args(), want.args, differs); !s.ok()) return s;
   }
   if (got.workspace_bytes() != expected.workspace_bytes) {
     return differs("workspace_bytes", absl::StrCat(got.workspace_bytes()), absl::StrCat(expected.workspace_bytes));
@@ -95,6 +146,10 @@ absl::Status CompareRecipe(std::string_view prefix_text, const v1::LaunchRecipe&
   if (got.cublaslt_algo() != expected.cublaslt_algo) {
     return differs("cublaslt_algo", absl::StrCat(got.cublaslt_algo().size(), " bytes ", Shown(got.cublaslt_algo())),
                    absl::StrCat(expected.cublaslt_algo.size(), " bytes ", Shown(expected.cublaslt_algo)));
+  }
+  if (absl::Status s = CompareMessages("tensors", got.tensors(), expected.tensors, differs); !s.ok()) return s;
+  if (!google::protobuf::util::MessageDifferencer::Equals(got.cublaslt_call(), expected.cublaslt_call)) {
+    return differs("cublaslt_call", ShownMessage(got.cublaslt_call()), ShownMessage(expected.cublaslt_call));
   }
   if (got.cubin() != expected.cubin) {
     return differs("cubin", absl::StrCat(got.cubin().size(), " bytes"),
@@ -116,15 +171,36 @@ absl::Status CompareRecipe(std::string_view prefix_text, const v1::LaunchRecipe&
   return absl::OkStatus();
 }
 
-absl::Status VerifyRecipe(const OpRegistry& ops, const v1::Problem& problem, const v1::Config& config,
-                          const v1::LaunchRecipe& recipe, const DeviceInfo& device, std::string_view prefix) {
+namespace {
+
+// The recipe this build's template writes, or INVALID_ARGUMENT saying it
+// writes none.
+absl::StatusOr<LaunchRecipe> TemplateRecipeFor(const OpRegistry& ops, const v1::Problem& problem,
+                                               const v1::Config& config, const DeviceInfo& device,
+                                               std::string_view prefix) {
   absl::StatusOr<LaunchRecipe> expected = ops.TemplateRecipe(problem, config, device);
   if (!expected.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(std::string(prefix), "recipe: this build's template writes none for the problem and config on ",
                      Arch(device), ": ", expected.status().message()));
   }
+  return expected;
+}
+
+}  // namespace
+
+absl::Status VerifyRecipe(const OpRegistry& ops, const v1::Problem& problem, const v1::Config& config,
+                          const v1::LaunchRecipe& recipe, const DeviceInfo& device, std::string_view prefix) {
+  absl::StatusOr<LaunchRecipe> expected = TemplateRecipeFor(ops, problem, config, device, prefix);
+  if (!expected.ok()) return expected.status();
   return CompareRecipe(prefix, recipe, *expected);
+}
+
+absl::Status VerifyStoredRecipe(const OpRegistry& ops, const v1::Problem& problem, const v1::Config& config,
+                                const v1::LaunchRecipe& recipe, const DeviceInfo& device, std::string_view prefix) {
+  absl::StatusOr<LaunchRecipe> expected = TemplateRecipeFor(ops, problem, config, device, prefix);
+  if (!expected.ok()) return expected.status();
+  return CompareStoredRecipe(prefix, recipe, *expected);
 }
 
 }  // namespace ktune

@@ -22,6 +22,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "cache/recipe_check.h"
 #include "tuner/core/fingerprint.h"
 
 namespace ktune {
@@ -653,10 +654,11 @@ absl::Status Store::Impl::PutOne(const v1::Entry& entry, PutAllStats* stats) {
   absl::StatusOr<ProblemFamily> family = FamilyOf(ops, entry);
   if (!family.ok()) return family.status();
 
-  // Stored entries never carry a cubin, nor fields this build does not know
+  // Stored entries never carry build products (StoredRecipe: the cubin,
+  // lowered names, the interface), nor fields this build does not know
   // (validated callers have dropped them already; this is the last gate).
   v1::Entry stored = entry;
-  stored.mutable_recipe()->clear_cubin();
+  *stored.mutable_recipe() = StoredRecipe(entry.recipe());
   stored.DiscardUnknownFields();
   const std::string blob = stored.SerializeAsString();
 

@@ -146,7 +146,7 @@ absl::StatusOr<v1::GetConfigResponse> Answers::EntryAnswer(const v1::Entry& entr
         absl::StrCat("stored entry: recipe: this build's template writes none for its config on ", Arch(target_), ": ",
                      recipe.status().message()));
   }
-  if (absl::Status s = CompareRecipe("stored entry: ", WithoutLoweredNames(entry.recipe()), *recipe); !s.ok()) {
+  if (absl::Status s = CompareStoredRecipe("stored entry: ", WithoutLoweredNames(entry.recipe()), *recipe); !s.ok()) {
     return s;
   }
   v1::GetConfigResponse response;

@@ -28,7 +28,9 @@ absl::Status SetTemplateRecipe(const Op& op, const DeviceInfo& device, const Lau
       return absl::InternalError(s.message());
     }
   }
-  *entry->mutable_recipe() = RecipeToProto(*recipe, /*include_cubin=*/false);
+  // Stored as stored entries are (without the interface); every answer
+  // derives it afresh from the template.
+  *entry->mutable_recipe() = StoredRecipe(RecipeToProto(*recipe, /*include_cubin=*/false));
   return absl::OkStatus();
 }
 

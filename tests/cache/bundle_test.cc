@@ -233,7 +233,7 @@ std::optional<v1::LaunchRecipe> TemplatesOwnRecipe(const v1::Entry& e) {
     r = OwnGemmRecipe(e.problem().gemm(), e.config().gemm(), d);
   }
   if (!r.ok()) return std::nullopt;
-  return RecipeToProto(*r, /*include_cubin=*/false);
+  return StoredRecipe(RecipeToProto(*r, /*include_cubin=*/false));
 }
 
 TEST_CASE("a bundle's recipe is this build's in every field, or the bundle is refused naming it",

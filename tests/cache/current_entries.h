@@ -92,7 +92,7 @@ inline v1::Entry CurrentEntry(const v1::Problem& problem, const v1::Config& conf
   absl::StatusOr<LaunchRecipe> recipe = BuiltinOps().TemplateRecipe(problem, config, CompileOnlyTarget());
   INFO(recipe.status().ToString());
   REQUIRE(recipe.ok());
-  *e.mutable_recipe() = RecipeToProto(*recipe, /*include_cubin=*/false);
+  *e.mutable_recipe() = StoredRecipe(RecipeToProto(*recipe, /*include_cubin=*/false));
   v1::Measurement* m = e.mutable_measurement();
   m->set_time_us(12.5);
   m->set_spread(0.01);

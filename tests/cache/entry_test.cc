@@ -487,7 +487,7 @@ v1::Entry WithTemplatesRecipe(v1::Entry e) {
   }
   INFO(r.status().ToString());
   REQUIRE(r.ok());
-  *e.mutable_recipe() = RecipeToProto(*r, /*include_cubin=*/false);
+  *e.mutable_recipe() = StoredRecipe(RecipeToProto(*r, /*include_cubin=*/false));
   return e;
 }
 

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include "cache/bundle.h"
+#include "cache/recipe_check.h"
 #include "tests/e2e/daemon_process.h"
 #include "tuner/compile/kernel_source.h"
 #include "tuner/compile/nvrtc_compiler.h"
@@ -37,7 +38,7 @@ v1::Entry EntryOn(const DeviceInfo& device, int64_t m, double time_us, int64_t t
   *e.mutable_config()->mutable_norm() = NormConfigToProto(config);
   auto recipe = NormLaunchRecipe(p, config, device);
   REQUIRE(recipe.ok());
-  *e.mutable_recipe() = RecipeToProto(*recipe, false);
+  *e.mutable_recipe() = StoredRecipe(RecipeToProto(*recipe, false));
   e.mutable_measurement()->set_time_us(time_us);
   e.mutable_measurement()->set_spread(0.01);
   e.mutable_measurement()->set_repetitions(30);

@@ -552,7 +552,7 @@ v1::Entry LocalEntry(int64_t m, int64_t n, const NormConfig& config) {
   *e.mutable_config()->mutable_norm() = NormConfigToProto(config);
   auto recipe = NormLaunchRecipe(p, config, CompileOnlyTarget());
   REQUIRE(recipe.ok());
-  *e.mutable_recipe() = RecipeToProto(*recipe, false);
+  *e.mutable_recipe() = StoredRecipe(RecipeToProto(*recipe, false));
   SetMeasured(&e, m);
   return e;
 }
@@ -703,7 +703,7 @@ v1::Entry LocalGemmEntry(const v1::GetConfigResponse& answer, const v1::GemmProb
   *e.mutable_config()->mutable_gemm() = config;
   absl::StatusOr<LaunchRecipe> recipe = BuiltinOps().TemplateRecipe(e.problem(), e.config(), CompileOnlyTarget());
   REQUIRE(recipe.ok());
-  *e.mutable_recipe() = RecipeToProto(*recipe, false);
+  *e.mutable_recipe() = StoredRecipe(RecipeToProto(*recipe, false));
   SetMeasured(&e, p.m());
   return e;
 }

@@ -9,6 +9,7 @@
 
 #include "absl/strings/escaping.h"
 #include "cache/bundle.h"
+#include "cache/recipe_check.h"
 #include "cache/store.h"
 #include "tests/cache/test_entries.h"
 #include "tests/e2e/daemon_process.h"
@@ -263,7 +264,7 @@ v1::Entry LocalEntry(Client& client, int64_t m) {
   REQUIRE(config.ok());
   absl::StatusOr<LaunchRecipe> recipe = NormLaunchRecipe(*problem, *config, CompileOnlyTarget());
   REQUIRE(recipe.ok());
-  *e.mutable_recipe() = RecipeToProto(*recipe, /*include_cubin=*/false);
+  *e.mutable_recipe() = StoredRecipe(RecipeToProto(*recipe, /*include_cubin=*/false));
   return e;
 }
 

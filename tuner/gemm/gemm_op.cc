@@ -15,6 +15,7 @@
 #include "tuner/core/gemm_problem.h"
 #include "tuner/core/sha256.h"
 #include "tuner/core/wire.h"
+#include "tuner/gemm/gemm_interface.h"
 #include "tuner/gemm/gemm_runner.h"
 #include "tuner/gemm/gemm_skinny_space.h"
 #include "tuner/gemm/gemm_space.h"
@@ -149,6 +150,7 @@ class GemmOpImpl final : public Op {
       // the library version its bytes are for.
       LaunchRecipe r = CublasLtRecipe({g.cublaslt().algo(), g.cublaslt().workspace_bytes()}, g.cublaslt().version());
       r.arch = Arch(device);
+      if (absl::Status s = WriteGemmInterface(problem.gemm(), &r); !s.ok()) return s;
       return r;
     }
     absl::StatusOr<LaunchRecipe> r = OwnGemmRecipe(problem.gemm(), g, device);

@@ -4,6 +4,7 @@
 #include "absl/strings/str_format.h"
 #include "tuner/compile/kernel_instance.h"
 #include "tuner/core/gemm_problem.h"
+#include "tuner/gemm/gemm_interface.h"
 #include "tuner/gemm/gemm_space.h"  // GemmTemplateRecipe
 
 namespace ktune {
@@ -108,6 +109,7 @@ absl::StatusOr<LaunchRecipe> SkinnyLaunchRecipe(const v1::GemmProblem& p, const 
   k.block = {static_cast<uint32_t>(c.warps * 32), 1, 1};
   k.params = {"a", "b", "c", "d", "bias", "M", "N", "K", "alpha", "beta", "a_scale", "b_scale"};
   recipe->kernels.push_back(std::move(k));
+  if (absl::Status s = WriteGemmInterface(p, &*recipe); !s.ok()) return s;
   return recipe;
 }
 

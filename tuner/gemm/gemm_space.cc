@@ -11,6 +11,7 @@
 #include "tuner/compile/kernel_instance.h"
 #include "tuner/compile/kernel_source.h"
 #include "tuner/core/gemm_problem.h"
+#include "tuner/gemm/gemm_interface.h"
 
 namespace ktune {
 namespace {
@@ -279,6 +280,7 @@ absl::StatusOr<LaunchRecipe> GemmLaunchRecipe(const v1::GemmProblem& p, const Ge
   recipe->kernels.push_back(std::move(k));
   recipe->workspace_bytes = SplitKWorkspaceBytes(p, c);
   recipe->workspace_zeroed = c.split_k > 1;  // the arrival counters
+  if (absl::Status s = WriteGemmInterface(p, &*recipe); !s.ok()) return s;
   return recipe;
 }
 

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "tuner/core/gemm_problem.h"
 #include "tuner/core/wire.h"
+#include "tuner/gemm/gemm_interface.h"
 #include "tuner/gemm/gemm_wgmma_space.h"
 #include "tuner/run/measure.h"
 #include "tuner/run/pipeline.h"
@@ -225,6 +226,9 @@ class GemmStages final : public TuneStages {
     for (size_t i = 0; i < lt->size(); ++i) {
       GemmCandidate& c = all_.emplace_back();
       c.recipe = (*lt)[i];
+      // The runner lists algorithms; the call they are measured in, and
+      // served with, is the problem's (CublasLt::Run follows the same).
+      if (absl::Status s = WriteGemmInterface(problem_, &c.recipe); !s.ok()) return s;
       c.cublaslt_rank = static_cast<int>(i);
     }
     (void)first;  // == own_: the library's candidates follow ours

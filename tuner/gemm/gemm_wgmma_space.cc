@@ -12,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "tuner/compile/kernel_instance.h"
 #include "tuner/core/gemm_problem.h"
+#include "tuner/gemm/gemm_interface.h"
 
 namespace ktune {
 namespace {
@@ -605,6 +606,7 @@ absl::StatusOr<LaunchRecipe> WgmmaLaunchRecipe(const v1::GemmProblem& p, const W
   recipe->kernels.push_back(std::move(k));
   recipe->workspace_bytes = SplitKWorkspaceBytes(p, c, d);
   recipe->workspace_zeroed = recipe->workspace_bytes > 0;  // the arrival counters
+  if (absl::Status s = WriteGemmInterface(p, &*recipe); !s.ok()) return s;
   return recipe;
 }
 

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "tuner/core/gemm_problem.h"
@@ -87,6 +89,45 @@ LaunchRecipe CublasLtRecipe(const CublasLtAlgo& algo, uint64_t version) {
   r.cublaslt_algo = algo.data;
   r.workspace_bytes = algo.workspace_bytes;
   return r;
+}
+
+v1::CublasLtCall CublasLtCallFor(const v1::GemmProblem& p) {
+  v1::CublasLtCall call;
+  call.set_compute_type(CUBLAS_COMPUTE_32F);
+  call.set_scale_type(CUDA_R_32F);
+  call.set_trans_a(GemmBIsNK(p) ? CUBLAS_OP_T : CUBLAS_OP_N);  // ktune's B
+  call.set_trans_b(CUBLAS_OP_N);                               // ktune's A
+  call.set_epilogue(p.epilogue() == v1::EPILOGUE_BIAS ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT);
+  const int64_t m = p.m(), n = p.n(), k = p.k(), batch = GemmBatch(p);
+  auto matrix = [&](v1::CublasLtCall::Matrix* out, const char* tensor, v1::DType dtype, int64_t rows, int64_t cols) {
+    out->set_tensor(tensor);
+    out->set_data_type(CudaType(dtype));
+    out->set_rows(static_cast<uint64_t>(rows));
+    out->set_cols(static_cast<uint64_t>(cols));
+    out->set_ld(rows);  // dense: the leading dimension is the column's length
+    out->set_batch(static_cast<int32_t>(batch));
+    out->set_batch_stride(rows * cols);
+  };
+  // ktune's B: [N, K] row-major is column-major K x N (transposed by op);
+  // [K, N] row-major is column-major N x K.
+  if (GemmBIsNK(p)) {
+    matrix(call.mutable_a(), "b", p.b_dtype(), k, n);
+  } else {
+    matrix(call.mutable_a(), "b", p.b_dtype(), n, k);
+  }
+  // ktune's A [M, K] row-major is column-major K x M; D [M, N] is N x M, C
+  // likewise (D's type).
+  matrix(call.mutable_b(), "a", p.a_dtype(), k, m);
+  if (GemmHasC(p)) matrix(call.mutable_c(), "c", GemmDType(p), n, m);
+  matrix(call.mutable_d(), "d", GemmDType(p), n, m);
+  call.set_alpha(1.0f);
+  call.set_beta(GemmHasC(p) ? 1.0f : 0.0f);  // a residual add is C with beta 1
+  if (p.epilogue() == v1::EPILOGUE_BIAS) call.set_bias("bias");
+  if (GemmIsFp8(p)) {
+    call.set_a_scale("b_scale");  // cuBLASLt's A is ktune's B
+    call.set_b_scale("a_scale");
+  }
+  return call;
 }
 
 uint64_t CublasLtLibraryVersion() {
@@ -179,13 +220,13 @@ absl::Status LtStatus(const CublasLt::Api& api, cublasStatus_t s, const char* wh
     }                                                                               \
   } while (0)
 
-// Column-major layout of rows x cols with leading dimension ld, batched.
-absl::Status Layout(const CublasLt::Api* api, cublasLtMatrixLayout_t* out, cudaDataType_t type, uint64_t rows,
-                    uint64_t cols, int64_t ld, int64_t batch) {
-  KTUNE_LT(api->cublasLtMatrixLayoutCreate(out, type, rows, cols, ld), "cublasLtMatrixLayoutCreate");
-  if (batch > 1) {
-    const int32_t count = static_cast<int32_t>(batch);
-    const int64_t stride = static_cast<int64_t>(rows) * static_cast<int64_t>(cols);
+// The layout of one matrix of the call: column-major, batched.
+absl::Status Layout(const CublasLt::Api* api, const v1::CublasLtCall::Matrix& m, cublasLtMatrixLayout_t* out) {
+  KTUNE_LT(api->cublasLtMatrixLayoutCreate(out, static_cast<cudaDataType_t>(m.data_type()), m.rows(), m.cols(), m.ld()),
+           "cublasLtMatrixLayoutCreate");
+  if (m.batch() > 1) {
+    const int32_t count = m.batch();
+    const int64_t stride = m.batch_stride();
     KTUNE_LT(api->cublasLtMatrixLayoutSetAttribute(*out, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)),
              "batch count");
     KTUNE_LT(api->cublasLtMatrixLayoutSetAttribute(*out, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
@@ -195,55 +236,62 @@ absl::Status Layout(const CublasLt::Api* api, cublasLtMatrixLayout_t* out, cudaD
   return absl::OkStatus();
 }
 
-// The matmul and layout descriptors of `p`; with `operands`, the pointers the
-// descriptor carries (bias, fp8 scales) are set too.
+// The device pointer `operands` binds to the call's tensor named `tensor`
+// (CublasLtCallFor's names; "" is none).
+uint64_t Operand(const GemmOperands& o, const std::string& tensor) {
+  const std::pair<const char*, uint64_t> named[] = {
+      {"a", o.a}, {"b", o.b}, {"c", o.c}, {"d", o.d}, {"bias", o.bias}, {"a_scale", o.a_scale}, {"b_scale", o.b_scale}};
+  for (const auto& [name, pointer] : named) {
+    if (tensor == name) return pointer;
+  }
+  return 0;
+}
+
+// The matmul and layout descriptors of `p`, as CublasLtCallFor states them;
+// with `operands`, the pointers the descriptor carries (bias, fp8 scales)
+// are set too.
 absl::Status Describe(const CublasLt::Api* api, const v1::GemmProblem& p, const GemmOperands* operands,
                       CublasLt::Descriptors* d) {
-  KTUNE_LT(api->cublasLtMatmulDescCreate(&d->op_, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
-  const cublasOperation_t trans_a = GemmBIsNK(p) ? CUBLAS_OP_T : CUBLAS_OP_N;  // ktune's B
-  const cublasOperation_t trans_b = CUBLAS_OP_N;                               // ktune's A
+  const v1::CublasLtCall call = CublasLtCallFor(p);
+  KTUNE_LT(api->cublasLtMatmulDescCreate(&d->op_, static_cast<cublasComputeType_t>(call.compute_type()),
+                                         static_cast<cudaDataType_t>(call.scale_type())),
+           "cublasLtMatmulDescCreate");
+  const auto trans_a = static_cast<cublasOperation_t>(call.trans_a());
+  const auto trans_b = static_cast<cublasOperation_t>(call.trans_b());
   KTUNE_LT(api->cublasLtMatmulDescSetAttribute(d->op_, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)),
            "transa");
   KTUNE_LT(api->cublasLtMatmulDescSetAttribute(d->op_, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)),
            "transb");
-  if (p.epilogue() == v1::EPILOGUE_BIAS) {
-    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-    const cudaDataType_t bias_type = GemmIsFp8(p) ? CUDA_R_16BF : CudaType(p.a_dtype());
+  if (call.epilogue() != CUBLASLT_EPILOGUE_DEFAULT) {
+    const auto epilogue = static_cast<cublasLtEpilogue_t>(call.epilogue());
     KTUNE_LT(api->cublasLtMatmulDescSetAttribute(d->op_, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)),
              "epilogue");
+  }
+  if (!call.bias().empty()) {
+    const cudaDataType_t bias_type = CUDA_R_16BF;  // the problem's bias is bf16 (CublasLtCallFor's tensors)
     KTUNE_LT(
         api->cublasLtMatmulDescSetAttribute(d->op_, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)),
         "bias type");
-    if (operands != nullptr) {
-      const void* bias = reinterpret_cast<const void*>(operands->bias);
-      KTUNE_LT(api->cublasLtMatmulDescSetAttribute(d->op_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
-               "bias pointer");
+  }
+  if (operands != nullptr) {
+    const struct {
+      const std::string& tensor;
+      cublasLtMatmulDescAttributes_t attribute;
+      const char* what;
+    } pointers[] = {{call.bias(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, "bias pointer"},
+                    {call.a_scale(), CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, "A scale"},
+                    {call.b_scale(), CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, "B scale"}};
+    for (const auto& ptr : pointers) {
+      if (ptr.tensor.empty()) continue;
+      const void* value = reinterpret_cast<const void*>(Operand(*operands, ptr.tensor));
+      KTUNE_LT(api->cublasLtMatmulDescSetAttribute(d->op_, ptr.attribute, &value, sizeof(value)), ptr.what);
     }
   }
-  if (GemmIsFp8(p) && operands != nullptr) {
-    const void* a_scale = reinterpret_cast<const void*>(operands->b_scale);  // cuBLASLt's A is ktune's B
-    const void* b_scale = reinterpret_cast<const void*>(operands->a_scale);
-    KTUNE_LT(
-        api->cublasLtMatmulDescSetAttribute(d->op_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale, sizeof(a_scale)),
-        "A scale");
-    KTUNE_LT(
-        api->cublasLtMatmulDescSetAttribute(d->op_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale, sizeof(b_scale)),
-        "B scale");
-  }
-  const int64_t m = p.m(), n = p.n(), k = p.k(), batch = GemmBatch(p);
-  // ktune's B: [N, K] row-major is column-major K x N (transposed by op);
-  // [K, N] row-major is column-major N x K.
-  if (GemmBIsNK(p)) {
-    if (absl::Status s = Layout(api, &d->a_, CudaType(p.b_dtype()), k, n, k, batch); !s.ok()) return s;
-  } else {
-    if (absl::Status s = Layout(api, &d->a_, CudaType(p.b_dtype()), n, k, n, batch); !s.ok()) return s;
-  }
-  // ktune's A [M, K] row-major is column-major K x M.
-  if (absl::Status s = Layout(api, &d->b_, CudaType(p.a_dtype()), k, m, k, batch); !s.ok()) return s;
-  // D [M, N] row-major is column-major N x M; C likewise (D's type).
-  const cudaDataType_t d_type = CudaType(GemmDType(p));
-  if (absl::Status s = Layout(api, &d->c_, d_type, n, m, n, batch); !s.ok()) return s;
-  return Layout(api, &d->d_, d_type, n, m, n, batch);
+  if (absl::Status s = Layout(api, call.a(), &d->a_); !s.ok()) return s;
+  if (absl::Status s = Layout(api, call.b(), &d->b_); !s.ok()) return s;
+  // Without C, D doubles as C (beta 0): C's layout is D's.
+  if (absl::Status s = Layout(api, call.has_c() ? call.c() : call.d(), &d->c_); !s.ok()) return s;
+  return Layout(api, call.d(), &d->d_);
 }
 
 }  // namespace
@@ -542,14 +590,17 @@ absl::Status CublasLt::Run(const v1::GemmProblem& p, const CublasLtAlgo& algo, c
   const Descriptors& d = *run_descriptors_;
   cublasLtMatmulAlgo_t a;
   std::memcpy(&a, algo.data.data(), sizeof(a));
-  const float beta = p.c_dtype() == v1::DTYPE_UNSPECIFIED ? 0.0f : o.beta;
+  // The operands as the call names them (cuBLASLt's A is ktune's B).
   // Without C, D doubles as C (read never: beta = 0).
-  const void* c =
-      p.c_dtype() == v1::DTYPE_UNSPECIFIED ? reinterpret_cast<const void*>(o.d) : reinterpret_cast<const void*>(o.c);
-  KTUNE_LT(api->cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), d.op_, &o.alpha,
-                               reinterpret_cast<const void*>(o.b), d.a_, reinterpret_cast<const void*>(o.a), d.b_,
-                               &beta, c, d.c_, reinterpret_cast<void*>(o.d), d.d_, &a,
-                               reinterpret_cast<void*>(workspace), workspace_bytes, static_cast<cudaStream_t>(stream)),
+  const v1::CublasLtCall call = CublasLtCallFor(p);
+  const float beta = call.has_c() ? o.beta : 0.0f;
+  auto pointer = [&](const v1::CublasLtCall::Matrix& m) {
+    return reinterpret_cast<const void*>(Operand(o, m.tensor()));
+  };
+  KTUNE_LT(api->cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), d.op_, &o.alpha, pointer(call.a()), d.a_,
+                               pointer(call.b()), d.b_, &beta, pointer(call.has_c() ? call.c() : call.d()), d.c_,
+                               reinterpret_cast<void*>(o.d), d.d_, &a, reinterpret_cast<void*>(workspace),
+                               workspace_bytes, static_cast<cudaStream_t>(stream)),
            "cublasLtMatmul");
   return absl::OkStatus();
 }

@@ -114,6 +114,15 @@ struct GemmOperands {
 LaunchRecipe CublasLtRecipe(const CublasLtAlgo& algo, uint64_t version);
 CublasLtAlgo CublasLtAlgoOf(const LaunchRecipe& recipe);
 
+// The one cublasLtMatmul call that serves `problem` (the mapping above), in
+// cuBLASLt's column-major terms, its operands named as the GEMM runner's
+// arguments ("a", "b", "c", "d", "bias", "a_scale", "b_scale"): cuBLASLt's A
+// is "b" (and its scale "b_scale"), its B is "a"; no C without one (D then
+// doubles as C, beta 0); alpha 1, beta 1 with C. What Describe and Run make
+// of a problem, and what a recipe's cublaslt_call tells a launcher.
+// REQUIRES: CublasLtCanServe(problem) is OK.
+v1::CublasLtCall CublasLtCallFor(const v1::GemmProblem& problem);
+
 // The installed library's cublasLtGetVersion() (no GPU needed), 0 if there is
 // none: part of the software fingerprint of GEMM entries. Read once per process.
 uint64_t CublasLtLibraryVersion();

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "tuner/gpu/device.h"
+#include "tuner/gpu/tma_descriptor.h"
 
 namespace ktune {
 namespace {
@@ -248,21 +249,23 @@ class CudaDevice final : public Device {
 
   absl::StatusOr<TmaDescriptorBytes> EncodeTma(const TmaTensor& t) override {
     static_assert(sizeof(CUtensorMap) == sizeof(TmaDescriptorBytes), "a CUtensorMap is 128 bytes");
+    // Encoded exactly as the recipes describe it (tma_descriptor.h).
+    absl::StatusOr<v1::TmaDescriptor> d = DescribeTma(t, "");
+    if (!d.ok()) return d.status();
     TmaDescriptorBytes out;
-    const cuuint64_t dims[3] = {t.inner, t.rows, t.batch};
-    if (t.element_bytes != 1 && t.element_bytes != 2) {
-      return absl::InvalidArgumentError(absl::StrCat("TMA elements of ", t.element_bytes, " bytes (1 or 2)"));
+    cuuint64_t dims[3], strides[2];
+    cuuint32_t box[3], element_strides[3];
+    for (int i = 0; i < 3; ++i) {
+      dims[i] = d->dims(i);
+      box[i] = d->box(i);
+      element_strides[i] = d->element_strides(i);
     }
-    const cuuint64_t strides[2] = {t.row_pitch * t.element_bytes, t.batch_pitch * t.element_bytes};  // bytes
-    const cuuint32_t box[3] = {t.box_inner, t.box_rows, 1};
-    const cuuint32_t element_strides[3] = {1, 1, 1};
-    // fp8 has no tensor-map type of its own; TMA only moves its bytes.
-    const CUtensorMapDataType type =
-        t.element_bytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8;
+    for (int i = 0; i < 2; ++i) strides[i] = d->strides_bytes(i);
     const CUresult r = api_->cuTensorMapEncodeTiled_(
-        reinterpret_cast<CUtensorMap*>(out.bytes), type, 3, reinterpret_cast<void*>(t.base), dims, strides, box,
-        element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+        reinterpret_cast<CUtensorMap*>(out.bytes), static_cast<CUtensorMapDataType>(d->data_type()), 3,
+        reinterpret_cast<void*>(t.base), dims, strides, box, element_strides,
+        static_cast<CUtensorMapInterleave>(d->interleave()), static_cast<CUtensorMapSwizzle>(d->swizzle()),
+        static_cast<CUtensorMapL2promotion>(d->l2_promotion()), static_cast<CUtensorMapFloatOOBfill>(d->oob_fill()));
     if (r != CUDA_SUCCESS) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "cuTensorMapEncodeTiled refused a tensor of %d-byte elements, %d x %d x %d (pitches %d, %d), box %d x %d: %s",

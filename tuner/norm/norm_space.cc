@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "tuner/compile/kernel_instance.h"
 #include "tuner/compile/kernel_source.h"
+#include "tuner/norm/norm_interface.h"
 
 namespace ktune {
 namespace {
@@ -628,6 +629,7 @@ absl::StatusOr<LaunchRecipe> NormLaunchRecipe(const NormProblem& p, const NormCo
                   : std::vector<std::string>{"x", "w", "y", "rstd", "M", "N", "eps"};
     recipe.kernels.push_back(std::move(k));
     recipe.workspace_bytes = 0;
+    if (absl::Status s = WriteNormInterface(p, {c.vec, 0, 0}, &recipe); !s.ok()) return s;
     return recipe;
   }
 
@@ -668,6 +670,8 @@ absl::StatusOr<LaunchRecipe> NormLaunchRecipe(const NormProblem& p, const NormCo
     r.programmatic_dependent = programmatic_dependent;  // it waits for the partials
     recipe.kernels.push_back(std::move(r));
   }
+  const NormInterfaceFacts facts{c.vec, PrefetchNextRowsToL2(p, c, d) ? 16u : 0u, PartialRows(p, c)};
+  if (absl::Status s = WriteNormInterface(p, facts, &recipe); !s.ok()) return s;
   return recipe;
 }
 

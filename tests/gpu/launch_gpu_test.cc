@@ -2,7 +2,9 @@
 // through NVRTC as the daemon would answer it, is launched from its fields
 // alone (through the C++ API and through the C ABI) on the stream of the
 // tests' own Device (another user of the same primary context, as PyTorch
-// would be) and compared with a host reference in double.
+// would be) and compared with a host reference in double; and a cuBLASLt
+// recipe (bf16 GEMM with a bias epilogue) runs as one cublasLtMatmul built
+// from its CublasLtCall.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <random>
@@ -14,6 +16,8 @@
 #include "tests/gpu/gpu_env.h"
 #include "tuner/compile/nvrtc_compiler.h"
 #include "tuner/core/wire.h"
+#include "tuner/gpu/cublaslt.h"
+#include "tuner/gpu/host_float.h"
 #include "tuner/norm/norm_space.h"
 
 namespace ktune {
@@ -178,6 +182,108 @@ TEST_CASE("C ABI: the same recipe through ktune_recipe_load and ktune_recipe_lau
   CheckAgainstHost(device, b, p.eps, /*check_rstd=*/true);
   REQUIRE(device->Synchronize().ok());
   ktune_launcher_destroy(launcher);
+}
+
+// D[M, N] (fp32) = A[M, K] x B[K, N] + bias[N] (bf16 operands, row-major) as
+// the cuBLASLt recipe's call, written by hand in cuBLASLt's column-major
+// terms: its first operand is B (N x K, ld N), its second A (K x M, ld K), D
+// is N x M. The algorithm is the first of cuBLASLt's heuristic for the problem.
+TEST_CASE("Launcher: a cuBLASLt recipe computes its GEMM", "[gpu][launch]") {
+  Device* device = testing::GpuDevice();
+  constexpr int64_t m = 96, n = 160, k = 64;
+  v1::GemmProblem problem;
+  problem.set_m(m);
+  problem.set_n(n);
+  problem.set_k(k);
+  problem.set_a_dtype(v1::BF16);
+  problem.set_b_dtype(v1::BF16);
+  problem.set_d_dtype(v1::FP32);
+  problem.set_a_layout(v1::ROW_MAJOR);
+  problem.set_b_layout(v1::ROW_MAJOR);
+  problem.set_epilogue(v1::EPILOGUE_BIAS);
+  absl::StatusOr<std::unique_ptr<CublasLt>> lt = CublasLt::Open();
+  REQUIRE(lt.ok());
+  absl::StatusOr<std::vector<CublasLtAlgo>> algos = (*lt)->Heuristic(problem, 1, kCublasLtWorkspaceBytes);
+  INFO(algos.status().ToString());
+  REQUIRE(algos.ok());
+
+  v1::LaunchRecipe r;
+  r.set_template_id("cublaslt");
+  r.set_cublaslt_algo((*algos)[0].data);
+  r.set_workspace_bytes((*algos)[0].workspace_bytes);
+  auto tensor = [&](const char* name, v1::TensorRole role, v1::DType dtype) {
+    v1::TensorSpec* t = r.add_tensors();
+    t->set_name(name);
+    t->set_role(role);
+    t->set_dtype(dtype);
+    t->set_alignment_bytes(16);
+  };
+  tensor("a", v1::ROLE_INPUT, v1::BF16);
+  tensor("b", v1::ROLE_INPUT, v1::BF16);
+  tensor("d", v1::ROLE_OUTPUT, v1::FP32);
+  tensor("bias", v1::ROLE_INPUT, v1::BF16);
+  tensor("workspace", v1::ROLE_WORKSPACE, v1::DTYPE_UNSPECIFIED);
+  v1::CublasLtCall* call = r.mutable_cublaslt_call();
+  call->set_compute_type(68);  // CUBLAS_COMPUTE_32F
+  call->set_scale_type(0);     // CUDA_R_32F
+  call->set_trans_a(0);        // CUBLAS_OP_N
+  call->set_trans_b(0);
+  call->set_epilogue(4);  // CUBLASLT_EPILOGUE_BIAS
+  auto matrix = [](v1::CublasLtCall::Matrix* x, const char* name, uint32_t type, int64_t rows, int64_t cols) {
+    x->set_tensor(name);
+    x->set_data_type(type);
+    x->set_rows(rows);
+    x->set_cols(cols);
+    x->set_ld(rows);
+  };
+  matrix(call->mutable_a(), "b", 14, n, k);  // CUDA_R_16BF
+  matrix(call->mutable_b(), "a", 14, k, m);
+  matrix(call->mutable_d(), "d", 0, n, m);  // CUDA_R_32F
+  call->set_alpha(1.0f);
+  call->set_beta(0.0f);
+  call->set_bias("bias");
+
+  // Multiples of 1/4 in [-2, 2]: exact in bf16, and every sum exact in fp32.
+  std::mt19937 rng(11);
+  auto value = [&] { return static_cast<float>(static_cast<int>(rng() % 17) - 8) / 4.0f; };
+  std::vector<float> ha(m * k), hb(k * n), hbias(n);
+  for (float& v : ha) v = value();
+  for (float& v : hb) v = value();
+  for (float& v : hbias) v = value();
+  auto upload = [&](const std::vector<float>& host) {
+    std::vector<uint16_t> bf(host.size());
+    for (size_t i = 0; i < host.size(); ++i) bf[i] = FloatToBf16(host[i]);
+    absl::StatusOr<DeviceBuffer> buf = DeviceBuffer::Create(device, bf.size() * 2);
+    REQUIRE(buf.ok());
+    REQUIRE(device->CopyToDevice(buf->get(), bf.data(), bf.size() * 2).ok());
+    return *std::move(buf);
+  };
+  DeviceBuffer a = upload(ha), b = upload(hb), bias = upload(hbias);
+  absl::StatusOr<DeviceBuffer> d = DeviceBuffer::Create(device, m * n * 4);
+  REQUIRE(d.ok());
+  REQUIRE(device->Fill(d->get(), 0xFF, m * n * 4).ok());
+
+  absl::StatusOr<std::unique_ptr<Launcher>> launcher = Launcher::Create(0);
+  REQUIRE(launcher.ok());
+  absl::StatusOr<const LoadedRecipe*> loaded = (*launcher)->Load(r);
+  INFO(loaded.status().ToString());
+  REQUIRE(loaded.ok());
+  const uint64_t addresses[] = {a.get(), b.get(), d->get(), bias.get(), 0};
+  const absl::Status s = (*launcher)->Launch(**loaded, addresses, device->stream());
+  INFO(s.ToString());
+  REQUIRE(s.ok());
+  REQUIRE(device->Synchronize().ok());
+  std::vector<float> hd(m * n);
+  REQUIRE(device->CopyToHost(hd.data(), d->get(), hd.size() * 4).ok());
+  int bad = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double want = hbias[j];
+      for (int64_t x = 0; x < k; ++x) want += double(ha[i * k + x]) * hb[x * n + j];
+      if (!(std::abs(hd[i * n + j] - want) <= 1e-6)) ++bad;
+    }
+  }
+  CHECK(bad == 0);
 }
 
 }  // namespace

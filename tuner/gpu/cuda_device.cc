@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/launch.h"
 #include "tuner/gpu/device.h"
 #include "tuner/gpu/tma_descriptor.h"
 
@@ -139,10 +140,11 @@ absl::Status CudaStatus(const DriverApi& api, CUresult code, const char* call) {
 
 class CudaDevice final : public Device {
  public:
-  CudaDevice(const DriverApi* api, CUdevice device, CUcontext context, CUstream stream, DeviceInfo info)
-      : api_(api), device_(device), context_(context), stream_(stream), info_(std::move(info)) {}
+  CudaDevice(const DriverApi* api, int ordinal, CUdevice device, CUcontext context, CUstream stream, DeviceInfo info)
+      : api_(api), ordinal_(ordinal), device_(device), context_(context), stream_(stream), info_(std::move(info)) {}
 
   ~CudaDevice() override {
+    launcher_.reset();  // its modules and workspaces, while the context lives
     MakeCurrent();
     for (CUevent e : events_) api_->cuEventDestroy_(e);
     if (stream_ != nullptr) api_->cuStreamDestroy_(stream_);
@@ -282,6 +284,15 @@ class CudaDevice final : public Device {
 
   void* stream() const override { return stream_; }
 
+  absl::StatusOr<Launcher*> launcher() override {
+    if (launcher_ == nullptr) {
+      absl::StatusOr<std::unique_ptr<Launcher>> made = Launcher::Create(ordinal_);
+      if (!made.ok()) return made.status();
+      launcher_ = *std::move(made);
+    }
+    return launcher_.get();
+  }
+
   absl::StatusOr<std::vector<float>> TimeEach(const std::function<absl::Status(int)>& launch,
                                               int repetitions) override {
     MakeCurrent();
@@ -309,11 +320,13 @@ class CudaDevice final : public Device {
   void MakeCurrent() { api_->cuCtxSetCurrent_(context_); }
 
   const DriverApi* api_;
+  int ordinal_;
   CUdevice device_;
   CUcontext context_;
   CUstream stream_;
   DeviceInfo info_;
-  std::vector<CUevent> events_;  // reused across TimeEach calls
+  std::unique_ptr<Launcher> launcher_;  // made at the first launcher() call
+  std::vector<CUevent> events_;         // reused across TimeEach calls
 };
 
 }  // namespace
@@ -370,7 +383,7 @@ absl::StatusOr<std::unique_ptr<Device>> OpenCudaDevice(int ordinal) {
     api_->cuDevicePrimaryCtxRelease_(device);
     return s;
   }
-  return std::unique_ptr<Device>(new CudaDevice(api_, device, context, stream, std::move(info)));
+  return std::unique_ptr<Device>(new CudaDevice(api_, ordinal, device, context, stream, std::move(info)));
 }
 
 // ---- DeviceBuffer -------------------------------------------------------------

@@ -18,6 +18,10 @@
 #include "tuner/core/launch_recipe.h"
 
 namespace ktune {
+class Launcher;  // client/launch.h
+}
+
+namespace ktune {
 
 using DevicePtr = uint64_t;  // CUdeviceptr
 
@@ -74,6 +78,13 @@ class Device {
   // The stream (a CUstream) every call above is ordered on, for libraries
   // that enqueue their own work (cuBLASLt) in the same order.
   virtual void* stream() const = 0;
+  // The launcher of recipes on this GPU (client/launch.h): the one a caller
+  // of ktune's answers uses, so candidates are launched, and timed, exactly as
+  // answers are. Owned by the Device; launches on stream(). UNIMPLEMENTED for
+  // devices without one (test fakes).
+  virtual absl::StatusOr<Launcher*> launcher() {
+    return absl::UnimplementedError("this device cannot launch recipes through ktune::Launcher");
+  }
 
   // Times `launch(i)` for i in [0, repetitions) with a pair of events around
   // each call; returns the elapsed milliseconds of each. `launch` enqueues work.

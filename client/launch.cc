@@ -241,8 +241,12 @@ absl::Status Launcher::Launch(const LoadedRecipe& recipe, absl::Span<const uint6
   absl::InlinedVector<uint64_t, 16> bound(addresses.begin(), addresses.end());
   ContextScope context(driver_.get());
   if (!context.status().ok()) return context.status();
-  uint64_t workspace = 0;
-  if (r.workspace_bytes() > 0) {
+  // A workspace the caller binds is used as it is (the caller sized it, and
+  // zeroed it when workspace_zeroed): a CUDA graph capture, or a tuner that
+  // poisons it, owns its own; unbound, the launcher's of this stream.
+  const uint64_t caller_workspace = recipe.workspace_tensor_ >= 0 ? addresses[recipe.workspace_tensor_] : 0;
+  uint64_t workspace = caller_workspace;
+  if (r.workspace_bytes() > 0 && caller_workspace == 0) {
     absl::StatusOr<uint64_t> w = Workspace(recipe, stream);
     if (!w.ok()) return w.status();
     workspace = *w;

@@ -109,7 +109,9 @@ class Launcher {
 
   // Enqueues `recipe` on `stream` (a CUstream; null: the legacy default
   // stream) with addresses[i] bound to recipe.tensors(i) (0 for an unbound
-  // optional tensor; the workspace's entry is ignored). INVALID_ARGUMENT for
+  // optional tensor; the workspace's entry: 0 for the launcher's own, or a
+  // workspace of the caller of at least workspace_bytes, zeroed by the caller
+  // when workspace_zeroed, which a CUDA graph capture needs). INVALID_ARGUMENT for
   // a binding that breaks the tensor's contract; errors of the driver or
   // cuBLASLt otherwise. REQUIRES: `recipe` was loaded by this launcher.
   absl::Status Launch(const LoadedRecipe& recipe, absl::Span<const uint64_t> addresses, void* stream);

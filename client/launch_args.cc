@@ -37,10 +37,10 @@ absl::Status CheckBindings(const v1::LaunchRecipe& recipe, absl::Span<const uint
   }
   for (int i = 0; i < recipe.tensors_size(); ++i) {
     const v1::TensorSpec& t = recipe.tensors(i);
-    if (t.role() == v1::ROLE_WORKSPACE) continue;
     const uint64_t address = addresses[i];
     if (address == 0) {
-      if (t.optional()) continue;
+      // Unbound workspace: the launcher's own.
+      if (t.optional() || t.role() == v1::ROLE_WORKSPACE) continue;
       return absl::InvalidArgumentError(
           absl::StrCat(TensorLabel(recipe, i), " is required and bound to a null address"));
     }

@@ -336,7 +336,7 @@ TEST_CASE("Launcher: one workspace per stream, allocated and zeroed once", "[lau
   std::unique_ptr<Launcher> launcher = testing::FakeLauncher(log, std::make_shared<BlasLog>());
   absl::StatusOr<const LoadedRecipe*> loaded = launcher->Load(WorkspaceRecipe(true));
   REQUIRE(loaded.ok());
-  const uint64_t addresses[] = {kX, kW, kY, 0, 0xbad0};  // the workspace entry is ignored
+  const uint64_t addresses[] = {kX, kW, kY, 0, 0};  // the workspace unbound: the launcher's
   for (void* stream : {Stream(1), Stream(1), Stream(2), Stream(1), Stream(2)}) {
     REQUIRE(launcher->Launch(**loaded, addresses, stream).ok());
   }
@@ -356,6 +356,21 @@ TEST_CASE("Launcher: one workspace per stream, allocated and zeroed once", "[lau
   for (size_t i = 0; i < 5; ++i) CHECK(At<uint64_t>(log->launches[i].bytes, counters) == expected[i]);
   launcher.reset();
   CHECK(log->frees.size() == 2);
+
+  SECTION("a workspace the caller binds is used as it is: no allocation, no zeroing") {
+    auto log3 = std::make_shared<DriverLog>();
+    std::unique_ptr<Launcher> l3 = testing::FakeLauncher(log3, std::make_shared<BlasLog>());
+    absl::StatusOr<const LoadedRecipe*> r3 = l3->Load(WorkspaceRecipe(true));
+    REQUIRE(r3.ok());
+    const uint64_t own[] = {kX, kW, kY, 0, 0xcafe00};
+    REQUIRE(l3->Launch(**r3, own, Stream(1)).ok());
+    CHECK(log3->allocs.empty());
+    CHECK(log3->memsets.empty());
+    REQUIRE(log3->launches.size() == 1);
+    CHECK(At<uint64_t>(log3->launches[0].bytes, log3->launches[0].offsets[7]) == 0xcafe00);
+    const uint64_t misaligned[] = {kX, kW, kY, 0, 0xcafe01};
+    CHECK(l3->Launch(**r3, misaligned, Stream(1)).code() == absl::StatusCode::kInvalidArgument);
+  }
 
   SECTION("not zeroed when the recipe does not ask") {
     auto log2 = std::make_shared<DriverLog>();

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/launch.h"
 #include "tuner/compile/kernel_instance.h"
 #include "tuner/compile/kernel_source.h"
 #include "tuner/compile/nvrtc_compiler.h"
@@ -353,60 +354,42 @@ struct NormRunner::Impl {
     return {want, tol.atol * r + tol.rtol * (std::fabs(want) + r * std::fabs(g))};
   }
 
-  // The kernel arguments for input set `set` in the order of `k.params`.
-  struct Args {
-    DevicePtr x = 0, dy = 0, w = 0, b = 0, out = 0, mean = 0, rstd = 0, ws = 0, dw = 0, db = 0;
-    int m = 0, n = 0, p = 0;
-    float eps = 0;
-    std::vector<void*> pointers;
-  };
-  absl::Status BuildArgs(const KernelLaunch& k, int set, bool with_stats, Args* a) {
+  // The device addresses for input set `set`, one per tensor of the recipe
+  // (recipe.tensors, by name): what a caller binds. The scalars (M, N, eps,
+  // the reduce kernel's P) are the recipe's own arguments, so a candidate
+  // runs with exactly what an answer carries. The workspace is the runner's,
+  // per input set, so verification can poison it.
+  absl::StatusOr<std::vector<uint64_t>> Bindings(const LaunchRecipe& recipe, int set, bool with_stats) {
     const bool fwd = IsForward(problem);
-    a->x = x[set].get();
-    a->dy = fwd ? 0 : dy[set].get();
-    a->w = problem.has_weight ? w.get() : 0;
-    a->b = HasBias(problem) && fwd ? b.get() : 0;
-    a->out = out[set].get();
     // Forward statistics are outputs, written only when asked; backward inputs.
-    a->mean = (!fwd || with_stats) && IsLayerNorm(problem) ? mean[set].get() : 0;
-    a->rstd = !fwd || with_stats ? rstd[set].get() : 0;
-    a->ws = ws.empty() ? 0 : ws[set].get();
-    a->dw = problem.has_weight && !fwd ? dw.get() : 0;
-    a->db = HasBias(problem) && !fwd ? db.get() : 0;
-    a->m = static_cast<int>(problem.m);
-    a->n = static_cast<int>(problem.n);
-    const int parts = (problem.has_weight ? 1 : 0) + (HasBias(problem) ? 1 : 0);
-    a->p = parts > 0 ? static_cast<int>(ws_bytes / (parts * problem.n * sizeof(float))) : 0;
-    a->eps = problem.eps;
-    a->pointers.clear();
-    const std::pair<const char*, void*> known[] = {
-        {"x", &a->x},    {"dy", &a->dy},     {"w", &a->w},       {"b", &a->b},   {"y", &a->out},
-        {"dx", &a->out}, {"mean", &a->mean}, {"rstd", &a->rstd}, {"ws", &a->ws}, {"dw", &a->dw},
-        {"db", &a->db},  {"M", &a->m},       {"N", &a->n},       {"P", &a->p},   {"eps", &a->eps}};
-    for (const std::string& p : k.params) {
-      void* found = nullptr;
-      for (const auto& [name, ptr] : known) {
-        if (p == name) found = ptr;
-      }
-      if (found == nullptr) {
+    const bool stats = !fwd || with_stats;
+    const std::pair<const char*, DevicePtr> known[] = {{"x", x[set].get()},
+                                                       {"dy", fwd ? 0 : dy[set].get()},
+                                                       {"w", problem.has_weight ? w.get() : 0},
+                                                       {"b", HasBias(problem) && fwd ? b.get() : 0},
+                                                       {"y", out[set].get()},
+                                                       {"dx", out[set].get()},
+                                                       {"mean", stats && IsLayerNorm(problem) ? mean[set].get() : 0},
+                                                       {"rstd", stats ? rstd[set].get() : 0},
+                                                       {"ws", ws.empty() ? 0 : ws[set].get()},
+                                                       {"dw", problem.has_weight && !fwd ? dw.get() : 0},
+                                                       {"db", HasBias(problem) && !fwd ? db.get() : 0}};
+    std::vector<uint64_t> addresses;
+    for (const v1::TensorSpec& t : recipe.tensors) {
+      const auto* it = std::find_if(std::begin(known), std::end(known),
+                                    [&](const std::pair<const char*, DevicePtr>& k) { return t.name() == k.first; });
+      if (it == std::end(known)) {
         return absl::InvalidArgumentError(
-            absl::StrCat("recipe kernel parameter \"", p, "\" is unknown to the norm runner"));
+            absl::StrCat("recipe tensor \"", t.name(), "\" is unknown to the norm runner"));
       }
-      a->pointers.push_back(found);
+      addresses.push_back(it->second);
     }
-    return absl::OkStatus();
+    return addresses;
   }
 
-  // Loads every kernel of the recipe; unloads them when destroyed.
-  struct Loaded {
-    Device* d = nullptr;
-    std::vector<LoadedKernel> kernels;
-    ~Loaded() {
-      for (const LoadedKernel& k : kernels) d->UnloadKernel(k);
-    }
-  };
-  absl::Status Load(const LaunchRecipe& recipe, Loaded* loaded) {
-    loaded->d = device;
+  // The recipe as the device's launcher loaded it (client/launch.h: the
+  // launcher callers use), with its workspace sized.
+  absl::StatusOr<const LoadedRecipe*> Load(const LaunchRecipe& recipe) {
     const size_t expected = IsForward(problem) ? 1 : (problem.has_weight || HasBias(problem)) ? 2 : 1;
     if (recipe.kernels.size() != expected) {
       return absl::InvalidArgumentError(
@@ -415,12 +398,9 @@ struct NormRunner::Impl {
     if (!IsForward(problem)) {
       if (absl::Status s = EnsureWorkspace(recipe.workspace_bytes); !s.ok()) return s;
     }
-    for (const KernelLaunch& k : recipe.kernels) {
-      absl::StatusOr<LoadedKernel> kernel = device->LoadKernel(recipe.cubin, k.lowered_name);
-      if (!kernel.ok()) return kernel.status();
-      loaded->kernels.push_back(*kernel);
-    }
-    return absl::OkStatus();
+    absl::StatusOr<Launcher*> launcher = device->launcher();
+    if (!launcher.ok()) return launcher.status();
+    return (*launcher)->Load(RecipeToProto(recipe, /*include_cubin=*/true));
   }
 
   // The workspace per input set, grown to the recipe's size when needed.
@@ -436,16 +416,9 @@ struct NormRunner::Impl {
     return absl::OkStatus();
   }
 
-  // Enqueues every kernel of the recipe, in order, on input set `set`.
-  absl::Status LaunchAll(const LaunchRecipe& recipe, const Loaded& loaded, std::vector<std::vector<Args>>& args,
-                         int set) {
-    for (size_t i = 0; i < recipe.kernels.size(); ++i) {
-      if (absl::Status s = device->Launch(loaded.kernels[i], recipe.kernels[i], args[set][i].pointers.data());
-          !s.ok()) {
-        return s;
-      }
-    }
-    return absl::OkStatus();
+  // Enqueues the recipe on input set `set` as a caller would.
+  absl::Status LaunchOn(const LoadedRecipe& loaded, const std::vector<std::vector<uint64_t>>& addresses, int set) {
+    return loaded.launcher()->Launch(loaded, addresses[set], device->stream());
   }
 
   // Poisons every output, launches every kernel of the recipe once on input
@@ -649,8 +622,8 @@ absl::StatusOr<std::unique_ptr<NormRunner>> NormRunner::Create(const NormProblem
 
 absl::Status NormRunner::Impl::RunOnce(const LaunchRecipe& recipe) {
   const bool fwd = IsForward(problem);
-  Loaded loaded;
-  if (absl::Status s = Load(recipe, &loaded); !s.ok()) return s;
+  absl::StatusOr<const LoadedRecipe*> loaded = Load(recipe);
+  if (!loaded.ok()) return loaded.status();
 
   // Poison every output byte (and the workspace): 0xFF is NaN in every float
   // format, so an element the kernels never wrote cannot pass, and a reduce
@@ -667,13 +640,9 @@ absl::Status NormRunner::Impl::RunOnce(const LaunchRecipe& recipe) {
   for (auto [ptr, bytes] : poison) {
     if (absl::Status s = device->Fill(ptr, 0xFF, bytes); !s.ok()) return s;
   }
-  std::vector<std::vector<Args>> args(1, std::vector<Args>(recipe.kernels.size()));
-  for (size_t i = 0; i < recipe.kernels.size(); ++i) {
-    if (absl::Status s = BuildArgs(recipe.kernels[i], 0, /*with_stats=*/true, &args[0][i]); !s.ok()) {
-      return s;
-    }
-  }
-  if (absl::Status s = LaunchAll(recipe, loaded, args, 0); !s.ok()) return s;
+  absl::StatusOr<std::vector<uint64_t>> bound = Bindings(recipe, 0, /*with_stats=*/true);
+  if (!bound.ok()) return bound.status();
+  if (absl::Status s = LaunchOn(**loaded, {*std::move(bound)}, 0); !s.ok()) return s;
   return device->Synchronize();
 }
 
@@ -926,22 +895,20 @@ VerifyResult NormRunner::Impl::CheckWeightGradients() const {
 
 absl::StatusOr<Timing> NormRunner::Time(const LaunchRecipe& recipe, const MeasureOptions& options) {
   Impl& im = *impl_;
-  Impl::Loaded loaded;
-  if (absl::Status s = im.Load(recipe, &loaded); !s.ok()) return s;
+  absl::StatusOr<const LoadedRecipe*> loaded = im.Load(recipe);
+  if (!loaded.ok()) return loaded.status();
   // Forward timed without the statistics: MinimumBytes counts x, w (b) and y,
   // as peers' inference forward does; they add 4 bytes per row each when a
   // training caller asks. Backward: every kernel of the recipe back to back,
   // inside one event pair.
-  std::vector<std::vector<Impl::Args>> args(im.rotation, std::vector<Impl::Args>(recipe.kernels.size()));
+  std::vector<std::vector<uint64_t>> addresses;
   for (int s = 0; s < im.rotation; ++s) {
-    for (size_t i = 0; i < recipe.kernels.size(); ++i) {
-      if (absl::Status st = im.BuildArgs(recipe.kernels[i], s, /*with_stats=*/false, &args[s][i]); !st.ok()) {
-        return st;
-      }
-    }
+    absl::StatusOr<std::vector<uint64_t>> bound = im.Bindings(recipe, s, /*with_stats=*/false);
+    if (!bound.ok()) return bound.status();
+    addresses.push_back(*std::move(bound));
   }
   absl::StatusOr<Timing> timing = Measure(
-      im.device, [&](int set) { return im.LaunchAll(recipe, loaded, args, set); }, im.rotation, options);
+      im.device, [&](int set) { return im.LaunchOn(**loaded, addresses, set); }, im.rotation, options);
   if (!timing.ok()) return timing.status();
   if (absl::Status s = im.device->Synchronize(); !s.ok()) return s;
   return timing;

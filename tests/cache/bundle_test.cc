@@ -239,12 +239,7 @@ std::optional<v1::LaunchRecipe> TemplatesOwnRecipe(const v1::Entry& e) {
 TEST_CASE("a bundle carries recipes without their interface", "[cache][bundle][recipe]") {
   for (const v1::Entry& stored : testutil::CurrentEntriesOfEveryKind()) {
     INFO(stored.problem().ShortDebugString());
-    absl::StatusOr<LaunchRecipe> served =
-        BuiltinOps().TemplateRecipe(stored.problem(), stored.config(), CompileOnlyTarget());
-    REQUIRE(served.ok());
-    v1::Entry entry = stored;
-    *entry.mutable_recipe() = RecipeToProto(*served, /*include_cubin=*/false);
-    REQUIRE_FALSE(entry.recipe().tensors().empty());
+    const v1::Entry entry = testutil::WithServedRecipe(stored);
     absl::StatusOr<v1::Bundle> read = DecodeBundle(BuiltinOps(), EncodeBundle({entry}, "test", kCreatedAt));
     INFO(read.status().ToString());
     REQUIRE(read.ok());

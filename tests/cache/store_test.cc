@@ -146,12 +146,7 @@ TEST_CASE("Store: an entry put with its recipe's interface reads back without it
   auto store = OpenOrFail(dir.File("cache.db"));
   for (const v1::Entry& stored : testutil::CurrentEntriesOfEveryKind()) {
     INFO(stored.problem().ShortDebugString());
-    absl::StatusOr<LaunchRecipe> served =
-        BuiltinOps().TemplateRecipe(stored.problem(), stored.config(), CompileOnlyTarget());
-    REQUIRE(served.ok());
-    v1::Entry entry = stored;
-    *entry.mutable_recipe() = RecipeToProto(*served, /*include_cubin=*/false);
-    REQUIRE_FALSE(entry.recipe().tensors().empty());
+    const v1::Entry entry = testutil::WithServedRecipe(stored);
     REQUIRE(store->Put(entry).ok());
     absl::StatusOr<std::optional<v1::Entry>> got = store->Get(KeyOrFail(entry));
     REQUIRE(got.ok());

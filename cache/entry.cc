@@ -217,7 +217,8 @@ absl::Status CheckRecipe(absl::string_view prefix, const v1::LaunchRecipe& recip
 
 // An entry keyed under this build's software fingerprint is served by this
 // build, so its recipe must be exactly the one this build's template writes
-// for its problem and config on its device (VerifyRecipe): every field, the
+// for its problem and config on its device, in its stored form
+// (VerifyStoredRecipe): every field, the
 // template id and hash, the NVRTC options and the kernels' names included.
 // An entry of another software fingerprint (another template text, NVRTC or
 // schema) is stale here: kept and listed, never served (its key cannot match

@@ -45,8 +45,8 @@ inline constexpr size_t kMaxEntryBytes = size_t{64} << 10;
 // 1) and the provenance (tuned_at_unix > 0, candidates_measured >= 1). An
 // entry of this build's software fingerprint (one it would serve) must also
 // carry exactly the recipe this build writes for its problem and config
-// (VerifyRecipe, cache/recipe_check.h: every field, no lowered names, no
-// cubin), and so must be of an architecture this build knows. The message
+// in its stored form (VerifyStoredRecipe, cache/recipe_check.h: every
+// field; no lowered names, cubin or interface), and so must be of an architecture this build knows. The message
 // starts with the field's path:
 // "entry.measurement.time_us: must be finite and > 0, got -1".
 absl::Status ValidateEntry(const OpRegistry& ops, const v1::Entry& entry);

@@ -518,8 +518,13 @@ struct Store::Impl {
   // The stored blob under `key`, if any.
   absl::StatusOr<std::optional<std::string>> GetBlob(const EntryKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Writes one entry inside the caller's transaction and counts it.
-  // REQUIRES: ValidateEntry(entry).ok().
-  absl::Status PutOne(const v1::Entry& entry, PutAllStats* stats) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Validates the entry as it is stored (StoredRecipe: a recipe put with
+  // its build products is stored, and checked, without them) and writes it;
+  // errors after `prefix` ("": ValidateEntry's own "entry.", and none).
+  absl::Status PutOne(const v1::Entry& entry, const std::string& prefix, PutAllStats* stats)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // PutOne's write of the validated, stored form.
+  absl::Status WriteStored(const v1::Entry& stored, PutAllStats* stats) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // A free read connection, else one picked by the calling thread, locked.
   Reader& AcquireReader() ABSL_NO_THREAD_SAFETY_ANALYSIS;
   absl::StatusOr<v1::Entry> Decode(absl::string_view blob, const EntryKey& key) const;
@@ -648,18 +653,26 @@ absl::StatusOr<std::optional<std::string>> Store::Impl::GetBlob(const EntryKey& 
   return std::string(get.ColumnBytes(0));
 }
 
-absl::Status Store::Impl::PutOne(const v1::Entry& entry, PutAllStats* stats) {
-  absl::StatusOr<EntryKey> key = KeyOf(ops, entry);
-  if (!key.ok()) return key.status();
-  absl::StatusOr<ProblemFamily> family = FamilyOf(ops, entry);
-  if (!family.ok()) return family.status();
-
+absl::Status Store::Impl::PutOne(const v1::Entry& entry, const std::string& prefix, PutAllStats* stats) {
   // Stored entries never carry build products (StoredRecipe: the cubin,
   // lowered names, the interface), nor fields this build does not know
   // (validated callers have dropped them already; this is the last gate).
   v1::Entry stored = entry;
   *stored.mutable_recipe() = StoredRecipe(entry.recipe());
+  // Validated again although callers must have: a bad entry never reaches
+  // disk, and the check costs microseconds against a synced commit.
+  if (absl::Status s = prefix.empty() ? ValidateEntry(ops, stored) : ValidateEntry(ops, stored, prefix); !s.ok()) {
+    return s;
+  }
   stored.DiscardUnknownFields();
+  return Prefixed(prefix, WriteStored(stored, stats));
+}
+
+absl::Status Store::Impl::WriteStored(const v1::Entry& stored, PutAllStats* stats) {
+  absl::StatusOr<EntryKey> key = KeyOf(ops, stored);
+  if (!key.ok()) return key.status();
+  absl::StatusOr<ProblemFamily> family = FamilyOf(ops, stored);
+  if (!family.ok()) return family.status();
   const std::string blob = stored.SerializeAsString();
 
   // Entry has no map fields, so equal messages serialize to equal bytes in
@@ -675,8 +688,8 @@ absl::Status Store::Impl::PutOne(const v1::Entry& entry, PutAllStats* stats) {
   auto reset = upsert.Use();
   if (absl::Status s = BindKey(upsert, *key); !s.ok()) return s;
   if (absl::Status s = upsert.BindBlob(5, blob); !s.ok()) return s;
-  if (absl::Status s = upsert.BindInt64(6, entry.tuned_at_unix()); !s.ok()) return s;
-  if (absl::Status s = upsert.BindDouble(7, entry.measurement().time_us()); !s.ok()) return s;
+  if (absl::Status s = upsert.BindInt64(6, stored.tuned_at_unix()); !s.ok()) return s;
+  if (absl::Status s = upsert.BindDouble(7, stored.measurement().time_us()); !s.ok()) return s;
   if (absl::Status s = upsert.BindText(8, family->family_key); !s.ok()) return s;
   if (absl::Status s = upsert.BindInt64(9, family->position); !s.ok()) return s;
   absl::StatusOr<bool> row = upsert.Step();
@@ -813,11 +826,8 @@ absl::Status Store::Put(const v1::Entry& entry) {
   absl::MutexLock lock(&impl_->mu);
   absl::StatusOr<Transaction> tx = impl_->BeginTransaction();
   if (!tx.ok()) return tx.status();
-  // Validated again although callers must have: a bad entry never reaches
-  // disk, and the check costs microseconds against a synced commit.
-  if (absl::Status s = ValidateEntry(impl_->ops, entry); !s.ok()) return s;
   PutAllStats stats;
-  if (absl::Status s = impl_->PutOne(entry, &stats); !s.ok()) return s;
+  if (absl::Status s = impl_->PutOne(entry, "", &stats); !s.ok()) return s;
   return tx->Commit();
 }
 
@@ -829,8 +839,7 @@ absl::StatusOr<PutAllStats> Store::PutAll(const std::vector<v1::Entry>& entries)
   for (size_t i = 0; i < entries.size(); ++i) {
     // Returning without Commit() rolls back everything written so far.
     const std::string prefix = absl::StrCat("entry ", i, ": ");
-    if (absl::Status s = ValidateEntry(impl_->ops, entries[i], prefix); !s.ok()) return s;
-    if (absl::Status s = impl_->PutOne(entries[i], &stats); !s.ok()) return Prefixed(prefix, s);
+    if (absl::Status s = impl_->PutOne(entries[i], prefix, &stats); !s.ok()) return s;
   }
   if (absl::Status s = tx->Commit(); !s.ok()) return s;
   return stats;

@@ -236,6 +236,18 @@ std::optional<v1::LaunchRecipe> TemplatesOwnRecipe(const v1::Entry& e) {
   return StoredRecipe(RecipeToProto(*r, /*include_cubin=*/false));
 }
 
+TEST_CASE("a bundle carries recipes without their interface", "[cache][bundle][recipe]") {
+  for (const v1::Entry& stored : testutil::CurrentEntriesOfEveryKind()) {
+    INFO(stored.problem().ShortDebugString());
+    const v1::Entry entry = testutil::WithServedRecipe(stored);
+    absl::StatusOr<v1::Bundle> read = DecodeBundle(BuiltinOps(), EncodeBundle({entry}, "test", kCreatedAt));
+    INFO(read.status().ToString());
+    REQUIRE(read.ok());
+    CHECK(read->entries(0).recipe().SerializeAsString() == stored.recipe().SerializeAsString());
+    CHECK(read->entries(0).recipe().tensors().empty());
+  }
+}
+
 TEST_CASE("a bundle's recipe is this build's in every field, or the bundle is refused naming it",
           "[cache][bundle][recipe]") {
   // Files not written by EncodeBundle: lowered names and NVRTC options of a

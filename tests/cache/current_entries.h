@@ -105,6 +105,18 @@ inline v1::Entry CurrentEntry(const v1::Problem& problem, const v1::Config& conf
   return e;
 }
 
+// `entry` with the recipe as an answer serves it: the template's, interface
+// included (what the store and bundles must strip).
+inline v1::Entry WithServedRecipe(const v1::Entry& entry) {
+  absl::StatusOr<LaunchRecipe> served =
+      BuiltinOps().TemplateRecipe(entry.problem(), entry.config(), CompileOnlyTarget());
+  REQUIRE(served.ok());
+  v1::Entry out = entry;
+  *out.mutable_recipe() = RecipeToProto(*served, /*include_cubin=*/false);
+  REQUIRE_FALSE(out.recipe().tensors().empty());
+  return out;
+}
+
 // One current entry of each kind of recipe: a one-kernel norm, a backward
 // norm with its reduce kernel and workspace, each GEMM template and cuBLASLt.
 inline std::vector<v1::Entry> CurrentEntriesOfEveryKind() {

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/cache/current_entries.h"
 #include "tests/cache/test_entries.h"
 #include "tuner/builtin_ops.h"
 #include "tuner/core/fingerprint.h"
@@ -138,6 +139,23 @@ TEST_CASE("Store: a cubin is never stored", "[cache]") {
   REQUIRE(got.ok());
   REQUIRE(got->has_value());
   CHECK((*got)->recipe().cubin().empty());
+}
+
+TEST_CASE("Store: an entry put with its recipe's interface reads back without it", "[cache][recipe]") {
+  TempDir dir;
+  auto store = OpenOrFail(dir.File("cache.db"));
+  for (const v1::Entry& stored : testutil::CurrentEntriesOfEveryKind()) {
+    INFO(stored.problem().ShortDebugString());
+    const v1::Entry entry = testutil::WithServedRecipe(stored);
+    REQUIRE(store->Put(entry).ok());
+    absl::StatusOr<std::optional<v1::Entry>> got = store->Get(KeyOrFail(entry));
+    REQUIRE(got.ok());
+    REQUIRE(got->has_value());
+    CHECK((*got)->recipe().tensors().empty());
+    CHECK_FALSE((*got)->recipe().has_cublaslt_call());
+    for (const v1::KernelLaunch& k : (*got)->recipe().kernels()) CHECK(k.args().empty());
+    CHECK(Same(**got, stored));
+  }
 }
 
 TEST_CASE("Store: an invalid entry is refused", "[cache]") {

@@ -589,6 +589,13 @@ TEST_CASE("hits, nearest-shape answers and metrics on a compile-only daemon", "[
     CHECK(hit->source() == v1::TUNED);
     CHECK(hit->measurement().time_us() == Approx(10 + 1.024));
     CHECK(hit->config().norm().SerializeAsString() == NormConfigToProto(small_config).SerializeAsString());
+    // Stored without its interface, served with the template's own.
+    auto recipe = NormLaunchRecipe(shape, small_config, CompileOnlyTarget());
+    REQUIRE(recipe.ok());
+    CHECK(CompareRecipe("", hit->recipe(), *recipe).ok());
+    CHECK_FALSE(hit->recipe().tensors().empty());
+    REQUIRE(hit->recipe().kernels_size() >= 1);
+    CHECK(hit->recipe().kernels(0).args_size() == hit->recipe().kernels(0).params_size());
   }
 
   SECTION("a miss gets the nearest M's config, adapted to its own M") {

@@ -147,7 +147,11 @@ void CheckInterface(const LaunchRecipe& r, const Expected& want) {
   for (const KernelLaunch& k : r.kernels) {
     INFO(k.name_expression);
     REQUIRE(k.args.size() == k.params.size());
-    const std::vector<DeclaredParam> declared = DeclaredParams(r.template_id, KernelName(k.name_expression));
+    // Parsed once per entry point: the texts are long and the recipes many.
+    static std::map<std::pair<std::string, std::string>, std::vector<DeclaredParam>> parsed;
+    const std::pair<std::string, std::string> key{r.template_id, KernelName(k.name_expression)};
+    if (parsed.count(key) == 0) parsed[key] = DeclaredParams(key.first, key.second);
+    const std::vector<DeclaredParam>& declared = parsed[key];
     REQUIRE(declared.size() == k.params.size());
     for (size_t i = 0; i < k.args.size(); ++i) {
       const v1::KernelArg& a = k.args[i];

@@ -110,6 +110,21 @@ void Launcher::Unload(LoadedRecipe* loaded) {
   loaded->module_ = nullptr;
 }
 
+void Launcher::Release(const LoadedRecipe* recipe) {
+  if (recipe == nullptr) return;
+  std::unique_ptr<LoadedRecipe> released;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = recipes_.begin(); it != recipes_.end(); ++it) {
+      if (it->second.get() != recipe) continue;
+      released = std::move(it->second);
+      recipes_.erase(it);
+      break;
+    }
+  }
+  if (released != nullptr) Unload(released.get());
+}
+
 absl::StatusOr<const LoadedRecipe*> Launcher::Load(const v1::LaunchRecipe& recipe) {
   return LoadKeyed(recipe.SerializeAsString(), recipe);
 }

@@ -116,6 +116,11 @@ class Launcher {
   // cuBLASLt otherwise. REQUIRES: `recipe` was loaded by this launcher.
   absl::Status Launch(const LoadedRecipe& recipe, absl::Span<const uint64_t> addresses, void* stream);
 
+  // Unloads `recipe` and frees its workspaces now, for callers that load
+  // many recipes once each (the tuner's candidates). REQUIRES: no launch of it
+  // still runs, and no other thread uses the handle. Null is ignored.
+  void Release(const LoadedRecipe* recipe);
+
   static constexpr size_t kMaxLoadedRecipes = 4096;
   // Encoded TMA descriptors kept per recipe before the cache starts over
   // (callers whose allocator hands out ever new addresses).

@@ -11,12 +11,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/types/span.h"
+#include "client/launch.h"
 #include "spdlog/spdlog.h"
 #include "tuner/compile/kernel_instance.h"
 #include "tuner/compile/kernel_source.h"
 #include "tuner/compile/nvrtc_compiler.h"
 #include "tuner/core/gemm_problem.h"
 #include "tuner/core/parallel.h"
+#include "tuner/core/wire.h"
 #include "tuner/gemm/gemm_wgmma_space.h"
 #include "tuner/gpu/host_float.h"
 
@@ -103,12 +106,6 @@ VerifyResult CompareGemmOutput(const std::vector<float>& got, const std::vector<
   return v;
 }
 
-// The arguments the runner can pass a template kernel, by the names recipes
-// give them (the templates' parameter comments); Launch fills them in this order.
-constexpr std::string_view kArgumentNames[] = {"a", "b",     "c",    "d",  "bias",    "M",      "N",
-                                               "K", "alpha", "beta", "ws", "a_scale", "b_scale"};
-constexpr size_t kMaxArguments = 16;
-
 struct GemmRunner::Impl {
   v1::GemmProblem p;
   Device* device = nullptr;
@@ -125,65 +122,32 @@ struct GemmRunner::Impl {
   size_t d_elems() const { return static_cast<size_t>(GemmBatch(p) * p.m() * p.n()); }
 
   absl::Status ComputeReference();
-  // The template candidate's kernel, loaded (nullopt for cuBLASLt); the
-  // caller unloads it.
-  absl::StatusOr<std::optional<LoadedKernel>> Load(const LaunchRecipe& recipe) {
-    if (recipe.is_cublaslt_call()) return std::optional<LoadedKernel>();
+  // The template candidate as the device's launcher loaded it (the launcher
+  // callers use: client/launch.h); null for a cuBLASLt candidate.
+  absl::StatusOr<const LoadedRecipe*> Load(const LaunchRecipe& recipe) {
+    if (recipe.is_cublaslt_call()) return nullptr;
     if (recipe.kernels.size() != 1) return absl::InvalidArgumentError("a GEMM recipe has one kernel");
-    if (absl::Status s = Bind(recipe.kernels[0].params); !s.ok()) return s;
     kernel_workspace = DeviceBuffer();
     if (recipe.workspace_bytes > 0) {
       absl::StatusOr<DeviceBuffer> ws = DeviceBuffer::Create(device, recipe.workspace_bytes);
       if (!ws.ok()) return ws.status();
-      // Zeroed once, as the recipe's contract asks; the kernel leaves it so.
+      // Zeroed once, as the recipe's contract asks of a caller's workspace;
+      // the kernel leaves it so.
       if (absl::Status s = device->Fill(ws->get(), 0, ws->size()); !s.ok()) return s;
       kernel_workspace = *std::move(ws);
     }
-    absl::StatusOr<LoadedKernel> k = device->LoadKernel(recipe.cubin, recipe.kernels[0].lowered_name);
-    if (!k.ok()) return k.status();
-    return std::optional<LoadedKernel>(*k);
+    absl::StatusOr<Launcher*> launcher = device->launcher();
+    if (!launcher.ok()) return launcher.status();
+    return (*launcher)->Load(RecipeToProto(recipe, /*include_cubin=*/true));
   }
-  // Enqueues the recipe on set `set` (its loaded kernel, or a cuBLASLt call).
-  absl::Status Launch(const LaunchRecipe& recipe, const LoadedKernel* kernel, int set);
-
-  // The loaded kernel's parameters, bound by name: an index into
-  // kArgumentNames, or -1 for a TMA descriptor parameter ("tma_a:64x128").
-  // Launches index the scalar and pointer arguments directly; a descriptor
-  // comes from the map Tma() fills once per (parameter, set).
-  std::vector<int> bound;
-  absl::Status Bind(const std::vector<std::string>& params) {
-    bound.clear();
-    if (params.size() > kMaxArguments) return absl::InvalidArgumentError("a GEMM kernel with too many parameters");
-    for (const std::string& name : params) {
-      if (name.rfind("tma_", 0) == 0) {
-        bound.push_back(-1);
-        continue;
-      }
-      const auto* it = std::find(std::begin(kArgumentNames), std::end(kArgumentNames), name);
-      if (it == std::end(kArgumentNames)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("GEMM kernel parameter '", name, "' is not one the runner binds"));
-      }
-      bound.push_back(static_cast<int>(it - std::begin(kArgumentNames)));
-    }
-    return absl::OkStatus();
+  // Unloads a candidate once verified or timed (each is loaded once per
+  // call, and a tune loads hundreds). REQUIRES: the device is synchronized.
+  void Release(const LoadedRecipe* loaded) {
+    if (loaded != nullptr) loaded->launcher()->Release(loaded);
   }
-
-  // The TMA descriptor a recipe parameter ("tma_a:64x128") names for set
-  // `set`, encoded once (a host call, kept out of timed launches).
-  absl::StatusOr<const TmaDescriptorBytes*> Tma(const std::string& param, int set);
-  std::map<std::pair<std::string, int>, TmaDescriptorBytes> tma;
+  // Enqueues the recipe on set `set` (through the launcher, or a cuBLASLt call).
+  absl::Status Launch(const LaunchRecipe& recipe, const LoadedRecipe* loaded, int set);
 };
-
-absl::StatusOr<const TmaDescriptorBytes*> GemmRunner::Impl::Tma(const std::string& param, int set) {
-  auto it = tma.find({param, set});
-  if (it != tma.end()) return &it->second;
-  absl::StatusOr<TmaTensor> tensor = GemmTmaTensor(p, param, a[set].get(), b[set].get());
-  if (!tensor.ok()) return tensor.status();
-  absl::StatusOr<TmaDescriptorBytes> encoded = device->EncodeTma(*tensor);
-  if (!encoded.ok()) return encoded.status();
-  return &tma.emplace(std::make_pair(param, set), *encoded).first->second;
-}
 
 absl::Status GemmRunner::Impl::ComputeReference() {
   LaunchRecipe r;
@@ -231,33 +195,33 @@ absl::Status GemmRunner::Impl::ComputeReference() {
   return absl::OkStatus();
 }
 
-absl::Status GemmRunner::Impl::Launch(const LaunchRecipe& recipe, const LoadedKernel* kernel, int set) {
+absl::Status GemmRunner::Impl::Launch(const LaunchRecipe& recipe, const LoadedRecipe* loaded, int set) {
   if (!recipe.is_cublaslt_call()) {
-    uint64_t pa = a[set].get(), pb = b[set].get(), pc = c.empty() ? 0 : c[set].get(), pd = d[set].get();
-    uint64_t pbias = GemmHasBias(p) ? bias.get() : 0;
-    int m = static_cast<int>(p.m()), n = static_cast<int>(p.n()), kk = static_cast<int>(p.k());
-    float alpha = 1.0f, beta = 1.0f;
-    uint64_t pws = kernel_workspace.get();              // 0 without one
-    uint64_t pas = a_scale.get(), pbs = b_scale.get();  // 0 for bf16: no scale
-    void* values[] = {&pa, &pb, &pc, &pd, &pbias, &m, &n, &kk, &alpha, &beta, &pws, &pas, &pbs};
-    static_assert(sizeof(values) / sizeof(values[0]) == sizeof(kArgumentNames) / sizeof(kArgumentNames[0]));
-    // In the recipe's order (bound once, at Load); a TMA template takes
-    // descriptors of A and B ("tma_a:64x128").
-    const std::vector<std::string>& params = recipe.kernels[0].params;
-    if (bound.size() != params.size() || params.size() > kMaxArguments) {
-      return absl::FailedPreconditionError("the GEMM recipe launched is not the one loaded");
+    if (loaded == nullptr) return absl::FailedPreconditionError("a template candidate launched before it was loaded");
+    // The tensors a caller binds, by the recipe's names; M, N, K, alpha,
+    // beta and the TMA descriptors are the recipe's own arguments.
+    const std::pair<const char*, DevicePtr> known[] = {{"a", a[set].get()},
+                                                       {"b", b[set].get()},
+                                                       {"c", c.empty() ? 0 : c[set].get()},
+                                                       {"d", d[set].get()},
+                                                       {"bias", GemmHasBias(p) ? bias.get() : 0},
+                                                       {"ws", kernel_workspace.get()},
+                                                       {"a_scale", a_scale.get()},
+                                                       {"b_scale", b_scale.get()}};
+    uint64_t addresses[std::size(known)];
+    if (recipe.tensors.size() > std::size(known)) {
+      return absl::InvalidArgumentError("a GEMM recipe with more tensors than the runner binds");
     }
-    void* args[kMaxArguments];
-    for (size_t i = 0; i < params.size(); ++i) {
-      if (bound[i] >= 0) {
-        args[i] = values[bound[i]];
-        continue;
+    for (size_t i = 0; i < recipe.tensors.size(); ++i) {
+      const std::string& name = recipe.tensors[i].name();
+      const auto* it = std::find_if(std::begin(known), std::end(known),
+                                    [&](const std::pair<const char*, DevicePtr>& k) { return name == k.first; });
+      if (it == std::end(known)) {
+        return absl::InvalidArgumentError(absl::StrCat("GEMM recipe tensor '", name, "' is not one the runner binds"));
       }
-      absl::StatusOr<const TmaDescriptorBytes*> descriptor = Tma(params[i], set);
-      if (!descriptor.ok()) return descriptor.status();
-      args[i] = const_cast<TmaDescriptorBytes*>(*descriptor);
+      addresses[i] = it->second;
     }
-    return device->Launch(*kernel, recipe.kernels[0], args);
+    return loaded->launcher()->Launch(*loaded, absl::MakeSpan(addresses, recipe.tensors.size()), device->stream());
   }
   if (cublaslt == nullptr) return absl::FailedPreconditionError("a cuBLASLt candidate without cuBLASLt");
   GemmOperands o;
@@ -345,12 +309,12 @@ absl::StatusOr<std::unique_ptr<GemmRunner>> GemmRunner::Create(const v1::GemmPro
 
 absl::StatusOr<VerifyResult> GemmRunner::Verify(const LaunchRecipe& recipe) {
   Impl& im = *impl_;
-  absl::StatusOr<std::optional<LoadedKernel>> kernel = im.Load(recipe);
-  if (!kernel.ok()) return kernel.status();
+  absl::StatusOr<const LoadedRecipe*> loaded = im.Load(recipe);
+  if (!loaded.ok()) return loaded.status();
   absl::Status s = im.device->Fill(im.d[0].get(), 0xFF, im.d[0].size());  // NaN in bf16 and fp32
-  if (s.ok()) s = im.Launch(recipe, *kernel ? &**kernel : nullptr, 0);
+  if (s.ok()) s = im.Launch(recipe, *loaded, 0);
   if (s.ok()) s = im.device->Synchronize();
-  if (*kernel) im.device->UnloadKernel(**kernel);
+  im.Release(*loaded);
   if (!s.ok()) return s;
 
   std::vector<float> got(im.d_elems());
@@ -367,11 +331,12 @@ absl::StatusOr<VerifyResult> GemmRunner::Verify(const LaunchRecipe& recipe) {
 
 absl::StatusOr<Timing> GemmRunner::Time(const LaunchRecipe& recipe, const MeasureOptions& options) {
   Impl& im = *impl_;
-  absl::StatusOr<std::optional<LoadedKernel>> kernel = im.Load(recipe);
-  if (!kernel.ok()) return kernel.status();
+  absl::StatusOr<const LoadedRecipe*> loaded = im.Load(recipe);
+  if (!loaded.ok()) return loaded.status();
   absl::StatusOr<Timing> t = Measure(
-      im.device, [&](int set) { return im.Launch(recipe, *kernel ? &**kernel : nullptr, set); }, im.rotation, options);
-  if (*kernel) im.device->UnloadKernel(**kernel);
+      im.device, [&](int set) { return im.Launch(recipe, *loaded, set); }, im.rotation, options);
+  if (absl::Status s = im.device->Synchronize(); !s.ok()) return s;  // a fault leaves the context unusable
+  im.Release(*loaded);
   return t;
 }
 

@@ -642,8 +642,10 @@ absl::Status NormRunner::Impl::RunOnce(const LaunchRecipe& recipe) {
   }
   absl::StatusOr<std::vector<uint64_t>> bound = Bindings(recipe, 0, /*with_stats=*/true);
   if (!bound.ok()) return bound.status();
-  if (absl::Status s = LaunchOn(**loaded, {*std::move(bound)}, 0); !s.ok()) return s;
-  return device->Synchronize();
+  absl::Status s = LaunchOn(**loaded, {*std::move(bound)}, 0);
+  if (s.ok()) s = device->Synchronize();
+  if (s.ok()) (*loaded)->launcher()->Release(*loaded);  // a tune loads hundreds of candidates
+  return s;
 }
 
 absl::StatusOr<VerifyResult> NormRunner::Impl::CheckSmallOutputs() {
@@ -909,8 +911,8 @@ absl::StatusOr<Timing> NormRunner::Time(const LaunchRecipe& recipe, const Measur
   }
   absl::StatusOr<Timing> timing = Measure(
       im.device, [&](int set) { return im.LaunchOn(**loaded, addresses, set); }, im.rotation, options);
-  if (!timing.ok()) return timing.status();
   if (absl::Status s = im.device->Synchronize(); !s.ok()) return s;
+  (*loaded)->launcher()->Release(*loaded);
   return timing;
 }
 

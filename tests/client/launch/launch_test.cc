@@ -331,6 +331,26 @@ v1::LaunchRecipe WorkspaceRecipe(bool zeroed) {
   return r;
 }
 
+TEST_CASE("Launcher: a released recipe is unloaded with its workspaces and loads anew", "[launch]") {
+  auto log = std::make_shared<DriverLog>();
+  std::unique_ptr<Launcher> launcher = testing::FakeLauncher(log, std::make_shared<BlasLog>());
+  const v1::LaunchRecipe r = WorkspaceRecipe(true);
+  absl::StatusOr<const LoadedRecipe*> a = launcher->Load(r);
+  REQUIRE(a.ok());
+  const uint64_t addresses[] = {kX, kW, kY, 0, 0};
+  REQUIRE(launcher->Launch(**a, addresses, Stream(1)).ok());
+  REQUIRE(log->allocs.size() == 1);
+  launcher->Release(*a);
+  CHECK(log->modules_unloaded == 1);
+  CHECK(log->frees.size() == 1);
+  absl::StatusOr<const LoadedRecipe*> b = launcher->Load(r);
+  REQUIRE(b.ok());
+  CHECK(log->modules_loaded.size() == 2);
+  launcher->Release(nullptr);  // ignored
+  launcher.reset();
+  CHECK(log->modules_unloaded == 2);  // b, once: a is not unloaded twice
+}
+
 TEST_CASE("Launcher: one workspace per stream, allocated and zeroed once", "[launch]") {
   auto log = std::make_shared<DriverLog>();
   std::unique_ptr<Launcher> launcher = testing::FakeLauncher(log, std::make_shared<BlasLog>());

@@ -38,7 +38,7 @@ TEST_CASE("C ABI: a launcher without a driver is a failed precondition with the 
   ktune_launcher_destroy(nullptr);  // a no-op
 }
 
-TEST_CASE("C ABI: load and launch through the handle; errors carry codes and messages", "[launch][abi]") {
+TEST_CASE("C ABI: load and launch through the handle, errors with codes and messages", "[launch][abi]") {
   auto log = std::make_shared<DriverLog>();
   ktune_launcher* launcher = internal::WrapLauncher(testing::FakeLauncher(log, std::make_shared<BlasLog>()));
   const std::string bytes = testing::NormForwardRecipe().SerializeAsString();

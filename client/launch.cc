@@ -179,6 +179,7 @@ absl::Status Launcher::LoadKernels(LoadedRecipe* loaded) {
       return fail(
           Prefixed(absl::StrCat("kernels[", i, "].lowered_name \"", k.lowered_name(), "\""), function.status()));
     }
+    if (absl::Status s = CheckParamLayout(k, i, *function); !s.ok()) return fail(s);
     // Any dynamic shared memory, not just more than 48 KiB: the default limit
     // counts the kernel's static shared memory too.
     if (k.dynamic_smem_bytes() > 0) {
@@ -189,6 +190,28 @@ absl::Status Launcher::LoadKernels(LoadedRecipe* loaded) {
     loaded->functions_.push_back(*function);
   }
   loaded->module_ = *module;
+  return absl::OkStatus();
+}
+
+absl::Status Launcher::CheckParamLayout(const v1::KernelLaunch& kernel, int index, void* function) {
+  absl::StatusOr<std::vector<ArgSlot>> cubin = driver_->ParamLayout(function);
+  if (cubin.status().code() == absl::StatusCode::kUnimplemented) return absl::OkStatus();  // nothing to check against
+  if (!cubin.ok()) return Prefixed(absl::StrCat("kernels[", index, "]"), cubin.status());
+  // A recipe whose arguments disagree with the kernel would pass garbage (or
+  // read past the buffer): refused here, naming the first argument that differs.
+  const std::vector<ArgSlot> recipe = KernelArgLayout(kernel);
+  if (recipe.size() != cubin->size()) {
+    return absl::InvalidArgumentError(absl::StrCat("kernels[", index, "].args: ", recipe.size(), " arguments, but ",
+                                                   kernel.lowered_name(), " in the cubin takes ", cubin->size()));
+  }
+  for (size_t i = 0; i < recipe.size(); ++i) {
+    if (!(recipe[i] == (*cubin)[i])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("kernels[", index, "].args[", i, "] (\"", kernel.params(static_cast<int>(i)),
+                       "\"): ", recipe[i].size, " bytes at offset ", recipe[i].offset, ", but the kernel's parameter ",
+                       i, " is ", (*cubin)[i].size, " bytes at offset ", (*cubin)[i].offset));
+    }
+  }
   return absl::OkStatus();
 }
 

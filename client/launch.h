@@ -10,8 +10,9 @@
 //   absl::Status s = (*launcher)->Launch(**r, addresses, stream);  // enqueued, not waited for
 //
 // Load validates the recipe (INVALID_ARGUMENT naming the field), loads its
-// cubin once (same serialized bytes, same handle), finds each kernel and
-// raises its dynamic shared memory limit. Launch checks the bindings (null,
+// cubin once (same serialized bytes, same handle), finds each kernel, checks
+// the recipe's arguments against the kernel's parameters where the driver
+// can list them, and raises its dynamic shared memory limit. Launch checks the bindings (null,
 // alignment), packs each kernel's parameters (client/launch_args.h), encodes
 // TMA descriptors (cached per argument and base address), allocates the
 // recipe's workspace once per stream (zeroed once when workspace_zeroed) and
@@ -101,7 +102,8 @@ class Launcher {
 
   // Validates and loads `recipe`; a recipe of the same serialized bytes loaded
   // before gives the same handle. INVALID_ARGUMENT naming the field of a bad
-  // recipe; the driver's error when the cubin does not load here;
+  // recipe, or the argument that the kernel in the cubin takes otherwise
+  // (its size or offset); the driver's error when the cubin does not load here;
   // RESOURCE_EXHAUSTED past kMaxLoadedRecipes.
   absl::StatusOr<const LoadedRecipe*> Load(const v1::LaunchRecipe& recipe);
   // The same from a serialized recipe (INVALID_ARGUMENT if it does not parse).
@@ -131,6 +133,7 @@ class Launcher {
 
   absl::StatusOr<const LoadedRecipe*> LoadKeyed(std::string key, const v1::LaunchRecipe& recipe);
   absl::Status LoadKernels(LoadedRecipe* loaded);
+  absl::Status CheckParamLayout(const v1::KernelLaunch& kernel, int index, void* function);
   absl::Status LoadCublasLt(LoadedRecipe* loaded) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Unload(LoadedRecipe* loaded);
   absl::StatusOr<uint64_t> Workspace(const LoadedRecipe& recipe, void* stream);

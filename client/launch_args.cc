@@ -8,9 +8,36 @@
 namespace ktune {
 namespace {
 
-// Appends `size` bytes of `value` at the next multiple of `alignment`.
-void Append(PackedArgs* packed, const void* value, uint32_t size, uint32_t alignment) {
-  const size_t offset = (packed->bytes.size() + alignment - 1) / alignment * alignment;
+// The size and alignment of an argument by value, as the kernel ABI has them.
+struct SizeAlign {
+  uint32_t size, alignment;
+};
+SizeAlign SizeAlignOf(const v1::KernelArg& arg) {
+  switch (arg.value_case()) {
+    case v1::KernelArg::kTensor:
+      return {sizeof(uint64_t), alignof(uint64_t)};  // a device pointer is 8 bytes on every CUDA platform
+    case v1::KernelArg::kI32:
+      return {sizeof(int32_t), alignof(int32_t)};
+    case v1::KernelArg::kI64:
+      return {sizeof(int64_t), alignof(int64_t)};
+    case v1::KernelArg::kF32:
+      return {sizeof(float), alignof(float)};
+    case v1::KernelArg::kTma:
+      return {sizeof(TensorMapBytes::bytes), alignof(TensorMapBytes)};
+    case v1::KernelArg::VALUE_NOT_SET:
+      break;
+  }
+  return {0, 1};
+}
+
+uint32_t AlignUp(size_t offset, uint32_t alignment) {
+  return static_cast<uint32_t>((offset + alignment - 1) / alignment * alignment);
+}
+
+// Appends `value` (SizeAlignOf(arg) bytes) at the next multiple of its alignment.
+void Append(PackedArgs* packed, const v1::KernelArg& arg, const void* value) {
+  const auto [size, alignment] = SizeAlignOf(arg);
+  const size_t offset = AlignUp(packed->bytes.size(), alignment);
   packed->bytes.resize(offset + size, 0);  // padding stays zero: the buffer is deterministic
   std::memcpy(packed->bytes.data() + offset, value, size);
   packed->offsets.push_back(static_cast<uint32_t>(offset));
@@ -22,6 +49,20 @@ std::string TensorLabel(const v1::LaunchRecipe& recipe, int i) {
 }
 
 }  // namespace
+
+std::vector<ArgSlot> KernelArgLayout(const v1::KernelLaunch& kernel) {
+  std::vector<ArgSlot> slots;
+  size_t end = 0;
+  for (const v1::KernelArg& arg : kernel.args()) {
+    const auto [size, alignment] = SizeAlignOf(arg);
+    ArgSlot slot;
+    slot.offset = AlignUp(end, alignment);
+    slot.size = size;
+    end = slot.offset + size;
+    slots.push_back(slot);
+  }
+  return slots;
+}
 
 int FindTensor(const v1::LaunchRecipe& recipe, const std::string& name) {
   for (int i = 0; i < recipe.tensors_size(); ++i) {
@@ -67,23 +108,23 @@ absl::StatusOr<PackedArgs> PackKernelArgs(const v1::LaunchRecipe& recipe, int ke
           return absl::InvalidArgumentError(
               absl::StrCat("kernels[", kernel, "].args[", i, "]: no tensor \"", arg.tensor(), "\""));
         }
-        const uint64_t address = addresses[t];  // a device pointer is 8 bytes on every CUDA platform
-        Append(&packed, &address, sizeof(address), alignof(uint64_t));
+        const uint64_t address = addresses[t];
+        Append(&packed, arg, &address);
         break;
       }
       case v1::KernelArg::kI32: {
         const int32_t v = arg.i32();
-        Append(&packed, &v, sizeof(v), alignof(int32_t));
+        Append(&packed, arg, &v);
         break;
       }
       case v1::KernelArg::kI64: {
         const int64_t v = arg.i64();
-        Append(&packed, &v, sizeof(v), alignof(int64_t));
+        Append(&packed, arg, &v);
         break;
       }
       case v1::KernelArg::kF32: {
         const float v = arg.f32();
-        Append(&packed, &v, sizeof(v), alignof(float));
+        Append(&packed, arg, &v);
         break;
       }
       case v1::KernelArg::kTma: {
@@ -103,7 +144,7 @@ absl::StatusOr<PackedArgs> PackKernelArgs(const v1::LaunchRecipe& recipe, int ke
           return absl::Status(map.status().code(), absl::StrCat("kernels[", kernel, "].args[", i, "] (\"", arg.name(),
                                                                 "\"): ", map.status().message()));
         }
-        Append(&packed, map->bytes.data(), sizeof(map->bytes), alignof(TensorMapBytes));
+        Append(&packed, arg, map->bytes.data());
         break;
       }
       case v1::KernelArg::VALUE_NOT_SET:

@@ -34,6 +34,18 @@ struct PackedArgs {
   std::vector<uint32_t> sizes;       // how many bytes argument i takes
 };
 
+// Where one argument lies in a parameter buffer.
+struct ArgSlot {
+  uint32_t offset = 0;
+  uint32_t size = 0;
+  bool operator==(const ArgSlot& o) const { return offset == o.offset && size == o.size; }
+};
+
+// The slot of each argument of `kernel`, as PackKernelArgs lays them out
+// (an argument without a value takes no room). What a launcher compares
+// with the kernel's own parameter layout in the cubin.
+std::vector<ArgSlot> KernelArgLayout(const v1::KernelLaunch& kernel);
+
 // Encodes the TMA descriptor of argument `arg` over `base` (a device
 // address, never 0), as cuTensorMapEncodeTiled does.
 using TensorMapEncoder =

@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -57,6 +58,13 @@ class LaunchDriver {
   // cuTensorMapEncodeTiled of `tma` over `base` (element_strides empty: all 1).
   virtual absl::StatusOr<TensorMapBytes> EncodeTensorMap(const v1::TmaDescriptor& tma, uint64_t base) = 0;
   virtual absl::Status Launch(const KernelLaunchCall& call) = 0;  // cuLaunchKernelEx
+
+  // The function's parameters as its cubin lays them out (cuFuncGetParamInfo,
+  // CUDA 12.4 drivers and newer), for checking a recipe's arguments against
+  // the kernel at load. UNIMPLEMENTED where the driver cannot say.
+  virtual absl::StatusOr<std::vector<ArgSlot>> ParamLayout(void* function) {
+    return absl::UnimplementedError("no parameter layout from this driver");
+  }
 };
 
 // One cublasLtMatmul; pointers are device addresses.

@@ -47,6 +47,8 @@ struct DriverTable {
 #define KTUNE_LAUNCH_MEMBER(fn) decltype(&fn) fn##_ = nullptr;
   KTUNE_LAUNCH_DRIVER_FUNCTIONS(KTUNE_LAUNCH_MEMBER)
 #undef KTUNE_LAUNCH_MEMBER
+  // Optional (CUDA 12.4 drivers and newer): null where the driver lacks it.
+  decltype(&cuFuncGetParamInfo) cuFuncGetParamInfo_ = nullptr;
 };
 
 // libcuda.so.1, resolved once per process and never closed (the driver
@@ -67,6 +69,8 @@ absl::StatusOr<const DriverTable*> Driver() {
   if (t->fn##_ == nullptr) missing.push_back(KTUNE_LAUNCH_STR(fn));
     KTUNE_LAUNCH_DRIVER_FUNCTIONS(KTUNE_LAUNCH_RESOLVE)
 #undef KTUNE_LAUNCH_RESOLVE
+    t->cuFuncGetParamInfo_ =
+        reinterpret_cast<decltype(&cuFuncGetParamInfo)>(dlsym(library, KTUNE_LAUNCH_STR(cuFuncGetParamInfo)));
     if (!missing.empty()) {
       delete t;
       std::string names;
@@ -213,6 +217,22 @@ class CudaLaunchDriver final : public LaunchDriver {
                  d_->cuLaunchKernelEx_(&config, static_cast<CUfunction>(c.function),
                                        params.empty() ? nullptr : params.data(), nullptr),
                  "cuLaunchKernelEx");
+  }
+
+  absl::StatusOr<std::vector<ArgSlot>> ParamLayout(void* function) override {
+    if (d_->cuFuncGetParamInfo_ == nullptr) return LaunchDriver::ParamLayout(function);
+    // Parameters are asked for by index until the driver says there is none;
+    // a kernel has at most 4 KiB (32 KiB on Hopper) of them, so few.
+    constexpr size_t kMaxParams = 4096;
+    std::vector<ArgSlot> slots;
+    for (size_t i = 0; i < kMaxParams; ++i) {
+      size_t offset = 0, size = 0;
+      const CUresult r = d_->cuFuncGetParamInfo_(static_cast<CUfunction>(function), i, &offset, &size);
+      if (r == CUDA_ERROR_INVALID_VALUE) break;  // past the last parameter
+      if (absl::Status s = Check(*d_, r, "cuFuncGetParamInfo"); !s.ok()) return s;
+      slots.push_back({static_cast<uint32_t>(offset), static_cast<uint32_t>(size)});
+    }
+    return slots;
   }
 
  private:

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -50,6 +51,8 @@ struct DriverLog {
   std::vector<Encode> encodes;
   std::vector<Launch> launches;
   std::string fail_function;  // GetFunction of this name fails
+  // The cubin's parameter layout of each function name; none: UNIMPLEMENTED.
+  std::map<std::string, std::vector<ArgSlot>> param_layouts;
   uint64_t next_address = 0x7f0000000000;
 
   void Touch() {
@@ -124,6 +127,15 @@ class FakeLaunchDriver final : public LaunchDriver {
     std::memcpy(out.bytes.data(), &base, 8);
     std::memcpy(out.bytes.data() + 8, &dim0, 8);
     return out;
+  }
+  absl::StatusOr<std::vector<ArgSlot>> ParamLayout(void* function) override {
+    std::lock_guard<std::mutex> l(log_->mu);
+    log_->Touch();
+    const size_t index = reinterpret_cast<uintptr_t>(function) - 0x9001;  // as GetFunction numbers them
+    if (index >= log_->functions.size()) return absl::InvalidArgumentError("not a function of this driver");
+    auto it = log_->param_layouts.find(log_->functions[index]);
+    if (it == log_->param_layouts.end()) return LaunchDriver::ParamLayout(function);
+    return it->second;
   }
   absl::Status Launch(const KernelLaunchCall& c) override {
     std::lock_guard<std::mutex> l(log_->mu);

@@ -90,6 +90,13 @@ TEST_CASE("PackKernelArgs lays every argument kind out at its ABI offset", "[lau
   for (size_t i = 64; i < 192; ++i) CHECK(p->bytes[i] == 0x5A);
   CHECK(At<int32_t>(p->bytes, 192) == 11);
   CHECK(encoded == std::vector<std::pair<int, uint64_t>>{{4, 0x2000}});
+  // The layout a launcher checks against the cubin is the one packed.
+  const std::vector<ArgSlot> layout = KernelArgLayout(r.kernels(0));
+  REQUIRE(layout.size() == p->offsets.size());
+  for (size_t i = 0; i < layout.size(); ++i) {
+    CHECK(layout[i].offset == p->offsets[i]);
+    CHECK(layout[i].size == p->sizes[i]);
+  }
 }
 
 TEST_CASE("PackKernelArgs: an unbound optional tensor is a null pointer, a TMA descriptor needs an address",
@@ -317,6 +324,36 @@ TEST_CASE("Launcher: a kernel missing from the cubin fails the load and leaves n
   log->fail_function.clear();
   CHECK(launcher->Load(NormForwardRecipe()).ok());
   CHECK(log->modules_loaded.size() == 2);
+}
+
+TEST_CASE("Launcher: arguments that disagree with the kernel's parameters in the cubin fail the load", "[launch]") {
+  auto log = std::make_shared<DriverLog>();
+  std::unique_ptr<Launcher> launcher = testing::FakeLauncher(log, std::make_shared<BlasLog>());
+  // rmsnorm_fwd(const T* x, const T* w, T* y, float* rstd, int M, int N, float eps)
+  const std::vector<ArgSlot> kernel = {{0, 8}, {8, 8}, {16, 8}, {24, 8}, {32, 4}, {36, 4}, {40, 4}};
+  SECTION("the same layout loads") {
+    log->param_layouts["_Z11rmsnorm_fwdv"] = kernel;
+    CHECK(launcher->Load(NormForwardRecipe()).ok());
+  }
+  SECTION("a kernel taking N as a 64-bit integer") {
+    std::vector<ArgSlot> wide = kernel;
+    wide[5] = {40, 8};
+    wide[6] = {48, 4};
+    log->param_layouts["_Z11rmsnorm_fwdv"] = wide;
+    absl::StatusOr<const LoadedRecipe*> loaded = launcher->Load(NormForwardRecipe());
+    CHECK(loaded.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(loaded.status().message()),
+               Catch::Contains("kernels[0].args[5] (\"N\"): 4 bytes at offset 36, but the kernel's parameter 5 is 8 "
+                               "bytes at offset 40"));
+    CHECK(log->modules_unloaded == 1);
+  }
+  SECTION("a kernel taking one parameter fewer") {
+    log->param_layouts["_Z11rmsnorm_fwdv"] = std::vector<ArgSlot>(kernel.begin(), kernel.end() - 1);
+    absl::StatusOr<const LoadedRecipe*> loaded = launcher->Load(NormForwardRecipe());
+    CHECK(loaded.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(loaded.status().message()),
+               Catch::Contains("kernels[0].args: 7 arguments, but _Z11rmsnorm_fwdv in the cubin takes 6"));
+  }
 }
 
 // A split-K-shaped recipe: a zeroed workspace the kernel takes as "counters".

@@ -38,7 +38,8 @@ int ktune_recipe_load(ktune_launcher* launcher, const void* bytes, size_t size, 
 /* addresses[i] is the device address bound to recipe.tensors[i] (n must equal tensors_size);
    0 for an optional tensor left unbound. The ROLE_WORKSPACE entry: 0 for the launcher's own
    workspace (one per stream, zeroed once when workspace_zeroed), or the caller's own of at least
-   workspace_bytes (zeroed by the caller when workspace_zeroed; what a CUDA graph capture needs). stream: a CUstream (0 = legacy default). */
+   workspace_bytes (zeroed by the caller when workspace_zeroed; what a CUDA graph capture needs). stream: a CUstream (0
+   = legacy default). */
 int ktune_recipe_launch(ktune_recipe* recipe, const uint64_t* addresses, size_t n, void* stream);
 
 #ifdef __cplusplus

@@ -36,6 +36,8 @@ def parse_cmake(source):
             links.setdefault(name, set())
             owned.setdefault(name, set()).update(
                 os.path.normpath(os.path.join(rel, a)) for a in args if a.endswith(('.cc', '.h')))
+            # A library made of another's objects ($<TARGET_OBJECTS:x>) offers x's headers.
+            links[name].update(re.findall(r'\$<TARGET_OBJECTS:(ktune_\w+)>', m.group(3)))
         for m in re.finditer(r'target_sources\(\s*([\w-]+)([^)]*)\)', text):
             owned.setdefault(m.group(1), set()).update(
                 os.path.normpath(os.path.join(rel, a)) for a in m.group(2).split() if a.endswith(('.cc', '.h')))

@@ -176,7 +176,17 @@ TEST_CASE("Verify rejects kernels that compute the wrong function", "[gpu]") {
     absl::StatusOr<LaunchRecipe> r = NormLaunchRecipe(p, c, device->info());
     REQUIRE(r.ok());
     REQUIRE(Compile(&*r).ok);
-    r->kernels[0].params = {"x", "w", "y", "rstd", "N", "M", "eps"};
+    // The recipe's own scalars swapped: the launcher passes what the recipe says.
+    v1::KernelArg* m = nullptr;
+    v1::KernelArg* n = nullptr;
+    for (v1::KernelArg& a : r->kernels[0].args) {
+      if (a.name() == "M") m = &a;
+      if (a.name() == "N") n = &a;
+    }
+    REQUIRE((m != nullptr && n != nullptr));
+    const int32_t rows = m->i32();
+    m->set_i32(n->i32());
+    n->set_i32(rows);
     absl::StatusOr<VerifyResult> v = (*runner)->Verify(*r);
     REQUIRE(v.ok());
     INFO(v->detail);

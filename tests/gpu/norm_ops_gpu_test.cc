@@ -314,10 +314,16 @@ TEST_CASE("Verify rejects backward recipes that drop work", "[gpu]") {
     CHECK(v->detail.find(where) != std::string::npos);
   };
   SECTION("the reduce kernel drops the last partial row block") {
-    // The workspace as the recipe states it is one partial row short, so the
-    // reduce kernel sums P - 1 rows (the runner's buffer stays large enough).
+    // The reduce kernel's P as the recipe passes it is one partial row
+    // short, so it sums P - 1 rows.
     LaunchRecipe bad = *good;
-    bad.workspace_bytes = 2 * 15 * 4096 * sizeof(float);
+    bool found = false;
+    for (v1::KernelArg& a : bad.kernels[1].args) {
+      if (a.name() != "P") continue;
+      a.set_i32(a.i32() - 1);
+      found = true;
+    }
+    REQUIRE(found);
     rejected(bad, "d");
   }
   SECTION("the reduce kernel skips the bias gradient") {

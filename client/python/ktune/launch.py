@@ -71,10 +71,14 @@ def load_library():
             lib = _bind(lib)
         except AttributeError as e:
             tried.append(f"{path} ({how}): not the ktune launcher ({e})")
+            if how == "KTUNE_LIBRARY":  # named explicitly: never silently take another copy
+                break
             continue
         version = lib.ktune_launch_abi_version()
         if version != ABI_VERSION:
             tried.append(f"{path} ({how}): C ABI version {version}, this package speaks {ABI_VERSION}")
+            if how == "KTUNE_LIBRARY":
+                break
             continue
         _library = lib
         return lib

@@ -2,19 +2,23 @@
 """One Llama-3-8B-shaped decoder layer, timed as torch runs it and with ktune.torch.patch.
 
   python3 bench/llama_layer_bench.py --out results.json [--modes eager,compile,ktune+compile]
-      [--decode-batches 1,8,64] [--train 1x8192] [--kv 2048] [--tune wait|heuristic] [--linears]
+      [--decode-batches 1,8,64] [--train 1x8192] [--kv 2048] [--tune wait|heuristic] [--graphs 0|1]
 
 The layer is plain torch (random bf16 weights, shapes from a Hugging Face
 config.json): Hugging Face style RMSNorm modules (weight, variance_epsilon),
 q/k/v/o and gate/up/down nn.Linear without bias, RoPE, SDPA attention with
 grouped KV heads, a SiLU-gated MLP. Workloads: a training step (forward and
 backward over B x S tokens) and decode steps (one new token per sequence for
-batch 1, 8, 64 against a KV cache of --kv tokens).
+batch 1, 8, 64 against a KV cache of --kv tokens). With --graphs 1 (the
+default) each decode step is also timed as a CUDA graph replay, as serving
+engines run decode: that removes every mode's host cost (Python, Dynamo's
+guards, Inductor's launches, ktune's custom ops) and leaves the kernels.
 
 Modes (each a fresh copy of one layer, so every mode computes the same function):
   eager, compile (torch.compile default), max-autotune (mode
-  max-autotune-no-cudagraphs), ktune (ktune.torch.patch of the norms, and of the
-  nn.Linears with --linears), ktune+compile, ktune+max-autotune, liger and
+  max-autotune-no-cudagraphs), ktune (ktune.torch.patch of the norms),
+  ktune+compile, ktune+max-autotune, ktune-gemm (the norms and the nn.Linears:
+  patch(layer, linears=True)) and its +compile and +max-autotune, liger and
   liger+compile (Liger-Kernel's RMSNorm and SwiGLU, when `import liger_kernel` works).
 
 Before timing, the ktune answers for every problem the patched layer asks are made
@@ -39,8 +43,8 @@ import torch.nn.functional as F
 from torch import nn
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ALL_MODES = ["eager", "compile", "max-autotune", "ktune", "ktune+compile", "ktune+max-autotune", "liger",
-             "liger+compile"]
+ALL_MODES = ["eager", "compile", "max-autotune", "ktune", "ktune+compile", "ktune+max-autotune", "ktune-gemm",
+             "ktune-gemm+compile", "ktune-gemm+max-autotune", "liger", "liger+compile"]
 
 
 # ---------------------------------------------------------------- the layer, in plain torch
@@ -145,11 +149,11 @@ def liger_patch(layer):
     return layer
 
 
-def build_mode(mode, base, linears):
+def build_mode(mode, base):
     layer = copy.deepcopy(base)
     if mode.startswith("ktune"):
         import ktune.torch as kt
-        kt.patch(layer, linears=linears)
+        kt.patch(layer, linears=mode.startswith("ktune-gemm"))
     if mode.startswith("liger"):
         liger_patch(layer)
     if mode.endswith("compile"):
@@ -202,6 +206,43 @@ class Decode:
 
     def outputs(self, layer):
         return [self.step(layer)]
+
+
+class GraphedDecode:
+    """A decode step captured once per layer as a CUDA graph; a step is its replay.
+
+    Warm-up runs on the capture's side stream first (torch's CUDA graph rules):
+    it compiles, and makes every ktune answer and module load, before capture.
+    """
+
+    def __init__(self, decode):
+        self.decode = decode
+        self.name = decode.name + " graph"
+        self.graphs = {}  # id(layer) -> (graph, static output)
+
+    def capture(self, layer):
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                self.decode.step(layer)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.no_grad(), torch.cuda.graph(graph):
+            out = self.decode.step(layer)
+        self.graphs[id(layer)] = (graph, out)
+        return graph, out
+
+    def step(self, layer):
+        entry = self.graphs.get(id(layer)) or self.capture(layer)
+        entry[0].replay()
+        return entry[1]
+
+    def outputs(self, layer):
+        return [self.step(layer).clone()]
+
+    def release(self, layer):
+        self.graphs.pop(id(layer), None)
 
 
 def time_steps(fn, warmup, reps):
@@ -282,7 +323,8 @@ def main():
     ap.add_argument("--kv", type=int, default=2048, help="KV cache tokens in decode")
     ap.add_argument("--tune", choices=["wait", "heuristic"], default="wait",
                     help="wait: tune each ktune problem on its first call (TUNE_ON_MISS); heuristic: do not tune")
-    ap.add_argument("--linears", action="store_true", help="ktune modes patch the nn.Linears too")
+    ap.add_argument("--graphs", type=int, choices=[0, 1], default=1,
+                    help="1: time each decode step also as a CUDA graph replay")
     ap.add_argument("--server", default=None, help="ktuned address (default: KTUNE_ADDRESS)")
     ap.add_argument("--train-reps", type=int, default=20)
     ap.add_argument("--decode-reps", type=int, default=200)
@@ -327,6 +369,8 @@ def main():
         workloads.append((Train(cfg, b, s, device), modes, args.train_reps))
     for b in [int(v) for v in args.decode_batches.split(",") if v]:
         workloads.append((Decode(cfg, b, args.kv, device), decode_modes, args.decode_reps))
+    if args.graphs:
+        workloads += [(GraphedDecode(w), m, r) for w, m, r in workloads if isinstance(w, Decode)]
 
     result = {"config": os.path.basename(args.config), "torch": torch.__version__,
               "gpu": torch.cuda.get_device_name(), "args": vars(args), "notes": notes, "workloads": {}}
@@ -345,7 +389,7 @@ def main():
                 save()
                 continue
             t0 = time.monotonic()
-            layer = build_mode(mode, base, args.linears)
+            layer = build_mode(mode, base)
             step = (lambda layer=layer: work.step(layer))
             got = work.outputs(layer)  # compiles; for ktune modes, makes (tunes) every answer
             rec = {"prepare_s": round(time.monotonic() - t0, 1), "max_rel_error_vs_eager": max_rel_error(got, reference)}
@@ -357,6 +401,8 @@ def main():
                 except Exception as e:  # noqa: BLE001 - a profiler failure must not lose the timing
                     rec["kernels"] = {"error": str(e)}
             entry["modes"][mode] = rec
+            if hasattr(work, "release"):
+                work.release(layer)
             del layer, got
             save()
         base_ms = entry["modes"].get("compile", {}).get("median_ms")

@@ -7,9 +7,12 @@
 #       --platform manylinux_2_28_x86_64 -d .wheels liger-kernel        # optional peer
 # then run:  [VARS] bash bench/run_python_h200.sh [llama_layer_bench.py args]
 #   PYTEST=1   the device pytest (tests/python, gpu tests included) first
+#   OVERHEAD=1 bench/torch_op_overhead.py: host microseconds per ktune.torch call (off by default)
 #   BENCH=1    bench/llama_layer_bench.py with the arguments given
+#   KTUNE_DB   a cache.db to start ktuned on (copied; e.g. one an earlier run brought back)
 # Results under $OUT (or /tmp/ktune-python-bench): env.txt, pytest.log, ktuned.log,
-# llama_layer.json, llama_layer.txt.
+# overhead.json, overhead.txt, llama_layer.json, llama_layer.txt, cache.db (ktuned's store
+# after the run, so a later call can start from its answers).
 set -uo pipefail
 out=${OUT:-/tmp/ktune-python-bench}
 mkdir -p "$out"
@@ -28,6 +31,7 @@ if ls .wheels/*.whl >/dev/null 2>&1; then  # Liger, as a peer: a venv that keeps
     && export PATH=$work/venv/bin:$PATH
 fi
 
+[ -n "${KTUNE_DB:-}" ] && cp "$KTUNE_DB" "$work/cache.db"
 export KTUNE_ADDRESS="unix:$work/ktuned.sock"
 source bench/device_ktuned.sh
 start_ktuned "$KTUNE_ADDRESS" 4
@@ -38,6 +42,12 @@ if [ "${PYTEST:-1}" = 1 ]; then
     tee "$out/pytest.log" | tail -n 25
   summary+=("pytest exit: ${PIPESTATUS[0]}")
 fi
+if [ "${OVERHEAD:-0}" = 1 ]; then
+  echo "== torch op overhead"
+  PYTHONUNBUFFERED=1 timeout 180 python3 bench/torch_op_overhead.py --server "$KTUNE_ADDRESS" --out "$out/overhead.json" \
+    2>&1 | tee "$out/overhead.txt" | tail -n 12
+  summary+=("overhead exit: ${PIPESTATUS[0]}")
+fi
 if [ "${BENCH:-1}" = 1 ]; then
   echo "== llama layer bench $*"
   PYTHONUNBUFFERED=1 python3 bench/llama_layer_bench.py --server "$KTUNE_ADDRESS" --out "$out/llama_layer.json" "$@" \
@@ -45,4 +55,5 @@ if [ "${BENCH:-1}" = 1 ]; then
   summary+=("bench exit: ${PIPESTATUS[0]}")
 fi
 kill -TERM "$pid"; wait "$pid"; summary+=("ktuned exit: $?")
+cp "$work/cache.db" "$out/cache.db" 2>/dev/null
 printf '%s\n' "${summary[@]}"

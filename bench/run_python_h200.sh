@@ -26,9 +26,11 @@ work=$(mktemp -d)
 summary=()
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv >"$out/env.txt" 2>&1
 python3 -c "import torch, grpc, google.protobuf as p; print('torch', torch.__version__, 'grpcio', grpc.__version__, 'protobuf', p.__version__)" >>"$out/env.txt" 2>&1
-if ls .wheels/*.whl >/dev/null 2>&1; then  # Liger, as a peer: a venv that keeps the machine's torch
-  python3 -m venv --system-site-packages "$work/venv" && "$work/venv/bin/pip" install -q --no-deps --no-index .wheels/*.whl \
-    && export PATH=$work/venv/bin:$PATH
+if ls .wheels/*.whl >/dev/null 2>&1; then  # Liger, as a peer, beside the machine's torch
+  # A folder on PYTHONPATH, not a venv: the machine's python3 may itself be a
+  # venv, whose packages a --system-site-packages venv does not see.
+  python3 -m pip install -q --no-deps --no-index --target "$work/peers" .wheels/*.whl \
+    && export PYTHONPATH=$PYTHONPATH:$work/peers
 fi
 
 [ -n "${KTUNE_DB:-}" ] && cp "$KTUNE_DB" "$work/cache.db"

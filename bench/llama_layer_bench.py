@@ -150,6 +150,12 @@ def liger_patch(layer):
 
 
 def build_mode(mode, base):
+    # Every mode's layer runs the same forward code object, and Dynamo keeps its
+    # compiled entries per code object: without a reset each mode adds one (a
+    # guard failure on the module types or grad mode), every call checks the
+    # earlier ones first, and past torch._dynamo.config.recompile_limit (8)
+    # Dynamo silently runs the frame eagerly.
+    torch._dynamo.reset()
     layer = copy.deepcopy(base)
     if mode.startswith("ktune"):
         import ktune.torch as kt

@@ -8,7 +8,10 @@ of every op decides the step unless it runs under a CUDA graph. This measures,
 for an RMSNorm over [M, N] bf16 (default M = 1, N = 4096):
 
   torch          torch.nn.functional.rms_norm (eager; its own fused CUDA kernel)
-  ktune          ktune.torch.rms_norm (the custom op: decide, plan, allocate, launch)
+  ktune          ktune.torch.rms_norm (decide, plan, allocate, launch; no autograd needed,
+                 so the call skips torch's dispatcher)
+  ktune via torch.ops  the same through the dispatcher (torch.ops.ktune.rms_norm_fwd), as
+                 a compiled graph or a call needing autograd makes it
   ktune-launch   the planned recipe's Recipe.launch alone (ctypes into the C ABI)
   compiled-*     torch.compile of y = rms_norm(x + r, w) with torch's op and ktune's
                  (Inductor's generated code calls the custom op)
@@ -99,19 +102,28 @@ def main():
                                         "rstd": rstd.data_ptr()})
     del norm_layouts
 
-    def compiled(fn):
-        f = torch.compile(lambda a, b, c: fn(a + b, c), dynamic=False, fullgraph=True)
+    # Two functions, so two code objects: Dynamo caches compiled entries per
+    # code object, and one shared lambda would make each row guard the other's.
+    def torch_step(a, b, c):
+        return F.rms_norm(a + b, (args.cols,), c, eps)
+
+    def ktune_step(a, b, c):
+        return kt.rms_norm(a + b, c, eps)
+
+    def compiled(step):
+        f = torch.compile(step, dynamic=False, fullgraph=True)
         return lambda: f(x, r, w)
 
     rows = {
         "torch": lambda: F.rms_norm(x, (args.cols,), w, eps),
         "ktune": lambda: kt.rms_norm(x, w, eps),
+        "ktune via torch.ops": lambda: torch.ops.ktune.rms_norm_fwd(x, w, eps),
         "ktune-launch": lambda: plan.recipe.launch(addresses, stream),
         "torch.empty x3": lambda: (torch.empty_like(x), torch.empty(args.rows, device=dev),
                                    torch.empty(args.rows, device=dev)),
         "current_stream": lambda: torch.cuda.current_stream(x.device).cuda_stream,
-        "compiled-torch": compiled(lambda a, c: F.rms_norm(a, (args.cols,), c, eps)),
-        "compiled-ktune": compiled(lambda a, c: kt.rms_norm(a, c, eps)),
+        "compiled-torch": compiled(torch_step),
+        "compiled-ktune": compiled(ktune_step),
     }
     with torch.no_grad():
         for name, fn in rows.items():

@@ -185,3 +185,46 @@ def test_unserved_dtype_falls_back_with_one_warning():
             y = kt.rms_norm(x, w, 1e-6)
     assert len([w for w in caught if issubclass(w.category, serving.KtuneFallbackWarning)]) == 1
     torch.testing.assert_close(y, ref_rms(x, w, 1e-6).double())
+
+
+def test_inference_calls_skip_the_dispatcher_and_autograd_calls_do_not(monkeypatch):
+    """An eager call that needs no autograd launches directly; one that needs it (or a compiled
+    graph) goes through the custom op, whose backward is ktune's."""
+    from ktune.torch import _ops
+    n = 1024
+    x = torch.randn(8, n, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    wl = torch.randn(512, n, device="cuda", dtype=torch.bfloat16)
+    through_op = []
+    for name in ("_rms_norm_fwd", "_layer_norm_fwd", "_linear"):
+        op = getattr(_ops, name)
+        monkeypatch.setattr(_ops, name, lambda *a, op=op, name=name: (through_op.append(name), op(*a))[1])
+    with torch.no_grad():
+        close(served(lambda: kt.rms_norm(x, w, 1e-5)), ref_rms(x, w, 1e-5), torch.bfloat16)
+        served(lambda: kt.layer_norm(x, w, None, 1e-5))
+        close(served(lambda: kt.linear(x, wl)), x.float() @ wl.float().t(), torch.bfloat16)
+    assert through_op == []
+    served(lambda: kt.rms_norm(x, w, 1e-5))  # w requires grad: the autograd op
+    assert through_op == ["_rms_norm_fwd"]
+
+
+def test_dispatch_modes_still_see_the_ops():
+    """A dispatch mode (FakeTensorMode, make_fx, FlopCounterMode) must see ktune's op, so even a
+    call needing no autograd goes through the dispatcher under one."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Record(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    x = torch.randn(4, 512, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(512, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad(), Record() as mode:
+        y = kt.rms_norm(x, w, 1e-5)
+    assert any(op.startswith("ktune.rms_norm_fwd") for op in mode.ops), mode.ops
+    close(y, ref_rms(x, w, 1e-5), torch.bfloat16)

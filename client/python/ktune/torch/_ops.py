@@ -7,6 +7,16 @@ falls back (so does a recipe needing the launcher's workspace on a stream it
 has never launched on, since the workspace is allocated at first launch).
 Warm up on the capture's stream, as torch's CUDA graph documentation asks.
 
+Direct calls: an eager call that needs no autograd (inference, decode) skips
+torch's dispatcher and goes straight to the decision and the launch. The
+dispatcher's custom-op layers (autograd wrapper, redispatch, the aliasing
+check, the dynamo-disable wrapper) cost about 35 us a call on the host
+(bench/torch_op_overhead.py; bench/results/2026-12-04-llama-layer-1ee7a61.md),
+three times torch's own fused RMSNorm call, and decode steps are host-bound.
+Anything the dispatcher must see still goes through it: Dynamo tracing
+(torch.compile), a dispatch mode (FakeTensorMode, make_fx, FlopCounterMode),
+tensor subclasses and functorch transforms, and autograd.
+
 Thread-safety: as ktune.serving.Planner; configure() is not meant to race calls.
 """
 import math
@@ -24,6 +34,19 @@ from ..serving import Planner, decide_linear, decide_norm, linear_layouts, norm_
 from ..v1 import ktune_pb2 as pb
 
 Tensor = torch.Tensor
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+try:  # private torch APIs, each with a public (slower or coarser) stand-in
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+except ImportError:  # pragma: no cover - older torch
+    def _get_current_dispatch_mode():
+        return True  # unknown: never skip the dispatcher
+try:
+    from torch._C._functorch import is_functorch_wrapped_tensor as _functorch_wrapped
+except ImportError:  # pragma: no cover
+    def _functorch_wrapped(t):
+        return True
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 _NAMES = {}
 
@@ -73,6 +96,24 @@ def _device(x):
     return x.device.index if x.device.index is not None else torch.cuda.current_device()
 
 
+def _direct(*tensors):
+    """True when a call may skip torch's dispatcher (see the module's docstring)."""
+    if torch.compiler.is_compiling() or _get_current_dispatch_mode() is not None:
+        return False
+    grad = torch.is_grad_enabled()
+    for t in tensors:
+        if t is not None and (type(t) not in _PLAIN or (grad and t.requires_grad) or _functorch_wrapped(t)):
+            return False
+    return True
+
+
+def _stream(x, device):
+    """x's device's current stream, as a raw cudaStream_t."""
+    if _raw_stream is not None:
+        return _raw_stream(device)
+    return torch.cuda.current_stream(x.device).cuda_stream
+
+
 def _run(key, x, buffers_fn, layouts_fn):
     """Launches key's recipe on x's device and current stream; None, or the reason it did not."""
     p = planner()
@@ -84,7 +125,7 @@ def _run(key, x, buffers_fn, layouts_fn):
     plan, reason = got
     if reason is not None:
         return reason
-    stream = torch.cuda.current_stream(x.device).cuda_stream
+    stream = _stream(x, device)
     if plan.workspace and stream not in plan.streams:
         if capturing:
             return "a recipe with a workspace, on a stream first used during CUDA graph capture"
@@ -148,7 +189,7 @@ def _norm_fwd(op, x, weight, bias, eps):
         key = d.key
         m, n = key[3], key[4]
         y = torch.empty(x.shape, dtype=out_dtype, device=x.device)
-        mean = torch.empty((m,), dtype=torch.float32, device=x.device)
+        mean = torch.empty((m,), dtype=torch.float32, device=x.device) if layernorm else None
         rstd = torch.empty((m,), dtype=torch.float32, device=x.device)
 
         def buffers():
@@ -284,11 +325,15 @@ _layer_norm_fwd.register_autograd(_ln_backward, setup_context=_ln_setup)
 
 def rms_norm(x, weight=None, eps=1e-6):
     """RMSNorm over x's last dimension: x * rsqrt(mean(x^2) + eps) * weight (computed in fp32)."""
+    if _direct(x, weight):
+        return _norm_fwd("rmsnorm", x, weight, None, float(eps))[0]
     return _rms_norm_fwd(x, weight, float(eps))[0]
 
 
 def layer_norm(x, weight=None, bias=None, eps=1e-5):
     """LayerNorm over x's last dimension, as torch.nn.functional.layer_norm(x, x.shape[-1:], weight, bias, eps)."""
+    if _direct(x, weight, bias):
+        return _norm_fwd("layernorm", x, weight, bias, float(eps))[0]
     return _layer_norm_fwd(x, weight, bias, float(eps))[0]
 
 
@@ -301,8 +346,7 @@ def _activate(z, activation):
     return _ACTIVATIONS[activation](z) if activation else z
 
 
-@torch.library.custom_op("ktune::linear", mutates_args=())
-def _linear(x: Tensor, weight: Tensor, bias: Optional[Tensor], activation: str) -> Tensor:
+def _linear_impl(x, weight, bias, activation):
     act = activation or None
     d = decide_linear(x.device.type, _name(x), tuple(x.shape), x.stride(), _name(weight), tuple(weight.shape),
                       weight.stride(), _name(bias), _shape(bias), act)
@@ -324,6 +368,11 @@ def _linear(x: Tensor, weight: Tensor, bias: Optional[Tensor], activation: str) 
             return y if bias is not None or act is None else _activate(y, act)
     warn_once(reason)
     return _activate(F.linear(x, weight, bias), act)
+
+
+@torch.library.custom_op("ktune::linear", mutates_args=())
+def _linear(x: Tensor, weight: Tensor, bias: Optional[Tensor], activation: str) -> Tensor:
+    return _linear_impl(x, weight, bias, activation)
 
 
 @_linear.register_fake
@@ -368,5 +417,7 @@ _linear.register_autograd(_linear_backward, setup_context=_linear_setup)
 
 def linear(x, weight, bias=None, activation=None):
     """act(x @ weight.T + bias), act None, "gelu" (erf form) or "silu", over ktune's GEMM recipes."""
+    if _direct(x, weight, bias):
+        return _linear_impl(x, weight, bias, activation or "")
     return _linear(x, weight, bias, activation or "")
 

@@ -10,9 +10,10 @@ Warm up on the capture's stream, as torch's CUDA graph documentation asks.
 Direct calls: an eager call that needs no autograd (inference, decode) skips
 torch's dispatcher and goes straight to the decision and the launch. The
 dispatcher's custom-op layers (autograd wrapper, redispatch, the aliasing
-check, the dynamo-disable wrapper) cost about 35 us a call on the host
-(bench/torch_op_overhead.py; bench/results/2026-12-04-llama-layer-1ee7a61.md),
-three times torch's own fused RMSNorm call, and decode steps are host-bound.
+check, the dynamo-disable wrapper) cost about 12 us a call on the host, 60%
+more than the rest of the call (bench/torch_op_overhead.py;
+bench/results/2026-12-04-llama-layer-4b78840.md), and decode steps without
+CUDA graphs are host-bound.
 Anything the dispatcher must see still goes through it: Dynamo tracing
 (torch.compile), a dispatch mode (FakeTensorMode, make_fx, FlopCounterMode),
 tensor subclasses and functorch transforms, and autograd.

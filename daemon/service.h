@@ -36,8 +36,8 @@ struct ServiceOptions {
   int max_queued_tunes = 64;
   // HEURISTIC_ON_MISS answers queue a background tune of the problem.
   bool background_tunes = true;
-  OpSearch search;  // for ops that search their space (norms)
-  Authorizer auth;  // tokens for TCP callers and for imports
+  OpSearch search;     // for ops that search their space (norms)
+  Authorizer auth;     // tokens for TCP callers and for imports
   FleetOptions fleet;  // the fleet store (--fleet-store); none when its URL is ""
 };
 
@@ -121,7 +121,7 @@ class KtuneServiceImpl final : public KtuneServiceBase {
   Answers answers_;
   BundleService bundles_;
   FleetSync fleet_;  // its listener imports through bundles_
-  TuneJobs jobs_;  // last: its queue's worker uses everything above until it is joined
+  TuneJobs jobs_;    // last: its queue's worker uses everything above until it is joined
 };
 
 }  // namespace ktune

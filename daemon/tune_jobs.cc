@@ -82,7 +82,8 @@ TuneQueue::Result TuneJobs::TuneAndStore(const Resolved& r, JobPriority priority
       return *hit->answer;
     }  // else not servable: tuned again, and replaced
     // Tuned elsewhere in the fleet meanwhile.
-    if (std::shared_ptr<const ServedEntry> fetched = fleet_->FetchOnMiss(r); fetched != nullptr && fetched->answer.ok()) {
+    if (std::shared_ptr<const ServedEntry> fetched = fleet_->FetchOnMiss(r);
+        fetched != nullptr && fetched->answer.ok()) {
       return *fetched->answer;
     }
   }

@@ -1,0 +1,224 @@
+// ktuned with a fleet store (--fleet-store), end to end: real ktuned
+// processes sharing a real PostgreSQL server (tests/cache/pg_server.h). An
+// import into one daemon is served by another as a cache hit; a row the
+// import check refuses is never stored or served; the store down changes no
+// answer and loses no publish; a key locked by another daemon is answered
+// heuristically and picked up once published; bad fleet flags are refused.
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <thread>
+
+#include "cache/bundle.h"
+#include "cache/fleet_store.h"
+#include "tests/cache/current_entries.h"
+#include "tests/cache/pg_server.h"
+#include "tests/e2e/daemon_process.h"
+#include "tuner/compile/kernel_source.h"
+#include "tuner/compile/nvrtc_compiler.h"
+#include "tuner/norm/norm_space.h"
+#include "tuner/run/worker.h"
+
+namespace ktune {
+namespace {
+
+using testing::CommandResult;
+using testing::DaemonProcess;
+using testing::PgServer;
+using testing::RunCommand;
+using testing::TempDir;
+
+template <typename F>
+bool Eventually(F what, std::chrono::milliseconds within = std::chrono::seconds(10)) {
+  const auto deadline = std::chrono::steady_clock::now() + within;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (what()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return what();
+}
+
+std::vector<std::string> FleetFlags(const PgServer& server) {
+  return {"--fleet-store", server.url(), "--fleet-store-password-file", server.password_file()};
+}
+
+// An RMSNorm forward entry of m rows as a compile-only daemon serves it.
+v1::Entry CompileOnlyEntry(int64_t m, double time_us = 12.5) {
+  const v1::Problem p = testutil::NormProblemOf(NormOp::kRMSNorm, NormPass::kForward, m, 4096);
+  v1::Entry e = testutil::CurrentEntry(p, testutil::HeuristicConfig(p));
+  e.mutable_measurement()->set_time_us(time_us);
+  return e;
+}
+
+v1::GetConfigRequest CachedOnly(const v1::Problem& problem) {
+  v1::GetConfigRequest r;
+  *r.mutable_problem() = problem;
+  r.set_policy(v1::CACHED_ONLY);
+  return r;
+}
+
+v1::FleetStoreStatus FleetStatusOf(const DaemonProcess& d) {
+  absl::StatusOr<v1::GetStatusResponse> s = d.NewClient()->GetStatus();
+  REQUIRE(s.ok());
+  return s->fleet_store();
+}
+
+bool Lists(const DaemonProcess& d, const v1::Entry& e) {
+  auto r = d.NewClient()->ListEntries({});
+  if (!r.ok()) return false;
+  for (const v1::Entry& listed : r->entries()) {
+    if (listed.problem().SerializeAsString() == e.problem().SerializeAsString()) return true;
+  }
+  return false;
+}
+
+void Import(const DaemonProcess& d, const std::vector<v1::Entry>& entries) {
+  auto r = d.NewClient()->ImportBundle(EncodeBundle(entries, "test", 1795000000));
+  INFO(r.status().ToString());
+  REQUIRE(r.ok());
+  REQUIRE(r->rejected() == 0);
+}
+
+TEST_CASE("fleet: ktuned refuses fleet flags it cannot use, naming the flag, before touching the database",
+          "[e2e][fleet]") {
+  TempDir dir;
+  const std::string base = testing::KtunedPath() + " --listen unix:" + dir.path() + "/s.sock --db " + dir.path() +
+                           "/cache.db --kernel-cache-dir " + dir.path() + "/kernels ";
+  struct Case {
+    std::string flags;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {"--fleet-store postgresql://ktune:hunter2@127.0.0.1:5432/ktune", "--fleet-store-password-file"},
+      {"--fleet-store postgresql://ktune@127.0.0.1:5432/ktune --fleet-store-password-file " + dir.path() + "/none",
+       dir.path() + "/none"},
+      {"--fleet-store-password-file " + dir.path() + "/none", "needs --fleet-store"},
+      {"--fleet-store mysql://127.0.0.1/ktune", "postgresql://"},
+  };
+  for (const Case& c : cases) {
+    CommandResult r = RunCommand(base + c.flags, dir.path());
+    INFO(c.flags << "\n" << r.err);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Catch::Contains(c.says));
+    CHECK_THAT(r.err, !Catch::Contains("hunter2"));
+    CHECK_FALSE(std::filesystem::exists(dir.path() + "/cache.db"));
+  }
+}
+
+TEST_CASE("fleet: two daemons share one store; an import into one is served by the other as a cache hit",
+          "[e2e][fleet]") {
+  PgServer server;
+  REQUIRE(server.Start().ok());
+  TempDir dir_a, dir_b;
+  DaemonProcess a(dir_a.path(), dir_a.path() + "/cache.db");
+  REQUIRE(a.Start(FleetFlags(server)));
+  const v1::Entry first = CompileOnlyEntry(4096);
+  Import(a, {first});
+  REQUIRE(Eventually([&] { return FleetStatusOf(a).published() >= 1; }));
+
+  // B starts after the publish: its miss finds the entry in the fleet store.
+  DaemonProcess b(dir_b.path(), dir_b.path() + "/cache.db");
+  REQUIRE(b.Start(FleetFlags(server)));
+  REQUIRE(Eventually([&] { return FleetStatusOf(b).reachable(); }));
+  auto answer = b.NewClient()->GetConfig(CachedOnly(first.problem()));
+  INFO(answer.status().ToString() << "\n" << b.Log());
+  REQUIRE(answer.ok());
+  CHECK(answer->source() == v1::TUNED);
+  CHECK(answer->measurement().time_us() == 12.5);
+  CHECK(Lists(b, first));  // stored in B's SQLite
+  auto status = b.NewClient()->GetStatus();
+  REQUIRE(status.ok());
+  CHECK(status->metrics().at("ktune_fleet_lookups_total{result=\"hit\"}") == 1);
+  CHECK(status->metrics().at("ktune_fleet_store_reachable") == 1);
+
+  // With both running, a later import into A reaches B through NOTIFY, with
+  // no request to B.
+  const v1::Entry second = CompileOnlyEntry(8192, 20);
+  Import(a, {second});
+  CHECK(Eventually([&] { return Lists(b, second); }));
+
+  // `ktune status` and `ktune fleet status` say so.
+  const std::string cli = std::string(KTUNE_CLI_PATH) + " --server " + b.address();
+  CommandResult st = RunCommand(cli + " status", dir_b.path());
+  CHECK(st.exit_code == 0);
+  CHECK_THAT(st.out, Catch::Contains("fleet store  reachable, 0 publishes queued"));
+  CommandResult fleet = RunCommand(cli + " fleet status", dir_b.path());
+  INFO(fleet.out << fleet.err);
+  CHECK(fleet.exit_code == 0);
+  CHECK_THAT(fleet.out, Catch::Contains(first.device().name()));
+  CHECK_THAT(fleet.out, Catch::Contains("/ktuned-"));
+
+  SECTION("a fleet row the import check refuses is neither stored nor served") {
+    // Published straight into the store, as a buggy or hostile writer would:
+    // an entry whose recipe is not the one the template writes.
+    v1::Entry tampered = CompileOnlyEntry(2048);
+    tampered.mutable_recipe()->mutable_kernels(0)->set_block(0, tampered.recipe().kernels(0).block(0) * 2);
+    FleetStoreOptions o;
+    o.url = server.url();
+    o.password_file = server.password_file();
+    o.publisher = "rogue/1";
+    auto writer = FleetStore::Open(o);
+    REQUIRE(writer.ok());
+    absl::StatusOr<EntryKey> key = KeyOf(BuiltinOps(), CompileOnlyEntry(2048));
+    REQUIRE(key.ok());
+    (*writer)->Publish(*key, tampered);
+    REQUIRE((*writer)->WaitForPublished(absl::Seconds(10)));
+
+    auto refused = b.NewClient()->GetConfig(CachedOnly(tampered.problem()));
+    CHECK(absl::IsNotFound(refused.status()));
+    CHECK_FALSE(Lists(b, tampered));
+    CHECK_THAT(b.Log(), Catch::Contains("event=fleet_entry_refused"));
+    auto after = b.NewClient()->GetStatus();
+    REQUIRE(after.ok());
+    CHECK(after->metrics().at("ktune_fleet_lookups_total{result=\"refused\"}") >= 1);
+  }
+}
+
+TEST_CASE("fleet: the store down changes no answer, status says so, and the queued publish is sent once it is back",
+          "[e2e][fleet]") {
+  PgServer server;
+  REQUIRE(server.Start().ok());
+  TempDir dir;
+  DaemonProcess d(dir.path(), dir.path() + "/cache.db");
+  REQUIRE(d.Start(FleetFlags(server)));
+  REQUIRE(Eventually([&] { return FleetStatusOf(d).reachable(); }));
+  server.Stop(/*immediate=*/true);
+
+  const v1::Entry entry = CompileOnlyEntry(1024);
+  v1::GetConfigRequest heuristic;
+  *heuristic.mutable_problem() = CompileOnlyEntry(3072).problem();
+  heuristic.set_policy(v1::HEURISTIC_ON_MISS);
+  const auto start = std::chrono::steady_clock::now();
+  auto answer = d.NewClient()->GetConfig(heuristic);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(1));
+  REQUIRE(answer.ok());
+  CHECK(answer->source() == v1::HEURISTIC);
+  Import(d, {entry});
+  auto cached = d.NewClient()->GetConfig(CachedOnly(entry.problem()));
+  REQUIRE(cached.ok());
+  CHECK(cached->source() == v1::TUNED);
+  REQUIRE(Eventually([&] { return !FleetStatusOf(d).reachable(); }));
+  CHECK(FleetStatusOf(d).queued_publishes() == 1);
+  CommandResult st = RunCommand(std::string(KTUNE_CLI_PATH) + " --server " + d.address() + " status", dir.path());
+  CHECK_THAT(st.out, Catch::Contains("fleet store  UNREACHABLE, 1 publishes queued"));
+
+  REQUIRE(server.Start().ok());
+  REQUIRE(Eventually([&] {
+    const v1::FleetStoreStatus s = FleetStatusOf(d);
+    return s.reachable() && s.queued_publishes() == 0 && s.published() == 1;
+  }));
+  FleetStoreOptions o;
+  o.url = server.url();
+  o.password_file = server.password_file();
+  auto reader = FleetStore::Open(o);
+  REQUIRE(reader.ok());
+  absl::StatusOr<EntryKey> key = KeyOf(BuiltinOps(), entry);
+  REQUIRE(key.ok());
+  absl::StatusOr<std::optional<v1::Entry>> row;
+  REQUIRE(Eventually([&] { return (row = (*reader)->Lookup(*key, absl::Milliseconds(500))).ok(); }));
+  REQUIRE(row->has_value());
+  CHECK((*row)->measurement().time_us() == entry.measurement().time_us());
+  CHECK(d.Stop() == 0);
+}
+
+}  // namespace
+}  // namespace ktune

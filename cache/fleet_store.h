@@ -67,8 +67,8 @@ struct FleetStoreOptions {
   size_t max_queued_publishes = 4096;  // past it the oldest is dropped (logged, counted)
   absl::Duration retry_min = absl::Milliseconds(100);
   absl::Duration retry_max = absl::Seconds(5);
-  // Called on the background thread with each key a publish notified
-  // (another daemon's, or this one's), after it committed. May be empty.
+  // Called on the background thread with each key another store's publish
+  // notified (this one's own are left out), after it committed. May be empty.
   std::function<void(const EntryKey&)> on_published;
 };
 

@@ -158,8 +158,9 @@ absl::StatusOr<std::vector<std::string>> PgSession::TakeNotifications() {
     return Broken(absl::StrCat("listen: ", OneLine(PQerrorMessage(conn_))));
   }
   std::vector<std::string> payloads;
+  const int own = PQbackendPID(conn_);
   while (PGnotify* n = PQnotifies(conn_)) {
-    payloads.emplace_back(n->extra == nullptr ? "" : n->extra);
+    if (n->be_pid != own) payloads.emplace_back(n->extra == nullptr ? "" : n->extra);
     PQfreemem(n);
   }
   return payloads;

@@ -53,7 +53,8 @@ class PgSession {
   absl::StatusOr<PgRows> Exec(const std::string& sql, const std::vector<PgParam>& params, absl::Time deadline);
 
   // Reads what the server sent without waiting and returns the payloads of
-  // the notifications received so far (LISTEN). UNAVAILABLE (broken) when the
+  // the notifications received so far (LISTEN) from other sessions: this
+  // session's own NOTIFYs are left out. UNAVAILABLE (broken) when the
   // connection is gone.
   absl::StatusOr<std::vector<std::string>> TakeNotifications();
 

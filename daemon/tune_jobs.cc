@@ -90,7 +90,8 @@ TuneQueue::Result TuneJobs::TuneAndStore(const Resolved& r, JobPriority priority
   if (cancelled) return absl::CancelledError("every caller waiting for this tune went away");
   // One tune per key across the fleet: the lock, held until this job ends.
   if (fleet_->ClaimTune(r.key) == FleetSync::Claim::kTunedElsewhere) {
-    if (priority == JobPriority::kBackground) {
+    // Nobody waits for a background tune (unless a caller joined it since).
+    if (priority == JobPriority::kBackground && !queue_.HasWaiters(FlatKey(r.key))) {
       spdlog::info("event=tune_left_to_fleet key=\"{}\"", r.key.problem_key);
       return absl::FailedPreconditionError(
           "another daemon of the fleet is tuning this problem; its entry is picked up when it is published");

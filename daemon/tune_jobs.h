@@ -61,7 +61,7 @@ class TuneJobs {
   // The work of one job: the fleet's entry if it has one; else, holding
   // the key's fleet lock, tunes on the GPU, stores and publishes the
   // winner, answers it. A key another daemon is tuning is left to it by a
-  // background job, and waited for by an interactive one.
+  // background job nobody waits for, and waited for by any other.
   TuneQueue::Result TuneAndStore(const Resolved& r, JobPriority priority, int repetitions, bool force,
                                  const std::atomic<bool>& cancelled, const TuneQueue::ProgressFn& progress);
   // The candidates quarantined in r's environment, and the callback that

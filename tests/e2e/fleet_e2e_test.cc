@@ -220,5 +220,66 @@ TEST_CASE("fleet: the store down changes no answer, status says so, and the queu
   CHECK(d.Stop() == 0);
 }
 
+TEST_CASE("fleet: a key another daemon is tuning is answered heuristically here, then picked up when published",
+          "[e2e][fleet]") {
+  PgServer server;
+  REQUIRE(server.Start().ok());
+  TempDir dir;
+  DaemonProcess d(dir.path(), dir.path() + "/cache.db");
+  REQUIRE(d.Start(FleetFlags(server), {testing::kFakeDeviceEnv}));
+  REQUIRE(Eventually([&] { return FleetStatusOf(d).reachable(); }));
+
+  // The entry another daemon on this GPU kind will publish.
+  const DeviceInfo device = FakeWorkerDevice();
+  const v1::Problem problem = testutil::NormProblemOf(NormOp::kRMSNorm, NormPass::kForward, 2048, 4096);
+  absl::StatusOr<const Op*> op = BuiltinOps().ForProblem(problem);
+  REQUIRE(op.ok());
+  absl::StatusOr<v1::Config> config = (*op)->HeuristicConfig(problem, device);
+  REQUIRE(config.ok());
+  v1::Entry theirs = testutil::CurrentEntryOn(device, problem, *config);
+  theirs.mutable_measurement()->set_time_us(7.25);
+  absl::StatusOr<EntryKey> key = KeyOf(BuiltinOps(), theirs);
+  REQUIRE(key.ok());
+
+  // "The other daemon": holds the key's tune lock, as a daemon tuning it does.
+  FleetStoreOptions o;
+  o.url = server.url();
+  o.password_file = server.password_file();
+  o.publisher = "other-host/ktuned-1";
+  auto other = FleetStore::Open(o);
+  REQUIRE(other.ok());
+  absl::StatusOr<FleetLock> held;
+  REQUIRE(Eventually([&] { return (held = (*other)->TryLock(*key, absl::Milliseconds(500))).ok(); }));
+  REQUIRE(*held == FleetLock::kAcquired);
+
+  v1::GetConfigRequest request;
+  *request.mutable_problem() = problem;
+  request.set_policy(v1::HEURISTIC_ON_MISS);
+  auto first = d.NewClient()->GetConfig(request);
+  REQUIRE(first.ok());
+  CHECK(first->source() == v1::HEURISTIC);
+  // Its background tune leaves the key to the lock's holder.
+  REQUIRE(Eventually([&] { return d.Log().find("event=tune_left_to_fleet") != std::string::npos; }));
+
+  // A TUNE_ON_MISS caller waits for the holder's result instead of tuning.
+  request.set_policy(v1::TUNE_ON_MISS);
+  absl::StatusOr<v1::GetConfigResponse> waited = absl::UnknownError("not answered");
+  std::thread caller([&] { waited = d.NewClient()->GetConfig(request); });
+  REQUIRE(Eventually([&] { return d.Log().find("event=tune_waits_for_fleet") != std::string::npos; }));
+  (*other)->Publish(*key, theirs);
+  REQUIRE((*other)->WaitForPublished(absl::Seconds(5)));
+  (*other)->Unlock(*key);
+  caller.join();
+  INFO(waited.status().ToString() << "\n" << d.Log());
+  REQUIRE(waited.ok());
+  CHECK(waited->source() == v1::TUNED);
+  CHECK(waited->measurement().time_us() == 7.25);  // theirs, not a tune of this daemon
+  CHECK(d.Log().find("event=tune_start") == std::string::npos);
+  request.set_policy(v1::CACHED_ONLY);
+  auto later = d.NewClient()->GetConfig(request);
+  REQUIRE(later.ok());
+  CHECK(later->measurement().time_us() == 7.25);
+}
+
 }  // namespace
 }  // namespace ktune

@@ -104,7 +104,7 @@ TEST_CASE("fleet: ktuned refuses fleet flags it cannot use, naming the flag, bef
   }
 }
 
-TEST_CASE("fleet: two daemons share one store; an import into one is served by the other as a cache hit",
+TEST_CASE("fleet: two daemons share one store, and an import into one is served by the other as a cache hit",
           "[e2e][fleet]") {
   PgServer server;
   REQUIRE(server.Start().ok());

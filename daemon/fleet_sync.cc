@@ -20,6 +20,10 @@ constexpr absl::Duration kNotifiedFetchTimeout = absl::Seconds(2);
 // While waiting for another daemon's tune, how often the lock is tried again
 // (its holder may have gone away, releasing it).
 constexpr absl::Duration kRetryLockEvery = absl::Seconds(5);
+// How long a fleet miss is believed without a NOTIFY (one lost while the
+// listener was disconnected is made good after this), and how many are kept.
+constexpr absl::Duration kAbsentFor = absl::Seconds(5);
+constexpr size_t kMaxAbsent = 65536;
 
 }  // namespace
 
@@ -105,7 +109,22 @@ FleetSync::Fetched FleetSync::FetchAndImport(const EntryKey& key, absl::Duration
 
 std::shared_ptr<const ServedEntry> FleetSync::FetchOnMiss(const Resolved& r) {
   if (!configured()) return nullptr;
-  if (FetchAndImport(r.key, options_.lookup_timeout) != Fetched::kImported) return nullptr;
+  const std::string flat = FlatKey(r.key);
+  const absl::Time now = absl::Now();
+  {
+    absl::MutexLock lock(&absent_mu_);
+    if (auto it = absent_.find(flat); it != absent_.end()) {
+      if (now < it->second) return nullptr;
+      absent_.erase(it);
+    }
+  }
+  const Fetched fetched = FetchAndImport(r.key, options_.lookup_timeout);
+  if (fetched == Fetched::kAbsent) {
+    absl::MutexLock lock(&absent_mu_);
+    if (absent_.size() >= kMaxAbsent) absent_.clear();
+    absent_[flat] = now + kAbsentFor;
+  }
+  if (fetched != Fetched::kImported) return nullptr;
   spdlog::info("event=fleet_hit key=\"{}\"", r.key.problem_key);
   return answers_->entries()->Lookup(r.key);
 }
@@ -120,6 +139,10 @@ void FleetSync::Publish(const std::vector<v1::Entry>& entries) {
 }
 
 void FleetSync::OnPublished(const EntryKey& key) {
+  {
+    absl::MutexLock lock(&absent_mu_);
+    absent_.erase(FlatKey(key));
+  }
   // Only keys this daemon would serve: its device, this build's software.
   if (key.device_key != answers_->target_key()) return;
   auto current = answers_->current_software().find(key.op);

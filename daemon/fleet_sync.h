@@ -1,7 +1,8 @@
 // The daemon's side of the fleet store (cache/fleet_store.h, --fleet-store),
 // for every op alike:
 //   - a local miss asks the fleet store for exactly its key (bounded by
-//     --fleet-lookup-ms); an entry found there must hold the key it is stored
+//     --fleet-lookup-ms; a key it did not have is not asked for again for a
+//     few seconds, unless a NOTIFY names it); an entry found there must hold the key it is stored
 //     under, then goes through the import (BundleService::Merge: ValidateEntry,
 //     so the recipe check, then the compatibility judgement and keep-faster)
 //     into SQLite, and is served from the EntryCache like any stored entry;
@@ -98,6 +99,13 @@ class FleetSync {
   Answers* const answers_;
   BundleService* const bundles_;
   ServiceMetrics* const metrics_;
+
+  // Keys the fleet store did not have -> until when that is believed, so a
+  // key missed again and again (CACHED_ONLY callers, a background tune
+  // after a heuristic answer) asks the store once per kAbsentFor; a NOTIFY
+  // of the key forgets it at once.
+  absl::Mutex absent_mu_;
+  absl::flat_hash_map<std::string, absl::Time> absent_ ABSL_GUARDED_BY(absent_mu_);
 
   absl::Mutex mu_;
   // Flat keys published since a waiter started waiting -> times notified.

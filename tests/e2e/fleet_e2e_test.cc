@@ -4,6 +4,7 @@
 // import check refuses is never stored or served; the store down changes no
 // answer and loses no publish; a key locked by another daemon is answered
 // heuristically and picked up once published; bad fleet flags are refused.
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <thread>
@@ -129,6 +130,12 @@ TEST_CASE("fleet: two daemons share one store, and an import into one is served 
   REQUIRE(status.ok());
   CHECK(status->metrics().at("ktune_fleet_lookups_total{result=\"hit\"}") == 1);
   CHECK(status->metrics().at("ktune_fleet_store_reachable") == 1);
+  // A key the fleet does not have is asked for once, not on every miss.
+  const v1::Entry absent = CompileOnlyEntry(777);
+  for (int i = 0; i < 3; ++i) CHECK(absl::IsNotFound(b.NewClient()->GetConfig(CachedOnly(absent.problem())).status()));
+  status = b.NewClient()->GetStatus();
+  REQUIRE(status.ok());
+  CHECK(status->metrics().at("ktune_fleet_lookups_total{result=\"miss\"}") == 1);
 
   // With both running, a later import into A reaches B through NOTIFY, with
   // no request to B.
@@ -181,6 +188,21 @@ TEST_CASE("fleet: the store down changes no answer, status says so, and the queu
   DaemonProcess d(dir.path(), dir.path() + "/cache.db");
   REQUIRE(d.Start(FleetFlags(server)));
   REQUIRE(Eventually([&] { return FleetStatusOf(d).reachable(); }));
+  // Callers all along, through the kill and the restart: none sees an error.
+  std::atomic<bool> done{false};
+  std::atomic<int> calls{0}, failures{0};
+  std::vector<v1::GetConfigRequest> requests(200);  // made here: Catch's macros are for this thread only
+  for (size_t i = 0; i < requests.size(); ++i) {
+    *requests[i].mutable_problem() = testutil::NormProblemOf(NormOp::kRMSNorm, NormPass::kForward, 2 * i + 2, 4096);
+    requests[i].set_policy(v1::HEURISTIC_ON_MISS);
+  }
+  std::thread callers([&] {
+    auto client = d.NewClient();
+    for (size_t i = 0; !done; i = (i + 1) % requests.size()) {
+      if (!client->GetConfig(requests[i]).ok()) ++failures;
+      ++calls;
+    }
+  });
   server.Stop(/*immediate=*/true);
 
   const v1::Entry entry = CompileOnlyEntry(1024);
@@ -206,6 +228,10 @@ TEST_CASE("fleet: the store down changes no answer, status says so, and the queu
     const v1::FleetStoreStatus s = FleetStatusOf(d);
     return s.reachable() && s.queued_publishes() == 0 && s.published() == 1;
   }));
+  done = true;
+  callers.join();
+  CHECK(calls > 10);
+  CHECK(failures == 0);
   FleetStoreOptions o;
   o.url = server.url();
   o.password_file = server.password_file();

@@ -251,7 +251,9 @@ struct FleetStore::Impl {
     PgSession* session = nullptr;
     {
       auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(request_mu) { return !request_busy; };
-      request_mu.LockWhenWithDeadline(absl::Condition(&idle), deadline);
+      // Lock, then Await: what the TSan build sees of abseil (tsan_absl_sync.cc).
+      request_mu.Lock();
+      request_mu.AwaitWithTimeout(absl::Condition(&idle), deadline - absl::Now());
       if (request_busy) {
         request_mu.Unlock();
         return absl::UnavailableError("fleet store: busy past the deadline");

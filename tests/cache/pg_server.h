@@ -1,6 +1,7 @@
 // A real PostgreSQL server for the fleet store's tests: Debian's postgresql
 // package (initdb, pg_ctl under /usr/lib/postgresql/N/bin), a cluster in a
-// temporary directory, TCP on 127.0.0.1 at a free port, SCRAM passwords.
+// temporary directory, a Unix socket in it (no TCP port to collide with a
+// parallel test's), SCRAM passwords.
 // initdb refuses root, so as root the cluster belongs to `nobody` and every
 // server command runs through runuser. One cluster is made per test process
 // and copied for each server (initdb costs a second or two; a copy does not).
@@ -22,7 +23,6 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "tests/e2e/daemon_process.h"  // FreeTcpPort
 
 namespace ktune::testing {
 
@@ -30,6 +30,9 @@ class PgServer {
  public:
   static constexpr char kUser[] = "ktune";
   static constexpr char kPassword[] = "fleet-test-secret";
+  // The socket's name (.s.PGSQL.5432) in a directory of this server's own:
+  // no TCP port to collide with a parallel test's.
+  static constexpr int kPort = 5432;
 
   PgServer() {
     std::string pattern = (std::filesystem::temp_directory_path() / "ktune-pg-XXXXXX").string();
@@ -69,7 +72,7 @@ class PgServer {
           "the PostgreSQL server binaries (initdb, pg_ctl under /usr/lib/postgresql/N/bin) are missing: install "
           "Debian's `postgresql` package (deploy/setup.sh test installs it)");
     }
-    if (port_ == 0) {
+    if (!started_once_) {
       absl::StatusOr<std::string> cluster = TemplateCluster();
       if (!cluster.ok()) return cluster.status();
       const std::string copy = absl::StrCat("cp -a ", *cluster, " ", data_dir(), " && mkdir -p ", dir_, "/sock");
@@ -77,11 +80,10 @@ class PgServer {
       if (getuid() == 0 && Shell(absl::StrCat("chown -R nobody ", dir_)) != 0) {
         return absl::InternalError("chown of the cluster failed");
       }
-      port_ = FreeTcpPort();
+      started_once_ = true;
     }
-    const std::string options =
-        absl::StrCat("-p ", port_, " -c listen_addresses=127.0.0.1 -c unix_socket_directories=", dir_,
-                     "/sock -c fsync=off -c full_page_writes=off -c max_connections=40");
+    const std::string options = absl::StrCat("-p ", kPort, " -c listen_addresses= -c unix_socket_directories=", dir_,
+                                             "/sock -c fsync=off -c full_page_writes=off -c max_connections=40");
     const std::string cmd = absl::StrCat(AsServerUser(), BinDir(), "/pg_ctl -D ", data_dir(), " -l ", dir_,
                                          "/server.log -w -t 30 -o '", options, "' start >>", dir_, "/ctl.log 2>&1");
     if (Shell(cmd) != 0)
@@ -100,7 +102,9 @@ class PgServer {
   }
 
   // The URL a daemon names (no password: that is in password_file()).
-  std::string url() const { return absl::StrCat("postgresql://", kUser, "@127.0.0.1:", port_, "/postgres"); }
+  std::string url() const {
+    return absl::StrCat("postgresql://", kUser, "@/postgres?host=", dir_, "/sock&port=", kPort);
+  }
   const std::string& password_file() const { return password_file_; }
   const std::string& dir() const { return dir_; }
 
@@ -165,7 +169,7 @@ class PgServer {
 
   std::string dir_;
   std::string password_file_;
-  int port_ = 0;
+  bool started_once_ = false;
   bool running_ = false;
 };
 

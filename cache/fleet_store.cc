@@ -344,6 +344,7 @@ struct FleetStore::Impl {
     std::unique_ptr<PgSession> session;  // publishes and LISTEN
     absl::Duration backoff = options.retry_min;
     absl::Time next_request_attempt = absl::InfinitePast();
+    absl::Duration request_backoff = options.retry_min;  // of the request session alone
     for (;;) {
       {
         absl::MutexLock lock(&mu);
@@ -372,9 +373,11 @@ struct FleetStore::Impl {
           absl::MutexLock lock(&request_mu);
           if (request == nullptr) request = *std::move(s);
           next_request_attempt = absl::InfinitePast();
+          request_backoff = options.retry_min;
         } else {
           NoteFailure(s.status());
-          next_request_attempt = absl::Now() + backoff;
+          next_request_attempt = absl::Now() + request_backoff;
+          request_backoff = std::min(request_backoff * 2, options.retry_max);
         }
       }
       std::optional<Pending> next;
@@ -417,7 +420,7 @@ struct FleetStore::Impl {
         absl::MutexLock lock(&mu);
         more = !queue.empty();
       }
-      if (!more) Sleep(need_request ? backoff : absl::Seconds(1), session->socket());
+      if (!more) Sleep(need_request ? request_backoff : absl::Seconds(1), session->socket());
     }
   }
 };

@@ -119,7 +119,8 @@ std::shared_ptr<const ServedEntry> FleetSync::FetchOnMiss(const Resolved& r) {
     }
   }
   const Fetched fetched = FetchAndImport(r.key, options_.lookup_timeout);
-  if (fetched == Fetched::kAbsent) {
+  // A refused row is as good as none, and asked for (and logged) as seldom.
+  if (fetched == Fetched::kAbsent || fetched == Fetched::kRefused) {
     absl::MutexLock lock(&absent_mu_);
     if (absent_.size() >= kMaxAbsent) absent_.clear();
     absent_[flat] = now + kAbsentFor;

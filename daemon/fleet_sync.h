@@ -100,7 +100,8 @@ class FleetSync {
   BundleService* const bundles_;
   ServiceMetrics* const metrics_;
 
-  // Keys the fleet store did not have -> until when that is believed, so a
+  // Keys the fleet store did not have (or held a refused row for) -> until
+  // when that is believed, so a
   // key missed again and again (CACHED_ONLY callers, a background tune
   // after a heuristic answer) asks the store once per kAbsentFor; a NOTIFY
   // of the key forgets it at once.

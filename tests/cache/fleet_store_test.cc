@@ -10,6 +10,7 @@
 #include <fstream>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
 #include "cache/bundle_merge.h"
 #include "tests/cache/current_entries.h"
@@ -255,6 +256,20 @@ TEST_CASE("fleet store: a stopped server fails lookups fast, queues publishes, a
     REQUIRE(found->has_value());
     CHECK((*found)->measurement().time_us() == e.measurement().time_us());
   }
+}
+
+TEST_CASE("fleet store: a schema newer than this build's is refused and left as it is", "[cache][fleet]") {
+  PgServer server;
+  StartedServer(server);
+  { Connected(server, "host-a/1"); }  // creates the tables at kFleetSchemaVersion
+  REQUIRE(server.Psql("UPDATE ktune_fleet_schema SET version = 99") == 0);
+  absl::StatusOr<std::unique_ptr<FleetStore>> store = FleetStore::Open(OptionsFor(server, "host-b/1"));
+  REQUIRE(store.ok());
+  REQUIRE(Eventually([&] { return absl::StrContains((*store)->status().last_error, "newer"); }));
+  CHECK_FALSE((*store)->status().reachable);
+  CHECK(absl::IsUnavailable((*store)->Lookup(KeyOfEntry(EntryOf(64, 1)), absl::Milliseconds(50)).status()));
+  CHECK(server.Psql("DO $$ BEGIN IF (SELECT version FROM ktune_fleet_schema) <> 99 THEN RAISE EXCEPTION 'changed'; "
+                    "END IF; END $$;") == 0);
 }
 
 }  // namespace

@@ -180,6 +180,39 @@ TEST_CASE("fleet: two daemons share one store, and an import into one is served 
   }
 }
 
+TEST_CASE("fleet: two daemons importing one key at once both end with the faster entry", "[e2e][fleet]") {
+  PgServer server;
+  REQUIRE(server.Start().ok());
+  TempDir dir_a, dir_b;
+  DaemonProcess a(dir_a.path(), dir_a.path() + "/cache.db"), b(dir_b.path(), dir_b.path() + "/cache.db");
+  REQUIRE(a.Start(FleetFlags(server)));
+  REQUIRE(b.Start(FleetFlags(server)));
+  REQUIRE(Eventually([&] { return FleetStatusOf(a).reachable() && FleetStatusOf(b).reachable(); }));
+  const v1::Entry slow = CompileOnlyEntry(6144, 20), fast = CompileOnlyEntry(6144, 10);
+  std::thread ta([&] { Import(a, {slow}); });
+  Import(b, {fast});
+  ta.join();
+  // A learns of B's faster entry (its upsert changed the row: NOTIFY) and
+  // keeps it over its own; B keeps its own over A's.
+  for (const DaemonProcess* d : {&a, &b}) {
+    CHECK(Eventually([&] {
+      auto r = d->NewClient()->GetConfig(CachedOnly(fast.problem()));
+      return r.ok() && r->measurement().time_us() == 10;
+    }));
+  }
+  FleetStoreOptions o;
+  o.url = server.url();
+  o.password_file = server.password_file();
+  auto reader = FleetStore::Open(o);
+  REQUIRE(reader.ok());
+  absl::StatusOr<EntryKey> key = KeyOf(BuiltinOps(), fast);
+  REQUIRE(key.ok());
+  absl::StatusOr<std::optional<v1::Entry>> row;
+  REQUIRE(Eventually([&] { return (row = (*reader)->Lookup(*key, absl::Milliseconds(500))).ok(); }));
+  REQUIRE(row->has_value());
+  CHECK((*row)->measurement().time_us() == 10);
+}
+
 TEST_CASE("fleet: the store down changes no answer, status says so, and the queued publish is sent once it is back",
           "[e2e][fleet]") {
   PgServer server;

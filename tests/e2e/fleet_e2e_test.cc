@@ -72,6 +72,28 @@ bool Lists(const DaemonProcess& d, const v1::Entry& e) {
   return false;
 }
 
+// A store of the test's own on `server`, as another daemon would open it.
+std::unique_ptr<FleetStore> OpenStore(const PgServer& server, const std::string& publisher = "test/1") {
+  FleetStoreOptions o;
+  o.url = server.url();
+  o.password_file = server.password_file();
+  o.publisher = publisher;
+  absl::StatusOr<std::unique_ptr<FleetStore>> store = FleetStore::Open(o);
+  REQUIRE(store.ok());
+  return *std::move(store);
+}
+
+// The fleet store's row of `entry`'s key (which must be there).
+v1::Entry FleetRow(const PgServer& server, const v1::Entry& entry) {
+  std::unique_ptr<FleetStore> reader = OpenStore(server);
+  absl::StatusOr<EntryKey> key = KeyOf(BuiltinOps(), entry);
+  REQUIRE(key.ok());
+  absl::StatusOr<std::optional<v1::Entry>> row;
+  REQUIRE(Eventually([&] { return (row = reader->Lookup(*key, absl::Milliseconds(500))).ok(); }));
+  REQUIRE(row->has_value());
+  return **row;
+}
+
 void Import(const DaemonProcess& d, const std::vector<v1::Entry>& entries) {
   auto r = d.NewClient()->ImportBundle(EncodeBundle(entries, "test", 1795000000));
   INFO(r.status().ToString());
@@ -159,16 +181,11 @@ TEST_CASE("fleet: two daemons share one store, and an import into one is served 
     // an entry whose recipe is not the one the template writes.
     v1::Entry tampered = CompileOnlyEntry(2048);
     tampered.mutable_recipe()->mutable_kernels(0)->set_block(0, tampered.recipe().kernels(0).block(0) * 2);
-    FleetStoreOptions o;
-    o.url = server.url();
-    o.password_file = server.password_file();
-    o.publisher = "rogue/1";
-    auto writer = FleetStore::Open(o);
-    REQUIRE(writer.ok());
+    std::unique_ptr<FleetStore> writer = OpenStore(server, "rogue/1");
     absl::StatusOr<EntryKey> key = KeyOf(BuiltinOps(), CompileOnlyEntry(2048));
     REQUIRE(key.ok());
-    (*writer)->Publish(*key, tampered);
-    REQUIRE((*writer)->WaitForPublished(absl::Seconds(10)));
+    writer->Publish(*key, tampered);
+    REQUIRE(writer->WaitForPublished(absl::Seconds(10)));
 
     auto refused = b.NewClient()->GetConfig(CachedOnly(tampered.problem()));
     CHECK(absl::IsNotFound(refused.status()));
@@ -200,17 +217,7 @@ TEST_CASE("fleet: two daemons importing one key at once both end with the faster
       return r.ok() && r->measurement().time_us() == 10;
     }));
   }
-  FleetStoreOptions o;
-  o.url = server.url();
-  o.password_file = server.password_file();
-  auto reader = FleetStore::Open(o);
-  REQUIRE(reader.ok());
-  absl::StatusOr<EntryKey> key = KeyOf(BuiltinOps(), fast);
-  REQUIRE(key.ok());
-  absl::StatusOr<std::optional<v1::Entry>> row;
-  REQUIRE(Eventually([&] { return (row = (*reader)->Lookup(*key, absl::Milliseconds(500))).ok(); }));
-  REQUIRE(row->has_value());
-  CHECK((*row)->measurement().time_us() == 10);
+  CHECK(FleetRow(server, fast).measurement().time_us() == 10);
 }
 
 TEST_CASE("fleet: the store down changes no answer, status says so, and the queued publish is sent once it is back",
@@ -265,17 +272,7 @@ TEST_CASE("fleet: the store down changes no answer, status says so, and the queu
   callers.join();
   CHECK(calls > 10);
   CHECK(failures == 0);
-  FleetStoreOptions o;
-  o.url = server.url();
-  o.password_file = server.password_file();
-  auto reader = FleetStore::Open(o);
-  REQUIRE(reader.ok());
-  absl::StatusOr<EntryKey> key = KeyOf(BuiltinOps(), entry);
-  REQUIRE(key.ok());
-  absl::StatusOr<std::optional<v1::Entry>> row;
-  REQUIRE(Eventually([&] { return (row = (*reader)->Lookup(*key, absl::Milliseconds(500))).ok(); }));
-  REQUIRE(row->has_value());
-  CHECK((*row)->measurement().time_us() == entry.measurement().time_us());
+  CHECK(FleetRow(server, entry).measurement().time_us() == entry.measurement().time_us());
   CHECK(d.Stop() == 0);
 }
 
@@ -301,14 +298,9 @@ TEST_CASE("fleet: a key another daemon is tuning is answered heuristically here,
   REQUIRE(key.ok());
 
   // "The other daemon": holds the key's tune lock, as a daemon tuning it does.
-  FleetStoreOptions o;
-  o.url = server.url();
-  o.password_file = server.password_file();
-  o.publisher = "other-host/ktuned-1";
-  auto other = FleetStore::Open(o);
-  REQUIRE(other.ok());
+  std::unique_ptr<FleetStore> other = OpenStore(server, "other-host/ktuned-1");
   absl::StatusOr<FleetLock> held;
-  REQUIRE(Eventually([&] { return (held = (*other)->TryLock(*key, absl::Milliseconds(500))).ok(); }));
+  REQUIRE(Eventually([&] { return (held = other->TryLock(*key, absl::Milliseconds(500))).ok(); }));
   REQUIRE(*held == FleetLock::kAcquired);
 
   v1::GetConfigRequest request;
@@ -325,9 +317,9 @@ TEST_CASE("fleet: a key another daemon is tuning is answered heuristically here,
   absl::StatusOr<v1::GetConfigResponse> waited = absl::UnknownError("not answered");
   std::thread caller([&] { waited = d.NewClient()->GetConfig(request); });
   REQUIRE(Eventually([&] { return d.Log().find("event=tune_waits_for_fleet") != std::string::npos; }));
-  (*other)->Publish(*key, theirs);
-  REQUIRE((*other)->WaitForPublished(absl::Seconds(5)));
-  (*other)->Unlock(*key);
+  other->Publish(*key, theirs);
+  REQUIRE(other->WaitForPublished(absl::Seconds(5)));
+  other->Unlock(*key);
   caller.join();
   INFO(waited.status().ToString() << "\n" << d.Log());
   REQUIRE(waited.ok());

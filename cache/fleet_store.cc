@@ -149,11 +149,20 @@ struct FleetStore::Impl {
   std::string password;
   int wake_read = -1, wake_write = -1;
 
-  // The request session: lookups, locks and counts, one at a time.
-  absl::Mutex request_mu;
-  std::unique_ptr<PgSession> request ABSL_GUARDED_BY(request_mu);
-  bool request_busy ABSL_GUARDED_BY(request_mu) = false;
-  std::set<int64_t> held ABSL_GUARDED_BY(request_mu);  // locks of `request`
+  // A session callers share, one call at a time; the worker (re)connects it.
+  struct Shared {
+    absl::Mutex mu;
+    std::unique_ptr<PgSession> session ABSL_GUARDED_BY(mu);
+    bool busy ABSL_GUARDED_BY(mu) = false;
+    std::set<int64_t> held ABSL_GUARDED_BY(mu);  // advisory locks of `session`
+    // The worker's alone:
+    absl::Time next_attempt = absl::InfinitePast();
+    absl::Duration backoff;
+  };
+  // Lookups and counts. Tune locks have a session of their own, so a lookup
+  // that misses its deadline (and so drops its session) never drops a lock.
+  Shared request;
+  Shared locks;
 
   mutable absl::Mutex mu;
   std::deque<Pending> queue ABSL_GUARDED_BY(mu);
@@ -245,21 +254,21 @@ struct FleetStore::Impl {
     return s;
   }
 
-  // Runs `fn` on the request session, waiting for it until `deadline`.
+  // Runs `fn` on `shared`'s session, waiting for it until `deadline`.
   template <typename T>
-  absl::StatusOr<T> WithRequest(absl::Time deadline, const std::function<absl::StatusOr<T>(PgSession&)>& fn) {
+  absl::StatusOr<T> With(Shared& shared, absl::Time deadline, const std::function<absl::StatusOr<T>(PgSession&)>& fn) {
     PgSession* session = nullptr;
     {
-      auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(request_mu) { return !request_busy; };
+      auto idle = [&shared]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(shared.mu) { return !shared.busy; };
       // Lock, then Await: what the TSan build sees of abseil (tsan_absl_sync.cc).
-      request_mu.Lock();
-      request_mu.AwaitWithTimeout(absl::Condition(&idle), deadline - absl::Now());
-      if (request_busy) {
-        request_mu.Unlock();
+      shared.mu.Lock();
+      shared.mu.AwaitWithTimeout(absl::Condition(&idle), deadline - absl::Now());
+      if (shared.busy) {
+        shared.mu.Unlock();
         return absl::UnavailableError("fleet store: busy past the deadline");
       }
-      if (request == nullptr) {
-        request_mu.Unlock();
+      if (shared.session == nullptr) {
+        shared.mu.Unlock();
         std::string why;
         {
           absl::MutexLock lock(&mu);
@@ -267,20 +276,20 @@ struct FleetStore::Impl {
         }
         return absl::UnavailableError(absl::StrCat("fleet store: not connected (", why, ")"));
       }
-      request_busy = true;
-      session = request.get();
-      request_mu.Unlock();
+      shared.busy = true;
+      session = shared.session.get();
+      shared.mu.Unlock();
     }
     absl::StatusOr<T> result = fn(*session);
     if (!result.ok() && SchemaLost(result.status())) ForgetSchema(session);
     bool lost = false;
     {
-      absl::MutexLock lock(&request_mu);
-      request_busy = false;
+      absl::MutexLock lock(&shared.mu);
+      shared.busy = false;
       if (session->broken()) {
-        if (!held.empty()) spdlog::warn("event=fleet_locks_lost count={}", held.size());
-        held.clear();
-        request.reset();
+        if (!shared.held.empty()) spdlog::warn("event=fleet_locks_lost count={}", shared.held.size());
+        shared.held.clear();
+        shared.session.reset();
         lost = true;
       }
     }
@@ -291,6 +300,28 @@ struct FleetStore::Impl {
       NoteSuccess();
     }
     return result;
+  }
+
+  // Connects `shared` again if it lost its session, backing off on failure.
+  // True while it has none.
+  bool Reconnect(Shared& shared) {
+    {
+      absl::MutexLock lock(&shared.mu);
+      if (shared.session != nullptr || shared.busy) return false;
+    }
+    if (absl::Now() < shared.next_attempt) return true;
+    absl::StatusOr<std::unique_ptr<PgSession>> s = OpenSession(/*listen=*/false);
+    if (!s.ok()) {
+      NoteFailure(s.status());
+      shared.next_attempt = absl::Now() + shared.backoff;
+      shared.backoff = std::min(shared.backoff * 2, options.retry_max);
+      return true;
+    }
+    absl::MutexLock lock(&shared.mu);
+    shared.session = *std::move(s);
+    shared.next_attempt = absl::InfinitePast();
+    shared.backoff = options.retry_min;
+    return false;
   }
 
   void ForgetSchema(PgSession* session) {
@@ -343,8 +374,7 @@ struct FleetStore::Impl {
   void Run() {
     std::unique_ptr<PgSession> session;  // publishes and LISTEN
     absl::Duration backoff = options.retry_min;
-    absl::Time next_request_attempt = absl::InfinitePast();
-    absl::Duration request_backoff = options.retry_min;  // of the request session alone
+    request.backoff = locks.backoff = options.retry_min;
     for (;;) {
       {
         absl::MutexLock lock(&mu);
@@ -362,24 +392,8 @@ struct FleetStore::Impl {
         backoff = options.retry_min;
         NoteSuccess();
       }
-      bool need_request;
-      {
-        absl::MutexLock lock(&request_mu);
-        need_request = request == nullptr && !request_busy;
-      }
-      if (need_request && absl::Now() >= next_request_attempt) {
-        absl::StatusOr<std::unique_ptr<PgSession>> s = OpenSession(/*listen=*/false);
-        if (s.ok()) {
-          absl::MutexLock lock(&request_mu);
-          if (request == nullptr) request = *std::move(s);
-          next_request_attempt = absl::InfinitePast();
-          request_backoff = options.retry_min;
-        } else {
-          NoteFailure(s.status());
-          next_request_attempt = absl::Now() + request_backoff;
-          request_backoff = std::min(request_backoff * 2, options.retry_max);
-        }
-      }
+      const bool need_request = Reconnect(request);
+      const bool need_locks = Reconnect(locks);
       std::optional<Pending> next;
       {
         absl::MutexLock lock(&mu);
@@ -420,7 +434,10 @@ struct FleetStore::Impl {
         absl::MutexLock lock(&mu);
         more = !queue.empty();
       }
-      if (!more) Sleep(need_request ? request_backoff : absl::Seconds(1), session->socket());
+      if (!more) {
+        Sleep(need_request || need_locks ? std::min(request.backoff, locks.backoff) : absl::Seconds(1),
+              session->socket());
+      }
     }
   }
 };
@@ -461,8 +478,8 @@ FleetStore::~FleetStore() {
 
 absl::StatusOr<std::optional<v1::Entry>> FleetStore::Lookup(const EntryKey& key, absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
-  return impl_->WithRequest<std::optional<v1::Entry>>(
-      deadline, [&](PgSession& s) -> absl::StatusOr<std::optional<v1::Entry>> {
+  return impl_->With<std::optional<v1::Entry>>(
+      impl_->request, deadline, [&](PgSession& s) -> absl::StatusOr<std::optional<v1::Entry>> {
         std::vector<PgParam> params = KeyParams(key);
         params.push_back({absl::StrCat(kMaxEntryBytes)});
         // The size first: a row past the cap is not sent at all.
@@ -505,17 +522,18 @@ void FleetStore::Publish(const EntryKey& key, const v1::Entry& entry) {
 absl::StatusOr<FleetLock> FleetStore::TryLock(const EntryKey& key, absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   const int64_t id = FleetLockId(key);
-  return impl_->WithRequest<FleetLock>(deadline, [&](PgSession& s) -> absl::StatusOr<FleetLock> {
+  Impl::Shared& locks = impl_->locks;
+  return impl_->With<FleetLock>(locks, deadline, [&](PgSession& s) -> absl::StatusOr<FleetLock> {
     {
-      absl::MutexLock lock(&impl_->request_mu);
-      if (impl_->held.count(id) > 0) return FleetLock::kAcquired;  // this session holds it already
+      absl::MutexLock lock(&locks.mu);
+      if (locks.held.count(id) > 0) return FleetLock::kAcquired;  // this session holds it already
     }
     absl::StatusOr<PgRows> rows = s.Exec("SELECT pg_try_advisory_lock($1::int8)::text", {{absl::StrCat(id)}}, deadline);
     if (!rows.ok()) return rows.status();
     if (rows->size() != 1 || !rows->front()[0]) return absl::InternalError("pg_try_advisory_lock: no answer");
     if (*rows->front()[0] != "true") return FleetLock::kHeldElsewhere;
-    absl::MutexLock lock(&impl_->request_mu);
-    impl_->held.insert(id);
+    absl::MutexLock lock(&locks.mu);
+    locks.held.insert(id);
     return FleetLock::kAcquired;
   });
 }
@@ -523,10 +541,11 @@ absl::StatusOr<FleetLock> FleetStore::TryLock(const EntryKey& key, absl::Duratio
 void FleetStore::Unlock(const EntryKey& key) {
   const int64_t id = FleetLockId(key);
   const absl::Time deadline = absl::Now() + impl_->options.statement_timeout;
-  absl::StatusOr<bool> done = impl_->WithRequest<bool>(deadline, [&](PgSession& s) -> absl::StatusOr<bool> {
+  Impl::Shared& locks = impl_->locks;
+  absl::StatusOr<bool> done = impl_->With<bool>(locks, deadline, [&](PgSession& s) -> absl::StatusOr<bool> {
     {
-      absl::MutexLock lock(&impl_->request_mu);
-      if (impl_->held.erase(id) == 0) return false;
+      absl::MutexLock lock(&locks.mu);
+      if (locks.held.erase(id) == 0) return false;
     }
     absl::StatusOr<PgRows> rows = s.Exec("SELECT pg_advisory_unlock($1::int8)::text", {{absl::StrCat(id)}}, deadline);
     if (!rows.ok()) return rows.status();
@@ -550,8 +569,8 @@ FleetStatus FleetStore::status() const {
 
 absl::StatusOr<std::vector<FleetCount>> FleetStore::Counts(absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
-  return impl_->WithRequest<std::vector<FleetCount>>(
-      deadline, [&](PgSession& s) -> absl::StatusOr<std::vector<FleetCount>> {
+  return impl_->With<std::vector<FleetCount>>(
+      impl_->request, deadline, [&](PgSession& s) -> absl::StatusOr<std::vector<FleetCount>> {
         absl::StatusOr<PgRows> rows = s.Exec(
             "SELECT device_name, publisher, count(*)::text FROM ktune_fleet_entries GROUP BY 1, 2 ORDER BY 1, 2 "
             "LIMIT $1::int8",

@@ -28,9 +28,12 @@
 // (ktune_fleet_schema) and migrated at the first connection, under an
 // advisory lock so daemons starting together migrate once.
 //
-// Thread-safe: every method may be called from any thread. Lookups, locks and
-// counts share one session (one at a time, each waiting for it no longer than
-// its deadline); publishing and listening have the background thread's own.
+// Thread-safe: every method may be called from any thread. Lookups and counts
+// share one session (one at a time, each waiting for it no longer than its
+// deadline); tune locks are held on a session of their own (a lookup that
+// misses its deadline drops its session, never a lock); publishing and
+// listening have the background thread's. All three are (re)connected by the
+// background thread, never by a caller.
 #pragma once
 
 #include <cstddef>

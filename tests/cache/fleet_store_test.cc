@@ -53,9 +53,13 @@ std::unique_ptr<FleetStore> Connected(const PgServer& server, const std::string&
   absl::StatusOr<std::unique_ptr<FleetStore>> store = FleetStore::Open(o);
   INFO(store.status().ToString());
   REQUIRE(store.ok());
-  // Reachable once both sessions are up: a lookup answers.
+  // Ready once every session is up: a lookup answers, and a lock.
   const EntryKey probe{"rmsnorm.fwd", "probe", "d", "s"};
-  REQUIRE(Eventually([&] { return (*store)->Lookup(probe, absl::Milliseconds(200)).ok(); }));
+  REQUIRE(Eventually([&] {
+    return (*store)->Lookup(probe, absl::Milliseconds(200)).ok() &&
+           (*store)->TryLock(probe, absl::Milliseconds(200)).ok();
+  }));
+  (*store)->Unlock(probe);
   return *std::move(store);
 }
 

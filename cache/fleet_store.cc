@@ -146,7 +146,7 @@ struct FleetStore::Impl {
   };
 
   FleetStoreOptions options;
-  std::string password;
+  std::string password;  // the worker's alone after Open
   int wake_read = -1, wake_write = -1;
 
   // A session callers share, one call at a time; the worker (re)connects it.
@@ -234,6 +234,18 @@ struct FleetStore::Impl {
   }
 
   absl::StatusOr<std::unique_ptr<PgSession>> OpenSession(bool listen) {
+    // Read again for every connection: a rotated secret (a Kubernetes Secret
+    // updated in place) is used from the next reconnect on; a file that cannot
+    // be read now keeps the password read before.
+    if (!options.password_file.empty()) {
+      absl::StatusOr<std::string> read = ReadFleetPasswordFile(options.password_file);
+      if (read.ok()) {
+        password = *std::move(read);
+      } else {
+        spdlog::warn("event=fleet_password_unreadable error=\"{}\" note=\"the previous password stays in use\"",
+                     std::string(read.status().message()));
+      }
+    }
     const absl::Time deadline = absl::Now() + options.connect_timeout;
     absl::StatusOr<std::unique_ptr<PgSession>> s =
         PgSession::Connect(options.url, password, deadline, options.statement_timeout);

@@ -61,7 +61,8 @@ struct FleetStoreOptions {
   // postgresql://[user@]host[:port]/db[?sslmode=verify-full&...]: TLS, SCRAM
   // and the rest as libpq offers them. Never a password (CheckFleetUrl).
   std::string url;
-  // A file holding the password ("" = none: trust, peer or certificate auth).
+  // A file holding the password ("" = none: trust, peer or certificate auth),
+  // read at Open and again at every reconnect (a rotated secret is picked up).
   std::string password_file;
   // Who publishes: "hostname/daemon id", stored with each published entry.
   std::string publisher;

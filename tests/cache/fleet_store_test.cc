@@ -262,9 +262,23 @@ TEST_CASE("fleet store: a stopped server fails lookups fast, queues publishes, a
   }
 }
 
-TEST_CASE("fleet store: a schema newer than this build's is refused and left as it is", "[cache][fleet]") {
+TEST_CASE("fleet store: a wrong password, and a schema newer than this build's, are refused and change nothing",
+          "[cache][fleet]") {
   PgServer server;
   StartedServer(server);
+  {
+    std::ofstream(server.dir() + "/wrong-password") << "not-the-password\n";
+    FleetStoreOptions wrong = OptionsFor(server, "host-x/1");
+    wrong.password_file = server.dir() + "/wrong-password";
+    absl::StatusOr<std::unique_ptr<FleetStore>> store = FleetStore::Open(wrong);
+    REQUIRE(store.ok());
+    REQUIRE(Eventually([&] { return absl::StrContains((*store)->status().last_error, "password authentication"); }));
+    CHECK_FALSE((*store)->status().reachable);
+    CHECK_THAT((*store)->status().last_error, !Catch::Contains("not-the-password"));
+    // The secret rotated in place: the next reconnect reads it.
+    std::ofstream(server.dir() + "/wrong-password") << PgServer::kPassword << "\n";
+    REQUIRE(Eventually([&] { return (*store)->status().reachable; }));
+  }
   { Connected(server, "host-a/1"); }  // creates the tables at kFleetSchemaVersion
   REQUIRE(server.Psql("UPDATE ktune_fleet_schema SET version = 99") == 0);
   absl::StatusOr<std::unique_ptr<FleetStore>> store = FleetStore::Open(OptionsFor(server, "host-b/1"));

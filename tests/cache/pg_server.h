@@ -64,6 +64,14 @@ class PgServer {
     return best;
   }
 
+  // Before the first Start: also listen on 127.0.0.1:`port` (TCP), with TLS
+  // from `cert` and `key` (PEM files) when given.
+  void ListenTcp(int port, const std::string& cert = "", const std::string& key = "") {
+    tcp_port_ = port;
+    tls_cert_ = cert;
+    tls_key_ = key;
+  }
+
   // Makes the cluster (on the first call) and starts the server; once
   // started, a later Start after Stop restarts it on the same port and data.
   absl::Status Start() {
@@ -77,13 +85,23 @@ class PgServer {
       if (!cluster.ok()) return cluster.status();
       const std::string copy = absl::StrCat("cp -a ", *cluster, " ", data_dir(), " && mkdir -p ", dir_, "/sock");
       if (Shell(copy) != 0) return absl::InternalError("copying the template cluster failed");
+      // The server's copies of its TLS files: its own, the key private to it.
+      if (!tls_cert_.empty() && Shell(absl::StrCat("cp ", tls_cert_, " ", dir_, "/server.crt && cp ", tls_key_, " ",
+                                                   dir_, "/server.key && chmod 600 ", dir_, "/server.key")) != 0) {
+        return absl::InternalError("copying the TLS files failed");
+      }
       if (getuid() == 0 && Shell(absl::StrCat("chown -R nobody ", dir_)) != 0) {
         return absl::InternalError("chown of the cluster failed");
       }
       started_once_ = true;
     }
-    const std::string options = absl::StrCat("-p ", kPort, " -c listen_addresses= -c unix_socket_directories=", dir_,
-                                             "/sock -c fsync=off -c full_page_writes=off -c max_connections=40");
+    std::string options = absl::StrCat(
+        "-p ", tcp_port_ > 0 ? tcp_port_ : kPort, " -c listen_addresses=", tcp_port_ > 0 ? "127.0.0.1" : "",
+        " -c unix_socket_directories=", dir_, "/sock -c fsync=off -c full_page_writes=off -c max_connections=40");
+    if (!tls_cert_.empty()) {
+      absl::StrAppend(&options, " -c ssl=on -c ssl_cert_file=", dir_, "/server.crt -c ssl_key_file=", dir_,
+                      "/server.key");
+    }
     const std::string cmd = absl::StrCat(AsServerUser(), BinDir(), "/pg_ctl -D ", data_dir(), " -l ", dir_,
                                          "/server.log -w -t 30 -o '", options, "' start >>", dir_, "/ctl.log 2>&1");
     if (Shell(cmd) != 0)
@@ -103,7 +121,8 @@ class PgServer {
 
   // The URL a daemon names (no password: that is in password_file()).
   std::string url() const {
-    return absl::StrCat("postgresql://", kUser, "@/postgres?host=", dir_, "/sock&port=", kPort);
+    return absl::StrCat("postgresql://", kUser, "@/postgres?host=", dir_,
+                        "/sock&port=", tcp_port_ > 0 ? tcp_port_ : kPort);
   }
   const std::string& password_file() const { return password_file_; }
   const std::string& dir() const { return dir_; }
@@ -170,6 +189,8 @@ class PgServer {
   std::string dir_;
   std::string password_file_;
   bool started_once_ = false;
+  int tcp_port_ = 0;
+  std::string tls_cert_, tls_key_;
   bool running_ = false;
 };
 

@@ -9,11 +9,13 @@
 #include <chrono>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "cache/bundle.h"
 #include "cache/fleet_store.h"
 #include "tests/cache/current_entries.h"
 #include "tests/cache/pg_server.h"
 #include "tests/e2e/daemon_process.h"
+#include "tests/e2e/tls_certs.h"
 #include "tuner/compile/kernel_source.h"
 #include "tuner/compile/nvrtc_compiler.h"
 #include "tuner/norm/norm_space.h"
@@ -125,6 +127,41 @@ TEST_CASE("fleet: ktuned refuses fleet flags it cannot use, naming the flag, bef
     CHECK_THAT(r.err, !Catch::Contains("hunter2"));
     CHECK_FALSE(std::filesystem::exists(dir.path() + "/cache.db"));
   }
+}
+
+TEST_CASE("fleet: TLS options pass through the URL to libpq (sslmode=verify-full)", "[e2e][fleet]") {
+  TempDir certs;
+  const testing::TestCa ca = testing::MakeTestCa(certs.path(), "fleet-ca");
+  const testing::TestCa other_ca = testing::MakeTestCa(certs.path(), "other-ca");
+  testing::MakeServerCert(certs.path(), ca, certs.path() + "/server.pem", certs.path() + "/server.key");
+  PgServer server;
+  const int port = testing::FreeTcpPort();
+  server.ListenTcp(port, certs.path() + "/server.pem", certs.path() + "/server.key");
+  REQUIRE(server.Start().ok());
+  auto open = [&](const std::string& root) {
+    FleetStoreOptions o;
+    o.url = absl::StrCat("postgresql://", PgServer::kUser, "@localhost:", port,
+                         "/postgres?sslmode=verify-full&sslrootcert=", root);
+    o.password_file = server.password_file();
+    o.retry_max = absl::Milliseconds(200);
+    absl::StatusOr<std::unique_ptr<FleetStore>> store = FleetStore::Open(o);
+    REQUIRE(store.ok());
+    return *std::move(store);
+  };
+  // The server's CA: connected, over TLS, with SCRAM.
+  std::unique_ptr<FleetStore> trusted = open(ca.cert);
+  const v1::Entry entry = CompileOnlyEntry(512);
+  absl::StatusOr<EntryKey> key = KeyOf(BuiltinOps(), entry);
+  REQUIRE(key.ok());
+  REQUIRE(Eventually([&] { return trusted->Lookup(*key, absl::Milliseconds(500)).ok(); }));
+  // Its sessions (the listener's and the lookups') are TLS ones, and none is not.
+  CHECK(server.Psql("DO $$ BEGIN IF (SELECT count(*) FILTER (WHERE ssl) < 2 OR count(*) FILTER (WHERE NOT ssl) > 0 "
+                    "FROM pg_stat_ssl JOIN pg_stat_activity USING (pid) WHERE application_name = 'ktuned') "
+                    "THEN RAISE EXCEPTION 'not TLS'; END IF; END $$;") == 0);
+  // Another CA: refused by libpq, and said so.
+  std::unique_ptr<FleetStore> untrusted = open(other_ca.cert);
+  REQUIRE(Eventually([&] { return absl::StrContains(untrusted->status().last_error, "certificate"); }));
+  CHECK(absl::IsUnavailable(untrusted->Lookup(*key, absl::Milliseconds(50)).status()));
 }
 
 TEST_CASE("fleet: two daemons share one store, and an import into one is served by the other as a cache hit",

@@ -226,11 +226,13 @@ absl::StatusOr<v1::ImportBundleResponse> Client::ImportBundle(const v1::ImportBu
   return response;
 }
 
-absl::StatusOr<v1::GetStatusResponse> Client::GetStatus() {
+absl::StatusOr<v1::GetStatusResponse> Client::GetStatus() { return GetStatus(v1::GetStatusRequest()); }
+
+absl::StatusOr<v1::GetStatusResponse> Client::GetStatus(const v1::GetStatusRequest& request) {
   grpc::ClientContext context;
   if (absl::Status s = Prepare(&context); !s.ok()) return s;
   v1::GetStatusResponse response;
-  grpc::Status s = stub_->GetStatus(&context, v1::GetStatusRequest(), &response);
+  grpc::Status s = stub_->GetStatus(&context, request, &response);
   if (!s.ok()) return FromGrpc(s);
   return response;
 }

@@ -58,6 +58,8 @@ class Client {
   absl::StatusOr<v1::ImportBundleResponse> ImportBundle(std::string bundle);
   absl::StatusOr<v1::ImportBundleResponse> ImportBundle(const v1::ImportBundleRequest& request);
   absl::StatusOr<v1::GetStatusResponse> GetStatus();
+  // The request form asks for more (fleet_counts: the fleet store's counts).
+  absl::StatusOr<v1::GetStatusResponse> GetStatus(const v1::GetStatusRequest& request);
 
   const std::string& address() const { return address_; }
 

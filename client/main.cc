@@ -194,6 +194,11 @@ int main(int argc, char** argv) {
   bool json = false;
   CLI::App* status_cmd = app.add_subcommand("status", "daemon version, GPU or compile-only, entries");
   status_cmd->add_flag("--json", json, "print JSON");
+  CLI::App* fleet_cmd = app.add_subcommand("fleet", "the fleet store the daemon shares (ktuned --fleet-store)");
+  CLI::App* fleet_status_cmd =
+      fleet_cmd->add_subcommand("status", "reachable or not, queued publishes, entries per GPU kind and publisher");
+  fleet_status_cmd->add_flag("--json", json, "print JSON");
+  fleet_cmd->require_subcommand(1);
 
   ProblemFlags get_flags;
   std::string policy = "heuristic";
@@ -309,6 +314,14 @@ int main(int argc, char** argv) {
       std::printf("  %-11s %lld\n", op.c_str(), static_cast<long long>(n));
     }
     std::printf("tunes        %d running, %d queued\n", r->running_tunes(), r->queued_tunes());
+    if (r->fleet_store().configured()) {
+      const ktune::v1::FleetStoreStatus& f = r->fleet_store();
+      std::printf("fleet store  %s, %lld publishes queued%s%s\n", f.reachable() ? "reachable" : "UNREACHABLE",
+                  static_cast<long long>(f.queued_publishes()), f.last_error().empty() ? "" : ": ",
+                  f.last_error().c_str());
+    } else {
+      std::printf("fleet store  none\n");
+    }
     std::printf("uptime       %.0f s\n", r->uptime_s());
     if (!r->metrics().empty()) {
       std::printf("metrics\n");
@@ -316,6 +329,37 @@ int main(int argc, char** argv) {
       for (const auto& [name, value] : sorted) {
         if (value != 0) std::printf("  %-58s %g\n", name.c_str(), value);
       }
+    }
+    return 0;
+  }
+
+  if (fleet_status_cmd->parsed()) {
+    ktune::v1::GetStatusRequest request;
+    request.set_fleet_counts(true);
+    auto r = client->GetStatus(request);
+    if (!r.ok()) return fail(r.status());
+    const ktune::v1::FleetStoreStatus& f = r->fleet_store();
+    if (json) {
+      std::printf("%s\n", ktune::ToJson(f).c_str());
+      return f.configured() ? 0 : 1;
+    }
+    if (!f.configured()) {
+      std::fprintf(stderr, "ktune: error: ktuned at %s has no fleet store (ktuned --fleet-store URL)\n",
+                   server.c_str());
+      return 1;
+    }
+    std::printf("fleet store  %s\n", f.reachable() ? "reachable" : "UNREACHABLE");
+    if (!f.last_error().empty()) std::printf("last error   %s\n", f.last_error().c_str());
+    std::printf("publishes    %lld sent, %lld queued, %lld dropped\n", static_cast<long long>(f.published()),
+                static_cast<long long>(f.queued_publishes()), static_cast<long long>(f.dropped()));
+    if (!f.counts_error().empty()) {
+      std::printf("entries      unknown (%s)\n", f.counts_error().c_str());
+      return 0;
+    }
+    std::printf("%-40s %-40s %s\n", "GPU", "PUBLISHER", "ENTRIES");
+    for (const auto& c : f.counts()) {
+      std::printf("%-40s %-40s %lld\n", c.device_name().c_str(), c.publisher().c_str(),
+                  static_cast<long long>(c.entries()));
     }
     return 0;
   }

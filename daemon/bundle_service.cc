@@ -114,8 +114,8 @@ class FailedStream final : public grpc::ServerWriteReactor<v1::ExportBundleChunk
 
 }  // namespace
 
-BundleService::BundleService(Store* store, Answers* answers, bool compile_only)
-    : store_(store), answers_(answers), compile_only_(compile_only) {}
+BundleService::BundleService(Store* store, Answers* answers, bool compile_only, WrittenFn imported)
+    : store_(store), answers_(answers), compile_only_(compile_only), imported_(std::move(imported)) {}
 
 absl::StatusOr<BundleService::ExportSelection> BundleService::SelectForExport(
     const v1::ExportBundleRequest& request) const {
@@ -217,30 +217,10 @@ absl::StatusOr<v1::ImportBundleResponse> BundleService::Import(const v1::ImportB
     return absl::InvalidArgumentError(absl::StrCat("policy: unknown merge policy ", request.policy()));
   }
   const std::vector<v1::Entry> incoming(bundle->entries().begin(), bundle->entries().end());
-  const MergeTarget target = ImportTarget();
-  v1::ImportBundleResponse report;
-  // Plan and write under the cache's write lock, in one transaction: a tune
-  // finishing meanwhile is either seen by the plan or written after it.
-  absl::Status s = answers_->entries()->Update([&]() -> absl::StatusOr<std::vector<v1::Entry>> {
-    // Straight from the store, not through the cache: an import's keys would
-    // crowd the hot ones out of memory.
-    absl::Status lookup_error;
-    absl::StatusOr<MergePlan> plan = PlanMerge(answers_->ops(), incoming, request.policy(), target,
-                                               [&](const EntryKey& key) -> std::optional<v1::Entry> {
-                                                 absl::StatusOr<std::optional<v1::Entry>> e = store_->Get(key);
-                                                 if (!e.ok()) {
-                                                   lookup_error.Update(e.status());
-                                                   return std::nullopt;
-                                                 }
-                                                 return *std::move(e);
-                                               });
-    if (!lookup_error.ok()) return lookup_error;
-    if (!plan.ok()) return plan.status();
-    report = std::move(plan->report);
-    if (request.dry_run()) return std::vector<v1::Entry>();
-    return std::move(plan->writes);
-  });
-  if (!s.ok()) return s;
+  absl::StatusOr<MergeOutcome> merged = Merge(incoming, request.policy(), request.dry_run());
+  if (!merged.ok()) return merged.status();
+  v1::ImportBundleResponse report = std::move(merged->report);
+  if (imported_ && !merged->written.empty()) imported_(merged->written);
   report.set_dry_run(request.dry_run());
   spdlog::info(
       "event=import dry_run={} policy={} added={} replaced={} unchanged={} kept={} "
@@ -248,6 +228,37 @@ absl::StatusOr<v1::ImportBundleResponse> BundleService::Import(const v1::ImportB
       request.dry_run(), MergePolicyName(request.policy()), report.added(), report.replaced(), report.unchanged(),
       report.kept(), report.rejected());
   return report;
+}
+
+absl::StatusOr<MergeOutcome> BundleService::Merge(const std::vector<v1::Entry>& incoming, v1::MergePolicy policy,
+                                                  bool dry_run) {
+  const MergeTarget target = ImportTarget();
+  MergeOutcome outcome;
+  // Plan and write under the cache's write lock, in one transaction: a tune
+  // finishing meanwhile is either seen by the plan or written after it.
+  absl::Status s = answers_->entries()->Update([&]() -> absl::StatusOr<std::vector<v1::Entry>> {
+    // Straight from the store, not through the cache: an import's keys would
+    // crowd the hot ones out of memory.
+    absl::Status lookup_error;
+    absl::StatusOr<MergePlan> plan =
+        PlanMerge(answers_->ops(), incoming, policy, target, [&](const EntryKey& key) -> std::optional<v1::Entry> {
+          absl::StatusOr<std::optional<v1::Entry>> e = store_->Get(key);
+          if (!e.ok()) {
+            lookup_error.Update(e.status());
+            return std::nullopt;
+          }
+          return *std::move(e);
+        });
+    if (!lookup_error.ok()) return lookup_error;
+    if (!plan.ok()) return plan.status();
+    outcome.report = std::move(plan->report);
+    if (dry_run) return std::vector<v1::Entry>();
+    outcome.written = plan->writes;
+    return std::move(plan->writes);
+  });
+  if (!s.ok()) return s;
+  outcome.report.set_dry_run(dry_run);
+  return outcome;
 }
 
 absl::StatusOr<v1::ListEntriesResponse> BundleService::List(const v1::ListEntriesRequest& request) const {

@@ -15,6 +15,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "cache/bundle.h"
@@ -26,11 +27,21 @@
 
 namespace ktune {
 
+// Told of every entry an import wrote (the fleet store publishes them).
+using WrittenFn = std::function<void(const std::vector<v1::Entry>&)>;
+
+// What Merge did: the report, and the entries it wrote (none for a dry run).
+struct MergeOutcome {
+  v1::ImportBundleResponse report;
+  std::vector<v1::Entry> written;
+};
+
 class BundleService {
  public:
   // Not owned; both must outlive this. `compile_only`: no GPU to judge
-  // imports against (they are stored as bundled).
-  BundleService(Store* store, Answers* answers, bool compile_only);
+  // imports against (they are stored as bundled). `imported` (may be empty)
+  // is called with the entries each Import wrote.
+  BundleService(Store* store, Answers* answers, bool compile_only, WrittenFn imported = nullptr);
 
   // A page of entries in key order: INVALID_ARGUMENT for an op this daemon
   // does not serve, a negative page size or a token not given for this filter.
@@ -53,6 +64,13 @@ class BundleService {
   // bundled), merges by the policy and writes the plan in one transaction
   // unless dry_run.
   absl::StatusOr<v1::ImportBundleResponse> Import(const v1::ImportBundleRequest& request);
+
+  // The import check and merge of Import, for entries that come from
+  // elsewhere than a bundle file (the fleet store): each entry validated
+  // (ValidateEntry, so the recipe check), judged against this GPU and
+  // software, merged by `policy` and written in one transaction unless
+  // dry_run. Does not call `imported`.
+  absl::StatusOr<MergeOutcome> Merge(const std::vector<v1::Entry>& incoming, v1::MergePolicy policy, bool dry_run);
 
   // The work of DeleteEntries: every problem resolved first (INVALID_ARGUMENT
   // naming it), then each deletion in its own transaction, from the store
@@ -78,6 +96,7 @@ class BundleService {
   Store* const store_;
   Answers* const answers_;
   const bool compile_only_;
+  const WrittenFn imported_;
 };
 
 }  // namespace ktune

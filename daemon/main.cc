@@ -25,8 +25,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "cache/bundle_merge.h"
+#include "cache/fleet_store.h"
 #include "cache/store.h"
 #include "daemon/auth.h"
+#include "daemon/fleet_sync.h"
 #include "daemon/metrics.h"
 #include "daemon/sd_notify.h"
 #include "daemon/server.h"
@@ -100,6 +102,9 @@ int main(int argc, char** argv) {
   std::string token_file, admin_token_file;
   std::string import_bundle;
   std::string import_policy = "keep-faster";
+  std::string fleet_store, fleet_password_file;
+  int fleet_lookup_ms = 50;
+  double fleet_tune_wait_s = 300;
   app.add_option("--listen", listen,
                  "unix:/path or host:port; repeatable (default " + ktune::DefaultServerAddress() + ")");
   app.add_option("--db", db_path, "SQLite cache database")->capture_default_str();
@@ -154,6 +159,20 @@ int main(int argc, char** argv) {
                  "a bad one stops the start)");
   app.add_option("--import-policy", import_policy, "merge policy for --import-bundle")
       ->check(CLI::IsMember({"keep-faster", "prefer-incoming", "prefer-existing"}))
+      ->capture_default_str();
+  app.add_option("--fleet-store", fleet_store,
+                 "postgresql:// URL of the PostgreSQL store a fleet's daemons share (misses look there, tuned and "
+                 "imported entries are published, each key is tuned once per fleet); sslmode and the rest pass "
+                 "to libpq; never a password: see --fleet-store-password-file");
+  app.add_option("--fleet-store-password-file", fleet_password_file,
+                 "file holding the fleet store's password (one line)");
+  app.add_option("--fleet-lookup-ms", fleet_lookup_ms,
+                 "how long a local miss waits for the fleet store before answering without it")
+      ->check(CLI::Range(1, 10000))
+      ->capture_default_str();
+  app.add_option("--fleet-tune-wait-seconds", fleet_tune_wait_s,
+                 "TUNE_ON_MISS: how long to wait for a key another daemon is tuning before tuning it here too")
+      ->check(CLI::Range(0.0, 86400.0))
       ->capture_default_str();
   try {
     app.parse(argc, argv);
@@ -228,6 +247,23 @@ int main(int argc, char** argv) {
     return 2;
   }
   service_options.auth = ktune::Authorizer(token, admin_token);
+  if (fleet_store.empty() && !fleet_password_file.empty()) {
+    spdlog::critical("event=bad_flag error=\"--fleet-store-password-file needs --fleet-store\"");
+    return 2;
+  }
+  if (!fleet_store.empty()) {
+    absl::Status s = ktune::CheckFleetUrl(fleet_store);
+    if (s.ok() && !fleet_password_file.empty()) s = ktune::ReadFleetPasswordFile(fleet_password_file).status();
+    if (!s.ok()) {
+      spdlog::critical("event=bad_flag error=\"{}\"", std::string(s.message()));
+      return 2;
+    }
+    service_options.fleet.store.url = fleet_store;
+    service_options.fleet.store.password_file = fleet_password_file;
+    service_options.fleet.store.publisher = ktune::DefaultFleetPublisher();
+    service_options.fleet.lookup_timeout = absl::Milliseconds(fleet_lookup_ms);
+    service_options.fleet.tune_wait = absl::Seconds(fleet_tune_wait_s);
+  }
 
   // What can only fail once the database is open (a bundle that does not
   // import, a port already taken) must change nothing either: a database
@@ -354,6 +390,9 @@ int main(int argc, char** argv) {
   // (background ones) dropped.
   (*server)->Shutdown(drain_s);
   service.StopTuning();  // queued tunes are cancelled; a running one stops at its next candidate
+  if (!service.FlushFleet(absl::Seconds(std::min(drain_s, 5.0)))) {
+    spdlog::warn("event=fleet_publishes_unsent note=\"the fleet store did not take them before shutdown\"");
+  }
   metrics_server.Stop();
   spdlog::info("event=stopped");
   return 0;

@@ -37,8 +37,11 @@ KtuneServiceImpl::KtuneServiceImpl(Store* store, KernelCache* kernel_cache, std:
       started_(std::chrono::steady_clock::now()),
       metrics_(store->ops(), executor == nullptr),
       answers_(store->ops(), store, kernel_cache, executor ? executor->device() : CompileOnlyTarget(), &metrics_),
-      bundles_(store, &answers_, executor == nullptr),
-      jobs_(store, kernel_cache, std::move(executor), std::move(compile_only_reason), &answers_, &metrics_,
+      // Every entry an import writes is published to the fleet store.
+      bundles_(store, &answers_, executor == nullptr,
+               [this](const std::vector<v1::Entry>& written) { fleet_.Publish(written); }),
+      fleet_(options.fleet, &answers_, &bundles_, &metrics_),
+      jobs_(store, kernel_cache, std::move(executor), std::move(compile_only_reason), &answers_, &fleet_, &metrics_,
             TuneJobOptions{options.max_queued_tunes, options.search}) {
   // Nothing is read from the store here: entries are read when asked for
   // (EntryCache), so the daemon starts in the same time with any number.
@@ -122,6 +125,14 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::ServeGetConfig(grpc::CallbackServerC
     // device whose recipe differs): answered as a miss, never as stored.
     spdlog::error("event=entry_not_served key=\"{}\" error=\"{}\"", resolved->key.problem_key,
                   std::string(served.message()));
+    response->Clear();
+  } else if (std::shared_ptr<const ServedEntry> fetched = fleet_.FetchOnMiss(*resolved)) {
+    // A local miss the fleet store had: imported (the import's checks), now
+    // stored here and served as any stored entry.
+    if (answers_.AnswerFromEntry(*fetched, request->include_cubin(), response).ok()) {
+      metrics_.CountAnswer(GetConfigAnswer::kHit, start);
+      return finish(absl::OkStatus());
+    }
     response->Clear();
   }
   const bool include_cubin = request->include_cubin();
@@ -287,6 +298,7 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::GetStatus(grpc::CallbackServerContex
   const TuneQueue::Stats queue = jobs_.stats();
   response->set_queued_tunes(queue.queued);
   response->set_running_tunes(queue.running);
+  *response->mutable_fleet_store() = fleet_.Status(request->fleet_counts());
   RefreshGauges();
   for (const auto& [name, value] : metrics()->Snapshot()) (*response->mutable_metrics())[name] = value;
   return Finish(context, absl::OkStatus());

@@ -22,6 +22,7 @@
 #include "daemon/answers.h"
 #include "daemon/auth.h"
 #include "daemon/bundle_service.h"
+#include "daemon/fleet_sync.h"
 #include "daemon/service_metrics.h"
 #include "daemon/tune_jobs.h"
 #include "ktune/v1/ktune.grpc.pb.h"
@@ -35,8 +36,9 @@ struct ServiceOptions {
   int max_queued_tunes = 64;
   // HEURISTIC_ON_MISS answers queue a background tune of the problem.
   bool background_tunes = true;
-  OpSearch search;  // for ops that search their space (norms)
-  Authorizer auth;  // tokens for TCP callers and for imports
+  OpSearch search;     // for ops that search their space (norms)
+  Authorizer auth;     // tokens for TCP callers and for imports
+  FleetOptions fleet;  // the fleet store (--fleet-store); none when its URL is ""
 };
 
 // GetConfig is a raw method (bytes in, bytes out): a stored entry's answer is
@@ -83,7 +85,12 @@ class KtuneServiceImpl final : public KtuneServiceBase {
   const DeviceInfo& target() const { return answers_.target(); }
   Metrics* metrics() { return metrics_.metrics(); }
   // Brings the gauges (queue depth, entries) up to date before a scrape.
-  void RefreshGauges() { metrics_.RefreshGauges(jobs_.stats(), store_); }
+  void RefreshGauges() {
+    metrics_.RefreshGauges(jobs_.stats(), store_);
+    fleet_.RefreshGauges();
+  }
+  // Waits up to `timeout` for queued fleet publishes to be sent (shutdown).
+  bool FlushFleet(absl::Duration timeout) { return fleet_.Flush(timeout); }
   // Stops taking tuning jobs (shutdown): queued ones are cancelled.
   void StopTuning() { jobs_.Shutdown(); }
   // ImportBundle's work (BundleService::Import), also run by ktuned
@@ -113,7 +120,8 @@ class KtuneServiceImpl final : public KtuneServiceBase {
   ServiceMetrics metrics_;
   Answers answers_;
   BundleService bundles_;
-  TuneJobs jobs_;  // last: its queue's worker uses everything above until it is joined
+  FleetSync fleet_;  // its listener imports through bundles_
+  TuneJobs jobs_;    // last: its queue's worker uses everything above until it is joined
 };
 
 }  // namespace ktune

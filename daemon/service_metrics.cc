@@ -44,6 +44,14 @@ constexpr MetricDeclaration kDeclared[] = {
     {"ktune_tune_queue_depth", Metrics::Kind::kGauge, "Tuning jobs waiting"},
     {"ktune_tunes_running", Metrics::Kind::kGauge, "Tuning jobs running"},
     {"ktune_entries", Metrics::Kind::kGauge, "Tuned entries stored, by op"},
+    {"ktune_fleet_store_configured", Metrics::Kind::kGauge, "1 when ktuned has a fleet store (--fleet-store)"},
+    {"ktune_fleet_store_reachable", Metrics::Kind::kGauge, "1 while the fleet store answers"},
+    {"ktune_fleet_publish_queue_depth", Metrics::Kind::kGauge, "Entries waiting to be published to the fleet store"},
+    {"ktune_fleet_published_total", Metrics::Kind::kCounter, "Entries published to the fleet store"},
+    {"ktune_fleet_publishes_dropped_total", Metrics::Kind::kCounter,
+     "Publishes lost: the queue was full, or the fleet store refused the row"},
+    {"ktune_fleet_lookups_total", Metrics::Kind::kCounter,
+     "Fleet store lookups by result (hit: imported and served; miss; unavailable; refused by the import check)"},
 };
 
 }  // namespace

@@ -37,13 +37,14 @@ absl::Status SetTemplateRecipe(const Op& op, const DeviceInfo& device, const Lau
 }  // namespace
 
 TuneJobs::TuneJobs(Store* store, KernelCache* kernel_cache, std::unique_ptr<CandidateExecutor> executor,
-                   std::string compile_only_reason, Answers* answers, ServiceMetrics* metrics,
+                   std::string compile_only_reason, Answers* answers, FleetSync* fleet, ServiceMetrics* metrics,
                    const TuneJobOptions& options)
     : store_(store),
       kernel_cache_(kernel_cache),
       executor_(std::move(executor)),
       compile_only_reason_(std::move(compile_only_reason)),
       answers_(answers),
+      fleet_(fleet),
       metrics_(metrics),
       options_(options),
       queue_(options.max_queued_tunes) {}
@@ -71,7 +72,7 @@ std::function<void(const std::string&, const std::string&, const std::string&)> 
   };
 }
 
-TuneQueue::Result TuneJobs::TuneAndStore(const Resolved& r, int repetitions, bool force,
+TuneQueue::Result TuneJobs::TuneAndStore(const Resolved& r, JobPriority priority, int repetitions, bool force,
                                          const std::atomic<bool>& cancelled, const TuneQueue::ProgressFn& progress) {
   // A key stored while this job waited in the queue (e.g. a background tune
   // that ran first) is answered, not tuned again.
@@ -80,8 +81,34 @@ TuneQueue::Result TuneJobs::TuneAndStore(const Resolved& r, int repetitions, boo
         hit != nullptr && hit->answer.ok()) {
       return *hit->answer;
     }  // else not servable: tuned again, and replaced
+    // Tuned elsewhere in the fleet meanwhile.
+    if (std::shared_ptr<const ServedEntry> fetched = fleet_->FetchOnMiss(r);
+        fetched != nullptr && fetched->answer.ok()) {
+      return *fetched->answer;
+    }
   }
   if (cancelled) return absl::CancelledError("every caller waiting for this tune went away");
+  // One tune per key across the fleet: the lock, held until this job ends.
+  if (fleet_->ClaimTune(r.key) == FleetSync::Claim::kTunedElsewhere) {
+    // Nobody waits for a background tune (unless a caller joined it since).
+    if (priority == JobPriority::kBackground && !queue_.HasWaiters(FlatKey(r.key))) {
+      spdlog::info("event=tune_left_to_fleet key=\"{}\"", r.key.problem_key);
+      return absl::FailedPreconditionError(
+          "another daemon of the fleet is tuning this problem; its entry is picked up when it is published");
+    }
+    bool claimed = false;
+    spdlog::info("event=tune_waits_for_fleet key=\"{}\"", r.key.problem_key);
+    if (std::shared_ptr<const ServedEntry> got = fleet_->AwaitPublished(r, cancelled, &claimed); got != nullptr) {
+      return *got->answer;
+    }
+    if (cancelled) return absl::CancelledError("every caller waiting for this tune went away");
+    if (!claimed) spdlog::warn("event=fleet_tune_wait_over key=\"{}\" note=\"tuning here too\"", r.key.problem_key);
+  }
+  struct ReleaseLock {
+    FleetSync* fleet;
+    const EntryKey& key;
+    ~ReleaseLock() { fleet->Release(key); }
+  } release{fleet_, r.key};
   OpTuneRequest request;
   request.repetitions = repetitions;
   request.kernel_cache = kernel_cache_;
@@ -110,6 +137,7 @@ TuneQueue::Result TuneJobs::TuneAndStore(const Resolved& r, int repetitions, boo
   entry.set_candidates_measured(result->candidates_measured);
   entry.set_ktune_version(KTUNE_VERSION);
   if (absl::Status s = answers_->entries()->Insert(entry); !s.ok()) return s;
+  fleet_->Publish({entry});
   if (measured != nullptr) answers_->RememberCode(*measured);
   spdlog::info("event=tune_done key=\"{}\" {}", r.key.problem_key, result->summary);
   return answers_->EntryAnswer(entry);
@@ -123,8 +151,9 @@ absl::StatusOr<std::unique_ptr<TuneQueue::Ticket>> TuneJobs::Join(const Resolved
         absl::StrCat("this ktuned is compile-only (", compile_only_reason_,
                      "): it answers CACHED_ONLY and HEURISTIC_ON_MISS but cannot tune"));
   }
-  auto work = [this, r, repetitions, force](const std::atomic<bool>& cancelled, const TuneQueue::ProgressFn& progress) {
-    return TuneAndStore(r, repetitions, force, cancelled, progress);
+  auto work = [this, r, priority, repetitions, force](const std::atomic<bool>& cancelled,
+                                                      const TuneQueue::ProgressFn& progress) {
+    return TuneAndStore(r, priority, repetitions, force, cancelled, progress);
   };
   absl::StatusOr<std::unique_ptr<TuneQueue::Ticket>> ticket =
       queue_.Join(FlatKey(r.key), priority, std::move(work), std::move(done), std::move(progress));

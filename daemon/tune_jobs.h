@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "cache/store.h"
 #include "daemon/answers.h"
+#include "daemon/fleet_sync.h"
 #include "daemon/service_metrics.h"
 #include "daemon/tune_queue.h"
 #include "tuner/compile/kernel_cache.h"
@@ -35,9 +36,11 @@ class TuneJobs {
  public:
   // `executor` runs candidates; null makes every Join FAILED_PRECONDITION
   // (compile-only, for `compile_only_reason`). Nothing else is owned; all
-  // must outlive this.
+  // must outlive this. `fleet` (not configured: no fleet) is asked before a
+  // tune, locks the key across the fleet and is given the winner.
   TuneJobs(Store* store, KernelCache* kernel_cache, std::unique_ptr<CandidateExecutor> executor,
-           std::string compile_only_reason, Answers* answers, ServiceMetrics* metrics, const TuneJobOptions& options);
+           std::string compile_only_reason, Answers* answers, FleetSync* fleet, ServiceMetrics* metrics,
+           const TuneJobOptions& options);
   ~TuneJobs();
 
   bool compile_only() const { return executor_ == nullptr; }
@@ -55,9 +58,12 @@ class TuneJobs {
   void Shutdown() { queue_.Shutdown(); }
 
  private:
-  // The work of one job: tunes on the GPU, stores the winner, answers it.
-  TuneQueue::Result TuneAndStore(const Resolved& r, int repetitions, bool force, const std::atomic<bool>& cancelled,
-                                 const TuneQueue::ProgressFn& progress);
+  // The work of one job: the fleet's entry if it has one; else, holding
+  // the key's fleet lock, tunes on the GPU, stores and publishes the
+  // winner, answers it. A key another daemon is tuning is left to it by a
+  // background job nobody waits for, and waited for by any other.
+  TuneQueue::Result TuneAndStore(const Resolved& r, JobPriority priority, int repetitions, bool force,
+                                 const std::atomic<bool>& cancelled, const TuneQueue::ProgressFn& progress);
   // The candidates quarantined in r's environment, and the callback that
   // quarantines one (store, metric, log).
   std::set<std::string> QuarantinedFor(const Resolved& r);
@@ -68,6 +74,7 @@ class TuneJobs {
   const std::unique_ptr<CandidateExecutor> executor_;
   const std::string compile_only_reason_;
   Answers* const answers_;
+  FleetSync* const fleet_;
   ServiceMetrics* const metrics_;
   const TuneJobOptions options_;
   TuneQueue queue_;  // last: its worker uses everything above until it is joined

@@ -155,6 +155,12 @@ void TuneQueue::Shutdown() {
   }
 }
 
+bool TuneQueue::HasWaiters(const std::string& key) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(key);
+  return it != jobs_.end() && !it->second->waiters.empty();
+}
+
 TuneQueue::Stats TuneQueue::stats() {
   absl::MutexLock lock(&mu_);
   Stats s = stats_;

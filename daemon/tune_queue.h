@@ -69,6 +69,10 @@ class TuneQueue {
 
   Stats stats();
 
+  // True while the job of `key` (queued or running) has a caller waiting for
+  // it: background work that a caller joined is waited for too.
+  bool HasWaiters(const std::string& key);
+
  private:
   struct Waiter {
     uint64_t id;

@@ -21,6 +21,8 @@ packages=(build-essential cmake ninja-build pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libsqlite3-dev libspdlog-dev catch2 libcli11-dev libssl-dev libcpp-httplib-dev
   nlohmann-json3-dev libyaml-cpp-dev)
+# The fleet store (--fleet-store, cache/fleet_store.h): PostgreSQL's client library.
+packages+=(libpq-dev)
 # The fuzz targets (tests/fuzz) and the sanitizer builds (tests/sanitizers):
 # clang and its libFuzzer/sanitizer runtimes,
 # which libclang-common-14-dev only recommends.
@@ -32,6 +34,9 @@ if [ "$mode" = test ]; then packages+=(python3-grpcio python3-protobuf python3-m
 # The Python package's tests (tests/python): pytest, and a venv that pip
 # installs client/python into offline (setuptools and wheel build it).
 if [ "$mode" = test ]; then packages+=(python3-pytest python3-venv python3-pip python3-setuptools python3-wheel); fi
+# The fleet store's tests start a real PostgreSQL server (tests/cache/pg_server.h:
+# initdb and pg_ctl from Debian's server package, as an unprivileged user).
+if [ "$mode" = test ]; then packages+=(postgresql); fi
 # The style check (tests/static/clang_format.py).
 if [ "$mode" = test ]; then packages+=(clang-format-14); fi
 # The deploy checks (tests/deploy/deploy_checks.py): promtool for the alert

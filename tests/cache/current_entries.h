@@ -81,15 +81,16 @@ inline v1::Config CublasLtConfig(uint64_t workspace_bytes = 1 << 20) {
   return c;
 }
 
-inline v1::Entry CurrentEntry(const v1::Problem& problem, const v1::Config& config) {
+// An entry as a daemon on `device` with this build would store it.
+inline v1::Entry CurrentEntryOn(const DeviceInfo& device, const v1::Problem& problem, const v1::Config& config) {
   v1::Entry e;
   *e.mutable_problem() = problem;
-  *e.mutable_device() = DeviceToProto(CompileOnlyTarget());
+  *e.mutable_device() = DeviceToProto(device);
   absl::StatusOr<SoftwareFingerprint> software = BuiltinOps().Software(problem);
   REQUIRE(software.ok());
   *e.mutable_software() = SoftwareToProto(*software);
   *e.mutable_config() = config;
-  absl::StatusOr<LaunchRecipe> recipe = BuiltinOps().TemplateRecipe(problem, config, CompileOnlyTarget());
+  absl::StatusOr<LaunchRecipe> recipe = BuiltinOps().TemplateRecipe(problem, config, device);
   INFO(recipe.status().ToString());
   REQUIRE(recipe.ok());
   *e.mutable_recipe() = StoredRecipe(RecipeToProto(*recipe, /*include_cubin=*/false));
@@ -103,6 +104,10 @@ inline v1::Entry CurrentEntry(const v1::Problem& problem, const v1::Config& conf
   e.set_candidates_measured(10);
   e.set_ktune_version("test");
   return e;
+}
+
+inline v1::Entry CurrentEntry(const v1::Problem& problem, const v1::Config& config) {
+  return CurrentEntryOn(CompileOnlyTarget(), problem, config);
 }
 
 // `entry` with the recipe as an answer serves it: the template's, interface

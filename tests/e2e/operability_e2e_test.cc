@@ -52,7 +52,7 @@ TEST_CASE("every ktune subcommand exits 2 on a usage error, 1 on a failure and 0
   };
   const std::vector<Case> usage = {
       {"stauts",
-       "unknown command 'stauts' (commands: status, get, tune, ls, rm, prune, export, import, bundle, prewarm)"},
+       "unknown command 'stauts' (commands: status, fleet, get, tune, ls, rm, prune, export, import, bundle, prewarm)"},
       {"bundle frob", "unknown command 'bundle frob' (commands: inspect, merge)"},
       {"", "A subcommand is required"},
       {"--bogus status", "--bogus"},

@@ -14,7 +14,6 @@
 #include <fstream>
 #include <map>
 #include <regex>
-#include <set>
 #include <sstream>
 
 #include "absl/strings/match.h"
@@ -146,13 +145,6 @@ std::vector<std::vector<std::string>> ShellCommands(const std::string& text) {
   return commands;
 }
 
-// The fleet store's flags (both take a value), used by k8s/daemonset.yaml
-// ahead of the ktuned that has them: accepted while the binary lacks
-// --fleet-store, checked like any other flag once it has it.
-const std::set<std::string> kFleetStoreFlags = {"--fleet-store", "--fleet-store-password-file"};
-
-bool KtunedHasFleetStore() { return BinaryGrammars().ktuned.options.count("--fleet-store") == 1; }
-
 // Every flag problem of one argv that runs ktune or ktuned ("" if fine).
 std::vector<std::string> CheckInvocation(const std::vector<std::string>& argv) {
   std::vector<std::string> problems;
@@ -164,11 +156,7 @@ std::vector<std::string> CheckInvocation(const std::vector<std::string>& argv) {
     if (arg.size() > 1 && arg[0] == '-') {
       const std::string name = arg.substr(0, arg.find('='));
       auto it = spec->options.find(name);
-      if (it == spec->options.end() && binary == "ktuned" && kFleetStoreFlags.count(name) == 1 &&
-          !KtunedHasFleetStore()) {
-        WARN(name << ": not a flag of this ktuned yet (it comes with the fleet store); accepted");
-        if (arg.find('=') == std::string::npos) ++i;  // its value
-      } else if (it == spec->options.end()) {
+      if (it == spec->options.end()) {
         problems.push_back(absl::StrCat(where, ": no such flag ", name));
       } else if (it->second && arg.find('=') == std::string::npos) {
         ++i;  // its value
@@ -317,10 +305,6 @@ TEST_CASE("the DaemonSet's ktuned arguments start a daemon", "[deploy][e2e]") {
   const std::vector<std::string> args = StringList(ktuned["args"]);
   for (size_t i = 0; i < args.size(); ++i) {
     std::string arg = args[i];
-    if (kFleetStoreFlags.count(arg) == 1 && !KtunedHasFleetStore()) {
-      ++i;  // a ktuned without the fleet store: the flag and its value left out
-      continue;
-    }
     for (const char* prefix :
          {"/run/ktune", "/var/lib/ktune", "/var/cache/ktune", "/bundles", "/etc/ktune/fleet-store"}) {
       const size_t at = arg.find(prefix);

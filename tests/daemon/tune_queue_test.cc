@@ -24,7 +24,7 @@ v1::GetConfigResponse Answer(double time_us) {
 // Work that blocks until `release` is notified, then answers `time_us`.
 TuneQueue::Work Blocking(absl::Notification* started, absl::Notification* release, double time_us,
                          std::atomic<int>* runs = nullptr) {
-  return [=](const std::atomic<bool>&, const TuneQueue::ProgressFn& progress) -> Result {
+  return [=](int, const std::atomic<bool>&, const TuneQueue::ProgressFn& progress) -> Result {
     if (runs) ++*runs;
     if (started) started->Notify();
     v1::TuneEvent e;
@@ -36,7 +36,7 @@ TuneQueue::Work Blocking(absl::Notification* started, absl::Notification* releas
 }
 
 TuneQueue::Work Instant(double time_us, std::vector<double>* order, absl::Mutex* mu) {
-  return [=](const std::atomic<bool>&, const TuneQueue::ProgressFn&) -> Result {
+  return [=](int, const std::atomic<bool>&, const TuneQueue::ProgressFn&) -> Result {
     absl::MutexLock lock(mu);
     order->push_back(time_us);
     return Answer(time_us);
@@ -182,7 +182,7 @@ TEST_CASE("a queued job is dropped when every waiter leaves, background work is 
 TEST_CASE("a running job is asked to stop when its last waiter leaves", "[daemon][queue]") {
   TuneQueue queue(8);
   absl::Notification started, saw_cancel;
-  auto work = [&](const std::atomic<bool>& cancelled, const TuneQueue::ProgressFn&) -> Result {
+  auto work = [&](int, const std::atomic<bool>& cancelled, const TuneQueue::ProgressFn&) -> Result {
     started.Notify();
     for (int i = 0; i < 10000 && !cancelled; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     if (cancelled) saw_cancel.Notify();

@@ -43,7 +43,8 @@ absl::StatusOr<GpuSelection> ParseGpuFlag(const std::string& text) {
     return selection;
   }
   std::set<int> seen;
-  for (absl::string_view item : absl::StrSplit(text, ',')) {
+  // "3," is a list of one ordinal (a lone number is a count).
+  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
     int ordinal = -1;
     if (!absl::SimpleAtoi(item, &ordinal) || ordinal < 0 || ordinal >= kMaxGpus) {
       return BadFlag(
@@ -51,6 +52,7 @@ absl::StatusOr<GpuSelection> ParseGpuFlag(const std::string& text) {
     }
     if (!seen.insert(ordinal).second) return BadFlag(text, absl::StrCat("GPU ", ordinal, " is named twice"));
   }
+  if (seen.empty()) return BadFlag(text, "expected all, a count (4) or GPU ordinals (0,2,5)");
   selection.ordinals.assign(seen.begin(), seen.end());
   return selection;
 }

@@ -25,8 +25,8 @@
 namespace ktune {
 
 // --gpus: "all" (the default), a count N (the first N GPUs), or a comma list
-// of ordinals ("0,2,5"; as the driver numbers them under the daemon's own
-// CUDA_VISIBLE_DEVICES).
+// of ordinals ("0,2,5", or "3," for GPU 3 alone; as the driver numbers them
+// under the daemon's own CUDA_VISIBLE_DEVICES).
 struct GpuSelection {
   bool all = true;
   int count = 0;              // when not all and ordinals is empty

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -220,6 +221,53 @@ TEST_CASE("shutdown cancels queued jobs and refuses new ones", "[daemon][queue]"
   }
   CHECK(cancelled == 1);
   CHECK(ok == 1);
+}
+
+TEST_CASE("with a slot per GPU, jobs run at once, one per slot, and a key is still one job", "[daemon][queue]") {
+  TuneQueue queue(8, /*slots=*/2);
+  absl::Notification a_started, b_started, release;
+  std::atomic<int> a_runs{0}, b_runs{0};
+  absl::Mutex mu;
+  std::set<int> slots;  // the slots the jobs ran on
+  auto blocking = [&](absl::Notification* started, std::atomic<int>* runs) {
+    return [&, started, runs](int slot, const std::atomic<bool>&, const TuneQueue::ProgressFn&) -> Result {
+      {
+        absl::MutexLock lock(&mu);
+        slots.insert(slot);
+      }
+      ++*runs;
+      started->Notify();
+      release.WaitForNotification();
+      return Answer(1);
+    };
+  };
+  Collector c;
+  auto a = queue.Join("a", JobPriority::kInteractive, blocking(&a_started, &a_runs), c.done(), nullptr);
+  auto b = queue.Join("b", JobPriority::kBackground, blocking(&b_started, &b_runs), c.done(), nullptr);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  // Both run before either is released: two tunes at once.
+  REQUIRE(a_started.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  REQUIRE(b_started.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  TuneQueue::Stats s = queue.stats();
+  CHECK(s.running == 2);
+  REQUIRE(s.slot_keys.size() == 2);
+  CHECK(std::set<std::string>(s.slot_keys.begin(), s.slot_keys.end()) == std::set<std::string>{"a", "b"});
+  // A third key waits for a slot; a caller of a running key joins its job.
+  absl::Notification c_started;
+  auto third = queue.Join("c", JobPriority::kInteractive, blocking(&c_started, &a_runs), c.done(), nullptr);
+  auto again = queue.Join("a", JobPriority::kInteractive, blocking(&a_started, &a_runs), c.done(), nullptr);
+  REQUIRE(third.ok());
+  REQUIRE(again.ok());
+  CHECK((*again)->shared());
+  CHECK(queue.stats().queued == 1);
+  release.Notify();
+  WaitFor([&] { return c.count() == 4; });
+  CHECK(a_runs == 2);  // "a" and "c", not "a" twice
+  CHECK(b_runs == 1);
+  absl::MutexLock lock(&mu);
+  CHECK(slots == std::set<int>{0, 1});
+  CHECK(queue.stats().slot_keys == std::vector<std::string>{"", ""});
 }
 
 }  // namespace

@@ -31,7 +31,7 @@ std::string SelectError(const std::string& flag, int device_count) {
   return std::string(selected.status().message());
 }
 
-TEST_CASE("--gpus all, a count or ordinals select GPUs of the node", "[daemon][gpus]") {
+TEST_CASE("ktuned --gpus: all, a count or ordinals select GPUs of the node", "[daemon][gpus]") {
   CHECK(Select("all", 8) == std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7});
   CHECK(Select("all", 1) == std::vector<int>{0});
   CHECK(Select("2", 8) == std::vector<int>{0, 1});
@@ -40,7 +40,7 @@ TEST_CASE("--gpus all, a count or ordinals select GPUs of the node", "[daemon][g
   CHECK(Select("3,", 8) == std::vector<int>{3});           // one ordinal: a list of one
 }
 
-TEST_CASE("--gpus errors name the flag and what is wrong", "[daemon][gpus]") {
+TEST_CASE("ktuned --gpus: errors name the flag and what is wrong", "[daemon][gpus]") {
   CHECK(ParseError("") == "--gpus : expected all, a count (4) or GPU ordinals (0,2,5)");
   CHECK(ParseError("many") == "--gpus many: expected all, a count (4) or GPU ordinals (0,2,5)");
   CHECK(ParseError("0").find("--gpus 0: a count of GPUs is 1 to 64") == 0);

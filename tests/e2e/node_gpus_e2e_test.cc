@@ -184,6 +184,24 @@ TEST_CASE("ktune status lists every GPU, busy or idle", "[e2e][gpus]") {
   CHECK(daemon.Stop() == 0);
 }
 
+TEST_CASE("a GPU of another kind than the first is left out and said so", "[e2e][gpus]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.path(), dir.path() + "/cache.db");
+  REQUIRE(
+      daemon.Start({}, {kFakeDeviceEnv, "KTUNE_WORKER_FAKE_DEVICE_COUNT=3", "KTUNE_WORKER_FAKE_DEVICE_NAME=A,B,A"}));
+  auto status = daemon.NewClient()->GetStatus();
+  REQUIRE(status.ok());
+  // Answers are keyed by GPU 0's kind; GPU 1's would be another key.
+  REQUIRE(status->gpus_size() == 2);
+  CHECK(status->gpus(0).ordinal() == 0);
+  CHECK(status->gpus(1).ordinal() == 2);
+  CHECK(status->gpus(1).device().name() == "ktune fake device (tests only) A");
+  REQUIRE(status->devices_size() == 1);
+  CHECK(status->devices(0).name() == "ktune fake device (tests only) A");
+  CHECK(daemon.Log().find("event=gpu_skipped gpu=1 name=\"ktune fake device (tests only) B\"") != std::string::npos);
+  CHECK(daemon.Stop() == 0);
+}
+
 TEST_CASE("bad --gpus exits 2 with what is wrong, and leaves no database", "[e2e][gpus]") {
   TempDir dir;
   const std::string ktuned = testing::KtunedPath() + " --listen unix:" + dir.path() + "/s.sock --db " + dir.path() +

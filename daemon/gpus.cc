@@ -96,6 +96,8 @@ absl::StatusOr<NodeGpus> StartGpuWorkers(const WorkerOptions& options, const Gpu
     absl::StatusOr<std::unique_ptr<WorkerExecutor>> probe = WorkerExecutor::Start(options);
     if (!probe.ok()) {
       node.compile_only_reason = std::string(probe.status().message());
+      // Compile-only is no start failure (DESIGN.md), whatever --gpus asked for.
+      if (!selection.all) spdlog::warn("event=gpus_ignored note=\"--gpus names GPUs, but no worker starts here\"");
       return node;
     }
     device_count = (*probe)->device_count();

@@ -78,7 +78,7 @@ class WorkerExecutor final : public CandidateExecutor {
   absl::StatusOr<VerifyResult> Verify(const LaunchRecipe& recipe) override;
   absl::StatusOr<Timing> Time(const LaunchRecipe& recipe, const MeasureOptions& options) override;
 
-  // How many GPUs the worker's driver saw at its first start (hello's
+  // How many GPUs the worker's driver saw when it last started (hello's
   // device_count; 1 from an older worker).
   int device_count() const { return device_count_; }
   // How many times the worker was restarted after a fault or hang. Like

@@ -299,9 +299,19 @@ int main(int argc, char** argv) {
     if (r->compile_only()) {
       std::printf("mode         compile-only (%s)\n", r->compile_only_reason().c_str());
     }
-    for (const auto& d : r->devices()) {
-      std::printf("gpu          %s (sm_%d%d, %d SMs, driver %d)\n", d.name().c_str(), d.cc_major(), d.cc_minor(),
-                  d.sm_count(), d.driver_version());
+    // One line per GPU (an older ktuned lists its one device only).
+    for (const auto& g : r->gpus()) {
+      const ktune::v1::DeviceFingerprint& d = g.device();
+      std::printf("gpu %-8d %s (sm_%d%d, %d SMs, driver %d) %s%s, worker %d%s\n", g.ordinal(), d.name().c_str(),
+                  d.cc_major(), d.cc_minor(), d.sm_count(), d.driver_version(), g.busy() ? "busy: " : "idle",
+                  g.tuning().c_str(), g.worker_pid(),
+                  g.worker_restarts() > 0 ? absl::StrCat(", restarted ", g.worker_restarts(), "x").c_str() : "");
+    }
+    if (r->gpus().empty()) {
+      for (const auto& d : r->devices()) {
+        std::printf("gpu          %s (sm_%d%d, %d SMs, driver %d)\n", d.name().c_str(), d.cc_major(), d.cc_minor(),
+                    d.sm_count(), d.driver_version());
+      }
     }
     std::printf("nvrtc        %d\n", r->nvrtc_version());
     std::printf("database     %s\n", r->db_path().c_str());

@@ -105,7 +105,12 @@ class PrewarmRun {
         observer_->OnPlan(static_cast<int>(problems_.size() * kinds_.size()), report_.servers);
       }
       for (size_t k = 0; k < kinds_.size(); ++k) {
-        for (int s : kinds_[k].servers) threads.emplace_back([this, k, s] { Serve(k, s); });
+        // A daemon tunes on each of its GPUs at once: one call per GPU.
+        for (int s : kinds_[k].servers) {
+          for (int slot = 0; slot < report_.servers[s].gpus; ++slot) {
+            threads.emplace_back([this, k, s, slot] { Serve(k, s, slot); });
+          }
+        }
       }
     }
     for (std::thread& t : threads) t.join();
@@ -149,6 +154,7 @@ class PrewarmRun {
           r.error = "reports no GPU";
         } else {
           r.kind = GpuKind(status->devices(0));
+          r.gpus = std::max(1, status->gpus_size());  // 0 from a ktuned before GetStatusResponse.gpus
         }
       });
     }
@@ -171,19 +177,20 @@ class PrewarmRun {
     report_.servers = std::move(servers);
   }
 
-  // One server's thread: the resume pass, then problems from its kind's queue.
-  void Serve(size_t k, int server) {
+  // One of a server's threads (one per GPU, `slot`): the resume pass (slot
+  // 0 alone), then problems from its kind's queue.
+  void Serve(size_t k, int server, int slot) {
     std::string address;
     {
       absl::MutexLock lock(&mu_);
       address = report_.servers[server].address;
     }
     std::unique_ptr<Client> client = Client::Create(address, ClientFor(options_.call_timeout_s));
-    absl::Status lost = Resume(k, server, client.get());
     {
+      absl::Status lost = slot == 0 ? Resume(k, server, client.get()) : absl::OkStatus();
       absl::MutexLock lock(&mu_);
       KindState& kind = kinds_[k];
-      if (--kind.checking == 0) {
+      if (slot == 0 && --kind.checking == 0) {
         for (size_t i = 0; i < problems_.size(); ++i) {
           if (!kind.finished[i]) kind.queue.push_back(i);
         }
@@ -197,6 +204,8 @@ class PrewarmRun {
         absl::MutexLock lock(&mu_);
         KindState& kind = kinds_[k];
         mu_.Await(absl::Condition(&KindState::WorkOrEnd, &kind));
+        // Another thread of this server lost it: so is this one.
+        if (report_.servers[server].state == PrewarmServerReport::State::kLost) return;
         if (kind.queue.empty()) return;
         i = kind.queue.front();
         kind.queue.pop_front();
@@ -281,8 +290,10 @@ class PrewarmRun {
     return absl::OkStatus();
   }
 
+  // Once per server, whichever of its threads sees the loss first.
   void Lose(KindState& kind, int server, const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     PrewarmServerReport& r = report_.servers[server];
+    if (r.state == PrewarmServerReport::State::kLost) return;
     r.state = PrewarmServerReport::State::kLost;
     r.error = StatusText(status);
     kind.last_loss = absl::StrCat(r.address, ": ", r.error);

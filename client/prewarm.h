@@ -3,12 +3,15 @@
 // Servers are probed first (GetStatus). Unreachable and compile-only ones are
 // reported and not used; the rest are grouped by GPU kind (device name,
 // compute capability, SM count), and every problem is tuned once per kind.
-// Each usable server gets one thread and its own channel:
-//   1. resume: it asks CACHED_ONLY for every problem; one server of the kind
-//      holding an entry is enough (each daemon has its own database), so
-//      threads of a kind wait for each other before tuning anything;
-//   2. work: it takes problems from its kind's shared queue and tunes them
-//      (GetConfig CACHED_ONLY again, then Tune), one at a time.
+// Each usable server gets one thread per GPU it reports (GetStatus.gpus; one
+// for an older ktuned), each with its own channel:
+//   1. resume: the server's first thread asks CACHED_ONLY for every problem;
+//      one server of the kind holding an entry is enough (each daemon has its
+//      own database), so threads of a kind wait for each other before tuning
+//      anything;
+//   2. work: each thread takes problems from its kind's shared queue and
+//      tunes them (GetConfig CACHED_ONLY again, then Tune), one at a time, so
+//      a daemon of 8 GPUs runs 8 tunes at once.
 // A server that stops answering (UNAVAILABLE, CANCELLED, ABORTED, UNKNOWN)
 // is dropped and its problem goes back to the queue, so the other servers of
 // its kind finish it; with none left, the rest is reported as not done.
@@ -45,6 +48,7 @@ struct PrewarmServerReport {
   std::string kind;  // "" when it never answered
   State state = State::kUsed;
   std::string error;  // why unreachable / lost / not used
+  int gpus = 1;       // tunes sent to it at once (its GPUs)
   std::map<PrewarmOutcome, int> counts;
 };
 const char* PrewarmServerStateName(PrewarmServerReport::State state);

@@ -1,8 +1,9 @@
 // ktuned: the ktune daemon, norms and GEMM. Parses and checks its flags,
 // listen addresses and token files, opens the store and the compiled-kernel
-// cache, and starts a GPU worker: this binary re-executed with --worker-fd
-// (tuner/run/worker.h), so candidates run out of process. Without a worker (no
-// GPU, no driver) it is compile-only: cached and heuristic answers, no tuning.
+// cache, and starts a GPU worker per GPU of --gpus (daemon/gpus.h): this
+// binary re-executed with --worker-fd (tuner/run/worker.h), so candidates run
+// out of process. Without a worker (no GPU, no driver) it is compile-only:
+// cached and heuristic answers, no tuning.
 // It then imports --import-bundle if one is given, serves gRPC (and /metrics
 // with --metrics-listen), tells systemd READY=1, and runs until SIGTERM or
 // SIGINT; then it drains for up to --drain-seconds, cancels the tunes left and
@@ -29,6 +30,7 @@
 #include "cache/store.h"
 #include "daemon/auth.h"
 #include "daemon/fleet_sync.h"
+#include "daemon/gpus.h"
 #include "daemon/metrics.h"
 #include "daemon/sd_notify.h"
 #include "daemon/server.h"
@@ -105,6 +107,7 @@ int main(int argc, char** argv) {
   std::string fleet_store, fleet_password_file;
   int fleet_lookup_ms = 50;
   double fleet_tune_wait_s = 300;
+  std::string gpus_flag = "all";
   app.add_option("--listen", listen,
                  "unix:/path or host:port; repeatable (default " + ktune::DefaultServerAddress() + ")");
   app.add_option("--db", db_path, "SQLite cache database")->capture_default_str();
@@ -173,6 +176,10 @@ int main(int argc, char** argv) {
   app.add_option("--fleet-tune-wait-seconds", fleet_tune_wait_s,
                  "TUNE_ON_MISS: how long to wait for a key another daemon is tuning before tuning it here too")
       ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
+  app.add_option("--gpus", gpus_flag,
+                 "the GPUs to tune on, a worker process each: all, a count N (the first N), or ordinals (0,2,5); "
+                 "all must be of one kind (GPUs of another kind than the first are left out)")
       ->capture_default_str();
   try {
     app.parse(argc, argv);
@@ -246,6 +253,11 @@ int main(int argc, char** argv) {
         metrics_listen);
     return 2;
   }
+  absl::StatusOr<ktune::GpuSelection> gpu_selection = ktune::ParseGpuFlag(gpus_flag);
+  if (!gpu_selection.ok()) {
+    spdlog::critical("event=bad_flag error=\"{}\"", std::string(gpu_selection.status().message()));
+    return 2;
+  }
   service_options.auth = ktune::Authorizer(token, admin_token);
   if (fleet_store.empty() && !fleet_password_file.empty()) {
     spdlog::critical("event=bad_flag error=\"--fleet-store-password-file needs --fleet-store\"");
@@ -283,33 +295,36 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  // Candidates run in a worker process (this binary, re-executed), so a
-  // kernel that faults or hangs never takes the daemon down.
+  // Candidates run in worker processes (this binary, re-executed), one per
+  // GPU, so a kernel that faults or hangs never takes the daemon down, nor
+  // another GPU's tune.
   ktune::WorkerOptions worker_options;
   worker_options.executable = std::filesystem::read_symlink("/proc/self/exe").string();
   worker_options.candidate_timeout_s = candidate_timeout_s;
-  std::string compile_only_reason;
-  std::unique_ptr<ktune::CandidateExecutor> executor;
-  absl::StatusOr<std::unique_ptr<ktune::WorkerExecutor>> worker = ktune::WorkerExecutor::Start(worker_options);
-  if (worker.ok()) {
-    const ktune::DeviceInfo& info = (*worker)->device();
-    spdlog::info("event=device name=\"{}\" cc={}.{} sms={} driver={} worker_pid={}", info.name, info.cc_major,
-                 info.cc_minor, info.sm_count, info.driver_version, (*worker)->pid());
-    if (info.name.find("fake") != std::string::npos) {
-      spdlog::warn(
-          "event=fake_device note=\"KTUNE_WORKER_FAKE_DEVICE is set: timings are made up "
-          "(tests only)\"");
-    }
-    executor = *std::move(worker);
-  } else {
-    compile_only_reason = std::string(worker.status().message());
+  absl::StatusOr<ktune::NodeGpus> node = ktune::StartGpuWorkers(worker_options, *gpu_selection);
+  if (!node.ok()) {  // --gpus names GPUs this node lacks
+    spdlog::critical("event=bad_flag error=\"{}\"", std::string(node.status().message()));
+    return 2;
+  }
+  for (const ktune::GpuExecutor& gpu : node->gpus) {
+    const ktune::DeviceInfo& info = gpu.executor->device();
+    spdlog::info("event=device gpu={} name=\"{}\" cc={}.{} sms={} driver={} worker_pid={}", gpu.ordinal, info.name,
+                 info.cc_major, info.cc_minor, info.sm_count, info.driver_version, gpu.executor->pid());
+  }
+  if (!node->gpus.empty() && node->gpus.front().executor->device().name.find("fake") != std::string::npos) {
+    spdlog::warn(
+        "event=fake_device gpus={} note=\"KTUNE_WORKER_FAKE_DEVICE is set: timings are made up "
+        "(tests only)\"",
+        node->gpus.size());
+  }
+  if (node->gpus.empty()) {
     spdlog::warn(
         "event=compile_only reason=\"{}\" note=\"serving cached and heuristic answers; "
         "tuning is refused\"",
-        compile_only_reason);
+        node->compile_only_reason);
   }
 
-  ktune::KtuneServiceImpl service(store->get(), kernel_cache->get(), std::move(executor), compile_only_reason,
+  ktune::KtuneServiceImpl service(store->get(), kernel_cache->get(), std::move(node->gpus), node->compile_only_reason,
                                   service_options);
   if (!import_bundle.empty()) {
     // A fleet bundle is published after the first prewarm, which needs the

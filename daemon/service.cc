@@ -28,20 +28,32 @@ grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context, absl:
   return Finish(context, absl::OkStatus());
 }
 
+std::vector<GpuExecutor> OneGpu(std::unique_ptr<CandidateExecutor> executor) {
+  std::vector<GpuExecutor> gpus;
+  if (executor != nullptr) gpus.push_back({0, std::move(executor)});
+  return gpus;
+}
+
 }  // namespace
 
 KtuneServiceImpl::KtuneServiceImpl(Store* store, KernelCache* kernel_cache, std::unique_ptr<CandidateExecutor> executor,
                                    std::string compile_only_reason, const ServiceOptions& options)
+    : KtuneServiceImpl(store, kernel_cache, OneGpu(std::move(executor)), std::move(compile_only_reason), options) {}
+
+KtuneServiceImpl::KtuneServiceImpl(Store* store, KernelCache* kernel_cache, std::vector<GpuExecutor> gpus,
+                                   std::string compile_only_reason, const ServiceOptions& options)
     : store_(store),
       options_(options),
       started_(std::chrono::steady_clock::now()),
-      metrics_(store->ops(), executor == nullptr),
-      answers_(store->ops(), store, kernel_cache, executor ? executor->device() : CompileOnlyTarget(), &metrics_),
+      metrics_(store->ops(), gpus.empty()),
+      // Every GPU is of the first's kind (daemon/gpus.h): its device keys every answer.
+      answers_(store->ops(), store, kernel_cache, gpus.empty() ? CompileOnlyTarget() : gpus.front().executor->device(),
+               &metrics_),
       // Every entry an import writes is published to the fleet store.
-      bundles_(store, &answers_, executor == nullptr,
+      bundles_(store, &answers_, gpus.empty(),
                [this](const std::vector<v1::Entry>& written) { fleet_.Publish(written); }),
       fleet_(options.fleet, &answers_, &bundles_, &metrics_),
-      jobs_(store, kernel_cache, std::move(executor), std::move(compile_only_reason), &answers_, &fleet_, &metrics_,
+      jobs_(store, kernel_cache, std::move(gpus), std::move(compile_only_reason), &answers_, &fleet_, &metrics_,
             TuneJobOptions{options.max_queued_tunes, options.search}) {
   // Nothing is read from the store here: entries are read when asked for
   // (EntryCache), so the daemon starts in the same time with any number.
@@ -298,6 +310,15 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::GetStatus(grpc::CallbackServerContex
   const TuneQueue::Stats queue = jobs_.stats();
   response->set_queued_tunes(queue.queued);
   response->set_running_tunes(queue.running);
+  for (const GpuState& g : jobs_.Gpus()) {
+    v1::GpuStatus* gpu = response->add_gpus();
+    gpu->set_ordinal(g.ordinal);
+    *gpu->mutable_device() = DeviceToProto(g.device);
+    gpu->set_busy(!g.tuning.empty());
+    gpu->set_tuning(g.tuning);
+    gpu->set_worker_pid(g.worker_pid);
+    gpu->set_worker_restarts(g.worker_restarts);
+  }
   *response->mutable_fleet_store() = fleet_.Status(request->fleet_counts());
   RefreshGauges();
   for (const auto& [name, value] : metrics()->Snapshot()) (*response->mutable_metrics())[name] = value;

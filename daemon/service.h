@@ -11,7 +11,7 @@
 //   service_metrics.h the metric families and their updates
 //
 // Tuning never runs on gRPC's threads: every tune is a job of the TuneQueue
-// (one at a time on the GPU, one job per key, interactive before background).
+// (one at a time per GPU, one job per key, interactive before background).
 // Thread-safe: gRPC calls the handlers concurrently.
 #pragma once
 
@@ -57,7 +57,11 @@ class KtuneServiceImpl final : public KtuneServiceBase {
   // The ops served are the store's (Store::ops(): BuiltinOps() in ktuned).
   KtuneServiceImpl(Store* store, KernelCache* kernel_cache, std::unique_ptr<CandidateExecutor> executor,
                    std::string compile_only_reason, const ServiceOptions& options = {});
-  // Cancels queued tunes and waits for the running one.
+  // A node's GPUs (daemon/gpus.h), a worker each, all of one kind: answers
+  // are keyed by the first's device. Empty: compile-only, as above.
+  KtuneServiceImpl(Store* store, KernelCache* kernel_cache, std::vector<GpuExecutor> gpus,
+                   std::string compile_only_reason, const ServiceOptions& options = {});
+  // Cancels queued tunes and waits for the running ones.
   ~KtuneServiceImpl() override;
 
   // A v1::GetConfigRequest in, a v1::GetConfigResponse out.
@@ -87,6 +91,7 @@ class KtuneServiceImpl final : public KtuneServiceBase {
   // Brings the gauges (queue depth, entries) up to date before a scrape.
   void RefreshGauges() {
     metrics_.RefreshGauges(jobs_.stats(), store_);
+    metrics_.RefreshGpuGauges(jobs_.Gpus());
     fleet_.RefreshGauges();
   }
   // Waits up to `timeout` for queued fleet publishes to be sent (shutdown).

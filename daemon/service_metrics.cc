@@ -46,6 +46,9 @@ constexpr MetricDeclaration kDeclared[] = {
     {"ktune_entries", Metrics::Kind::kGauge, "Tuned entries stored, by op"},
     {"ktune_fleet_store_configured", Metrics::Kind::kGauge, "1 when ktuned has a fleet store (--fleet-store)"},
     {"ktune_fleet_store_reachable", Metrics::Kind::kGauge, "1 while the fleet store answers"},
+    {"ktune_gpu_busy", Metrics::Kind::kGauge, "1 while the GPU (label device: its ordinal) runs a tune"},
+    {"ktune_worker_restarts_total", Metrics::Kind::kCounter,
+     "Restarts of the GPU's worker process (label device: its ordinal) after a fault or hang"},
     {"ktune_fleet_publish_queue_depth", Metrics::Kind::kGauge, "Entries waiting to be published to the fleet store"},
     {"ktune_fleet_published_total", Metrics::Kind::kCounter, "Entries published to the fleet store"},
     {"ktune_fleet_publishes_dropped_total", Metrics::Kind::kCounter,
@@ -109,6 +112,14 @@ void ServiceMetrics::CountQuarantine(const std::string& reason) {
 }
 
 void ServiceMetrics::AddCompileSeconds(double seconds) { metrics_.Add("ktune_compile_seconds_total", seconds); }
+
+void ServiceMetrics::RefreshGpuGauges(const std::vector<GpuState>& gpus) {
+  for (const GpuState& g : gpus) {
+    const std::string device = absl::StrCat(g.ordinal);
+    metrics_.Set("ktune_gpu_busy", g.tuning.empty() ? 0 : 1, "device", device);
+    metrics_.Set("ktune_worker_restarts_total", g.worker_restarts, "device", device);
+  }
+}
 
 void ServiceMetrics::RefreshGauges(const TuneQueue::Stats& s, Store* store) {
   metrics_.Set("ktune_tune_queue_depth", s.queued);

@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "cache/store.h"
+#include "daemon/gpus.h"
 #include "daemon/metrics.h"
 #include "daemon/tune_queue.h"
 #include "tuner/op.h"
@@ -41,6 +42,8 @@ class ServiceMetrics {
   void AddCompileSeconds(double seconds);
   // The queue's gauges and counters, and the entries per op the store counts.
   void RefreshGauges(const TuneQueue::Stats& queue, Store* store);
+  // Per GPU (label device="ORDINAL"): busy or idle, worker restarts.
+  void RefreshGpuGauges(const std::vector<GpuState>& gpus);
 
  private:
   static constexpr int kAnswerKinds = 8;

@@ -1,5 +1,6 @@
 #include "daemon/tune_jobs.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -36,20 +37,36 @@ absl::Status SetTemplateRecipe(const Op& op, const DeviceInfo& device, const Lau
 
 }  // namespace
 
-TuneJobs::TuneJobs(Store* store, KernelCache* kernel_cache, std::unique_ptr<CandidateExecutor> executor,
+TuneJobs::TuneJobs(Store* store, KernelCache* kernel_cache, std::vector<GpuExecutor> gpus,
                    std::string compile_only_reason, Answers* answers, FleetSync* fleet, ServiceMetrics* metrics,
                    const TuneJobOptions& options)
     : store_(store),
       kernel_cache_(kernel_cache),
-      executor_(std::move(executor)),
+      gpus_(std::move(gpus)),
       compile_only_reason_(std::move(compile_only_reason)),
       answers_(answers),
       fleet_(fleet),
       metrics_(metrics),
+      tuning_(gpus_.size()),
       options_(options),
-      queue_(options.max_queued_tunes) {}
+      queue_(options.max_queued_tunes, std::max<int>(1, static_cast<int>(gpus_.size()))) {}
 
 TuneJobs::~TuneJobs() { queue_.Shutdown(); }
+
+std::vector<GpuState> TuneJobs::Gpus() {
+  std::vector<GpuState> out;
+  absl::MutexLock lock(&tuning_mu_);
+  for (size_t i = 0; i < gpus_.size(); ++i) {
+    GpuState g;
+    g.ordinal = gpus_[i].ordinal;
+    g.device = gpus_[i].executor->device();
+    g.tuning = tuning_[i];
+    g.worker_pid = gpus_[i].executor->pid();
+    g.worker_restarts = gpus_[i].executor->restarts();
+    out.push_back(std::move(g));
+  }
+  return out;
+}
 
 std::set<std::string> TuneJobs::QuarantinedFor(const Resolved& r) {
   std::set<std::string> out;
@@ -61,19 +78,23 @@ std::set<std::string> TuneJobs::QuarantinedFor(const Resolved& r) {
 }
 
 std::function<void(const std::string&, const std::string&, const std::string&)> TuneJobs::QuarantineFn(
-    const Resolved& r) {
-  return [this, key = r.key](const std::string& candidate, const std::string& reason, const std::string& detail) {
-    spdlog::error("event=candidate_quarantined key=\"{}\" reason={} candidate=\"{}\" detail=\"{}\"", key.problem_key,
-                  reason, SafeText(candidate), SafeText(detail, 2000));
-    metrics_->CountQuarantine(reason);
-    absl::Status s = store_->Quarantine({key.device_key, key.software_key, candidate, reason, detail.substr(0, 2000),
-                                         absl::ToUnixSeconds(absl::Now())});
-    if (!s.ok()) spdlog::error("event=quarantine_store_failed error=\"{}\"", std::string(s.message()));
-  };
+    const Resolved& r, int ordinal) {
+  // Keyed by the GPU kind's fingerprint (the key's device key): the node's
+  // GPUs are of one kind, so a candidate that faulted on one is run on none.
+  return
+      [this, key = r.key, ordinal](const std::string& candidate, const std::string& reason, const std::string& detail) {
+        spdlog::error("event=candidate_quarantined key=\"{}\" gpu={} reason={} candidate=\"{}\" detail=\"{}\"",
+                      key.problem_key, ordinal, reason, SafeText(candidate), SafeText(detail, 2000));
+        metrics_->CountQuarantine(reason);
+        absl::Status s = store_->Quarantine({key.device_key, key.software_key, candidate, reason,
+                                             detail.substr(0, 2000), absl::ToUnixSeconds(absl::Now())});
+        if (!s.ok()) spdlog::error("event=quarantine_store_failed error=\"{}\"", std::string(s.message()));
+      };
 }
 
-TuneQueue::Result TuneJobs::TuneAndStore(const Resolved& r, JobPriority priority, int repetitions, bool force,
-                                         const std::atomic<bool>& cancelled, const TuneQueue::ProgressFn& progress) {
+TuneQueue::Result TuneJobs::TuneAndStore(const GpuExecutor& gpu, const Resolved& r, JobPriority priority,
+                                         int repetitions, bool force, const std::atomic<bool>& cancelled,
+                                         const TuneQueue::ProgressFn& progress) {
   // A key stored while this job waited in the queue (e.g. a background tune
   // that ran first) is answered, not tuned again.
   if (!force) {
@@ -114,11 +135,11 @@ TuneQueue::Result TuneJobs::TuneAndStore(const Resolved& r, JobPriority priority
   request.kernel_cache = kernel_cache_;
   request.cancelled = &cancelled;
   request.quarantined = QuarantinedFor(r);
-  request.on_quarantine = QuarantineFn(r);
+  request.on_quarantine = QuarantineFn(r, gpu.ordinal);
   request.progress = progress;
   request.search = options_.search;
-  spdlog::info("event=tune_start key=\"{}\"", r.key.problem_key);
-  absl::StatusOr<OpTuneResult> result = r.op->Tune(r.proto, executor_.get(), request);
+  spdlog::info("event=tune_start key=\"{}\" gpu={}", r.key.problem_key, gpu.ordinal);
+  absl::StatusOr<OpTuneResult> result = r.op->Tune(r.proto, gpu.executor.get(), request);
   metrics_->CountTune(r.key.problem_key, result);
   if (!result.ok()) return result.status();
 
@@ -139,7 +160,7 @@ TuneQueue::Result TuneJobs::TuneAndStore(const Resolved& r, JobPriority priority
   if (absl::Status s = answers_->entries()->Insert(entry); !s.ok()) return s;
   fleet_->Publish({entry});
   if (measured != nullptr) answers_->RememberCode(*measured);
-  spdlog::info("event=tune_done key=\"{}\" {}", r.key.problem_key, result->summary);
+  spdlog::info("event=tune_done key=\"{}\" gpu={} {}", r.key.problem_key, gpu.ordinal, result->summary);
   return answers_->EntryAnswer(entry);
 }
 
@@ -151,9 +172,17 @@ absl::StatusOr<std::unique_ptr<TuneQueue::Ticket>> TuneJobs::Join(const Resolved
         absl::StrCat("this ktuned is compile-only (", compile_only_reason_,
                      "): it answers CACHED_ONLY and HEURISTIC_ON_MISS but cannot tune"));
   }
-  auto work = [this, r, priority, repetitions, force](const std::atomic<bool>& cancelled,
+  auto work = [this, r, priority, repetitions, force](int slot, const std::atomic<bool>& cancelled,
                                                       const TuneQueue::ProgressFn& progress) {
-    return TuneAndStore(r, priority, repetitions, force, cancelled, progress);
+    const size_t i = static_cast<size_t>(slot);
+    {
+      absl::MutexLock lock(&tuning_mu_);
+      tuning_[i] = r.key.problem_key;
+    }
+    TuneQueue::Result result = TuneAndStore(gpus_[i], r, priority, repetitions, force, cancelled, progress);
+    absl::MutexLock lock(&tuning_mu_);
+    tuning_[i].clear();
+    return result;
   };
   absl::StatusOr<std::unique_ptr<TuneQueue::Ticket>> ticket =
       queue_.Join(FlatKey(r.key), priority, std::move(work), std::move(done), std::move(progress));

@@ -5,9 +5,14 @@
 // hang are quarantined in the store for the environment and never run there
 // again.
 //
-// Thread-safe. Jobs run one at a time on the queue's thread; Join may be
-// called from any thread. The destructor cancels queued jobs and waits for
-// the running one.
+// A worker per GPU: the queue has a slot per GPU, and a job runs on its
+// slot's executor, so a node of N GPUs (of one kind) runs N tunes at once.
+// The GPUs share one kind, so an answer and a quarantine (keyed by the
+// kind's fingerprint) hold for all of them: a key is tuned once per node.
+//
+// Thread-safe. Jobs run on the queue's slot threads, at most one per GPU;
+// Join may be called from any thread. The destructor cancels queued jobs and
+// waits for the running ones.
 #pragma once
 
 #include <atomic>
@@ -17,9 +22,11 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "cache/store.h"
 #include "daemon/answers.h"
 #include "daemon/fleet_sync.h"
+#include "daemon/gpus.h"
 #include "daemon/service_metrics.h"
 #include "daemon/tune_queue.h"
 #include "tuner/compile/kernel_cache.h"
@@ -34,16 +41,19 @@ struct TuneJobOptions {
 
 class TuneJobs {
  public:
-  // `executor` runs candidates; null makes every Join FAILED_PRECONDITION
-  // (compile-only, for `compile_only_reason`). Nothing else is owned; all
-  // must outlive this. `fleet` (not configured: no fleet) is asked before a
-  // tune, locks the key across the fleet and is given the winner.
-  TuneJobs(Store* store, KernelCache* kernel_cache, std::unique_ptr<CandidateExecutor> executor,
-           std::string compile_only_reason, Answers* answers, FleetSync* fleet, ServiceMetrics* metrics,
-           const TuneJobOptions& options);
+  // `gpus` run candidates, a job at a time each (REQUIRES: none null, all of
+  // one kind, the one `answers` keys); none makes every Join
+  // FAILED_PRECONDITION (compile-only, for `compile_only_reason`). Nothing
+  // else is owned; all must outlive this. `fleet` (not configured: no fleet)
+  // is asked before a tune, locks the key across the fleet and is given the
+  // winner.
+  TuneJobs(Store* store, KernelCache* kernel_cache, std::vector<GpuExecutor> gpus, std::string compile_only_reason,
+           Answers* answers, FleetSync* fleet, ServiceMetrics* metrics, const TuneJobOptions& options);
   ~TuneJobs();
 
-  bool compile_only() const { return executor_ == nullptr; }
+  bool compile_only() const { return gpus_.empty(); }
+  // Every GPU, busy or idle, in ordinal order.
+  std::vector<GpuState> Gpus();
   const std::string& compile_only_reason() const { return compile_only_reason_; }
 
   // Joins (or creates) the tuning job of `r`: FAILED_PRECONDITION when
@@ -62,20 +72,23 @@ class TuneJobs {
   // the key's fleet lock, tunes on the GPU, stores and publishes the
   // winner, answers it. A key another daemon is tuning is left to it by a
   // background job nobody waits for, and waited for by any other.
-  TuneQueue::Result TuneAndStore(const Resolved& r, JobPriority priority, int repetitions, bool force,
-                                 const std::atomic<bool>& cancelled, const TuneQueue::ProgressFn& progress);
+  TuneQueue::Result TuneAndStore(const GpuExecutor& gpu, const Resolved& r, JobPriority priority, int repetitions,
+                                 bool force, const std::atomic<bool>& cancelled, const TuneQueue::ProgressFn& progress);
   // The candidates quarantined in r's environment, and the callback that
   // quarantines one (store, metric, log).
   std::set<std::string> QuarantinedFor(const Resolved& r);
-  std::function<void(const std::string&, const std::string&, const std::string&)> QuarantineFn(const Resolved& r);
+  std::function<void(const std::string&, const std::string&, const std::string&)> QuarantineFn(const Resolved& r,
+                                                                                               int ordinal);
 
   Store* const store_;
   KernelCache* const kernel_cache_;
-  const std::unique_ptr<CandidateExecutor> executor_;
+  const std::vector<GpuExecutor> gpus_;  // slot i runs on gpus_[i]
   const std::string compile_only_reason_;
   Answers* const answers_;
   FleetSync* const fleet_;
   ServiceMetrics* const metrics_;
+  absl::Mutex tuning_mu_;
+  std::vector<std::string> tuning_ ABSL_GUARDED_BY(tuning_mu_);  // per slot: the problem key running
   const TuneJobOptions options_;
   TuneQueue queue_;  // last: its worker uses everything above until it is joined
 };

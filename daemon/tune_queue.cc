@@ -1,16 +1,23 @@
 #include "daemon/tune_queue.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace ktune {
 
-TuneQueue::TuneQueue(int max_queued) : max_queued_(max_queued) {
-  worker_ = std::thread([this] { RunLoop(); });
+TuneQueue::TuneQueue(int max_queued, int slots) : max_queued_(max_queued) {
+  slots = std::max(1, slots);
+  {
+    absl::MutexLock lock(&mu_);
+    slot_keys_.assign(static_cast<size_t>(slots), "");
+  }
+  for (int slot = 0; slot < slots; ++slot) slots_.emplace_back([this, slot] { RunLoop(slot); });
 }
 
 TuneQueue::~TuneQueue() {
   Shutdown();
-  worker_.join();
+  for (std::thread& t : slots_) t.join();
 }
 
 int TuneQueue::QueuedLocked() const {
@@ -91,7 +98,7 @@ std::shared_ptr<TuneQueue::Job> TuneQueue::PopLocked() {
   return best;
 }
 
-void TuneQueue::RunLoop() {
+void TuneQueue::RunLoop(int slot) {
   while (true) {
     std::shared_ptr<Job> job;
     {
@@ -106,6 +113,7 @@ void TuneQueue::RunLoop() {
       job = PopLocked();
       job->running = true;
       ++stats_.jobs_started;
+      slot_keys_[static_cast<size_t>(slot)] = job->key;
     }
     auto fan_out = [this, job](const v1::TuneEvent& event) {
       std::vector<ProgressFn> sinks;
@@ -117,12 +125,13 @@ void TuneQueue::RunLoop() {
       }
       for (const ProgressFn& sink : sinks) sink(event);
     };
-    Result result = job->work(job->cancelled, fan_out);
+    Result result = job->work(slot, job->cancelled, fan_out);
     std::vector<Waiter> waiters;
     {
       absl::MutexLock lock(&mu_);
       waiters.swap(job->waiters);
       jobs_.erase(job->key);
+      slot_keys_[static_cast<size_t>(slot)].clear();
     }
     for (const Waiter& w : waiters) w.done(result);
   }
@@ -166,6 +175,7 @@ TuneQueue::Stats TuneQueue::stats() {
   Stats s = stats_;
   s.queued = QueuedLocked();
   s.running = static_cast<int>(jobs_.size()) - s.queued;
+  s.slot_keys = slot_keys_;
   return s;
 }
 

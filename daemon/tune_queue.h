@@ -1,4 +1,4 @@
-// The tuning queue: one GPU, one tune at a time, one job per cache key.
+// The tuning queue: one tune at a time per GPU, one job per cache key.
 //
 // Every way a tune is asked for (GetConfig with TUNE_ON_MISS, the Tune stream,
 // a background tune queued by a heuristic answer) goes through Join(): a
@@ -9,8 +9,13 @@
 // A queued job whose every waiter has gone is dropped; a running one is asked
 // to stop (its cancel flag). Background jobs have no waiters and are kept.
 //
-// Thread-safe. One worker thread runs the jobs; callbacks (progress, done) are
-// called from it without the queue's lock held.
+// Jobs run on `slots` threads, one per GPU worker of the node: each thread
+// takes the next job (priority, then arrival) when its slot is free, so N
+// GPUs run N tunes at once, and the job learns its slot (which worker to
+// use). Every GPU of the node is of one kind, so any slot serves any job.
+//
+// Thread-safe. Callbacks (progress, done) are called from the slot threads
+// without the queue's lock held.
 #pragma once
 
 #include <atomic>
@@ -37,9 +42,10 @@ class TuneQueue {
   using Result = absl::StatusOr<v1::GetConfigResponse>;
   using ProgressFn = std::function<void(const v1::TuneEvent&)>;
   using DoneFn = std::function<void(const Result&)>;
-  // The work of one job. It should poll `cancelled` between candidates and
-  // return CANCELLED once it is set; `progress` fans out to every waiter.
-  using Work = std::function<Result(const std::atomic<bool>& cancelled, const ProgressFn& progress)>;
+  // The work of one job, run on slot `slot` (in [0, slots)). It should poll
+  // `cancelled` between candidates and return CANCELLED once it is set;
+  // `progress` fans out to every waiter.
+  using Work = std::function<Result(int slot, const std::atomic<bool>& cancelled, const ProgressFn& progress)>;
 
   struct Stats {
     int queued = 0;
@@ -48,11 +54,14 @@ class TuneQueue {
     int64_t jobs_joined = 0;     // callers that shared an existing job
     int64_t jobs_cancelled = 0;  // dropped or stopped because every waiter left
     int64_t jobs_rejected = 0;   // queue full
+    // Per slot: the key of the job it runs, "" when idle.
+    std::vector<std::string> slot_keys;
   };
 
-  // `max_queued` bounds the jobs waiting (not counting the one running).
-  explicit TuneQueue(int max_queued);
-  // Cancels queued jobs (their waiters get CANCELLED), waits for the running one.
+  // `max_queued` bounds the jobs waiting (not counting those running);
+  // `slots` (>= 1) jobs run at once.
+  explicit TuneQueue(int max_queued, int slots = 1);
+  // Cancels queued jobs (their waiters get CANCELLED), waits for the running ones.
   ~TuneQueue();
 
   class Ticket;
@@ -91,7 +100,7 @@ class TuneQueue {
   };
 
   void Leave(const std::shared_ptr<Job>& job, uint64_t waiter_id);
-  void RunLoop();
+  void RunLoop(int slot);
   // Picks the next job: lowest priority value, then earliest sequence.
   std::shared_ptr<Job> PopLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int QueuedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -103,7 +112,8 @@ class TuneQueue {
   uint64_t next_waiter_ ABSL_GUARDED_BY(mu_) = 0;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   Stats stats_ ABSL_GUARDED_BY(mu_);
-  std::thread worker_;
+  std::vector<std::string> slot_keys_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::thread> slots_;
 
  public:
   // A caller's place in a job. Destroying it (or Cancel()) leaves the job;

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -24,7 +25,7 @@ v1::GetConfigResponse Answer(double time_us) {
 // Work that blocks until `release` is notified, then answers `time_us`.
 TuneQueue::Work Blocking(absl::Notification* started, absl::Notification* release, double time_us,
                          std::atomic<int>* runs = nullptr) {
-  return [=](const std::atomic<bool>&, const TuneQueue::ProgressFn& progress) -> Result {
+  return [=](int, const std::atomic<bool>&, const TuneQueue::ProgressFn& progress) -> Result {
     if (runs) ++*runs;
     if (started) started->Notify();
     v1::TuneEvent e;
@@ -36,7 +37,7 @@ TuneQueue::Work Blocking(absl::Notification* started, absl::Notification* releas
 }
 
 TuneQueue::Work Instant(double time_us, std::vector<double>* order, absl::Mutex* mu) {
-  return [=](const std::atomic<bool>&, const TuneQueue::ProgressFn&) -> Result {
+  return [=](int, const std::atomic<bool>&, const TuneQueue::ProgressFn&) -> Result {
     absl::MutexLock lock(mu);
     order->push_back(time_us);
     return Answer(time_us);
@@ -182,7 +183,7 @@ TEST_CASE("a queued job is dropped when every waiter leaves, background work is 
 TEST_CASE("a running job is asked to stop when its last waiter leaves", "[daemon][queue]") {
   TuneQueue queue(8);
   absl::Notification started, saw_cancel;
-  auto work = [&](const std::atomic<bool>& cancelled, const TuneQueue::ProgressFn&) -> Result {
+  auto work = [&](int, const std::atomic<bool>& cancelled, const TuneQueue::ProgressFn&) -> Result {
     started.Notify();
     for (int i = 0; i < 10000 && !cancelled; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     if (cancelled) saw_cancel.Notify();
@@ -220,6 +221,53 @@ TEST_CASE("shutdown cancels queued jobs and refuses new ones", "[daemon][queue]"
   }
   CHECK(cancelled == 1);
   CHECK(ok == 1);
+}
+
+TEST_CASE("with a slot per GPU, jobs run at once, one per slot, and a key is still one job", "[daemon][queue]") {
+  TuneQueue queue(8, /*slots=*/2);
+  absl::Notification a_started, b_started, release;
+  std::atomic<int> a_runs{0}, b_runs{0};
+  absl::Mutex mu;
+  std::set<int> slots;  // the slots the jobs ran on
+  auto blocking = [&](absl::Notification* started, std::atomic<int>* runs) {
+    return [&, started, runs](int slot, const std::atomic<bool>&, const TuneQueue::ProgressFn&) -> Result {
+      {
+        absl::MutexLock lock(&mu);
+        slots.insert(slot);
+      }
+      ++*runs;
+      started->Notify();
+      release.WaitForNotification();
+      return Answer(1);
+    };
+  };
+  Collector c;
+  auto a = queue.Join("a", JobPriority::kInteractive, blocking(&a_started, &a_runs), c.done(), nullptr);
+  auto b = queue.Join("b", JobPriority::kBackground, blocking(&b_started, &b_runs), c.done(), nullptr);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  // Both run before either is released: two tunes at once.
+  REQUIRE(a_started.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  REQUIRE(b_started.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  TuneQueue::Stats s = queue.stats();
+  CHECK(s.running == 2);
+  REQUIRE(s.slot_keys.size() == 2);
+  CHECK(std::set<std::string>(s.slot_keys.begin(), s.slot_keys.end()) == std::set<std::string>{"a", "b"});
+  // A third key waits for a slot; a caller of a running key joins its job.
+  absl::Notification c_started;
+  auto third = queue.Join("c", JobPriority::kInteractive, blocking(&c_started, &a_runs), c.done(), nullptr);
+  auto again = queue.Join("a", JobPriority::kInteractive, blocking(&a_started, &a_runs), c.done(), nullptr);
+  REQUIRE(third.ok());
+  REQUIRE(again.ok());
+  CHECK((*again)->shared());
+  CHECK(queue.stats().queued == 1);
+  release.Notify();
+  WaitFor([&] { return c.count() == 4; });
+  CHECK(a_runs == 2);  // "a" and "c", not "a" twice
+  CHECK(b_runs == 1);
+  absl::MutexLock lock(&mu);
+  CHECK(slots == std::set<int>{0, 1});
+  CHECK(queue.stats().slot_keys == std::vector<std::string>{"", ""});
 }
 
 }  // namespace

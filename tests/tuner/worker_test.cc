@@ -236,5 +236,29 @@ TEST_CASE("TuneGemm tries mma.sync beside wgmma for M <= 16 only, B as [K, N] in
   }
 }
 
+TEST_CASE("a worker's hello says how many GPUs its driver sees, and extra_env overrides the daemon's",
+          "[tuner][worker]") {
+  {
+    auto one = WorkerExecutor::Start(FakeWorker());
+    REQUIRE(one.ok());
+    CHECK((*one)->device_count() == 1);
+  }
+  // The daemon's own value is replaced, not shadowed (getenv reads the first).
+  setenv("KTUNE_WORKER_FAKE_DEVICE_COUNT", "5", 1);
+  auto three = WorkerExecutor::Start(FakeWorker({"KTUNE_WORKER_FAKE_DEVICE_COUNT=3"}));
+  unsetenv("KTUNE_WORKER_FAKE_DEVICE_COUNT");
+  REQUIRE(three.ok());
+  CHECK((*three)->device_count() == 3);
+}
+
+TEST_CASE("a fake node of mixed GPUs names one kind per ordinal", "[tuner][worker]") {
+  auto gpu1 = WorkerExecutor::Start(FakeWorker({"KTUNE_WORKER_FAKE_DEVICE_NAME=A,B", "CUDA_VISIBLE_DEVICES=1"}));
+  REQUIRE(gpu1.ok());
+  CHECK((*gpu1)->device().name == "ktune fake device (tests only) B");
+  auto gpu0 = WorkerExecutor::Start(FakeWorker({"KTUNE_WORKER_FAKE_DEVICE_NAME=A,B", "CUDA_VISIBLE_DEVICES=0"}));
+  REQUIRE(gpu0.ok());
+  CHECK((*gpu0)->device().name == "ktune fake device (tests only) A");
+}
+
 }  // namespace
 }  // namespace ktune

@@ -331,6 +331,16 @@ class CudaDevice final : public Device {
 
 }  // namespace
 
+absl::StatusOr<int> CudaDeviceCount() {
+  absl::StatusOr<const DriverApi*> loaded = LoadDriver();
+  if (!loaded.ok()) return loaded.status();
+  const DriverApi* api_ = *loaded;  // named for KTUNE_CU
+  KTUNE_CU_RETURN(api_->cuInit_(0), "cuInit");
+  int count = 0;
+  KTUNE_CU_RETURN(api_->cuDeviceGetCount_(&count), "cuDeviceGetCount");
+  return count;
+}
+
 absl::StatusOr<std::unique_ptr<Device>> OpenCudaDevice(int ordinal) {
   absl::StatusOr<const DriverApi*> loaded = LoadDriver();
   if (!loaded.ok()) return loaded.status();

@@ -95,6 +95,9 @@ class Device {
 // Opens GPU `ordinal` through the CUDA driver API, loaded at run time.
 // FAILED_PRECONDITION with the reason if there is no driver or no such GPU.
 absl::StatusOr<std::unique_ptr<Device>> OpenCudaDevice(int ordinal = 0);
+// How many GPUs the CUDA driver (loaded at run time) sees in this process;
+// FAILED_PRECONDITION with the reason if there is no driver.
+absl::StatusOr<int> CudaDeviceCount();
 
 // RAII device allocation.
 class DeviceBuffer {

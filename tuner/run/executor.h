@@ -15,6 +15,8 @@
 // Thread-compatible.
 #pragma once
 
+#include <sys/types.h>
+
 #include <functional>
 #include <memory>
 #include <vector>
@@ -46,6 +48,12 @@ class CandidateExecutor {
   virtual absl::StatusOr<VerifyResult> Verify(const LaunchRecipe& recipe) = 0;
   // REQUIRES: Verify(recipe) passed.
   virtual absl::StatusOr<Timing> Time(const LaunchRecipe& recipe, const MeasureOptions& options) = 0;
+
+  // For status: the process candidates run in (0: this one) and how often
+  // it was restarted after a fault or hang. Unlike the rest, safe to call
+  // from any thread while candidates run.
+  virtual pid_t pid() const { return 0; }
+  virtual int restarts() const { return 0; }
 };
 
 // Makes the runner of a prepared problem.

@@ -14,7 +14,9 @@
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "spdlog/spdlog.h"
 #include "tuner/core/wire.h"
 
@@ -103,6 +105,30 @@ void MaybeInjectFault(const LaunchRecipe& recipe) {
   }
 }
 
+// A test hook's integer, `fallback` when unset or not a number.
+int EnvInt(const char* name, int fallback) {
+  const char* text = std::getenv(name);
+  int value = 0;
+  return text != nullptr && absl::SimpleAtoi(text, &value) ? value : fallback;
+}
+
+// The GPU this worker was given (the daemon starts each with
+// CUDA_VISIBLE_DEVICES=<one GPU>), for the fake device's kind per ordinal;
+// 0 when unset or not a number (a UUID).
+int VisibleOrdinal() {
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (visible == nullptr) return 0;
+  return EnvInt("CUDA_VISIBLE_DEVICES", 0);
+}
+
+// Under KTUNE_WORKER_FAKE_DEVICE_DELAY_MS, each run sleeps that long, so
+// tests can tell one fake GPU from two by wall time (fake timings are 10-20
+// us, far below the daemon's own costs).
+void MaybeFakeDelay() {
+  const int ms = EnvInt("KTUNE_WORKER_FAKE_DELAY_MS", 0);
+  if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(std::min(ms, 10000)));
+}
+
 void SetStatus(const absl::Status& s, v1::WorkerReply* reply) {
   reply->set_code(static_cast<int>(s.code()));
   reply->set_message(std::string(s.message()));
@@ -113,9 +139,13 @@ void SetStatus(const absl::Status& s, v1::WorkerReply* reply) {
 DeviceInfo FakeWorkerDevice() {
   DeviceInfo d = CompileOnlyTarget();  // an sm_90 part with H100/H200 limits
   d.name = "ktune fake device (tests only)";
-  // A second fake GPU kind, for tests of fleets with several kinds.
+  // A second fake GPU kind, for tests of fleets with several kinds; a comma
+  // list names one kind per ordinal (a node of mixed GPUs), the last item
+  // standing for the ordinals past the list.
   if (const char* kind = std::getenv("KTUNE_WORKER_FAKE_DEVICE_NAME"); kind != nullptr && *kind != '\0') {
-    d.name = absl::StrCat(d.name, " ", kind);
+    const std::vector<std::string> kinds = absl::StrSplit(kind, ',');
+    const size_t ordinal = static_cast<size_t>(std::max(0, VisibleOrdinal()));
+    d.name = absl::StrCat(d.name, " ", kinds[std::min(ordinal, kinds.size() - 1)]);
   }
   d.memory_bytes = uint64_t{80} << 30;
   d.driver_version = 13000;
@@ -152,6 +182,13 @@ int RunWorker(int fd, const WorkerRunners& runners) {
         }
       }
       if (executor) {
+        int count = 1;
+        if (fake) {
+          count = std::clamp(EnvInt("KTUNE_WORKER_FAKE_DEVICE_COUNT", 1), 1, 64);
+        } else if (absl::StatusOr<int> seen = CudaDeviceCount(); seen.ok()) {
+          count = *seen;
+        }
+        reply.set_device_count(count);
         *reply.mutable_device() = DeviceToProto(executor->device());
         reply.set_l2_bytes(executor->device().l2_bytes);
         reply.set_max_smem_per_block_optin(executor->device().max_smem_per_block_optin);
@@ -170,6 +207,7 @@ int RunWorker(int fd, const WorkerRunners& runners) {
       const v1::WorkerRun& run = request.run();
       const LaunchRecipe recipe = RecipeFromProto(run.recipe());
       MaybeInjectFault(recipe);
+      if (fake) MaybeFakeDelay();
       absl::Status s = absl::OkStatus();
       if (run.verify()) {
         absl::StatusOr<VerifyResult> v = executor->Verify(recipe);
@@ -228,8 +266,20 @@ absl::Status WorkerExecutor::Spawn() {
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
+  // extra_env replaces what the daemon's environment says of the same name
+  // (getenv reads the first of two): a worker per GPU gets its own
+  // CUDA_VISIBLE_DEVICES whatever the daemon's was.
+  auto overridden = [this](const char* entry) {
+    for (const std::string& e : options_.extra_env) {
+      const size_t eq = e.find('=');
+      if (eq != std::string::npos && std::strncmp(entry, e.data(), eq + 1) == 0) return true;
+    }
+    return false;
+  };
   std::vector<std::string> env_strings;
-  for (char** e = environ; *e != nullptr; ++e) env_strings.push_back(*e);
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (!overridden(*e)) env_strings.push_back(*e);
+  }
   env_strings.insert(env_strings.end(), options_.extra_env.begin(), options_.extra_env.end());
   std::vector<char*> envp;
   for (std::string& e : env_strings) envp.push_back(e.data());
@@ -266,7 +316,8 @@ absl::Status WorkerExecutor::Spawn() {
   device_ = DeviceFromProto(reply->device());
   device_.l2_bytes = reply->l2_bytes();
   device_.max_smem_per_block_optin = reply->max_smem_per_block_optin();
-  spdlog::info("event=worker_started pid={} device=\"{}\"", pid_, device_.name);
+  device_count_ = std::max(1, reply->device_count());
+  spdlog::info("event=worker_started pid={} device=\"{}\"", pid_.load(), device_.name);
   return absl::OkStatus();
 }
 
@@ -322,7 +373,7 @@ absl::StatusOr<v1::WorkerReply> WorkerExecutor::Call(v1::WorkerRequest request, 
 }
 
 absl::Status WorkerExecutor::Recover() {
-  ++restarts_;
+  restarts_.fetch_add(1, std::memory_order_relaxed);
   // Spawn() forgets the problem (a new process has no buffers): remember
   // whether the old worker had one, and give it to the new worker.
   const bool was_prepared = prepared_;

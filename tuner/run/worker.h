@@ -16,11 +16,17 @@
 //       made up from the name expression (10-20 us; a GEMM over 10 us at 500
 //       TFLOP/s takes up to twice that), so the process plumbing (restarts,
 //       watchdog, queueing) can be exercised on machines without a GPU.
-//   KTUNE_WORKER_FAKE_DEVICE_NAME=X   with the above: a fake GPU kind named X.
+//   KTUNE_WORKER_FAKE_DEVICE_NAME=X   with the above: a fake GPU kind named X;
+//       X,Y,...: one kind per ordinal (CUDA_VISIBLE_DEVICES), a mixed node.
+//   KTUNE_WORKER_FAKE_DEVICE_COUNT=N  with the above: hello reports N GPUs
+//       (default 1), so a daemon starts N workers, each a fake GPU.
+//   KTUNE_WORKER_FAKE_DELAY_MS=D      with the above: every run sleeps D ms,
+//       so the wall time of a tune is measurable (one GPU against two).
 #pragma once
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -49,11 +55,13 @@ struct WorkerRunners {
 int RunWorker(int fd, const WorkerRunners& runners);
 
 struct WorkerOptions {
-  std::string executable;              // the ktuned binary
-  std::vector<std::string> extra_env;  // "NAME=value", added to the worker's environment
-  double start_timeout_s = 120;        // spawn, open the device, answer hello
-  double prepare_timeout_s = 120;      // allocate and fill one problem's buffers
-  double candidate_timeout_s = 30;     // the watchdog for one verify or time call
+  std::string executable;  // the ktuned binary
+  // "NAME=value", added to the worker's environment, replacing the daemon's
+  // value of NAME (e.g. CUDA_VISIBLE_DEVICES=3: a worker for GPU 3).
+  std::vector<std::string> extra_env;
+  double start_timeout_s = 120;     // spawn, open the device, answer hello
+  double prepare_timeout_s = 120;   // allocate and fill one problem's buffers
+  double candidate_timeout_s = 30;  // the watchdog for one verify or time call
   uint64_t seed = 1;
 };
 
@@ -70,9 +78,13 @@ class WorkerExecutor final : public CandidateExecutor {
   absl::StatusOr<VerifyResult> Verify(const LaunchRecipe& recipe) override;
   absl::StatusOr<Timing> Time(const LaunchRecipe& recipe, const MeasureOptions& options) override;
 
-  // How many times the worker was restarted after a fault or hang.
-  int restarts() const { return restarts_; }
-  pid_t pid() const { return pid_; }
+  // How many GPUs the worker's driver saw when it last started (hello's
+  // device_count; 1 from an older worker).
+  int device_count() const { return device_count_; }
+  // How many times the worker was restarted after a fault or hang. Like
+  // pid(), safe to read from any thread while another runs candidates.
+  int restarts() const override { return restarts_.load(std::memory_order_relaxed); }
+  pid_t pid() const override { return pid_.load(std::memory_order_relaxed); }
 
  private:
   explicit WorkerExecutor(WorkerOptions options) : options_(std::move(options)) {}
@@ -93,10 +105,11 @@ class WorkerExecutor final : public CandidateExecutor {
 
   const WorkerOptions options_;
   DeviceInfo device_;
-  pid_t pid_ = -1;
+  std::atomic<pid_t> pid_{-1};
+  int device_count_ = 1;
   int fd_ = -1;
   uint64_t next_id_ = 0;
-  int restarts_ = 0;
+  std::atomic<int> restarts_{0};
   bool prepared_ = false;
   bool last_run_faulted_ = false;
   v1::WorkerPrepare prepare_;  // the prepared problem, for restarts

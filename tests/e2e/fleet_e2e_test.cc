@@ -7,7 +7,9 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "cache/bundle.h"
@@ -40,8 +42,12 @@ bool Eventually(F what, std::chrono::milliseconds within = std::chrono::seconds(
   return what();
 }
 
-std::vector<std::string> FleetFlags(const PgServer& server) {
-  return {"--fleet-store", server.url(), "--fleet-store-password-file", server.password_file()};
+// The fleet flags of a daemon on `server`. A miss waits up to `lookup_ms` for
+// the store: tests that are not about that deadline give it one a loaded CI
+// machine keeps (the default, 50 ms, was missed there once).
+std::vector<std::string> FleetFlags(const PgServer& server, int lookup_ms = 2000) {
+  return {"--fleet-store",        server.url(),        "--fleet-store-password-file",
+          server.password_file(), "--fleet-lookup-ms", std::to_string(lookup_ms)};
 }
 
 // An RMSNorm forward entry of m rows as a compile-only daemon serves it.
@@ -263,7 +269,7 @@ TEST_CASE("fleet: the store down changes no answer, status says so, and the queu
   REQUIRE(server.Start().ok());
   TempDir dir;
   DaemonProcess d(dir.path(), dir.path() + "/cache.db");
-  REQUIRE(d.Start(FleetFlags(server)));
+  REQUIRE(d.Start(FleetFlags(server, /*lookup_ms=*/50)));  // the default: a heuristic answer well inside 1 s
   REQUIRE(Eventually([&] { return FleetStatusOf(d).reachable(); }));
   // Callers all along, through the kill and the restart: none sees an error.
   std::atomic<bool> done{false};

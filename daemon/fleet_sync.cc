@@ -77,16 +77,16 @@ FleetSync::Fetched FleetSync::FetchAndImport(const EntryKey& key, absl::Duration
   }
   const v1::Entry& entry = **row;
   // The row must hold an entry of the key it is stored under; then it goes
-  // through exactly the import a bundled entry goes through.
-  absl::Status refused = ValidateEntry(answers_->ops(), entry, "fleet entry: ");
-  if (refused.ok()) {
-    absl::StatusOr<EntryKey> own = KeyOf(answers_->ops(), entry);
-    if (!own.ok()) {
-      refused = own.status();
-    } else if (!(*own == key)) {
-      refused = absl::InvalidArgumentError(
-          absl::StrCat("fleet entry: stored under another key than its own (", SafeText(own->problem_key), ")"));
-    }
+  // through exactly the import a bundled entry goes through (Merge validates
+  // it, recipe check included). Comparing keys needs no validation first: a
+  // key equal to the request's is as well-formed as the request's.
+  absl::Status refused;
+  absl::StatusOr<EntryKey> own = KeyOf(answers_->ops(), entry);
+  if (!own.ok()) {
+    refused = own.status();
+  } else if (!(*own == key)) {
+    refused = absl::InvalidArgumentError(
+        absl::StrCat("fleet entry: stored under another key than its own (", SafeText(own->problem_key), ")"));
   }
   if (refused.ok()) {
     absl::StatusOr<MergeOutcome> merged = bundles_->Merge({entry}, v1::KEEP_FASTER, /*dry_run=*/false);

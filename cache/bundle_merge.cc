@@ -118,12 +118,42 @@ CompatibilityVerdict JudgeCompatibility(const v1::Entry& entry, const v1::Device
   return {Compatibility::kCompatible, reason};
 }
 
+namespace {
+
+struct JudgedKind {
+  CompatibilityVerdict verdict;
+  const v1::DeviceFingerprint* device = nullptr;  // the kind judged exact or compatible
+};
+
+// The best verdict over a target's GPU kinds: an entry of one of them is
+// exact for it whatever the others say.
+JudgedKind JudgeAgainstKinds(const v1::Entry& entry, const std::vector<v1::DeviceFingerprint>& kinds,
+                             const v1::SoftwareFingerprint& software) {
+  JudgedKind best;
+  for (const v1::DeviceFingerprint& kind : kinds) {
+    CompatibilityVerdict v = JudgeCompatibility(entry, kind, software);
+    if (v.compatibility == Compatibility::kExact) return {std::move(v), &kind};
+    if (v.compatibility == Compatibility::kCompatible && best.device == nullptr) {
+      best = {std::move(v), &kind};
+    } else if (best.device == nullptr && best.verdict.reason.empty()) {
+      best.verdict = std::move(v);  // the first kind's reason, when none fits
+    }
+  }
+  if (best.device == nullptr && kinds.size() > 1) {
+    best.verdict.reason = absl::StrCat("none of this daemon's ", kinds.size(),
+                                       " GPU kinds fits; against the first: ", best.verdict.reason);
+  }
+  return best;
+}
+
+}  // namespace
+
 absl::StatusOr<MergePlan> PlanMerge(const OpRegistry& ops, const std::vector<v1::Entry>& incoming,
                                     v1::MergePolicy policy, const MergeTarget& target, const ExistingLookup& existing) {
   if (!v1::MergePolicy_IsValid(policy)) {
     return absl::InvalidArgumentError(absl::StrCat("policy: unknown merge policy ", policy));
   }
-  if (target.device.has_value() && !target.software_for) {
+  if (!target.devices.empty() && !target.software_for) {
     return absl::InvalidArgumentError("merge target: a device needs software_for");
   }
   MergePlan plan;
@@ -137,14 +167,17 @@ absl::StatusOr<MergePlan> PlanMerge(const OpRegistry& ops, const std::vector<v1:
     decision->set_device_name(entry.device().name());
 
     CompatibilityVerdict verdict{Compatibility::kNotJudged, target.not_judged_note};
-    if (target.device.has_value()) {
+    if (!target.devices.empty()) {
       absl::StatusOr<v1::SoftwareFingerprint> software = target.software_for(entry);
-      verdict = software.ok()
-                    ? JudgeCompatibility(entry, *target.device, *software)
-                    : CompatibilityVerdict{Compatibility::kIncompatible, std::string(software.status().message())};
-      if (verdict.compatibility == Compatibility::kCompatible) {
-        *entry.mutable_device() = *target.device;
-        entry.set_needs_revalidation(true);
+      if (!software.ok()) {
+        verdict = {Compatibility::kIncompatible, std::string(software.status().message())};
+      } else {
+        const JudgedKind judged = JudgeAgainstKinds(entry, target.devices, *software);
+        verdict = judged.verdict;
+        if (verdict.compatibility == Compatibility::kCompatible) {
+          *entry.mutable_device() = *judged.device;
+          entry.set_needs_revalidation(true);
+        }
       }
     }
     absl::StatusOr<EntryKey> key = KeyOf(ops, entry);

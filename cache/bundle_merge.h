@@ -53,11 +53,14 @@ CompatibilityVerdict JudgeCompatibility(const v1::Entry& entry, const v1::Device
 
 // What an import or merge writes into, as far as compatibility goes.
 struct MergeTarget {
-  // The target's GPU; nullopt when it has none (compile-only daemon, offline
-  // merge): entries are then stored as bundled and marked not_judged.
-  std::optional<v1::DeviceFingerprint> device;
+  // The target's GPU kinds (a daemon serves every GPU of its node); none when
+  // it has no GPU (compile-only daemon, offline merge): entries are then
+  // stored as bundled and marked not_judged. An entry is judged against each
+  // and takes the best verdict: exact, else the first compatible kind (whose
+  // fingerprint it is stored under), else incompatible with every kind.
+  std::vector<v1::DeviceFingerprint> devices;
   // The software fingerprint the target stores `entry`'s op under. Required
-  // when `device` is set; an error rejects the entry (e.g. an op this target
+  // when `devices` is not empty; an error rejects the entry (e.g. an op this target
   // does not serve) with the error's message as the reason.
   std::function<absl::StatusOr<v1::SoftwareFingerprint>(const v1::Entry&)> software_for;
   // Prefixed to the reason of a not_judged decision, e.g. "compile-only

@@ -448,14 +448,19 @@ SqlWhere WhereOf(const EntryFilter& filter, const std::optional<EntryKey>& after
   if (!filter.problem_key.empty()) w.And("problem_key = ?", {filter.problem_key});
   if (filter.since_unix > 0) w.And("tuned_at_unix >= ?", {filter.since_unix});
   if (filter.stale.has_value()) {
-    std::vector<SqlValue> vs = {filter.stale->device_key};
+    std::vector<SqlValue> vs;
+    std::string devices = "0";  // no device: nothing is stale
+    for (const std::string& device_key : filter.stale->device_keys) {
+      absl::StrAppend(&devices, " OR device_key = ?");
+      vs.push_back(device_key);
+    }
     std::string any = "0";  // no op with a current fingerprint: nothing is stale
     for (const auto& [op, software_key] : filter.stale->current_software) {
       absl::StrAppend(&any, " OR (op = ? AND software_key <> ?)");
       vs.push_back(op);
       vs.push_back(software_key);
     }
-    w.And(absl::StrCat("device_key = ? AND (", any, ")"), std::move(vs));
+    w.And(absl::StrCat("(", devices, ") AND (", any, ")"), std::move(vs));
   }
   // The cursor as a range the primary key's index can seek to. With an op
   // fixed, SQLite takes the index for `op = ?` alone and filters a 4-column

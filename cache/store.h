@@ -50,10 +50,11 @@ struct EntryFilter {
   std::string op;           // "" = every op
   std::string problem_key;  // "" = every problem; REQUIRES: op set
   int64_t since_unix = 0;   // only entries tuned at or after this time
-  // Only stale entries: of `device_key`, whose software key is not the one
-  // `current_software` gives their op. An op missing from the map has none.
+  // Only stale entries: of one of `device_keys` (the GPU kinds a daemon
+  // serves), whose software key is not the one `current_software` gives
+  // their op. An op missing from the map has none; no device key, none.
   struct Stale {
-    std::string device_key;
+    std::vector<std::string> device_keys;
     std::map<std::string, std::string> current_software;  // op -> software key
   };
   std::optional<Stale> stale;

@@ -66,6 +66,29 @@ void AddProblemFlags(CLI::App* cmd, ProblemFlags* f) {
       ->check(CLI::IsMember({"nk", "kn"}));
 }
 
+// Which of the daemon's GPU kinds a get or tune is for (v1::DeviceSelector):
+// a daemon serving GPUs of two kinds keeps answers per kind.
+struct DeviceFlags {
+  int gpu = -1;             // --gpu: a GPU ordinal as the daemon numbers them
+  std::string device_name;  // --device: a GPU kind by name
+};
+
+void AddDeviceFlags(CLI::App* cmd, DeviceFlags* f) {
+  CLI::Option* gpu = cmd->add_option("--gpu", f->gpu,
+                                     "answer for the kind of this GPU of the daemon (its ordinal, as `ktune status` "
+                                     "lists it; default: the kind of the daemon's first GPU)")
+                         ->check(CLI::Range(0, 1023));
+  cmd->add_option("--device", f->device_name, "the GPU kind by name, e.g. \"NVIDIA H200\" (default: the first)")
+      ->excludes(gpu);
+}
+
+ktune::v1::DeviceSelector DeviceSelectorOf(const DeviceFlags& f) {
+  ktune::v1::DeviceSelector device;
+  if (f.gpu >= 0) device.set_gpu(f.gpu);
+  if (!f.device_name.empty()) device.set_name(f.device_name);
+  return device;
+}
+
 // `value` parsed as a dtype, or `fallback` when the flag was not given.
 absl::StatusOr<ktune::DType> DTypeFlag(const char* flag, const std::string& value, ktune::DType fallback) {
   if (value.empty()) return fallback;
@@ -205,6 +228,8 @@ int main(int argc, char** argv) {
   std::string cubin_out;
   CLI::App* get_cmd = app.add_subcommand("get", "the config for one problem");
   AddProblemFlags(get_cmd, &get_flags);
+  DeviceFlags get_device;
+  AddDeviceFlags(get_cmd, &get_device);
   get_cmd->add_option("--policy", policy, "cached, heuristic or tune")
       ->check(CLI::IsMember({"cached", "heuristic", "tune"}))
       ->capture_default_str();
@@ -218,6 +243,8 @@ int main(int argc, char** argv) {
   bool force = false;
   CLI::App* tune_cmd = app.add_subcommand("tune", "tune one problem now, showing progress");
   AddProblemFlags(tune_cmd, &tune_flags);
+  DeviceFlags tune_device;
+  AddDeviceFlags(tune_cmd, &tune_device);
   tune_cmd->add_option("--repetitions", repetitions, "timed repetitions per candidate (>= 20)");
   tune_cmd->add_flag("--force", force, "re-tune even if an entry exists");
   bool show_candidates = false;
@@ -307,6 +334,10 @@ int main(int argc, char** argv) {
                   g.tuning().c_str(), g.worker_pid(),
                   g.worker_restarts() > 0 ? absl::StrCat(", restarted ", g.worker_restarts(), "x").c_str() : "");
     }
+    if (r->devices_size() > 1) {
+      std::printf("gpu kinds    %d, answers kept per kind (get/tune --gpu N or --device NAME; default the first)\n",
+                  r->devices_size());
+    }
     if (r->gpus().empty()) {
       for (const auto& d : r->devices()) {
         std::printf("gpu          %s (sm_%d%d, %d SMs, driver %d)\n", d.name().c_str(), d.cc_major(), d.cc_minor(),
@@ -383,6 +414,7 @@ int main(int argc, char** argv) {
                        : policy == "tune" ? ktune::v1::TUNE_ON_MISS
                                           : ktune::v1::HEURISTIC_ON_MISS);
     request.set_include_cubin(!cubin_out.empty());
+    *request.mutable_device() = DeviceSelectorOf(get_device);
     auto r = client->GetConfig(request);
     if (!r.ok()) return fail(r.status());
     if (!cubin_out.empty()) {
@@ -406,6 +438,7 @@ int main(int argc, char** argv) {
     *request.mutable_problem() = *problem;
     request.mutable_options()->set_repetitions(repetitions);
     request.mutable_options()->set_force(force);
+    *request.mutable_device() = DeviceSelectorOf(tune_device);
     const bool live = !json && isatty(STDERR_FILENO);
     auto r = client->Tune(request, [&](const ktune::v1::TuneEvent& e) {
       if (show_candidates && e.has_candidate()) {

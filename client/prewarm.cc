@@ -73,10 +73,37 @@ std::string StatusText(const absl::Status& s) {
   return absl::StrCat(absl::StatusCodeToString(s.code()), ": ", s.message());
 }
 
+// One GPU kind of one server: its GpuKind text, the device name a request
+// picks it by (v1::DeviceSelector), and how many of the server's GPUs it is.
+struct ServerKind {
+  std::string name;
+  std::string device_name;
+  int gpus = 1;
+};
+
+// A server's kinds, from its status: one per GPU kind of GetStatusResponse.gpus
+// in ordinal order, or its one device (a ktuned before that field).
+std::vector<ServerKind> KindsOfServer(const v1::GetStatusResponse& status) {
+  std::vector<ServerKind> kinds;
+  for (const v1::GpuStatus& gpu : status.gpus()) {
+    const std::string name = GpuKind(gpu.device());
+    auto it = std::find_if(kinds.begin(), kinds.end(), [&](const ServerKind& k) { return k.name == name; });
+    if (it != kinds.end()) {
+      ++it->gpus;
+    } else {
+      kinds.push_back({name, gpu.device().name(), 1});
+    }
+  }
+  if (kinds.empty()) kinds.push_back({GpuKind(status.devices(0)), status.devices(0).name(), 1});
+  return kinds;
+}
+
 // One GPU kind's share of the run.
 struct KindState {
   std::string name;
+  std::string device_name;     // what requests of this kind pick it by
   std::vector<int> servers;    // indexes into the report's servers
+  std::vector<int> gpus;       // per item of `servers`: its GPUs of this kind
   int checking = 0;            // servers still in the resume pass
   int in_flight = 0;           // problems being tuned now
   int live = 0;                // servers not lost
@@ -105,9 +132,10 @@ class PrewarmRun {
         observer_->OnPlan(static_cast<int>(problems_.size() * kinds_.size()), report_.servers);
       }
       for (size_t k = 0; k < kinds_.size(); ++k) {
-        // A daemon tunes on each of its GPUs at once: one call per GPU.
-        for (int s : kinds_[k].servers) {
-          for (int slot = 0; slot < report_.servers[s].gpus; ++slot) {
+        // A daemon tunes on each of its GPUs at once: one call per GPU of the kind.
+        for (size_t j = 0; j < kinds_[k].servers.size(); ++j) {
+          const int s = kinds_[k].servers[j];
+          for (int slot = 0; slot < kinds_[k].gpus[j]; ++slot) {
             threads.emplace_back([this, k, s, slot] { Serve(k, s, slot); });
           }
         }
@@ -133,9 +161,11 @@ class PrewarmRun {
     return client;
   }
 
-  // GetStatus on every server at once; groups the usable ones by kind.
+  // GetStatus on every server at once; groups the usable ones by kind (a
+  // server of two GPU kinds is a server of each).
   void Probe(const std::vector<std::string>& addresses) {
     std::vector<PrewarmServerReport> servers(addresses.size());
+    std::vector<std::vector<ServerKind>> server_kinds(addresses.size());
     std::vector<std::thread> probes;
     for (size_t i = 0; i < addresses.size(); ++i) {
       probes.emplace_back([&, i] {
@@ -153,8 +183,12 @@ class PrewarmRun {
           r.state = PrewarmServerReport::State::kNoDevice;
           r.error = "reports no GPU";
         } else {
-          r.kind = GpuKind(status->devices(0));
-          r.gpus = std::max(1, status->gpus_size());  // 0 from a ktuned before GetStatusResponse.gpus
+          server_kinds[i] = KindsOfServer(*status);
+          r.gpus = 0;
+          for (const ServerKind& k : server_kinds[i]) {
+            absl::StrAppend(&r.kind, r.kind.empty() ? "" : " + ", k.name);
+            r.gpus += k.gpus;
+          }
         }
       });
     }
@@ -162,17 +196,21 @@ class PrewarmRun {
     absl::MutexLock lock(&mu_);
     for (size_t i = 0; i < servers.size(); ++i) {
       if (servers[i].state != PrewarmServerReport::State::kUsed) continue;
-      auto it =
-          std::find_if(kinds_.begin(), kinds_.end(), [&](const KindState& k) { return k.name == servers[i].kind; });
-      if (it == kinds_.end()) {
-        kinds_.emplace_back();
-        it = std::prev(kinds_.end());
-        it->name = servers[i].kind;
-        it->finished.assign(problems_.size(), false);
+      for (const ServerKind& server_kind : server_kinds[i]) {
+        auto it =
+            std::find_if(kinds_.begin(), kinds_.end(), [&](const KindState& k) { return k.name == server_kind.name; });
+        if (it == kinds_.end()) {
+          kinds_.emplace_back();
+          it = std::prev(kinds_.end());
+          it->name = server_kind.name;
+          it->device_name = server_kind.device_name;
+          it->finished.assign(problems_.size(), false);
+        }
+        it->servers.push_back(static_cast<int>(i));
+        it->gpus.push_back(server_kind.gpus);
+        ++it->checking;
+        ++it->live;
       }
-      it->servers.push_back(static_cast<int>(i));
-      ++it->checking;
-      ++it->live;
     }
     report_.servers = std::move(servers);
   }
@@ -214,7 +252,7 @@ class PrewarmRun {
       }
       PrewarmOutcome outcome = PrewarmOutcome::kTuned;
       std::string detail;
-      absl::Status status = TuneOne(client.get(), problems_[i], &outcome, &detail);
+      absl::Status status = TuneOne(client.get(), problems_[i], Selector(k), &outcome, &detail);
       absl::MutexLock lock(&mu_);
       KindState& kind = kinds_[k];
       --kind.in_flight;
@@ -238,6 +276,7 @@ class PrewarmRun {
       v1::GetConfigRequest request;
       *request.mutable_problem() = problems_[i].problem;
       request.set_policy(v1::CACHED_ONLY);
+      *request.mutable_device() = Selector(k);
       absl::StatusOr<v1::GetConfigResponse> r = client->GetConfig(request);
       if (!r.ok() && IsServerLoss(r.status())) return r.status();
       absl::MutexLock lock(&mu_);
@@ -255,12 +294,14 @@ class PrewarmRun {
 
   // Tunes one problem. OK with the outcome set, or the status that lost the
   // server (the problem is then not done).
-  absl::Status TuneOne(Client* client, const PrewarmProblem& problem, PrewarmOutcome* outcome, std::string* detail) {
+  absl::Status TuneOne(Client* client, const PrewarmProblem& problem, const v1::DeviceSelector& device,
+                       PrewarmOutcome* outcome, std::string* detail) {
     // Asked again: another prewarm, or a compiler's background tune, may have
     // stored it since the resume pass.
     v1::GetConfigRequest get;
     *get.mutable_problem() = problem.problem;
     get.set_policy(v1::CACHED_ONLY);
+    *get.mutable_device() = device;
     absl::StatusOr<v1::GetConfigResponse> cached = client->GetConfig(get);
     if (cached.ok() && cached->source() == v1::TUNED) {
       *outcome = PrewarmOutcome::kAlreadyTuned;
@@ -270,6 +311,7 @@ class PrewarmRun {
     if (status.ok() || absl::IsNotFound(status)) {
       v1::TuneRequest tune;
       *tune.mutable_problem() = problem.problem;
+      *tune.mutable_device() = device;
       tune.mutable_options()->set_repetitions(options_.repetitions);
       for (int attempt = 0;; ++attempt) {
         absl::StatusOr<v1::GetConfigResponse> tuned = client->Tune(tune, nullptr);
@@ -290,14 +332,27 @@ class PrewarmRun {
     return absl::OkStatus();
   }
 
-  // Once per server, whichever of its threads sees the loss first.
+  // Which kind a request is for: the server's GPUs of kinds_[k], by their
+  // device name (a ktuned before DeviceSelector ignores it and has one kind).
+  v1::DeviceSelector Selector(size_t k) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    v1::DeviceSelector device;
+    device.set_name(kinds_[k].device_name);
+    return device;
+  }
+
+  // Once per server, whichever of its threads sees the loss first; the
+  // server is lost to every kind it has.
   void Lose(KindState& kind, int server, const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     PrewarmServerReport& r = report_.servers[server];
     if (r.state == PrewarmServerReport::State::kLost) return;
     r.state = PrewarmServerReport::State::kLost;
     r.error = StatusText(status);
-    kind.last_loss = absl::StrCat(r.address, ": ", r.error);
-    --kind.live;
+    for (KindState& k : kinds_) {
+      if (std::find(k.servers.begin(), k.servers.end(), server) == k.servers.end()) continue;
+      k.last_loss = absl::StrCat(r.address, ": ", r.error);
+      --k.live;
+    }
     if (observer_ != nullptr) observer_->OnServerLost(r.address, r.error, kind.live);
   }
 

@@ -45,7 +45,7 @@ const char* PrewarmOutcomeName(PrewarmOutcome outcome);
 struct PrewarmServerReport {
   enum class State { kUsed, kUnreachable, kCompileOnly, kNoDevice, kLost };
   std::string address;
-  std::string kind;  // "" when it never answered
+  std::string kind;  // its GPU kinds ("A + B" for a daemon of two); "" when it never answered
   State state = State::kUsed;
   std::string error;  // why unreachable / lost / not used
   int gpus = 1;       // tunes sent to it at once (its GPUs)

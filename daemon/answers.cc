@@ -50,20 +50,21 @@ v1::LaunchRecipe WithoutLoweredNames(v1::LaunchRecipe recipe) {
   return recipe;
 }
 
-Answers::Answers(const OpRegistry& ops, Store* store, KernelCache* kernel_cache, DeviceInfo target,
+Answers::Answers(const OpRegistry& ops, Store* store, KernelCache* kernel_cache, std::vector<DeviceKind> kinds,
                  ServiceMetrics* metrics)
     : ops_(ops),
       kernel_cache_(kernel_cache),
       metrics_(metrics),
-      target_(std::move(target)),
-      target_key_(DeviceKey(target_)),
+      kinds_(std::move(kinds)),
       op_software_(OpSoftware(ops)),
       current_software_(SoftwareKeys(op_software_)),
       entries_(store, [this](const v1::Entry& entry) { return EntryAnswer(entry); }) {}
 
-absl::StatusOr<Resolved> Answers::Resolve(const v1::Problem& problem) const {
+absl::StatusOr<Resolved> Answers::Resolve(const v1::Problem& problem, const v1::DeviceSelector& device) const {
   // Once per request: the problem is validated and keyed once, and the op's
   // software fingerprint and key come from tables made at start.
+  absl::StatusOr<const DeviceKind*> kind = SelectKind(kinds_, device);
+  if (!kind.ok()) return kind.status();
   absl::StatusOr<const Op*> op = ops_.ForProblem(problem);
   if (!op.ok()) return op.status();
   absl::StatusOr<ProblemIdentity> id = (*op)->Identify(problem);
@@ -77,10 +78,24 @@ absl::StatusOr<Resolved> Answers::Resolve(const v1::Problem& problem) const {
   Resolved r;
   r.proto = problem;
   r.op = *op;
+  r.kind = *kind;
   r.software = *software->second;
   const std::string& software_key = current_software_.at(id->entry_op);  // every ok software has its key
-  r.key = EntryKey{std::move(id->entry_op), std::move(id->problem_key), target_key_, software_key};
+  r.key = EntryKey{std::move(id->entry_op), std::move(id->problem_key), r.kind->key, software_key};
   return r;
+}
+
+const DeviceKind* Answers::KindOfKey(const std::string& device_key) const {
+  for (const DeviceKind& kind : kinds_) {
+    if (kind.key == device_key) return &kind;
+  }
+  return nullptr;
+}
+
+EntryFilter::Stale Answers::StaleFilter() const {
+  EntryFilter::Stale stale{{}, current_software_};
+  for (const DeviceKind& kind : kinds_) stale.device_keys.push_back(kind.key);
+  return stale;
 }
 
 absl::Status Answers::CheckOpFilter(const std::string& op) const {
@@ -131,7 +146,7 @@ absl::Status Answers::AttachCode(LaunchRecipe* recipe) {
 }
 
 absl::StatusOr<LaunchRecipe> Answers::ServedRecipe(const Resolved& r, const v1::Config& config) {
-  absl::StatusOr<LaunchRecipe> recipe = r.op->TemplateRecipe(r.proto, config, target_);
+  absl::StatusOr<LaunchRecipe> recipe = r.op->TemplateRecipe(r.proto, config, r.kind->device);
   if (!recipe.ok()) return recipe.status();
   if (absl::Status s = AttachCode(&*recipe); !s.ok()) return s;
   return recipe;
@@ -140,11 +155,16 @@ absl::StatusOr<LaunchRecipe> Answers::ServedRecipe(const Resolved& r, const v1::
 absl::StatusOr<v1::GetConfigResponse> Answers::EntryAnswer(const v1::Entry& entry) const {
   // The stored recipe is checked, then the template's own is served: a store
   // or bundle can say which config won, never how to launch it.
-  absl::StatusOr<LaunchRecipe> recipe = ops_.TemplateRecipe(entry.problem(), entry.config(), target_);
+  const DeviceKind* kind = KindOfKey(DeviceKey(DeviceFromProto(entry.device())));
+  if (kind == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("stored entry: device: ", SafeText(entry.device().name()),
+                                                   " (this fingerprint) is no GPU kind of this ktuned"));
+  }
+  absl::StatusOr<LaunchRecipe> recipe = ops_.TemplateRecipe(entry.problem(), entry.config(), kind->device);
   if (!recipe.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("stored entry: recipe: this build's template writes none for its config on ", Arch(target_), ": ",
-                     recipe.status().message()));
+        absl::StrCat("stored entry: recipe: this build's template writes none for its config on ", Arch(kind->device),
+                     ": ", recipe.status().message()));
   }
   if (absl::Status s = CompareStoredRecipe("stored entry: ", WithoutLoweredNames(entry.recipe()), *recipe); !s.ok()) {
     return s;
@@ -183,7 +203,7 @@ absl::Status Answers::AnswerConfig(const Resolved& r, v1::Config config, v1::Sou
   *response->mutable_config() = std::move(config);
   response->set_source(source);
   *response->mutable_recipe() = RecipeToProto(*compiled, include_cubin);
-  *response->mutable_device() = DeviceToProto(target_);
+  *response->mutable_device() = DeviceToProto(r.kind->device);
   *response->mutable_software() = SoftwareToProto(r.software);
   return absl::OkStatus();
 }
@@ -195,7 +215,7 @@ absl::StatusOr<GetConfigAnswer> Answers::AnswerUntuned(const Resolved& r, bool n
     if (std::shared_ptr<const v1::Entry> nearest = entries_.Nearest(family)) {
       // Another M's tuned config, if its op re-judges it fit for this one and
       // its template writes it for this problem; else the heuristic answer.
-      absl::StatusOr<v1::Config> config = r.op->NearestConfig(r.proto, *nearest, target_);
+      absl::StatusOr<v1::Config> config = r.op->NearestConfig(r.proto, *nearest, r.kind->device);
       if (config.ok() && AnswerConfig(r, *std::move(config), v1::NEAREST, include_cubin, response).ok()) {
         *response->mutable_tuned_for() = nearest->problem();
         return GetConfigAnswer::kNearest;
@@ -203,16 +223,17 @@ absl::StatusOr<GetConfigAnswer> Answers::AnswerUntuned(const Resolved& r, bool n
       response->Clear();
     }
   }
-  absl::StatusOr<v1::Config> config = r.op->HeuristicConfig(r.proto, target_);
+  absl::StatusOr<v1::Config> config = r.op->HeuristicConfig(r.proto, r.kind->device);
   if (!config.ok()) return config.status();
   if (absl::Status s = AnswerConfig(r, *std::move(config), v1::HEURISTIC, include_cubin, response); !s.ok()) return s;
   return GetConfigAnswer::kHeuristic;
 }
 
-absl::Status Answers::AttachVerifiedCode(const v1::Problem& problem, v1::GetConfigResponse* response) {
+absl::Status Answers::AttachVerifiedCode(const v1::Problem& problem, const DeviceInfo& device,
+                                         v1::GetConfigResponse* response) {
   // The tune's answer is this build's recipe for its config (the tune job
   // checked it); compiled here, served with its code.
-  if (absl::Status s = VerifyRecipe(ops_, problem, response->config(), response->recipe(), target_); !s.ok()) {
+  if (absl::Status s = VerifyRecipe(ops_, problem, response->config(), response->recipe(), device); !s.ok()) {
     return absl::InternalError(s.message());
   }
   LaunchRecipe recipe = RecipeFromProto(response->recipe());

@@ -6,6 +6,9 @@
 // Compiled code is memoised by what determines it (CompileKey); geometry
 // never is, so an answer is a function of (problem, store, device) alone.
 //
+// Answers are per GPU kind (daemon/device_kinds.h): a request resolves to one
+// kind of the daemon, whose device keys its entry and writes its recipes.
+//
 // The one recipe check (cache/recipe_check.h) guards every recipe served:
 // stored ones are compared with the op's TemplateRecipe before they are kept,
 // a tune's answer is verified before its code is attached, heuristic and
@@ -26,6 +29,7 @@
 #include "absl/synchronization/mutex.h"
 #include "cache/entry.h"
 #include "cache/store.h"
+#include "daemon/device_kinds.h"
 #include "daemon/entry_cache.h"
 #include "daemon/service_metrics.h"
 #include "ktune/v1/ktune.pb.h"
@@ -40,6 +44,9 @@ namespace ktune {
 struct Resolved {
   v1::Problem proto;       // the problem as asked
   const Op* op = nullptr;  // its family, from the registry
+  // The GPU kind it is answered for (the request's DeviceSelector); owned by
+  // the Answers that resolved it.
+  const DeviceKind* kind = nullptr;
   SoftwareFingerprint software;
   EntryKey key;
 };
@@ -52,19 +59,25 @@ v1::LaunchRecipe WithoutLoweredNames(v1::LaunchRecipe recipe);
 
 class Answers {
  public:
-  // None of the pointers is owned; `kernel_cache` may be null. `target` is
-  // the device answers are for: the GPU, or CompileOnlyTarget().
-  Answers(const OpRegistry& ops, Store* store, KernelCache* kernel_cache, DeviceInfo target, ServiceMetrics* metrics);
+  // None of the pointers is owned; `kernel_cache` may be null. `kinds` are
+  // the devices answers are for (GroupByKind: the node's GPU kinds, or the
+  // compile-only target alone). REQUIRES: `kinds` is not empty.
+  Answers(const OpRegistry& ops, Store* store, KernelCache* kernel_cache, std::vector<DeviceKind> kinds,
+          ServiceMetrics* metrics);
 
-  // Validates the problem through its op and builds its key from tables made
-  // at construction (op -> software fingerprint, the target's device key).
-  // INVALID_ARGUMENT / UNIMPLEMENTED for problems this daemon cannot serve.
-  absl::StatusOr<Resolved> Resolve(const v1::Problem& problem) const;
+  // Validates the problem through its op, picks the kind `device` names
+  // (SelectKind) and builds its key from tables made at construction (op ->
+  // software fingerprint, the kind's device key). INVALID_ARGUMENT /
+  // UNIMPLEMENTED for problems this daemon cannot serve, SelectKind's error
+  // for a device it does not have.
+  absl::StatusOr<Resolved> Resolve(const v1::Problem& problem,
+                                   const v1::DeviceSelector& device = v1::DeviceSelector()) const;
 
   // The answer a stored entry gives (source TUNED, no code): the recipe this
-  // build writes for its problem and config on this device, after checking
-  // that the stored recipe is that recipe (CompareRecipe); INVALID_ARGUMENT
-  // naming the field when it is not (the entry is then not served). A
+  // build writes for its problem and config on the entry's GPU kind, after
+  // checking that the stored recipe is that recipe (CompareRecipe);
+  // INVALID_ARGUMENT naming the field when it is not, or when the entry's
+  // device is no kind of this daemon (the entry is then not served). A
   // function of the entry alone while the daemon runs, so EntryCache keeps it.
   absl::StatusOr<v1::GetConfigResponse> EntryAnswer(const v1::Entry& entry) const;
   // Serves `served`'s answer into `response`, with its code when asked for.
@@ -76,8 +89,9 @@ class Answers {
   absl::StatusOr<GetConfigAnswer> AnswerUntuned(const Resolved& r, bool nearest_on_miss, bool include_cubin,
                                                 v1::GetConfigResponse* response);
   // A tune's answer with its code: the recipe verified to be this build's
-  // (VerifyRecipe; INTERNAL if not), then compiled.
-  absl::Status AttachVerifiedCode(const v1::Problem& problem, v1::GetConfigResponse* response);
+  // for `device` (VerifyRecipe; INTERNAL if not), then compiled.
+  absl::Status AttachVerifiedCode(const v1::Problem& problem, const DeviceInfo& device,
+                                  v1::GetConfigResponse* response);
 
   // Fills recipe->cubin and its kernels' lowered names: memoised, else from
   // the kernel cache, else compiled. Only code is memoised, keyed by what
@@ -88,17 +102,19 @@ class Answers {
 
   EntryCache* entries() { return &entries_; }
   const OpRegistry& ops() const { return ops_; }
-  const DeviceInfo& target() const { return target_; }
-  const std::string& target_key() const { return target_key_; }
-  // The software key of each entry op this build serves: an entry of this
-  // daemon's device under another one is stale (kept, listed, never served).
+  // Fixed at construction, the first GPU's kind first.
+  const std::vector<DeviceKind>& kinds() const { return kinds_; }
+  // The kind whose device key is `device_key`, or null: not a kind of this daemon.
+  const DeviceKind* KindOfKey(const std::string& device_key) const;
+  // The software key of each entry op this build serves: an entry of one of
+  // this daemon's kinds under another one is stale (kept, listed, never served).
   const std::map<std::string, std::string>& current_software() const { return current_software_; }
-  EntryFilter::Stale StaleFilter() const { return {target_key_, current_software_}; }
+  EntryFilter::Stale StaleFilter() const;
   // INVALID_ARGUMENT unless `op` is "" or an entry op this daemon serves.
   absl::Status CheckOpFilter(const std::string& op) const;
 
  private:
-  // The recipe this build writes for (problem, config) on this device,
+  // The recipe this build writes for (problem, config) on r's kind,
   // compiled (lowered names; the cubin is kept in it too).
   absl::StatusOr<LaunchRecipe> ServedRecipe(const Resolved& r, const v1::Config& config);
   // Fills `response` with `config`, its compiled recipe and this device and
@@ -109,8 +125,7 @@ class Answers {
   const OpRegistry& ops_;
   KernelCache* const kernel_cache_;
   ServiceMetrics* const metrics_;
-  const DeviceInfo target_;
-  const std::string target_key_;  // DeviceKey(target_), on every request's key
+  const std::vector<DeviceKind> kinds_;  // Resolved::kind points into it
   // By entry op: its software, or the op's error (a template missing here).
   const std::map<std::string, absl::StatusOr<SoftwareFingerprint>> op_software_;
   const std::map<std::string, std::string> current_software_;  // the keys of those that are ok

@@ -193,7 +193,8 @@ MergeTarget BundleService::ImportTarget() const {
     target.not_judged_note = "compile-only daemon: no GPU to judge against, stored as bundled";
     return target;
   }
-  target.device = DeviceToProto(answers_->target());
+  // Judged against every GPU kind this daemon serves (bundle_merge.h).
+  for (const DeviceKind& kind : answers_->kinds()) target.devices.push_back(DeviceToProto(kind.device));
   // The fingerprint this daemon would key the entry's problem under (as Resolve does).
   target.software_for = [ops = &answers_->ops()](const v1::Entry& e) -> absl::StatusOr<v1::SoftwareFingerprint> {
     absl::StatusOr<SoftwareFingerprint> software = ops->Software(e.problem());

@@ -144,8 +144,8 @@ void FleetSync::OnPublished(const EntryKey& key) {
     absl::MutexLock lock(&absent_mu_);
     absent_.erase(FlatKey(key));
   }
-  // Only keys this daemon would serve: its device, this build's software.
-  if (key.device_key != answers_->target_key()) return;
+  // Only keys this daemon would serve: one of its GPU kinds, this build's software.
+  if (answers_->KindOfKey(key.device_key) == nullptr) return;
   auto current = answers_->current_software().find(key.op);
   if (current == answers_->current_software().end() || current->second != key.software_key) return;
   const Fetched fetched = FetchAndImport(key, kNotifiedFetchTimeout);

@@ -118,7 +118,6 @@ absl::StatusOr<NodeGpus> StartGpuWorkers(const WorkerOptions& options, const Gpu
   }
   for (std::thread& t : threads) t.join();
 
-  std::string kind;  // DeviceKey of the first GPU that started
   for (size_t i = 0; i < started.size(); ++i) {
     const int ordinal = (*ordinals)[i];
     if (!started[i].ok()) {
@@ -127,17 +126,6 @@ absl::StatusOr<NodeGpus> StartGpuWorkers(const WorkerOptions& options, const Gpu
       if (node.compile_only_reason.empty()) {
         node.compile_only_reason = absl::StrCat("GPU ", ordinal, ": ", started[i].status().message());
       }
-      continue;
-    }
-    const DeviceInfo& device = (*started[i])->device();
-    const std::string key = DeviceKey(device);
-    if (kind.empty()) kind = key;
-    if (key != kind) {
-      spdlog::warn(
-          "event=gpu_skipped gpu={} name=\"{}\" note=\"another GPU kind than GPU {}'s ({}): one ktuned serves "
-          "one kind; run another with --gpus for this one\"",
-          ordinal, SafeText(device.name), node.gpus.front().ordinal,
-          SafeText(node.gpus.front().executor->device().name));
       continue;
     }
     node.gpus.push_back({ordinal, *std::move(started[i])});

@@ -5,11 +5,10 @@
 // as the daemon's environment is, reports how many GPUs the driver sees
 // (its hello's device_count).
 //
-// One ktuned serves one GPU kind: answers are a function of (problem, store,
-// device), and every answer of this daemon is keyed by the first GPU's
-// fingerprint. GPUs of another kind than the first selected are not used
-// (logged, event=gpu_skipped); a node of mixed GPUs runs one ktuned per kind
-// (--gpus and a socket each).
+// One ktuned serves every GPU it selects, of whatever kinds: answers are a
+// function of (problem, store, device), so they are kept per GPU kind
+// (daemon/device_kinds.h) and a request names its kind (the first GPU's by
+// default).
 //
 // Thread-compatible: called once, at start.
 #pragma once
@@ -60,12 +59,12 @@ struct GpuState {
 };
 
 struct NodeGpus {
-  std::vector<GpuExecutor> gpus;    // ascending ordinals, all of one kind
+  std::vector<GpuExecutor> gpus;    // ascending ordinals, of any kinds
   std::string compile_only_reason;  // why there are none
 };
 
 // Starts the first worker to learn the GPU count, then one worker per GPU of
-// `selection` (at once), of the first GPU's kind. No GPU or no driver is
+// `selection` (at once). No GPU or no driver is
 // not an error: `gpus` is empty and `compile_only_reason` says why.
 // INVALID_ARGUMENT when `selection` names GPUs the node lacks.
 absl::StatusOr<NodeGpus> StartGpuWorkers(const WorkerOptions& options, const GpuSelection& selection);

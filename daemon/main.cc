@@ -179,7 +179,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--gpus", gpus_flag,
                  "the GPUs to tune on, a worker process each: all, a count N (the first N), or ordinals (0,2,5); "
-                 "all must be of one kind (GPUs of another kind than the first are left out)")
+                 "of any kinds: answers are per GPU kind, a request picks one (the first GPU's by default)")
       ->capture_default_str();
   try {
     app.parse(argc, argv);

@@ -34,6 +34,12 @@ std::vector<GpuExecutor> OneGpu(std::unique_ptr<CandidateExecutor> executor) {
   return gpus;
 }
 
+std::vector<DeviceKind> KindsOf(const std::vector<GpuExecutor>& gpus) {
+  std::vector<std::pair<int, DeviceInfo>> devices;
+  for (const GpuExecutor& gpu : gpus) devices.emplace_back(gpu.ordinal, gpu.executor->device());
+  return GroupByKind(devices);
+}
+
 }  // namespace
 
 KtuneServiceImpl::KtuneServiceImpl(Store* store, KernelCache* kernel_cache, std::unique_ptr<CandidateExecutor> executor,
@@ -46,9 +52,8 @@ KtuneServiceImpl::KtuneServiceImpl(Store* store, KernelCache* kernel_cache, std:
       options_(options),
       started_(std::chrono::steady_clock::now()),
       metrics_(store->ops(), gpus.empty()),
-      // Every GPU is of the first's kind (daemon/gpus.h): its device keys every answer.
-      answers_(store->ops(), store, kernel_cache, gpus.empty() ? CompileOnlyTarget() : gpus.front().executor->device(),
-               &metrics_),
+      // Answers per GPU kind, the first GPU's first (the default of a request).
+      answers_(store->ops(), store, kernel_cache, KindsOf(gpus), &metrics_),
       // Every entry an import writes is published to the fleet store.
       bundles_(store, &answers_, gpus.empty(),
                [this](const std::vector<v1::Entry>& written) { fleet_.Publish(written); }),
@@ -114,7 +119,7 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::ServeGetConfig(grpc::CallbackServerC
     metrics_.CountAnswer(GetConfigAnswer::kError, start);
     return finish(absl::InvalidArgumentError(absl::StrCat("policy: unknown value ", request->policy())));
   }
-  absl::StatusOr<Resolved> resolved = answers_.Resolve(request->problem());
+  absl::StatusOr<Resolved> resolved = answers_.Resolve(request->problem(), request->device());
   if (!resolved.ok()) {
     metrics_.CountAnswer(GetConfigAnswer::kError, start);
     return finish(resolved.status());
@@ -151,12 +156,14 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::ServeGetConfig(grpc::CallbackServerC
   switch (request->policy()) {
     case v1::CACHED_ONLY:
       metrics_.CountAnswer(GetConfigAnswer::kNotFound, start);
-      return finish(absl::NotFoundError(absl::StrCat("no tuned entry for ", resolved->key.problem_key, " on ",
-                                                     compile_only() ? "this compile-only daemon" : target().name)));
+      return finish(
+          absl::NotFoundError(absl::StrCat("no tuned entry for ", resolved->key.problem_key, " on ",
+                                           compile_only() ? "this compile-only daemon" : resolved->kind->device.name)));
     case v1::TUNE_ON_MISS: {
       reply->pending = true;
-      auto attach = [this, include_cubin, problem = resolved->proto](v1::GetConfigResponse* r) -> absl::Status {
-        return include_cubin ? answers_.AttachVerifiedCode(problem, r) : absl::OkStatus();
+      auto attach = [this, include_cubin, problem = resolved->proto,
+                     device = &resolved->kind->device](v1::GetConfigResponse* r) -> absl::Status {
+        return include_cubin ? answers_.AttachVerifiedCode(problem, *device, r) : absl::OkStatus();
       };
       // Counted once the answer is sent, by what it was: a tuned answer, a
       // refusal (compile-only, queue full), a caller that left, or an error.
@@ -204,7 +211,7 @@ grpc::ServerWriteReactor<v1::TuneEvent>* KtuneServiceImpl::Tune(grpc::CallbackSe
     stream->Close(s);
     return stream;
   }
-  absl::StatusOr<Resolved> resolved = answers_.Resolve(request->problem());
+  absl::StatusOr<Resolved> resolved = answers_.Resolve(request->problem(), request->device());
   if (!resolved.ok()) {
     stream->Close(resolved.status());
     return stream;
@@ -287,7 +294,7 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::GetStatus(grpc::CallbackServerContex
   if (compile_only()) {
     response->set_compile_only_reason(jobs_.compile_only_reason());
   } else {
-    *response->add_devices() = DeviceToProto(target());
+    for (const DeviceKind& kind : kinds()) *response->add_devices() = DeviceToProto(kind.device);
   }
   // Counts the database keeps per (op, device, software): a read of a few
   // rows, whatever the store holds.
@@ -298,7 +305,7 @@ grpc::ServerUnaryReactor* KtuneServiceImpl::GetStatus(grpc::CallbackServerContex
   for (const EntryGroupCount& g : *groups) {
     (*response->mutable_entries_by_op())[g.op] += g.entries;
     total += g.entries;
-    if (g.device_key != answers_.target_key()) continue;  // another GPU's
+    if (answers_.KindOfKey(g.device_key) == nullptr) continue;  // a GPU's this daemon does not serve
     auto current = answers_.current_software().find(g.op);
     if (current != answers_.current_software().end() && current->second != g.software_key) stale += g.entries;
   }

@@ -57,8 +57,8 @@ class KtuneServiceImpl final : public KtuneServiceBase {
   // The ops served are the store's (Store::ops(): BuiltinOps() in ktuned).
   KtuneServiceImpl(Store* store, KernelCache* kernel_cache, std::unique_ptr<CandidateExecutor> executor,
                    std::string compile_only_reason, const ServiceOptions& options = {});
-  // A node's GPUs (daemon/gpus.h), a worker each, all of one kind: answers
-  // are keyed by the first's device. Empty: compile-only, as above.
+  // A node's GPUs (daemon/gpus.h), a worker each, of any kinds: answers are
+  // per kind (daemon/device_kinds.h). Empty: compile-only, as above.
   KtuneServiceImpl(Store* store, KernelCache* kernel_cache, std::vector<GpuExecutor> gpus,
                    std::string compile_only_reason, const ServiceOptions& options = {});
   // Cancels queued tunes and waits for the running ones.
@@ -85,8 +85,9 @@ class KtuneServiceImpl final : public KtuneServiceBase {
                                           v1::DeleteEntriesResponse* response) override;
 
   bool compile_only() const { return jobs_.compile_only(); }
-  // The device answers are keyed by: the GPU, or CompileOnlyTarget().
-  const DeviceInfo& target() const { return answers_.target(); }
+  // The devices answers are keyed by: the GPU kinds, the first GPU's first,
+  // or CompileOnlyTarget() alone.
+  const std::vector<DeviceKind>& kinds() const { return answers_.kinds(); }
   Metrics* metrics() { return metrics_.metrics(); }
   // Brings the gauges (queue depth, entries) up to date before a scrape.
   void RefreshGauges() {

@@ -35,6 +35,17 @@ absl::Status SetTemplateRecipe(const Op& op, const DeviceInfo& device, const Lau
   return absl::OkStatus();
 }
 
+// Slot i's GPU kind, as `answers` numbers the kinds: slot i takes only the
+// jobs of problems resolved to its kind.
+std::vector<int> SlotKinds(const std::vector<GpuExecutor>& gpus, const Answers& answers) {
+  std::vector<int> kinds;
+  for (const GpuExecutor& gpu : gpus) {
+    const DeviceKind* kind = answers.KindOfKey(DeviceKey(gpu.executor->device()));
+    kinds.push_back(kind != nullptr ? kind->index : -1);  // -1: no job is of it (a GPU answers do not know)
+  }
+  return kinds;
+}
+
 }  // namespace
 
 TuneJobs::TuneJobs(Store* store, KernelCache* kernel_cache, std::vector<GpuExecutor> gpus,
@@ -49,7 +60,7 @@ TuneJobs::TuneJobs(Store* store, KernelCache* kernel_cache, std::vector<GpuExecu
       metrics_(metrics),
       tuning_(gpus_.size()),
       options_(options),
-      queue_(options.max_queued_tunes, std::max<int>(1, static_cast<int>(gpus_.size()))) {}
+      queue_(options.max_queued_tunes, SlotKinds(gpus_, *answers)) {}
 
 TuneJobs::~TuneJobs() { queue_.Shutdown(); }
 
@@ -79,8 +90,9 @@ std::set<std::string> TuneJobs::QuarantinedFor(const Resolved& r) {
 
 std::function<void(const std::string&, const std::string&, const std::string&)> TuneJobs::QuarantineFn(
     const Resolved& r, int ordinal) {
-  // Keyed by the GPU kind's fingerprint (the key's device key): the node's
-  // GPUs are of one kind, so a candidate that faulted on one is run on none.
+  // Keyed by the GPU kind's fingerprint (the key's device key): a candidate
+  // that faulted on one GPU is run on no GPU of its kind (the same part, driver
+  // and code), and still on the node's other kinds.
   return
       [this, key = r.key, ordinal](const std::string& candidate, const std::string& reason, const std::string& detail) {
         spdlog::error("event=candidate_quarantined key=\"{}\" gpu={} reason={} candidate=\"{}\" detail=\"{}\"",
@@ -143,7 +155,7 @@ TuneQueue::Result TuneJobs::TuneAndStore(const GpuExecutor& gpu, const Resolved&
   metrics_->CountTune(r.key.problem_key, result);
   if (!result.ok()) return result.status();
 
-  const DeviceInfo& target = answers_->target();
+  const DeviceInfo& target = r.kind->device;  // the GPU's: slots take only jobs of their kind
   v1::Entry entry;
   *entry.mutable_problem() = std::move(result->problem);
   *entry.mutable_device() = DeviceToProto(target);
@@ -185,7 +197,7 @@ absl::StatusOr<std::unique_ptr<TuneQueue::Ticket>> TuneJobs::Join(const Resolved
     return result;
   };
   absl::StatusOr<std::unique_ptr<TuneQueue::Ticket>> ticket =
-      queue_.Join(FlatKey(r.key), priority, std::move(work), std::move(done), std::move(progress));
+      queue_.Join(FlatKey(r.key), priority, std::move(work), std::move(done), std::move(progress), r.kind->index);
   if (!ticket.ok() && absl::IsResourceExhausted(ticket.status())) {
     spdlog::warn("event=tune_rejected key=\"{}\" error=\"{}\"", r.key.problem_key,
                  std::string(ticket.status().message()));

@@ -6,9 +6,10 @@
 // again.
 //
 // A worker per GPU: the queue has a slot per GPU, and a job runs on its
-// slot's executor, so a node of N GPUs (of one kind) runs N tunes at once.
-// The GPUs share one kind, so an answer and a quarantine (keyed by the
-// kind's fingerprint) hold for all of them: a key is tuned once per node.
+// slot's executor, so a node of N GPUs runs N tunes at once. A job is for its
+// problem's GPU kind (Resolved::kind) and runs only on a GPU of that kind; an
+// answer and a quarantine (keyed by the kind's fingerprint) hold for every
+// GPU of the kind: a key is tuned once per node.
 //
 // Thread-safe. Jobs run on the queue's slot threads, at most one per GPU;
 // Join may be called from any thread. The destructor cancels queued jobs and
@@ -41,8 +42,8 @@ struct TuneJobOptions {
 
 class TuneJobs {
  public:
-  // `gpus` run candidates, a job at a time each (REQUIRES: none null, all of
-  // one kind, the one `answers` keys); none makes every Join
+  // `gpus` run candidates, a job at a time each (REQUIRES: none null, each of
+  // a kind of `answers`); none makes every Join
   // FAILED_PRECONDITION (compile-only, for `compile_only_reason`). Nothing
   // else is owned; all must outlive this. `fleet` (not configured: no fleet)
   // is asked before a tune, locks the key across the fleet and is given the

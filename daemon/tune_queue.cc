@@ -6,13 +6,18 @@
 
 namespace ktune {
 
-TuneQueue::TuneQueue(int max_queued, int slots) : max_queued_(max_queued) {
-  slots = std::max(1, slots);
+TuneQueue::TuneQueue(int max_queued, int slots)
+    : TuneQueue(max_queued, std::vector<int>(static_cast<size_t>(std::max(1, slots)), 0)) {}
+
+TuneQueue::TuneQueue(int max_queued, std::vector<int> slot_kinds)
+    : max_queued_(max_queued), slot_kinds_(slot_kinds.empty() ? std::vector<int>{0} : std::move(slot_kinds)) {
   {
     absl::MutexLock lock(&mu_);
-    slot_keys_.assign(static_cast<size_t>(slots), "");
+    slot_keys_.assign(slot_kinds_.size(), "");
   }
-  for (int slot = 0; slot < slots; ++slot) slots_.emplace_back([this, slot] { RunLoop(slot); });
+  for (size_t slot = 0; slot < slot_kinds_.size(); ++slot) {
+    slots_.emplace_back([this, slot] { RunLoop(static_cast<int>(slot)); });
+  }
 }
 
 TuneQueue::~TuneQueue() {
@@ -27,7 +32,12 @@ int TuneQueue::QueuedLocked() const {
 }
 
 absl::StatusOr<std::unique_ptr<TuneQueue::Ticket>> TuneQueue::Join(const std::string& key, JobPriority priority,
-                                                                   Work work, DoneFn done, ProgressFn progress) {
+                                                                   Work work, DoneFn done, ProgressFn progress,
+                                                                   int kind) {
+  if (std::find(slot_kinds_.begin(), slot_kinds_.end(), kind) == slot_kinds_.end()) {
+    // A job no slot would ever take: refused rather than queued for ever.
+    return absl::FailedPreconditionError(absl::StrCat("no GPU of kind ", kind, " tunes here"));
+  }
   absl::MutexLock lock(&mu_);
   if (shutdown_) return absl::UnavailableError("ktuned is shutting down: no new tuning jobs");
   const uint64_t waiter_id = ++next_waiter_;
@@ -51,6 +61,7 @@ absl::StatusOr<std::unique_ptr<TuneQueue::Ticket>> TuneQueue::Join(const std::st
   }
   auto job = std::make_shared<Job>();
   job->key = key;
+  job->kind = kind;
   job->priority = priority;
   job->sequence = ++next_sequence_;
   job->work = std::move(work);
@@ -86,10 +97,10 @@ void TuneQueue::Leave(const std::shared_ptr<Job>& job, uint64_t waiter_id) {
   }
 }
 
-std::shared_ptr<TuneQueue::Job> TuneQueue::PopLocked() {
+std::shared_ptr<TuneQueue::Job> TuneQueue::PopLocked(int kind) {
   std::shared_ptr<Job> best;
   for (const auto& [key, job] : jobs_) {
-    if (job->running) continue;
+    if (job->running || job->kind != kind) continue;
     if (!best || job->priority < best->priority ||
         (job->priority == best->priority && job->sequence < best->sequence)) {
       best = job;
@@ -99,18 +110,26 @@ std::shared_ptr<TuneQueue::Job> TuneQueue::PopLocked() {
 }
 
 void TuneQueue::RunLoop(int slot) {
+  // A slot takes only jobs of its GPU's kind.
+  struct Ready {
+    TuneQueue* queue;
+    int kind;
+    bool operator()() const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      return queue->shutdown_ || queue->PopLocked(kind) != nullptr;
+    }
+  };
+  const int kind = slot_kinds_[static_cast<size_t>(slot)];
+  Ready ready{this, kind};
   while (true) {
     std::shared_ptr<Job> job;
     {
       absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(
-          +[](TuneQueue* q) ABSL_NO_THREAD_SAFETY_ANALYSIS { return q->shutdown_ || q->PopLocked() != nullptr; },
-          this));
+      mu_.Await(absl::Condition(&ready));
       if (shutdown_) {
         // Queued jobs are cancelled below by Shutdown(); nothing runs any more.
         return;
       }
-      job = PopLocked();
+      job = PopLocked(kind);
       job->running = true;
       ++stats_.jobs_started;
       slot_keys_[static_cast<size_t>(slot)] = job->key;

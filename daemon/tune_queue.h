@@ -9,10 +9,12 @@
 // A queued job whose every waiter has gone is dropped; a running one is asked
 // to stop (its cancel flag). Background jobs have no waiters and are kept.
 //
-// Jobs run on `slots` threads, one per GPU worker of the node: each thread
+// Jobs run on slot threads, one per GPU worker of the node: each thread
 // takes the next job (priority, then arrival) when its slot is free, so N
 // GPUs run N tunes at once, and the job learns its slot (which worker to
-// use). Every GPU of the node is of one kind, so any slot serves any job.
+// use). A job is for one GPU kind (its key's device) and a slot is of its
+// GPU's kind: a slot takes only jobs of its kind, so a node of H100s and
+// H200s tunes an H200 problem on an H200.
 //
 // Thread-safe. Callbacks (progress, done) are called from the slot threads
 // without the queue's lock held.
@@ -59,8 +61,11 @@ class TuneQueue {
   };
 
   // `max_queued` bounds the jobs waiting (not counting those running);
-  // `slots` (>= 1) jobs run at once.
+  // `slots` (>= 1) jobs run at once, all of kind 0.
   explicit TuneQueue(int max_queued, int slots = 1);
+  // A slot per item of `slot_kinds` (none: one slot of kind 0), slot i
+  // taking the jobs of kind slot_kinds[i].
+  TuneQueue(int max_queued, std::vector<int> slot_kinds);
   // Cancels queued jobs (their waiters get CANCELLED), waits for the running ones.
   ~TuneQueue();
 
@@ -69,9 +74,10 @@ class TuneQueue {
   // `done` is called once with the job's result; `progress` (may be null) with
   // each event from now on. A null `done` with kBackground queues work nobody
   // waits for. RESOURCE_EXHAUSTED when the queue is full; UNAVAILABLE after
-  // Shutdown().
+  // Shutdown(); FAILED_PRECONDITION when no slot is of `kind`. A key is of
+  // one kind (REQUIRES: every Join of a key passes the same `kind`).
   absl::StatusOr<std::unique_ptr<Ticket>> Join(const std::string& key, JobPriority priority, Work work, DoneFn done,
-                                               ProgressFn progress);
+                                               ProgressFn progress, int kind = 0);
 
   // Refuses new jobs and cancels queued ones. Idempotent.
   void Shutdown();
@@ -90,6 +96,7 @@ class TuneQueue {
   };
   struct Job {
     std::string key;
+    int kind = 0;  // only slots of this kind take it
     JobPriority priority;
     uint64_t sequence;  // arrival order
     Work work;
@@ -101,11 +108,12 @@ class TuneQueue {
 
   void Leave(const std::shared_ptr<Job>& job, uint64_t waiter_id);
   void RunLoop(int slot);
-  // Picks the next job: lowest priority value, then earliest sequence.
-  std::shared_ptr<Job> PopLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Picks the next job of `kind`: lowest priority value, then earliest sequence.
+  std::shared_ptr<Job> PopLocked(int kind) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int QueuedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int max_queued_;
+  const std::vector<int> slot_kinds_;  // slot -> the kind of jobs it takes
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);  // queued or running
   uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 0;

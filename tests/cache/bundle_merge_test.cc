@@ -35,7 +35,7 @@ struct FakeStore {
 // A GPU target equal to MakeTestEntry's device and software.
 MergeTarget H200Target() {
   MergeTarget t;
-  t.device = MakeTestEntry().device();
+  t.devices = {MakeTestEntry().device()};
   t.software_for = [](const v1::Entry&) -> absl::StatusOr<v1::SoftwareFingerprint> {
     return MakeTestEntry().software();
   };
@@ -180,6 +180,33 @@ TEST_CASE("compatibility is judged against the target's GPU and software", "[cac
       CHECK(plan->report.rejected() == 1);
       CHECK(plan->writes.empty());
     }
+  }
+  SECTION("a target of two GPU kinds: an entry of either is exact, a driver away is stored under its kind") {
+    MergeTarget two = H200Target();
+    v1::DeviceFingerprint h100 = exact.device();
+    h100.set_name("NVIDIA H100 80GB HBM3");
+    h100.set_sm_count(132);
+    two.devices.insert(two.devices.begin(), h100);  // the H200 is not the first kind
+    v1::Entry h200_other_driver = exact;
+    h200_other_driver.mutable_device()->set_driver_version(12040);
+    v1::Entry h100_entry = exact;
+    *h100_entry.mutable_device() = h100;
+    v1::Entry b200 = exact;
+    b200.mutable_device()->set_name("NVIDIA B200");
+    auto plan = PlanMerge(BuiltinOps(), {exact, h100_entry, h200_other_driver, b200}, v1::PREFER_INCOMING, two,
+                          FakeStore().Lookup());
+    REQUIRE(plan.ok());
+    REQUIRE(plan->report.decisions_size() == 4);
+    CHECK(plan->report.decisions(0).compatibility() == "exact");
+    CHECK(plan->report.decisions(1).compatibility() == "exact");
+    CHECK(plan->report.decisions(2).compatibility() == "compatible");
+    CHECK(plan->report.decisions(3).compatibility() == "incompatible");
+    CHECK(plan->report.decisions(3).reason().find("none of this daemon's 2 GPU kinds fits") != std::string::npos);
+    // exact and its other-driver copy land on one key (the H200's); the H100's has its own.
+    REQUIRE(plan->writes.size() == 2);
+    CHECK(plan->writes[0].device().name() == exact.device().name());
+    CHECK(plan->writes[0].device().driver_version() == exact.device().driver_version());
+    CHECK(plan->writes[1].device().name() == "NVIDIA H100 80GB HBM3");
   }
   SECTION("an op the target cannot key is rejected with the target's reason") {
     MergeTarget target = H200Target();

@@ -663,7 +663,7 @@ TEST_CASE("Store: Delete takes a problem or the stale entries, and a dry run cha
   const EntryKey current_key = KeyOrFail(current);
 
   EntryFilter filter;
-  filter.stale = EntryFilter::Stale{current_key.device_key, {{"rmsnorm.fwd", current_key.software_key}}};
+  filter.stale = EntryFilter::Stale{{current_key.device_key}, {{"rmsnorm.fwd", current_key.software_key}}};
 
   auto dry = store->Delete(filter, /*dry_run=*/true, 10);
   REQUIRE(dry.ok());
@@ -685,12 +685,31 @@ TEST_CASE("Store: Delete takes a problem or the stale entries, and a dry run cha
   CHECK(store->Get(KeyOrFail(stale))->has_value() == false);
   CHECK(store->Get(KeyOrFail(other_gpu))->has_value());  // another GPU's entries are not stale here
 
+  // A daemon of two GPU kinds finds the stale entries of both, and of no other.
+  v1::Entry third_gpu = other_gpu;
+  third_gpu.mutable_device()->set_name("NVIDIA B200");
+  REQUIRE(store->PutAll({third_gpu}).ok());
+  EntryFilter both = filter;
+  both.stale->device_keys.push_back(KeyOrFail(other_gpu).device_key);
+  auto two_kinds = store->Delete(both, /*dry_run=*/true, 10);
+  REQUIRE(two_kinds.ok());
+  REQUIRE(two_kinds->listed.size() == 1);
+  CHECK(two_kinds->listed[0] == KeyOrFail(other_gpu));
+  EntryFilter no_kind = filter;
+  no_kind.stale->device_keys.clear();
+  CHECK(store->Delete(no_kind, /*dry_run=*/true, 10)->deleted == 0);
+  EntryFilter problem;
+  problem.op = "rmsnorm.fwd";
+  problem.problem_key = KeyOrFail(third_gpu).problem_key;
+  REQUIRE(store->Delete(problem, false, 10).ok());
+  CHECK(CountAll(*store) == 1);  // the problem's entries of every GPU went; `current` stays
+
   // Nothing deletes a whole store by accident.
   CHECK(store->Delete(EntryFilter{}, false, 10).status().code() == absl::StatusCode::kInvalidArgument);
   EntryFilter op_only;
   op_only.op = "rmsnorm.fwd";
   CHECK(store->Delete(op_only, false, 10).status().code() == absl::StatusCode::kInvalidArgument);
-  CHECK(CountAll(*store) == 2);
+  CHECK(CountAll(*store) == 1);
 }
 
 TEST_CASE("Store: Nearest finds the nearest M of a family by ratio", "[cache][scale]") {

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <map>
 #include <set>
 #include <thread>
 #include <vector>
@@ -268,6 +269,51 @@ TEST_CASE("with a slot per GPU, jobs run at once, one per slot, and a key is sti
   absl::MutexLock lock(&mu);
   CHECK(slots == std::set<int>{0, 1});
   CHECK(queue.stats().slot_keys == std::vector<std::string>{"", ""});
+}
+
+TEST_CASE("a slot takes only jobs of its GPU kind: an idle slot of another kind leaves them queued",
+          "[daemon][queue]") {
+  // Slot 0 is an H100 (kind 0), slots 1 and 2 are H200s (kind 1).
+  TuneQueue queue(8, std::vector<int>{0, 1, 1});
+  absl::Notification release;
+  absl::Mutex mu;
+  std::map<std::string, int> ran_on;  // key -> slot
+  auto on_slot = [&](const std::string& key) {
+    return [&, key](int slot, const std::atomic<bool>&, const TuneQueue::ProgressFn&) -> Result {
+      {
+        absl::MutexLock lock(&mu);
+        ran_on[key] = slot;
+      }
+      release.WaitForNotification();
+      return Answer(1);
+    };
+  };
+  Collector c;
+  // Three H200 jobs: two run at once on the two H200 slots, the third waits
+  // although the H100's slot is idle.
+  std::vector<absl::StatusOr<std::unique_ptr<TuneQueue::Ticket>>> tickets;
+  for (const char* key : {"h200-a", "h200-b", "h200-c"}) {
+    tickets.push_back(queue.Join(key, JobPriority::kInteractive, on_slot(key), c.done(), nullptr, /*kind=*/1));
+    REQUIRE(tickets.back().ok());
+  }
+  WaitFor([&] { return queue.stats().running == 2; });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK(queue.stats().running == 2);
+  CHECK(queue.stats().queued == 1);
+  CHECK(queue.stats().slot_keys[0].empty());
+  // An H100 job takes the H100's slot at once, even behind queued H200 work.
+  tickets.push_back(queue.Join("h100", JobPriority::kBackground, on_slot("h100"), c.done(), nullptr, /*kind=*/0));
+  REQUIRE(tickets.back().ok());
+  WaitFor([&] { return queue.stats().running == 3; });
+  CHECK(queue.stats().slot_keys[0] == "h100");
+  // A kind no slot has is refused, not queued for ever.
+  auto nowhere = queue.Join("b200", JobPriority::kInteractive, on_slot("b200"), c.done(), nullptr, /*kind=*/2);
+  CHECK(nowhere.status().code() == absl::StatusCode::kFailedPrecondition);
+  release.Notify();
+  WaitFor([&] { return c.count() == 4; });
+  absl::MutexLock lock(&mu);
+  CHECK(ran_on.at("h100") == 0);
+  for (const char* key : {"h200-a", "h200-b", "h200-c"}) CHECK(ran_on.at(key) != 0);
 }
 
 }  // namespace

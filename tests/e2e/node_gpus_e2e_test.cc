@@ -1,12 +1,15 @@
 // One ktuned over every GPU of a node (daemon/gpus.h): a worker per GPU, tune
 // jobs spread over them. The fake worker device stands in for the GPUs
-// (KTUNE_WORKER_FAKE_DEVICE_COUNT=N: N fake GPUs of one kind), with a delay
+// (KTUNE_WORKER_FAKE_DEVICE_COUNT=N: N fake GPUs; KTUNE_WORKER_FAKE_DEVICE_NAME=A,B
+// gives them kinds), with a delay
 // per run (KTUNE_WORKER_FAKE_DELAY_MS) so a tune's wall time is the GPU's,
 // not the daemon's. The real several-GPU measurement is on the GPU machine.
 #include <catch2/catch.hpp>
 #include <set>
+#include <sstream>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/prewarm.h"
 #include "tests/e2e/daemon_process.h"
@@ -186,21 +189,104 @@ TEST_CASE("ktune status lists every GPU, busy or idle", "[e2e][gpus]") {
   CHECK(daemon.Stop() == 0);
 }
 
-TEST_CASE("a GPU of another kind than the first is left out and said so", "[e2e][gpus]") {
+// How many tunes the log says started on GPU `gpu`.
+int TuneStartsOn(const std::string& log, int gpu) {
+  int count = 0;
+  std::istringstream lines(log);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("event=tune_start ") != std::string::npos && absl::EndsWith(line, absl::StrCat(" gpu=", gpu)))
+      ++count;
+  }
+  return count;
+}
+
+TEST_CASE("one ktuned serves GPUs of two kinds: answers per kind, a tune runs on a GPU of the kind asked for",
+          "[e2e][gpus]") {
   TempDir dir;
   DaemonProcess daemon(dir.path(), dir.path() + "/cache.db");
   REQUIRE(
       daemon.Start({}, {kFakeDeviceEnv, "KTUNE_WORKER_FAKE_DEVICE_COUNT=3", "KTUNE_WORKER_FAKE_DEVICE_NAME=A,B,A"}));
+  const std::string kA = "ktune fake device (tests only) A", kB = "ktune fake device (tests only) B";
   auto status = daemon.NewClient()->GetStatus();
   REQUIRE(status.ok());
-  // Answers are keyed by GPU 0's kind; GPU 1's would be another key.
-  REQUIRE(status->gpus_size() == 2);
-  CHECK(status->gpus(0).ordinal() == 0);
-  CHECK(status->gpus(1).ordinal() == 2);
-  CHECK(status->gpus(1).device().name() == "ktune fake device (tests only) A");
-  REQUIRE(status->devices_size() == 1);
-  CHECK(status->devices(0).name() == "ktune fake device (tests only) A");
-  CHECK(daemon.Log().find("event=gpu_skipped gpu=1 name=\"ktune fake device (tests only) B\"") != std::string::npos);
+  // Every GPU has a worker; the kinds are listed in GPU order, the first GPU's first.
+  REQUIRE(status->gpus_size() == 3);
+  CHECK(status->gpus(1).device().name() == kB);
+  REQUIRE(status->devices_size() == 2);
+  CHECK(status->devices(0).name() == kA);
+  CHECK(status->devices(1).name() == kB);
+
+  // No selector: the first kind. A tune for kind B runs on GPU 1, the only B.
+  v1::TuneRequest tune_a;
+  *tune_a.mutable_problem() = RmsProblem(256, 1024);
+  auto tuned_a = daemon.NewClient()->Tune(tune_a, nullptr);
+  REQUIRE(tuned_a.ok());
+  CHECK(tuned_a->device().name() == kA);
+  v1::TuneRequest tune_b = tune_a;
+  tune_b.mutable_device()->set_name(kB);
+  auto tuned_b = daemon.NewClient()->Tune(tune_b, nullptr);
+  REQUIRE(tuned_b.ok());
+  CHECK(tuned_b->device().name() == kB);
+  CHECK(TuneStartsOn(daemon.Log(), 1) == 1);
+  CHECK(TuneStartsOn(daemon.Log(), 2) == 0);
+
+  // Each kind has its own entry: GPU 2 is an A, so it is answered by A's.
+  v1::GetConfigRequest get;
+  *get.mutable_problem() = RmsProblem(256, 1024);
+  get.set_policy(v1::CACHED_ONLY);
+  get.mutable_device()->set_gpu(2);
+  auto on_gpu2 = daemon.NewClient()->GetConfig(get);
+  REQUIRE(on_gpu2.ok());
+  CHECK(on_gpu2->source() == v1::TUNED);
+  CHECK(on_gpu2->device().name() == kA);
+  CHECK(on_gpu2->measurement().time_us() == tuned_a->measurement().time_us());
+  get.mutable_device()->set_name(kB);
+  auto on_b = daemon.NewClient()->GetConfig(get);
+  REQUIRE(on_b.ok());
+  CHECK(on_b->device().name() == kB);
+
+  // A kind this node does not have is an error that names the ones it has.
+  get.mutable_device()->set_name("NVIDIA B200");
+  auto unknown = daemon.NewClient()->GetConfig(get);
+  REQUIRE_FALSE(unknown.ok());
+  CHECK(unknown.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(unknown.status().message()).find(kB) != std::string::npos);
+  get.mutable_device()->set_gpu(7);
+  auto no_gpu = daemon.NewClient()->GetConfig(get);
+  CHECK(no_gpu.status().code() == absl::StatusCode::kInvalidArgument);
+
+  // The CLI selects a kind by name or by GPU ordinal.
+  const std::string cli = std::string(KTUNE_CLI_PATH) + " --server " + daemon.address();
+  auto by_gpu = RunCommand(cli + " get rmsnorm.fwd --m 256 --n 1024 --policy cached --gpu 1", dir.path());
+  CHECK(by_gpu.exit_code == 0);
+  CHECK(by_gpu.out.find(kB) != std::string::npos);
+  auto status_out = RunCommand(cli + " status", dir.path());
+  CHECK(status_out.out.find("gpu kinds") != std::string::npos);
+  CHECK(daemon.Stop() == 0);
+}
+
+TEST_CASE("a prewarm covers every GPU kind of a server", "[e2e][gpus]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.path(), dir.path() + "/cache.db");
+  REQUIRE(daemon.Start({}, {kFakeDeviceEnv, "KTUNE_WORKER_FAKE_DEVICE_COUNT=2", "KTUNE_WORKER_FAKE_DEVICE_NAME=A,B"}));
+  PrewarmOptions options;
+  options.call_timeout_s = 120;
+  const std::vector<PrewarmProblem> problems = Problems(2, 1024);
+  PrewarmReport report = Prewarm(problems, {daemon.address()}, options, nullptr);
+  CHECK(report.complete());
+  // Each problem once per kind.
+  CHECK(report.count(PrewarmOutcome::kTuned) == 4);
+  REQUIRE(report.servers.size() == 1);
+  const std::string& kinds = report.servers[0].kind;
+  CHECK(kinds.find("ktune fake device (tests only) A") < kinds.find(" + "));
+  CHECK(kinds.find("ktune fake device (tests only) B") > kinds.find(" + "));
+  v1::GetConfigRequest get;
+  *get.mutable_problem() = RmsProblem(128, 1024);
+  get.set_policy(v1::CACHED_ONLY);
+  get.mutable_device()->set_name("ktune fake device (tests only) B");
+  auto b = daemon.NewClient()->GetConfig(get);
+  REQUIRE(b.ok());
+  CHECK(b->source() == v1::TUNED);
   CHECK(daemon.Stop() == 0);
 }
 

@@ -234,7 +234,7 @@ TEST_CASE("A third op in a local registry is stored and answered with no op code
   absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(ops, dir.path() + "/cache.db");
   REQUIRE(store.ok());
   ServiceMetrics metrics(ops, /*compile_only=*/true);
-  Answers answers(ops, store->get(), /*kernel_cache=*/nullptr, CompileOnlyTarget(), &metrics);
+  Answers answers(ops, store->get(), /*kernel_cache=*/nullptr, GroupByKind({}), &metrics);
 
   // Resolved through the fake op: its key, its software.
   absl::StatusOr<Resolved> r = answers.Resolve(GemmProblem(64));

@@ -88,6 +88,30 @@ def parse_shapes(text):
     return shapes
 
 
+def quack_layernorm(fwd, bwd):
+    """Quack's LayerNorm kernels as fn(x, w, b) with a backward. The casts of
+    w and b to fp32 (N elements each, kernels of their own) are counted in
+    Quack's time: the bench's weights are bf16, as a model's are."""
+    import torch as t
+
+    class QuackLayerNorm(t.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w, b):
+            y, rstd, mean = fwd(x, w.float(), b.float() if b is not None else None, eps=EPS, return_rstd=True,
+                                return_mean=True)
+            ctx.save_for_backward(x, w, rstd, mean)
+            ctx.has_bias = b is not None
+            return y
+
+        @staticmethod
+        def backward(ctx, dy):
+            x, w, rstd, mean = ctx.saved_tensors
+            dx, dw, db = bwd(x, w, dy.contiguous(), rstd, mean, has_bias=ctx.has_bias)
+            return dx, dw, db
+
+    return lambda x, w, b: QuackLayerNorm.apply(x, w, b)
+
+
 def optional_peer_fn(name, op):
     """(fn(x, w, b), None) for an optional peer, or (None, why) when it cannot run."""
     try:
@@ -101,8 +125,10 @@ def optional_peer_fn(name, op):
             if op == "rmsnorm":
                 from quack.rmsnorm import rmsnorm
                 return (lambda x, w, b: rmsnorm(x, w, eps=EPS)), None
-            from quack.rmsnorm import layernorm  # not in every release
-            return (lambda x, w, b: layernorm(x, w, b, eps=EPS)), None
+            # quack-kernels 0.6.5 has no autograd LayerNorm, only
+            # layernorm_fwd/layernorm_bwd (fp32 weight and bias): wrap them.
+            from quack.rmsnorm import layernorm_bwd, layernorm_fwd
+            return quack_layernorm(layernorm_fwd, layernorm_bwd), None
     except Exception as e:  # an import or API mismatch: report it, time the rest
         return None, f"{type(e).__name__}: {e}"
     return None, f"unknown peer {name}"

@@ -118,7 +118,9 @@ def optional_peer_fn(name, op):
         if name == "liger":
             if op == "rmsnorm":
                 from liger_kernel.ops.rms_norm import LigerRMSNormFunction
-                return (lambda x, w, b: LigerRMSNormFunction.apply(x, w, EPS)), None
+                # in_place=False: Liger's default writes dx into dy, which
+                # would change the dy every later peer is verified on.
+                return (lambda x, w, b: LigerRMSNormFunction.apply(x, w, EPS, 0.0, "llama", False)), None
             from liger_kernel.ops.layer_norm import LigerLayerNormFunction
             return (lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, EPS)), None
         if name == "quack":

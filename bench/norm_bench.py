@@ -58,10 +58,82 @@ SHAPES = [(32768, 1024), (32768, 4096), (16384, 8192), (8192, 16384), (65536, 20
 # --shapes cliff: issue 3's non-power-of-two row lengths beside their
 # neighbouring powers of two, at one M, to show there is no performance cliff.
 CLIFF_SHAPES = [(8192, n) for n in (2048, 3000, 4096, 5120, 6144, 8192, 12288, 14336, 16384)]
+# Issue 34's inference shapes: decode steps (M = 1-256 tokens) at two hidden
+# sizes, and Qwen3-style per-head q/k norms (N = 128, M = tokens x 32 heads).
+DECODE_SHAPES = [(m, n) for m in (1, 4, 16, 64, 256) for n in (4096, 8192)]
+QK_SHAPES = [(8192 * 32, 128), (64 * 32, 128)]
+SHAPE_SETS = {"all": SHAPES, "cliff": CLIFF_SHAPES, "decode": DECODE_SHAPES, "qk": QK_SHAPES,
+              "issue34": SHAPES + DECODE_SHAPES + QK_SHAPES}
 L2_BYTES = 60 << 20
 EPS = 1e-6
 COPY_REF_TBS = 4.27
 PEERS = ("eager", "compile", "compile_ma")
+# Optional peers, timed when --peers names them and their package imports
+# (carried as wheels, bench/run_python_h200.sh): Liger-Kernel's Triton norms
+# and Quack's CuTe-DSL norms. A peer that does not import is dropped with its
+# reason printed, so a run without the wheels still times the others.
+OPTIONAL_PEERS = ("liger", "quack")
+
+
+def parse_shapes(text):
+    """--shapes: a named set (SHAPE_SETS) or MxN[,MxN...]; None if malformed."""
+    if text in SHAPE_SETS:
+        return list(SHAPE_SETS[text])
+    try:
+        shapes = [tuple(int(v) for v in s.split("x")) for s in text.split(",")]
+    except ValueError:
+        return None
+    if not shapes or any(len(s) != 2 or min(s) < 1 for s in shapes):
+        return None
+    return shapes
+
+
+def quack_layernorm(fwd, bwd):
+    """Quack's LayerNorm kernels as fn(x, w, b) with a backward. The casts of
+    w and b to fp32 (N elements each, kernels of their own) are counted in
+    Quack's time: the bench's weights are bf16, as a model's are."""
+    import torch as t
+
+    class QuackLayerNorm(t.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w, b):
+            y, rstd, mean = fwd(x, w.float(), b.float() if b is not None else None, eps=EPS, return_rstd=True,
+                                return_mean=True)
+            ctx.save_for_backward(x, w, rstd, mean)
+            ctx.has_bias = b is not None
+            return y
+
+        @staticmethod
+        def backward(ctx, dy):
+            x, w, rstd, mean = ctx.saved_tensors
+            dx, dw, db = bwd(x, w, dy.contiguous(), rstd, mean, has_bias=ctx.has_bias)
+            return dx, dw, db
+
+    return lambda x, w, b: QuackLayerNorm.apply(x, w, b)
+
+
+def optional_peer_fn(name, op):
+    """(fn(x, w, b), None) for an optional peer, or (None, why) when it cannot run."""
+    try:
+        if name == "liger":
+            if op == "rmsnorm":
+                from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+                # in_place=False: Liger's default writes dx into dy, which
+                # would change the dy every later peer is verified on.
+                return (lambda x, w, b: LigerRMSNormFunction.apply(x, w, EPS, 0.0, "llama", False)), None
+            from liger_kernel.ops.layer_norm import LigerLayerNormFunction
+            return (lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, EPS)), None
+        if name == "quack":
+            if op == "rmsnorm":
+                from quack.rmsnorm import rmsnorm
+                return (lambda x, w, b: rmsnorm(x, w, eps=EPS)), None
+            # quack-kernels 0.6.5 has no autograd LayerNorm, only
+            # layernorm_fwd/layernorm_bwd (fp32 weight and bias): wrap them.
+            from quack.rmsnorm import layernorm_bwd, layernorm_fwd
+            return quack_layernorm(layernorm_fwd, layernorm_bwd), None
+    except Exception as e:  # an import or API mismatch: report it, time the rest
+        return None, f"{type(e).__name__}: {e}"
+    return None, f"unknown peer {name}"
 
 
 def sh(cmd):
@@ -321,6 +393,12 @@ def run_shape(args, op, m, n, ceiling):
     variants["compile"] = torch.compile(fn, dynamic=False)
     if "compile_ma" in args.peers:
         variants["compile_ma"] = torch.compile(fn, dynamic=False, mode="max-autotune-no-cudagraphs")
+    for name in OPTIONAL_PEERS:
+        if name in args.peers:
+            f, why = optional_peer_fn(name, op)
+            if f is None:
+                raise RuntimeError(f"peer {name} for {op} cannot run ({why}); leave it out of --peers")
+            variants[name] = f
     xg = [x.detach().clone().requires_grad_(True) for x in xs]
     wg = w.detach().clone().requires_grad_(True)
     bg = b.detach().clone().requires_grad_(True) if has_bias else None
@@ -386,19 +464,18 @@ def main():
     ap.add_argument("--ops", default="rmsnorm,layernorm")
     ap.add_argument("--peers", default=",".join(PEERS))
     ap.add_argument("--shapes", default="all",
-                    help="all (the bench shapes), cliff (non-powers of two and their neighbours), "
+                    help="all (the training shapes), cliff (non-powers of two and their neighbours), "
+                         "decode (M 1-256 x N 4096, 8192), qk (N = 128 per-head norms), issue34 (all three), "
                          "or e.g. 32768x1024,4096x5120")
     ap.add_argument("--commit", help="the commit measured, for the JSON (default: git rev-parse --short HEAD)")
     args = ap.parse_args()
     args.peers = [p for p in args.peers.split(",") if p]
-    shapes = {"all": SHAPES, "cliff": CLIFF_SHAPES}.get(args.shapes)
+    shapes = parse_shapes(args.shapes)
     if shapes is None:
-        try:
-            shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
-        except ValueError:
-            shapes = []
-        if not shapes or any(len(s) != 2 or min(s) < 1 for s in shapes):
-            ap.error(f"--shapes {args.shapes!r}: expected all, cliff, or MxN[,MxN...] with M, N >= 1")
+        ap.error(f"--shapes {args.shapes!r}: expected {', '.join(SHAPE_SETS)}, or MxN[,MxN...] with M, N >= 1")
+    unknown = [p for p in args.peers if p not in PEERS + OPTIONAL_PEERS]
+    if unknown:
+        ap.error(f"--peers: unknown {unknown}; known: {', '.join(PEERS + OPTIONAL_PEERS)}")
     torch.manual_seed(0)
     ceiling = copy_ceiling_tbs()
     info = run_info(args.commit)

@@ -34,6 +34,16 @@ if [ -n "$gpu_filter" ]; then
   summary+=("gpu tests exit: ${PIPESTATUS[0]}")
 fi
 
+# Peer packages carried as wheels in .wheels (Liger; Quack with its CuTe-DSL
+# wheels, whose 92 MB libs-cu13 wheel must be brought over two calls and put
+# together in PEER_WHEELS_DIR first): installed into a folder on PYTHONPATH,
+# beside the machine's torch, for norm_bench.py's --peers liger,quack.
+wheels=$(ls .wheels/*.whl "${PEER_WHEELS_DIR:-/nonexistent}"/*.whl 2>/dev/null)
+if [ -n "$wheels" ]; then
+  python3 -m pip install -q --no-deps --no-index --no-compile --target "$work/peers" $wheels \
+    && export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$work/peers
+fi
+
 source bench/device_ktuned.sh
 start_ktuned "$sock"
 

@@ -39,6 +39,20 @@ enum class LoadHint { kReuse, kOnce, kKeepL2 };
 template <int BYTES, LoadHint HINT>
 struct GlobalAccess;
 
+// One byte (a single fp8 output element): plain accesses, no hints.
+template <LoadHint HINT>
+struct GlobalAccess<1, HINT> {
+  __device__ __forceinline__ static void load(const void* p, unsigned int* w) {
+    unsigned short h;
+    asm volatile("ld.global.u8 %0, [%1];" : "=h"(h) : "l"(p));
+    w[0] = h;
+  }
+  __device__ __forceinline__ static void store(void* p, const unsigned int* w) {
+    const unsigned short h = static_cast<unsigned short>(w[0] & 0xffu);
+    asm volatile("st.global.u8 [%0], %1;" ::"l"(p), "h"(h) : "memory");
+  }
+};
+
 template <LoadHint HINT>
 struct GlobalAccess<2, HINT> {
   __device__ __forceinline__ static void load(const void* p, unsigned int* w) {

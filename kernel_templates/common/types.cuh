@@ -16,9 +16,20 @@ struct fp16 {
   unsigned short bits;
 };
 // fp8 e4m3 (OCP "E4M3FN"): 1 sign, 4 exponent (bias 7), 3 mantissa bits; no
-// infinities, 0x7f / 0xff are NaN. Storage only (GEMM operands).
+// infinities, 0x7f / 0xff are NaN. Storage only (GEMM operands, the fp8
+// output of RMSNorm). Its conversions need sm_89 or newer.
 struct e4m3 {
   unsigned char bits;
+};
+
+// Whether T is e4m3 (no <type_traits> under NVRTC without host headers).
+template <typename T>
+struct IsE4m3 {
+  static constexpr bool value = false;
+};
+template <>
+struct IsE4m3<e4m3> {
+  static constexpr bool value = true;
 };
 
 static_assert(sizeof(bf16) == 2, "bf16 must be 2 bytes");
@@ -87,6 +98,25 @@ __device__ __forceinline__ float to_float(fp16 v) {
   return f;
 }
 __device__ __forceinline__ float to_float(float v) { return v; }
+
+// e4m3 widens exactly to fp16, then to f32.
+__device__ __forceinline__ float to_float(e4m3 v) {
+  unsigned int halves;
+  const unsigned short pair = v.bits;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(halves) : "h"(pair));
+  float f;
+  asm("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, %1; cvt.f32.f16 %0, lo; }" : "=f"(f) : "r"(halves));
+  return f;
+}
+
+// Two floats to two e4m3 bytes (lo in bits 0..7), rounded to nearest even and
+// saturated to +-448 (satfinite: finite values past the largest clamp to it,
+// NaN stays NaN), as a quantized activation is.
+__device__ __forceinline__ unsigned short pack_e4m3x2(float lo, float hi) {
+  unsigned short r;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
+  return r;
+}
 
 __device__ __forceinline__ unsigned short float_to_bf16_bits(float v) {
   unsigned short r;
@@ -217,6 +247,27 @@ struct ElementTraits<fp16> {
     } else {
 #pragma unroll
       for (int i = 0; i < COUNT / 2; ++i) words[i] = pack_fp16x2(values[2 * i], values[2 * i + 1]);
+    }
+  }
+};
+
+// e4m3 as an output only (norms write it, nothing here reads it packed):
+// four elements per word, element 0 in the low byte.
+template <>
+struct ElementTraits<e4m3> {
+  static constexpr int kBytes = 1;
+  template <int COUNT>
+  __device__ __forceinline__ static void pack(const float* values, unsigned int* words) {
+    if (COUNT == 1) {
+      words[0] = pack_e4m3x2(values[0], 0.0f) & 0xffu;
+    } else if (COUNT == 2) {
+      words[0] = pack_e4m3x2(values[0], values[1]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < COUNT / 4; ++i) {
+        words[i] = static_cast<unsigned int>(pack_e4m3x2(values[4 * i], values[4 * i + 1])) |
+                   (static_cast<unsigned int>(pack_e4m3x2(values[4 * i + 2], values[4 * i + 3])) << 16);
+      }
     }
   }
 };

@@ -21,6 +21,7 @@
 // SMEM_PARTIALS: the dw/db partials live in dynamic shared memory
 // (norm/norm_bwd.cuh); the launch passes PARTS * CHUNKS * VEC * THREADS * 4 bytes.
 // PREFETCH_L2: the next row block is prefetched into L2 (norm/norm_bwd.cuh).
+// WEIGHT_OFFSET: the forward applied (1 + w) (norm/norm_bwd.cuh).
 // REQUIRES: x, dy, w, dx and ws aligned to 16 bytes.
 #pragma once
 
@@ -28,8 +29,8 @@
 
 namespace ktune {
 
-template <typename TIn, typename TOut, typename TW, bool HAS_WEIGHT, bool HAS_BIAS, int NUM_WARPS,
-          int XBLOCK, int VEC, int CHUNKS, bool PERSISTENT, int PIPELINE, int SPLIT_SIZE,
+template <typename TIn, typename TOut, typename TW, bool HAS_WEIGHT, bool HAS_BIAS, bool WEIGHT_OFFSET,
+          int NUM_WARPS, int XBLOCK, int VEC, int CHUNKS, bool PERSISTENT, int PIPELINE, int SPLIT_SIZE,
           int CTAS_PER_SM, bool SMEM_PARTIALS, bool PREFETCH_L2>
 __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
     layernorm_bwd(const TIn* __restrict__ x, const TIn* __restrict__ dy, const TW* __restrict__ w,
@@ -39,8 +40,8 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
                 "occupancy target out of range");
   norm_bwd_detail::fused_bwd</*LN=*/true, TIn, TOut, TW, HAS_WEIGHT, HAS_BIAS, NUM_WARPS, XBLOCK,
                              VEC, CHUNKS, PERSISTENT, PIPELINE, SPLIT_SIZE, SMEM_PARTIALS,
-                             PREFETCH_L2>(x, dy, w, mean, rstd,
-                                                                           dx, ws, M, N);
+                             PREFETCH_L2, WEIGHT_OFFSET, /*RESIDUAL=*/false>(x, dy, nullptr, w, mean, rstd, dx,
+                                                                            ws, M, N);
 }
 
 // The same in clusters of CLUSTER CTAs (2, 4 or 8; sm_90) that add up their
@@ -48,9 +49,9 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
 // row per cluster, P = gridDim.x / CLUSTER, and the grid is a multiple of
 // CLUSTER. The launch passes PARTS * CHUNKS * VEC * THREADS * 4 bytes of
 // dynamic shared memory (the partials' staging) whether or not SMEM_PARTIALS.
-template <typename TIn, typename TOut, typename TW, bool HAS_WEIGHT, bool HAS_BIAS, int NUM_WARPS, int VEC,
-          int CHUNKS, int PIPELINE, int SPLIT_SIZE, int CTAS_PER_SM, bool SMEM_PARTIALS, bool PREFETCH_L2,
-          int CLUSTER>
+template <typename TIn, typename TOut, typename TW, bool HAS_WEIGHT, bool HAS_BIAS, bool WEIGHT_OFFSET,
+          int NUM_WARPS, int VEC, int CHUNKS, int PIPELINE, int SPLIT_SIZE, int CTAS_PER_SM, bool SMEM_PARTIALS,
+          bool PREFETCH_L2, int CLUSTER>
 __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM) __cluster_dims__(CLUSTER, 1, 1)
     layernorm_bwd_cluster(const TIn* __restrict__ x, const TIn* __restrict__ dy, const TW* __restrict__ w,
                           const float* __restrict__ mean, const float* __restrict__ rstd,
@@ -59,7 +60,7 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM) __cluster_dims__(
                 "occupancy target out of range");
   norm_bwd_detail::fused_bwd</*LN=*/true, TIn, TOut, TW, HAS_WEIGHT, HAS_BIAS, NUM_WARPS, /*XBLOCK=*/1, VEC,
                              CHUNKS, /*PERSISTENT=*/true, PIPELINE, SPLIT_SIZE, SMEM_PARTIALS, PREFETCH_L2,
-                             CLUSTER>(x, dy, w, mean, rstd, dx, ws, M, N);
+                             WEIGHT_OFFSET, /*RESIDUAL=*/false, CLUSTER>(x, dy, nullptr, w, mean, rstd, dx, ws, M, N);
 }
 
 }  // namespace ktune

@@ -4,6 +4,8 @@
 //   rstd[i] = 1 / sqrt(mean_j((x[i, j] - mean[i])^2) + eps)
 //   y[i, j] = (x[i, j] - mean[i]) * rstd[i] * w[j] + b[j]   (w = 1, b = 0 when absent)
 //
+// WEIGHT_OFFSET applies the weight as (1 + w[j]) (ktune.proto's NormProblem).
+//
 // Inputs and outputs are bf16, fp16 or fp32; w and b are TW (the input's type
 // or fp32); all arithmetic is fp32. The geometry is rmsnorm_fwd's (see there):
 // XBLOCK rows per CTA at a time, THREADS / XBLOCK threads per row, CHUNKS
@@ -41,8 +43,8 @@
 namespace ktune {
 namespace layernorm_fwd_detail {
 
-// y = (x - mu) * r * w + b, rounded to TOut and stored.
-template <bool HAS_WEIGHT, bool HAS_BIAS, typename TIn, typename TW, typename TOut, int VEC>
+// y = (x - mu) * r * w + b (w: or 1 + w), rounded to TOut and stored.
+template <bool HAS_WEIGHT, bool HAS_BIAS, bool WEIGHT_OFFSET, typename TIn, typename TW, typename TOut, int VEC>
 __device__ __forceinline__ void normalize_store(const Packed<TIn, VEC>& xv,
                                                 const Packed<TW, VEC>& wv,
                                                 const Packed<TW, VEC>& bv, float mu, float r,
@@ -51,7 +53,11 @@ __device__ __forceinline__ void normalize_store(const Packed<TIn, VEC>& xv,
 #pragma unroll
   for (int i = 0; i < VEC; ++i) {
     float v = (xv.get_alt(i) - mu) * r;
-    if constexpr (HAS_WEIGHT) v *= wv.get(i);
+    if constexpr (HAS_WEIGHT) {
+      float wi = wv.get(i);
+      if constexpr (WEIGHT_OFFSET) wi += 1.0f;
+      v *= wi;
+    }
     if constexpr (HAS_BIAS) v += bv.get(i);
     out[i] = v;
   }
@@ -62,7 +68,7 @@ __device__ __forceinline__ void normalize_store(const Packed<TIn, VEC>& xv,
 
 }  // namespace layernorm_fwd_detail
 
-template <typename TIn, typename TOut, typename TW, bool HAS_WEIGHT, bool HAS_BIAS, int NUM_WARPS,
+template <typename TIn, typename TOut, typename TW, bool HAS_WEIGHT, bool HAS_BIAS, bool WEIGHT_OFFSET, int NUM_WARPS,
           int XBLOCK, int VEC, int CHUNKS, bool PERSISTENT, int PIPELINE, bool X_KEEP_L2, bool FULL_TILES, int CTAS_PER_SM>
 __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
     layernorm_fwd(const TIn* __restrict__ x, const TW* __restrict__ w, const TW* __restrict__ b,
@@ -88,6 +94,7 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
   static_assert(PERSISTENT || PIPELINE == 1, "the looped variant is not pipelined");
   static_assert(PERSISTENT || !X_KEEP_L2, "X_KEEP_L2 is for the persistent variant's one read of x");
   static_assert(CTAS_PER_SM >= 1 && CTAS_PER_SM * kThreads <= 2048, "occupancy target out of range");
+  static_assert(HAS_WEIGHT || !WEIGHT_OFFSET, "the weight offset needs a weight");
   using layernorm_fwd_detail::normalize_store;
   using XVec = Packed<TIn, VEC>;
   using WVec = Packed<TW, VEC>;
@@ -177,7 +184,7 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
         if (row_ok && (FULL_TILES || col < N)) {
           if constexpr (HAS_WEIGHT && !kKeepParams) load_packed<LoadHint::kReuse>(w + col, wv[c]);
           if constexpr (HAS_BIAS && !kKeepParams) load_packed<LoadHint::kReuse>(b + col, bv[c]);
-          normalize_store<HAS_WEIGHT, HAS_BIAS>(xa[c], wv[c], bv[c], mu, r, y_row + col);
+          normalize_store<HAS_WEIGHT, HAS_BIAS, WEIGHT_OFFSET>(xa[c], wv[c], bv[c], mu, r, y_row + col);
         }
       }
       if constexpr (PIPELINE == 2) {
@@ -240,7 +247,7 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
         for (int c = 0; c < CHUNKS; ++c) {
           const int col = base + (c * kTpr + lane) * VEC;  // element column
           if (row_ok && (FULL_TILES || col < N)) {
-            normalize_store<HAS_WEIGHT, HAS_BIAS>(xv[c], wv[c], bv[c], mu, r, y_row + col);
+            normalize_store<HAS_WEIGHT, HAS_BIAS, WEIGHT_OFFSET>(xv[c], wv[c], bv[c], mu, r, y_row + col);
           }
         }
       }

@@ -10,6 +10,16 @@
 //   dx   = rstd * (g - mean_j(g) - xhat * mean_j(g * xhat))   (RMSNorm: no mean_j(g) term)
 //   dw   = sum_i dy * xhat,  db = sum_i dy
 //
+// The variants (ktune.proto's NormProblem):
+//   WEIGHT_OFFSET: the forward applied (1 + w), so g = dy * (1 + w); dw is
+//     the same sum (d(1 + w)/dw = 1).
+//   RESIDUAL (RMSNorm; the forward was h = x + residual, y = norm(h) * w):
+//     x here is h, and dres (M, N) TIn is the gradient that reached h from
+//     its other use, the residual stream. The gradient of h is the sum of
+//     both paths, dh = dx_norm + dres, and since h = x + residual it is the
+//     gradient of x and of the old residual alike: dx = dx_norm + dres, one
+//     tensor for both. dres is read once, as dx is stored.
+//
 // CTA c walks rows [c * SPLIT_SIZE, min(M, (c + 1) * SPLIT_SIZE)), XBLOCK rows
 // at a time (geometry as in rmsnorm_fwd: THREADS / XBLOCK threads per row,
 // CHUNKS vectors of VEC per thread and pass), and writes its partial sums to
@@ -88,7 +98,7 @@ __device__ __forceinline__ void load_stats(const float* mean, const float* rstd,
 }
 
 // This thread's parts of sum_j(g * xhat) and (LayerNorm) sum_j(g).
-template <bool LN, bool HAS_WEIGHT, typename TIn, typename TW, int VEC, int CHUNKS>
+template <bool LN, bool HAS_WEIGHT, bool WEIGHT_OFFSET, typename TIn, typename TW, int VEC, int CHUNKS>
 __device__ __forceinline__ void row_sums(const Packed<TIn, VEC> (&xv)[CHUNKS],
                                          const Packed<TIn, VEC> (&dv)[CHUNKS],
                                          const Packed<TW, VEC> (&wv)[CHUNKS], float mu, float r,
@@ -99,30 +109,34 @@ __device__ __forceinline__ void row_sums(const Packed<TIn, VEC> (&xv)[CHUNKS],
     for (int i = 0; i < VEC; ++i) {
       const float xh = (xv[c].get(i) - mu) * r;
       float g = dv[c].get(i);
-      if constexpr (HAS_WEIGHT) g *= wv[c].get(i);
+      if constexpr (HAS_WEIGHT) g *= WEIGHT_OFFSET ? 1.0f + wv[c].get(i) : wv[c].get(i);
       *sgx = fmaf(g, xh, *sgx);
       if constexpr (LN) *sg += g;
     }
   }
 }
 
-// dx of one vector, stored; adds dy * xhat and dy to the column partials.
-// Uses get_alt so ptxas does not merge these conversions with row_sums'.
-template <bool HAS_WEIGHT, bool ACC_W, bool ACC_B, typename TIn, typename TW, typename TOut,
-          int VEC>
+// dx of one vector (plus dres's, RESIDUAL), stored; adds dy * xhat and dy to
+// the column partials. Uses get_alt so ptxas does not merge these conversions
+// with row_sums'.
+template <bool HAS_WEIGHT, bool WEIGHT_OFFSET, bool RESIDUAL, bool ACC_W, bool ACC_B, typename TIn, typename TW,
+          typename TOut, int VEC>
 __device__ __forceinline__ void dx_store_accumulate(const Packed<TIn, VEC>& xv,
                                                     const Packed<TIn, VEC>& dv,
                                                     const Packed<TW, VEC>& wv, float mu, float r,
-                                                    float c1, float c2, TOut* dst,
+                                                    float c1, float c2, const TIn* dres_src, TOut* dst,
                                                     float (&acc_w)[VEC], float (&acc_b)[VEC]) {
+  Packed<TIn, VEC> rv;  // (VEC) TIn, RESIDUAL: this vector's dres
+  if constexpr (RESIDUAL) load_packed<LoadHint::kOnce>(dres_src, rv);
   float out[VEC];  // (VEC) f32 dx
 #pragma unroll
   for (int i = 0; i < VEC; ++i) {
     const float xh = (xv.get_alt(i) - mu) * r;
     const float d = dv.get_alt(i);
     float g = d;
-    if constexpr (HAS_WEIGHT) g *= wv.get_alt(i);
+    if constexpr (HAS_WEIGHT) g *= WEIGHT_OFFSET ? 1.0f + wv.get_alt(i) : wv.get_alt(i);
     out[i] = r * (g - c2 - xh * c1);
+    if constexpr (RESIDUAL) out[i] += rv.get(i);
     if constexpr (ACC_W) acc_w[i] = fmaf(d, xh, acc_w[i]);
     if constexpr (ACC_B) acc_b[i] += d;
   }
@@ -225,9 +239,11 @@ __device__ __forceinline__ void cluster_sum_partials(const float* slots, float* 
 
 template <bool LN, typename TIn, typename TOut, typename TW, bool HAS_WEIGHT, bool HAS_BIAS,
           int NUM_WARPS, int XBLOCK, int VEC, int CHUNKS, bool PERSISTENT, int PIPELINE,
-          int SPLIT_SIZE, bool SMEM_PARTIALS, bool PREFETCH_L2, int CLUSTER = 1>
+          int SPLIT_SIZE, bool SMEM_PARTIALS, bool PREFETCH_L2, bool WEIGHT_OFFSET, bool RESIDUAL,
+          int CLUSTER = 1>
 __device__ __forceinline__ void fused_bwd(const TIn* __restrict__ x, const TIn* __restrict__ dy,
-                                          const TW* __restrict__ w, const float* __restrict__ mean,
+                                          const TIn* __restrict__ dres, const TW* __restrict__ w,
+                                          const float* __restrict__ mean,
                                           const float* __restrict__ rstd, TOut* __restrict__ dx,
                                           float* __restrict__ ws, int M, int N) {
   constexpr int kThreads = NUM_WARPS * 32;
@@ -250,6 +266,7 @@ __device__ __forceinline__ void fused_bwd(const TIn* __restrict__ x, const TIn* 
   static_assert(SPLIT_SIZE >= 1 && SPLIT_SIZE % XBLOCK == 0,
                 "SPLIT_SIZE must be a multiple of XBLOCK");
   static_assert(LN || !HAS_BIAS, "RMSNorm has no bias");
+  static_assert(HAS_WEIGHT || !WEIGHT_OFFSET, "the weight offset needs a weight");
   static_assert(!SMEM_PARTIALS || (PERSISTENT && XBLOCK == 1 && (kAccW || kAccB)),
                 "shared-memory partials are for persistent, one-row-per-CTA kernels with partials");
   static_assert(CLUSTER == 1 || (PERSISTENT && XBLOCK == 1 && (kAccW || kAccB) && CLUSTER <= 8 &&
@@ -343,7 +360,7 @@ __device__ __forceinline__ void fused_bwd(const TIn* __restrict__ x, const TIn* 
       }
       float sgx = 0.0f;  // this thread's part of sum_j(g * xhat)
       float sg = 0.0f;   // this thread's part of sum_j(g) (LayerNorm)
-      row_sums<LN, HAS_WEIGHT>(xa, da, wv, mu_a, r_a, &sgx, &sg);
+      row_sums<LN, HAS_WEIGHT, WEIGHT_OFFSET>(xa, da, wv, mu_a, r_a, &sgx, &sg);
       sgx = group_sum<kTpr, kThreads>(sgx, scratch, parity);
       parity ^= 1;
       if constexpr (LN) {
@@ -353,6 +370,7 @@ __device__ __forceinline__ void fused_bwd(const TIn* __restrict__ x, const TIn* 
       const float c1 = sgx * inv_n;  // mean_j(g * xhat)
       const float c2 = sg * inv_n;   // mean_j(g), 0 for RMSNorm
       TOut* dx_row = dx + static_cast<long long>(row) * N;  // (N) TOut
+      const TIn* dres_row = RESIDUAL ? dres + static_cast<long long>(row) * N : nullptr;  // (N) TIn
 #pragma unroll
       for (int c = 0; c < CHUNKS; ++c) {
         const int col = (c * kTpr + lane) * VEC;  // element column
@@ -361,13 +379,13 @@ __device__ __forceinline__ void fused_bwd(const TIn* __restrict__ x, const TIn* 
             float aw[VEC], ab[VEC];  // (VEC) f32 this vector's partials, from shared memory
             if constexpr (kAccW) smem_partials_load<VEC, kThreads>(smem_w + c * kSlot, aw);
             if constexpr (kAccB) smem_partials_load<VEC, kThreads>(smem_b + c * kSlot, ab);
-            dx_store_accumulate<HAS_WEIGHT, kAccW, kAccB>(xa[c], da[c], wv[c], mu_a, r_a, c1, c2,
-                                                          dx_row + col, aw, ab);
+            dx_store_accumulate<HAS_WEIGHT, WEIGHT_OFFSET, RESIDUAL, kAccW, kAccB>(
+                xa[c], da[c], wv[c], mu_a, r_a, c1, c2, dres_row + col, dx_row + col, aw, ab);
             if constexpr (kAccW) smem_partials_store<VEC, kThreads>(smem_w + c * kSlot, aw);
             if constexpr (kAccB) smem_partials_store<VEC, kThreads>(smem_b + c * kSlot, ab);
           } else {
-            dx_store_accumulate<HAS_WEIGHT, kAccW, kAccB>(xa[c], da[c], wv[c], mu_a, r_a, c1, c2,
-                                                          dx_row + col, acc_w[c], acc_b[c]);
+            dx_store_accumulate<HAS_WEIGHT, WEIGHT_OFFSET, RESIDUAL, kAccW, kAccB>(
+                xa[c], da[c], wv[c], mu_a, r_a, c1, c2, dres_row + col, dx_row + col, acc_w[c], acc_b[c]);
           }
         }
       }
@@ -475,7 +493,7 @@ __device__ __forceinline__ void fused_bwd(const TIn* __restrict__ x, const TIn* 
         load_row_chunks<LoadHint::kReuse, kTpr>(x_row, true, lane, N, base, xv);
         load_row_chunks<LoadHint::kReuse, kTpr>(dy_row, true, lane, N, base, dv);
         if constexpr (HAS_WEIGHT) load_row_chunks<LoadHint::kReuse, kTpr>(w, true, lane, N, base, wv);
-        row_sums<LN, HAS_WEIGHT>(xv, dv, wv, mu, r, &sgx, &sg);
+        row_sums<LN, HAS_WEIGHT, WEIGHT_OFFSET>(xv, dv, wv, mu, r, &sgx, &sg);
       }
       sgx = group_sum<kTpr, kThreads>(sgx, scratch, parity);
       parity ^= 1;
@@ -487,6 +505,7 @@ __device__ __forceinline__ void fused_bwd(const TIn* __restrict__ x, const TIn* 
       const float c2 = sg * inv_n;   // mean_j(g), 0 for RMSNorm
       const bool first = row == row_begin;  // the partials start here
       TOut* dx_row = dx + static_cast<long long>(row) * N;  // (N) TOut
+      const TIn* dres_row = RESIDUAL ? dres + static_cast<long long>(row) * N : nullptr;  // (N) TIn
       for (int base = 0; base < N; base += kRBlock) {
         XVec xv[CHUNKS], dv[CHUNKS];  // (CHUNKS, VEC) TIn, last use
         WVec wv[CHUNKS];              // (CHUNKS, VEC) TW
@@ -504,8 +523,8 @@ __device__ __forceinline__ void fused_bwd(const TIn* __restrict__ x, const TIn* 
               acc_w[i] = kAccW && !first ? ws_w[col + i] : 0.0f;
               acc_b[i] = kAccB && !first ? ws_b[col + i] : 0.0f;
             }
-            dx_store_accumulate<HAS_WEIGHT, kAccW, kAccB>(xv[c], dv[c], wv[c], mu, r, c1, c2,
-                                                          dx_row + col, acc_w, acc_b);
+            dx_store_accumulate<HAS_WEIGHT, WEIGHT_OFFSET, RESIDUAL, kAccW, kAccB>(
+                xv[c], dv[c], wv[c], mu, r, c1, c2, dres_row + col, dx_row + col, acc_w, acc_b);
 #pragma unroll
             for (int i = 0; i < VEC; ++i) {
               if constexpr (kAccW) ws_w[col + i] = acc_w[i];

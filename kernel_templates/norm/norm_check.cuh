@@ -11,17 +11,22 @@
 // fuse: the errors match the host check's bit for bit, which NormRunner
 // checks on its first Verify.
 //
+//   (w is 1 + w with WEIGHT_OFFSET)
 //   forward:  want = (x - mean) * rstd * w + b
 //             allowed = atol + rtol * (|want| + (LAYERNORM ? |w| : 0))
+//             (fp8 output: want = clamp(want / out_scale, +-448) first; x is
+//             the residual-added h when the forward has a residual)
 //   backward: xhat = (x - mean) * rstd, g = dy * w,
 //             want = rstd * (g - c2 - xhat * c1)
 //             allowed = atol * rstd + rtol * (|want| + rstd * |g|)
+//             (RESIDUAL: want += dres, allowed += rtol * |dres|)
 //   error = |got - want| / allowed; the element fails unless error <= 1
 //   (so NaN, what a never-written element holds after the poisoning, fails).
 //
-// Kernel arguments: x, dy (null forward), w, b (null when absent), out,
-// rows (float64 [4][M]: mean, rstd, c1, c2; mean 0 for RMSNorm, c1/c2 unused
-// forward), M, N, atol, rtol, verdict. verdict[0] must start at 0 and ends as
+// Kernel arguments: x, dy (null forward), dres (null unless RESIDUAL), w, b
+// (null when absent), out, rows (float64 [4][M]: mean, rstd, c1, c2; mean 0
+// for RMSNorm, c1/c2 unused forward), M, N, atol, rtol, out_scale (fp8
+// output), verdict. verdict[0] must start at 0 and ends as
 // the largest error's bits (NaN as +inf); verdict[1] must start at ~0 and
 // ends as the smallest flat index i * N + j of a failing element (~0: none).
 // Any grid of 256-thread blocks (a grid-stride loop covers M * N).
@@ -38,6 +43,8 @@ __device__ __forceinline__ double value(T v) {
   return to_float(v);  // exact: every element type widens to float, then double
 }
 
+constexpr double kE4m3Max = 448.0;  // the largest finite e4m3
+
 // Non-negative doubles order as their bit patterns do as unsigned integers,
 // so the largest error is an integer atomicMax. NaN reads as +inf.
 __device__ __forceinline__ unsigned long long error_bits(double err) {
@@ -48,11 +55,11 @@ __device__ __forceinline__ unsigned long long error_bits(double err) {
 }  // namespace norm_check_detail
 
 template <typename TIn, typename TW, typename TOut, bool BACKWARD, bool LAYERNORM, bool HAS_W,
-          bool HAS_B>
+          bool HAS_B, bool WEIGHT_OFFSET, bool RESIDUAL>
 __global__ void __launch_bounds__(256)
-    norm_check(const TIn* __restrict__ x, const TIn* __restrict__ dy, const TW* __restrict__ w,
-               const TW* __restrict__ b, const TOut* __restrict__ out,
-               const double* __restrict__ rows, int M, int N, double atol, double rtol,
+    norm_check(const TIn* __restrict__ x, const TIn* __restrict__ dy, const TIn* __restrict__ dres,
+               const TW* __restrict__ w, const TW* __restrict__ b, const TOut* __restrict__ out,
+               const double* __restrict__ rows, int M, int N, double atol, double rtol, double out_scale,
                unsigned long long* __restrict__ verdict) {
   using norm_check_detail::error_bits;
   using norm_check_detail::value;
@@ -63,15 +70,23 @@ __global__ void __launch_bounds__(256)
     const int i = static_cast<int>(k / N);
     const int j = static_cast<int>(k - static_cast<long long>(i) * N);
     const double mean = rows[i], rstd = rows[M + i];
-    const double wj = HAS_W ? value(w[j]) : 1.0;
+    const double wj = HAS_W ? (WEIGHT_OFFSET ? 1.0 + value(w[j]) : value(w[j])) : 1.0;
     double want, allowed;
     if (BACKWARD) {
       const double xhat = (value(x[k]) - mean) * rstd;
       const double g = value(dy[k]) * wj;
       want = rstd * (g - rows[3 * M + i] - xhat * rows[2 * M + i]);
       allowed = atol * rstd + rtol * (fabs(want) + rstd * fabs(g));
+      if (RESIDUAL) {
+        const double d = value(dres[k]);
+        want += d;
+        allowed += rtol * fabs(d);
+      }
     } else {
       want = (value(x[k]) - mean) * rstd * wj + (HAS_B ? value(b[j]) : 0.0);
+      if (IsE4m3<TOut>::value) {
+        want = fmin(fmax(want / out_scale, -norm_check_detail::kE4m3Max), norm_check_detail::kE4m3Max);
+      }
       allowed = atol + rtol * (fabs(want) + (LAYERNORM ? fabs(wj) : 0.0));
     }
     const double err = fabs(value(out[k]) - want) / allowed;

@@ -3,12 +3,14 @@
 // (also there) summing the partials into dw. The recipe launches them in that
 // order: kernels[0] rmsnorm_bwd (or rmsnorm_bwd_cluster), kernels[1] norm_bwd_reduce.
 //
-//   xhat = x * rstd,  g = dy * w
-//   dx   = rstd * (g - xhat * mean_j(g * xhat)),  dw = sum_i dy * xhat
+//   xhat = x * rstd,  g = dy * w   (WEIGHT_OFFSET: g = dy * (1 + w))
+//   dx   = rstd * (g - xhat * mean_j(g * xhat)) (+ dresidual, RESIDUAL),  dw = sum_i dy * xhat
 //
 // rmsnorm_bwd arguments, in order (the recipe's `params`):
-//   x     const TIn*   (M, N) row-major, the forward's input
-//   dy    const TIn*   (M, N) row-major
+//   x          const TIn*   (M, N) row-major, the forward's input (RESIDUAL: its h = x + residual)
+//   dy         const TIn*   (M, N) row-major
+//   dresidual  const TIn*   (M, N) row-major, RESIDUAL only (null otherwise): the
+//              gradient of h from the residual stream (norm/norm_bwd.cuh)
 //   w     const TW*    (N)    read only when HAS_WEIGHT
 //   rstd  const float* (M)    saved by the forward
 //   dx    TOut*        (M, N) row-major
@@ -24,19 +26,19 @@
 
 namespace ktune {
 
-template <typename TIn, typename TOut, typename TW, bool HAS_WEIGHT, int NUM_WARPS, int XBLOCK,
-          int VEC, int CHUNKS, bool PERSISTENT, int PIPELINE, int SPLIT_SIZE, int CTAS_PER_SM,
-          bool SMEM_PARTIALS, bool PREFETCH_L2>
+template <typename TIn, typename TOut, typename TW, bool HAS_WEIGHT, bool RESIDUAL, bool WEIGHT_OFFSET,
+          int NUM_WARPS, int XBLOCK, int VEC, int CHUNKS, bool PERSISTENT, int PIPELINE, int SPLIT_SIZE,
+          int CTAS_PER_SM, bool SMEM_PARTIALS, bool PREFETCH_L2>
 __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
-    rmsnorm_bwd(const TIn* __restrict__ x, const TIn* __restrict__ dy, const TW* __restrict__ w,
-                const float* __restrict__ rstd, TOut* __restrict__ dx, float* __restrict__ ws,
-                int M, int N) {
+    rmsnorm_bwd(const TIn* __restrict__ x, const TIn* __restrict__ dy, const TIn* __restrict__ dresidual,
+                const TW* __restrict__ w, const float* __restrict__ rstd, TOut* __restrict__ dx,
+                float* __restrict__ ws, int M, int N) {
   static_assert(CTAS_PER_SM >= 1 && CTAS_PER_SM * NUM_WARPS * 32 <= 2048,
                 "occupancy target out of range");
   norm_bwd_detail::fused_bwd</*LN=*/false, TIn, TOut, TW, HAS_WEIGHT, /*HAS_BIAS=*/false,
                              NUM_WARPS, XBLOCK, VEC, CHUNKS, PERSISTENT, PIPELINE, SPLIT_SIZE, SMEM_PARTIALS,
-                             PREFETCH_L2>(
-      x, dy, w, nullptr, rstd, dx, ws, M, N);
+                             PREFETCH_L2, WEIGHT_OFFSET, RESIDUAL>(
+      x, dy, dresidual, w, nullptr, rstd, dx, ws, M, N);
 }
 
 // The same in clusters of CLUSTER CTAs (2, 4 or 8; sm_90) that add up their
@@ -44,18 +46,19 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
 // per cluster, P = gridDim.x / CLUSTER, and the grid is a multiple of
 // CLUSTER. The launch passes CHUNKS * VEC * THREADS * 4 bytes of dynamic
 // shared memory (the partials' staging) whether or not SMEM_PARTIALS.
-template <typename TIn, typename TOut, typename TW, bool HAS_WEIGHT, int NUM_WARPS, int VEC, int CHUNKS,
-          int PIPELINE, int SPLIT_SIZE, int CTAS_PER_SM, bool SMEM_PARTIALS, int CLUSTER>
+template <typename TIn, typename TOut, typename TW, bool HAS_WEIGHT, bool RESIDUAL, bool WEIGHT_OFFSET,
+          int NUM_WARPS, int VEC, int CHUNKS, int PIPELINE, int SPLIT_SIZE, int CTAS_PER_SM, bool SMEM_PARTIALS,
+          int CLUSTER>
 __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM) __cluster_dims__(CLUSTER, 1, 1)
-    rmsnorm_bwd_cluster(const TIn* __restrict__ x, const TIn* __restrict__ dy, const TW* __restrict__ w,
-                        const float* __restrict__ rstd, TOut* __restrict__ dx, float* __restrict__ ws,
-                        int M, int N) {
+    rmsnorm_bwd_cluster(const TIn* __restrict__ x, const TIn* __restrict__ dy, const TIn* __restrict__ dresidual,
+                        const TW* __restrict__ w, const float* __restrict__ rstd, TOut* __restrict__ dx,
+                        float* __restrict__ ws, int M, int N) {
   static_assert(CTAS_PER_SM >= 1 && CTAS_PER_SM * NUM_WARPS * 32 <= 2048,
                 "occupancy target out of range");
   norm_bwd_detail::fused_bwd</*LN=*/false, TIn, TOut, TW, HAS_WEIGHT, /*HAS_BIAS=*/false, NUM_WARPS,
                              /*XBLOCK=*/1, VEC, CHUNKS, /*PERSISTENT=*/true, PIPELINE, SPLIT_SIZE,
-                             SMEM_PARTIALS, /*PREFETCH_L2=*/false, CLUSTER>(x, dy, w, nullptr, rstd, dx, ws,
-                                                                             M, N);
+                             SMEM_PARTIALS, /*PREFETCH_L2=*/false, WEIGHT_OFFSET, RESIDUAL, CLUSTER>(
+      x, dy, dresidual, w, nullptr, rstd, dx, ws, M, N);
 }
 
 }  // namespace ktune

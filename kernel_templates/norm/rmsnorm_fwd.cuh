@@ -3,6 +3,17 @@
 //   rstd[i] = 1 / sqrt(mean_j(x[i, j]^2) + eps)
 //   y[i, j] = x[i, j] * rstd[i] * w[j]          (w[j] = 1 without a weight)
 //
+// and the variants inference engines call (ktune.proto's NormProblem):
+//   RESIDUAL (fused residual add): h = x + residual, added in fp32 and rounded
+//     to TIn, is written back to `residual` in place and normalized instead
+//     of x: y = h * rstd(h) * w. Each element of the residual is read and
+//     then written by the same thread, and nothing else touches it.
+//   WEIGHT_OFFSET: the weight is applied as (1 + w[j]) (Gemma).
+//   TOut = e4m3: y = saturate_e4m3(h * rstd * w / *scale), the static
+//     per-tensor scale read once per CTA (vLLM's rms_norm_static_fp8_quant
+//     convention: the product with 1 / scale, rounded to nearest even,
+//     clamped to +-448).
+//
 // Inputs and outputs are bf16, fp16 or fp32; the weight TW is the input's type
 // or fp32 (a bf16 model with fp32 norm weights); all arithmetic is fp32. A CTA of NUM_WARPS warps handles XBLOCK rows at a
 // time, THREADS / XBLOCK threads per row ("row group"); each thread touches
@@ -41,15 +52,18 @@
 // load latency is hidden inside each CTA instead of by other CTAs.
 //
 // Kernel arguments, in order (the recipe's `params`):
-//   x     const TIn*  (M, N) row-major
-//   w     const TW*   (N)    read only when HAS_WEIGHT (may be null otherwise)
-//   y     TOut*       (M, N) row-major
-//   rstd  float*      (M)    written when not null
-//   M     int         rows, >= 1
-//   N     int         row length, >= 1, N % VEC == 0
-//   eps   float
-// REQUIRES: x, w and y aligned to 16 bytes (any cudaMalloc'ed tensor); with
-// FULL_TILES, M % XBLOCK == 0 and N % R_BLOCK == 0.
+//   x         const TIn*    (M, N) row-major
+//   residual  TIn*          (M, N) row-major, read and written when RESIDUAL (null otherwise)
+//   w         const TW*     (N)    read only when HAS_WEIGHT (may be null otherwise)
+//   y         TOut*         (M, N) row-major
+//   rstd      float*        (M)    written when not null
+//   scale     const float*  (1)    read only when TOut is e4m3 (null otherwise)
+//   M         int           rows, >= 1
+//   N         int           row length, >= 1, N % VEC == 0
+//   eps       float
+// REQUIRES: x, residual, w and y aligned to 16 bytes (any cudaMalloc'ed
+// tensor); residual does not overlap x or y; with FULL_TILES, M % XBLOCK == 0
+// and N % R_BLOCK == 0; sm_89 or newer for e4m3.
 #pragma once
 
 #include "common/dependent_launch.cuh"
@@ -80,15 +94,36 @@ __device__ __forceinline__ float sum_squares(const Packed<T, VEC> (&v)[CHUNKS]) 
   return even + odd;
 }
 
-// y = x * r (* w), rounded to TOut and stored.
-template <bool HAS_WEIGHT, typename TIn, typename TW, typename TOut, int VEC>
+// h = x + residual in fp32, rounded to TIn: becomes the row (x), and is
+// stored to the residual when the vector is inside the problem.
+template <typename TIn, int VEC, int CHUNKS, int TPR, bool FULL_TILES>
+__device__ __forceinline__ void add_residual(Packed<TIn, VEC> (&xv)[CHUNKS], const Packed<TIn, VEC> (&rv)[CHUNKS],
+                                             TIn* res_row, bool row_ok, int lane, int n, int base) {
+#pragma unroll
+  for (int c = 0; c < CHUNKS; ++c) {
+    float h[VEC];  // (VEC) f32
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) h[i] = xv[c].get(i) + rv[c].get(i);
+    xv[c].set(h);
+    const int col = base + (c * TPR + lane) * VEC;  // element column
+    if (row_ok && (FULL_TILES || col < n)) store_packed(res_row + col, xv[c]);
+  }
+}
+
+// y = x * r (* w, or * (1 + w)) (* out_mul for fp8), rounded to TOut and stored.
+template <bool HAS_WEIGHT, bool WEIGHT_OFFSET, typename TIn, typename TW, typename TOut, int VEC>
 __device__ __forceinline__ void normalize_store(const Packed<TIn, VEC>& xv,
-                                                const Packed<TW, VEC>& wv, float r, TOut* dst) {
+                                                const Packed<TW, VEC>& wv, float r, float out_mul, TOut* dst) {
   float out[VEC];  // (VEC) f32
 #pragma unroll
   for (int i = 0; i < VEC; ++i) {
     float v = xv.get_alt(i) * r;  // not get(): see Packed::get_alt
-    if constexpr (HAS_WEIGHT) v *= wv.get(i);
+    if constexpr (HAS_WEIGHT) {
+      float wi = wv.get(i);
+      if constexpr (WEIGHT_OFFSET) wi += 1.0f;
+      v *= wi;
+    }
+    if constexpr (IsE4m3<TOut>::value) v *= out_mul;
     out[i] = v;
   }
   Packed<TOut, VEC> yv;
@@ -98,11 +133,13 @@ __device__ __forceinline__ void normalize_store(const Packed<TIn, VEC>& xv,
 
 }  // namespace rmsnorm_fwd_detail
 
-template <typename TIn, typename TOut, typename TW, bool HAS_WEIGHT, int NUM_WARPS, int XBLOCK, int VEC,
-          int CHUNKS, bool PERSISTENT, int PIPELINE, bool X_KEEP_L2, bool FULL_TILES, int CTAS_PER_SM>
+template <typename TIn, typename TOut, typename TW, bool HAS_WEIGHT, bool RESIDUAL, bool WEIGHT_OFFSET,
+          int NUM_WARPS, int XBLOCK, int VEC, int CHUNKS, bool PERSISTENT, int PIPELINE, bool X_KEEP_L2,
+          bool FULL_TILES, int CTAS_PER_SM>
 __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
-    rmsnorm_fwd(const TIn* __restrict__ x, const TW* __restrict__ w, TOut* __restrict__ y,
-                float* __restrict__ rstd, int M, int N, float eps) {
+    rmsnorm_fwd(const TIn* __restrict__ x, TIn* __restrict__ residual, const TW* __restrict__ w,
+                TOut* __restrict__ y, float* __restrict__ rstd, const float* __restrict__ scale, int M, int N,
+                float eps) {
   constexpr int kThreads = NUM_WARPS * 32;
   // The recipe allows a programmatic dependent launch (sm_90): the kernel may
   // start before the work ahead of it in the stream has finished, so nothing
@@ -123,6 +160,8 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
   static_assert(PERSISTENT || !X_KEEP_L2, "X_KEEP_L2 is for the persistent variant's one read of x");
   static_assert(CTAS_PER_SM >= 1 && CTAS_PER_SM * kThreads <= 2048, "occupancy target out of range");
   static_assert(VEC * ElementTraits<TW>::kBytes <= 32, "weight vectors are at most 32 bytes");
+  static_assert(HAS_WEIGHT || !WEIGHT_OFFSET, "the weight offset needs a weight");
+  using rmsnorm_fwd_detail::add_residual;
   using rmsnorm_fwd_detail::normalize_store;
   using rmsnorm_fwd_detail::sum_squares;
   using XVec = Packed<TIn, VEC>;
@@ -137,6 +176,8 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
   // (a 2-3% loss at short rows). __fdividef is within 2 ulp for any N here.
   const float inv_n = __fdividef(1.0f, static_cast<float>(N));
   int parity = 0;  // alternates the cross-warp scratch slot
+  float out_mul = 1.0f;  // 1 / scale for the fp8 output
+  if constexpr (IsE4m3<TOut>::value) out_mul = 1.0f / *scale;
 
   if constexpr (PERSISTENT) {
     // x is read once; X_KEEP_L2 loads it with an L2 evict_last policy (see
@@ -149,11 +190,16 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
     }
     XVec xa[CHUNKS];  // (CHUNKS, VEC) TIn, the row block being normalized
     XVec xb[CHUNKS];  // (CHUNKS, VEC) TIn, the next row block (PIPELINE == 2)
+    XVec res_a[CHUNKS];  // (CHUNKS, VEC) TIn, RESIDUAL: the residual of xa's rows
+    XVec res_b[CHUNKS];  // (CHUNKS, VEC) TIn, RESIDUAL: the residual of xb's rows
     unsigned int rb = blockIdx.x;  // row block index
     if constexpr (PIPELINE == 2) {
       const int row = static_cast<int>(rb) * XBLOCK + row_in_block;  // [0, M + XBLOCK)
-      load_row_chunks<kXHint, kTpr, FULL_TILES>(x + static_cast<long long>(row) * N,
-                                               rb < row_blocks && (FULL_TILES || row < M), lane, N, 0, xa);
+      const bool ok = rb < row_blocks && (FULL_TILES || row < M);
+      load_row_chunks<kXHint, kTpr, FULL_TILES>(x + static_cast<long long>(row) * N, ok, lane, N, 0, xa);
+      if constexpr (RESIDUAL) {
+        load_row_chunks<kXHint, kTpr, FULL_TILES>(residual + static_cast<long long>(row) * N, ok, lane, N, 0, res_a);
+      }
     }
     for (; rb < row_blocks; rb += gridDim.x) {
       const int row = static_cast<int>(rb) * XBLOCK + row_in_block;  // [0, M + XBLOCK)
@@ -161,11 +207,24 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
       if constexpr (PIPELINE == 1) {
         load_row_chunks<kXHint, kTpr, FULL_TILES>(x + static_cast<long long>(row) * N, row_ok, lane, N,
                                                  0, xa);
+        if constexpr (RESIDUAL) {
+          load_row_chunks<kXHint, kTpr, FULL_TILES>(residual + static_cast<long long>(row) * N, row_ok, lane, N,
+                                                   0, res_a);
+        }
       } else {
         const unsigned int next = rb + gridDim.x;                          // next row block
         const int next_row = static_cast<int>(next) * XBLOCK + row_in_block;  // row of `next`
-        load_row_chunks<kXHint, kTpr, FULL_TILES>(x + static_cast<long long>(next_row) * N,
-                                                 next < row_blocks && (FULL_TILES || next_row < M), lane, N, 0, xb);
+        const bool next_ok = next < row_blocks && (FULL_TILES || next_row < M);
+        load_row_chunks<kXHint, kTpr, FULL_TILES>(x + static_cast<long long>(next_row) * N, next_ok, lane, N, 0,
+                                                 xb);
+        if constexpr (RESIDUAL) {
+          load_row_chunks<kXHint, kTpr, FULL_TILES>(residual + static_cast<long long>(next_row) * N, next_ok, lane,
+                                                   N, 0, res_b);
+        }
+      }
+      if constexpr (RESIDUAL) {
+        add_residual<TIn, VEC, CHUNKS, kTpr, FULL_TILES>(xa, res_a, residual + static_cast<long long>(row) * N, row_ok,
+                                                         lane, N, 0);
       }
       float ss = sum_squares(xa);  // this thread's part of sum(x^2)
       ss = group_sum<kTpr, kThreads>(ss, scratch, parity);
@@ -178,12 +237,15 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
         const int col = (c * kTpr + lane) * VEC;  // element column
         if (row_ok && (FULL_TILES || col < N)) {
           if constexpr (HAS_WEIGHT && !kKeepWeight) load_packed<LoadHint::kReuse>(w + col, wv[c]);
-          normalize_store<HAS_WEIGHT>(xa[c], wv[c], r, y_row + col);
+          normalize_store<HAS_WEIGHT, WEIGHT_OFFSET>(xa[c], wv[c], r, out_mul, y_row + col);
         }
       }
       if constexpr (PIPELINE == 2) {
 #pragma unroll
-        for (int c = 0; c < CHUNKS; ++c) xa[c] = xb[c];
+        for (int c = 0; c < CHUNKS; ++c) {
+          xa[c] = xb[c];
+          if constexpr (RESIDUAL) res_a[c] = res_b[c];
+        }
       }
       if constexpr (PIPELINE == 1) break;  // one row block per CTA (see the header)
     }
@@ -192,10 +254,16 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
       const int row = static_cast<int>(rb) * XBLOCK + row_in_block;  // [0, M + XBLOCK)
       const bool row_ok = FULL_TILES || row < M;
       const TIn* x_row = x + static_cast<long long>(row) * N;  // (N) TIn
+      TIn* res_row = RESIDUAL ? residual + static_cast<long long>(row) * N : nullptr;  // (N) TIn
       float ss = 0.0f;  // this thread's part of sum(x^2)
       for (int base = 0; base < N; base += kRBlock) {
         XVec xv[CHUNKS];  // (CHUNKS, VEC) TIn; kept in L2 for pass 2
         load_row_chunks<LoadHint::kReuse, kTpr, FULL_TILES>(x_row, row_ok, lane, N, base, xv);
+        if constexpr (RESIDUAL) {
+          XVec rv[CHUNKS];  // (CHUNKS, VEC) TIn, the residual (coherent loads: this kernel rewrites it)
+          load_row_chunks<LoadHint::kOnce, kTpr, FULL_TILES>(res_row, row_ok, lane, N, base, rv);
+          add_residual<TIn, VEC, CHUNKS, kTpr, FULL_TILES>(xv, rv, res_row, row_ok, lane, N, base);
+        }
         ss += sum_squares(xv);
       }
       ss = group_sum<kTpr, kThreads>(ss, scratch, parity);
@@ -206,12 +274,16 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
       for (int base = 0; base < N; base += kRBlock) {
         XVec xv[CHUNKS];  // (CHUNKS, VEC) TIn, last use
         Packed<TW, VEC> wv[CHUNKS];  // (CHUNKS, VEC) TW
-        load_row_chunks<LoadHint::kOnce, kTpr, FULL_TILES>(x_row, row_ok, lane, N, base, xv);
+        // Pass 2 reads h back from the residual, written by this same thread
+        // in pass 1 (coherent loads, program order).
+        load_row_chunks<LoadHint::kOnce, kTpr, FULL_TILES>(RESIDUAL ? res_row : x_row, row_ok, lane, N, base, xv);
         if constexpr (HAS_WEIGHT) load_row_chunks<LoadHint::kReuse, kTpr, FULL_TILES>(w, true, lane, N, base, wv);
 #pragma unroll
         for (int c = 0; c < CHUNKS; ++c) {
           const int col = base + (c * kTpr + lane) * VEC;  // element column
-          if (row_ok && (FULL_TILES || col < N)) normalize_store<HAS_WEIGHT>(xv[c], wv[c], r, y_row + col);
+          if (row_ok && (FULL_TILES || col < N)) {
+            normalize_store<HAS_WEIGHT, WEIGHT_OFFSET>(xv[c], wv[c], r, out_mul, y_row + col);
+          }
         }
       }
     }

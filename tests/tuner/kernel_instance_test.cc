@@ -49,14 +49,16 @@ TEST_CASE("every embedded kernel template's parameters are read from its declara
   REQUIRE(rms.ok());
   std::vector<std::string> names;
   for (const TemplateParameter& p : *rms) names.push_back(p.name);
-  CHECK(names == std::vector<std::string>{"TIn", "TOut", "TW", "HAS_WEIGHT", "NUM_WARPS", "XBLOCK", "VEC", "CHUNKS",
-                                          "PERSISTENT", "PIPELINE", "X_KEEP_L2", "FULL_TILES", "CTAS_PER_SM"});
+  CHECK(names == std::vector<std::string>{"TIn", "TOut", "TW", "HAS_WEIGHT", "RESIDUAL", "WEIGHT_OFFSET", "NUM_WARPS",
+                                          "XBLOCK", "VEC", "CHUNKS", "PERSISTENT", "PIPELINE", "X_KEEP_L2",
+                                          "FULL_TILES", "CTAS_PER_SM"});
   CHECK(KernelTemplateParameters("no_such_kernel").status().code() == absl::StatusCode::kNotFound);
 }
 
 KernelInstance RmsNormFwd() {
   KernelInstance t("rmsnorm_fwd");
   t.Type("TIn", "ktune::bf16").Type("TOut", "ktune::bf16").Type("TW", "float").Bool("HAS_WEIGHT", true);
+  t.Bool("RESIDUAL", false).Bool("WEIGHT_OFFSET", false);
   t.Bool("PERSISTENT", true).Int("PIPELINE", 1).Bool("X_KEEP_L2", false).Bool("FULL_TILES", true);
   t.Int("CTAS_PER_SM", 3);
   return t;
@@ -69,7 +71,7 @@ TEST_CASE("a kernel instance places arguments by name, whatever order the host g
   shuffled.Int("CHUNKS", 1).Int("VEC", 4).Int("NUM_WARPS", 8).Int("XBLOCK", 2);
   REQUIRE(in_order.NameExpression().ok());
   CHECK(*in_order.NameExpression() ==
-        "ktune::rmsnorm_fwd<ktune::bf16, ktune::bf16, float, true, 8, 2, 4, 1, true, 1, false, true, 3>");
+        "ktune::rmsnorm_fwd<ktune::bf16, ktune::bf16, float, true, false, false, 8, 2, 4, 1, true, 1, false, true, 3>");
   CHECK(shuffled.NameExpression().value() == in_order.NameExpression().value());
   // Two integers swapped by value are a different kernel, named so.
   KernelInstance swapped = RmsNormFwd();

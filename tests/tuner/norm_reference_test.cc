@@ -2,6 +2,7 @@
 // per-dtype tolerances the verifier applies.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "tuner/norm/norm_runner.h"
@@ -61,6 +62,84 @@ TEST_CASE("Tolerances follow each dtype's precision", "[tuner][reference]") {
   CHECK(fp16.rtol < bf16.rtol);
   CHECK(fp32.atol < fp16.atol);
   CHECK(fp16.atol < bf16.atol);
+}
+
+TEST_CASE("the residual add is an f32 add rounded once to the input dtype", "[tuner][reference][variants]") {
+  // Ties round to even: bf16 keeps 8 significant bits, fp16 11.
+  CHECK(ResidualAddReference(DType::kBF16, 1.0, 0x1.0p-8) == 1.0);
+  CHECK(ResidualAddReference(DType::kBF16, 1.0, 3 * 0x1.0p-8) == 1.0 + 0x1.0p-6);
+  CHECK(ResidualAddReference(DType::kBF16, 1.5, -0.25) == 1.25);
+  CHECK(ResidualAddReference(DType::kFP16, 1.0, 0x1.0p-11) == 1.0);
+  CHECK(ResidualAddReference(DType::kFP16, 1.0, 3 * 0x1.0p-11) == 1.0 + 0x1.0p-9);
+  CHECK(ResidualAddReference(DType::kFP32, 1.0, 0x1.0p-23) == 1.0 + 0x1.0p-23);
+  CHECK(ResidualAddReference(DType::kFP32, 1.0, 0x1.0p-25) == 1.0);  // f32, not f64
+  CHECK(ResidualAddReference(DType::kFP16, 60000.0, 10000.0) == std::numeric_limits<double>::infinity());
+}
+
+TEST_CASE("the fp8 output reference divides by the scale and saturates at 448", "[tuner][reference][variants]") {
+  CHECK(Fp8OutputReference(1.0, 0.5) == 2.0);
+  CHECK(Fp8OutputReference(-3.0, 2.0) == -1.5);
+  CHECK(Fp8OutputReference(300.0, 0.5) == 448.0);
+  CHECK(Fp8OutputReference(-1000.0, 1.0) == -448.0);
+  CHECK(Fp8OutputReference(448.0, 1.0) == 448.0);
+  // The tolerance: one ulp of e4m3's 4-bit significand, a subnormal step near 0.
+  const Tolerance fp8 = ToleranceFor(DType::kFP8E4M3);
+  CHECK(fp8.rtol == 0x1.0p-3);
+  CHECK(fp8.atol == 0x1.0p-9);
+}
+
+// The fused residual add's backward, as norm/norm_bwd.cuh states it: with
+// h = x + r and y = rmsnorm(h) * w, and a loss that also reads h through the
+// residual stream (L = sum dy * y + sum dres * h), dL/dx = dL/dr =
+// NormBackwardReference's dx at h, plus dres. The weight offset: the forward
+// with (1 + w) is the plain one with w' = 1 + w, and dL/dw = dL/dw'.
+TEST_CASE("the variants' backward: residual and weight offset gradients", "[tuner][reference][variants]") {
+  const int64_t m = 3;
+  const int64_t n = 5;
+  const double eps = 1e-3;
+  std::vector<double> x(m * n), r(m * n), dy(m * n), dres(m * n), w(n);
+  for (int64_t k = 0; k < m * n; ++k) {
+    x[k] = std::sin(1.7 * k + 0.3) * (1 + k % 3);
+    r[k] = std::cos(0.4 * k) * 0.7;
+    dy[k] = std::cos(0.9 * k + 1.1);
+    dres[k] = std::sin(0.5 * k - 0.2);
+  }
+  for (int64_t j = 0; j < n; ++j) w[j] = 0.1 * j - 0.25;  // small: Gemma's weights sit near 0
+  auto offset = [](std::vector<double> v) {
+    for (double& e : v) e += 1.0;
+    return v;
+  };
+  auto loss = [&](const std::vector<double>& xs, const std::vector<double>& rs, const std::vector<double>& ws) {
+    std::vector<double> h(m * n), y, rstd;
+    for (int64_t k = 0; k < m * n; ++k) h[k] = xs[k] + rs[k];
+    const std::vector<double> w1 = offset(ws);
+    RmsNormForwardReference(h, &w1, m, n, eps, &y, &rstd);
+    double l = 0;
+    for (int64_t k = 0; k < m * n; ++k) l += dy[k] * y[k] + dres[k] * h[k];
+    return l;
+  };
+  std::vector<double> h(m * n), y, rstd, dx, dw, db;
+  for (int64_t k = 0; k < m * n; ++k) h[k] = x[k] + r[k];
+  const std::vector<double> w1 = offset(w);
+  RmsNormForwardReference(h, &w1, m, n, eps, &y, &rstd);
+  NormBackwardReference(false, h, dy, &w1, std::vector<double>(m, 0.0), rstd, m, n, &dx, &dw, &db);
+  const double step = 1e-6;
+  for (int64_t k = 0; k < m * n; ++k) {
+    const double fused_dx = dx[k] + dres[k];
+    std::vector<double> xp = x, xm = x, rp = r, rm = r;
+    xp[k] += step;
+    xm[k] -= step;
+    rp[k] += step;
+    rm[k] -= step;
+    CHECK(fused_dx == Approx((loss(xp, r, w) - loss(xm, r, w)) / (2 * step)).epsilon(1e-6).margin(1e-8));
+    CHECK(fused_dx == Approx((loss(x, rp, w) - loss(x, rm, w)) / (2 * step)).epsilon(1e-6).margin(1e-8));
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    std::vector<double> wp = w, wm = w;
+    wp[j] += step;
+    wm[j] -= step;
+    CHECK(dw[j] == Approx((loss(x, r, wp) - loss(x, r, wm)) / (2 * step)).epsilon(1e-6).margin(1e-8));
+  }
 }
 
 }  // namespace

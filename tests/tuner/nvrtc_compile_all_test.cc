@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "tests/tuner/norm_variant_problems.h"
 #include "tuner/compile/kernel_source.h"
 #include "tuner/compile/nvrtc_compiler.h"
 #include "tuner/core/sha256.h"
@@ -177,6 +179,30 @@ TEST_CASE("NVRTC compiles every config of the space for sm_90", "[tuner][nvrtc][
   CompileEverything(problems);
 }
 
+// The variants (ktune.proto's NormProblem) at the bench shapes, odd and short
+// rows (N = 1, 3, 3000; N = 128, the per-head q/k norm), a looped row
+// (262144) and every input dtype: the residual add (RMSNorm, both passes),
+// the weight offset (both ops, both passes), the fp8 output alone and with
+// the residual add.
+std::vector<NormProblem> VariantProblems() {
+  std::vector<NormProblem> out;
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{65536, 2048}, {4096, 4096}, {8192, 128}, {1000, 3000},
+                                                           {7, 3},        {3, 1},       {4, 262144}};
+  for (auto [m, n] : shapes) {
+    for (DType d : {DType::kBF16, DType::kFP16, DType::kFP32}) {
+      const bool bench = d == DType::kBF16 || m < 1000;  // 16- and 32-bit types at the small shapes only
+      if (!bench) continue;
+      for (const NormProblem& p : NormVariantsOf(m, n, d)) out.push_back(p);
+    }
+  }
+  for (const NormProblem& p : out) REQUIRE(ValidateNormProblem(p).ok());
+  return out;
+}
+
+TEST_CASE("NVRTC compiles every config of the variants' spaces for sm_90", "[tuner][nvrtc][slow][variants]") {
+  CompileEverything(VariantProblems());
+}
+
 TEST_CASE("The device check of norm outputs compiles for every op and type", "[tuner][nvrtc][slow]") {
   const DeviceInfo device = CompileOnlyTarget();
   const std::vector<DType> types = {DType::kBF16, DType::kFP16, DType::kFP32};
@@ -187,19 +213,28 @@ TEST_CASE("The device check of norm outputs compiles for every op and type", "[t
         for (DType out : types) {
           for (DType wt : {in, DType::kFP32}) {
             for (auto [weight, bias] : {std::pair{true, true}, std::pair{true, false}, std::pair{false, false}}) {
-              NormProblem p = Op(op, pass, 3, 5, in, wt, weight, bias);
-              p.output_dtype = out;
-              if (!ValidateNormProblem(p).ok()) continue;
-              absl::StatusOr<LaunchRecipe> r = NormCheckRecipe(p, device);
-              REQUIRE(r.ok());
-              REQUIRE(r->kernels.size() == 1);
-              const std::string& name = r->kernels[0].name_expression;
-              // The bias enters only the forward's output (LayerNorm's).
-              const bool has_b = pass == NormPass::kForward && op == NormOp::kLayerNorm && bias;
-              INFO(CanonicalKey(p) << " -> " << name);
-              const std::string last = has_b ? ", true>" : ", false>";
-              CHECK(name.compare(name.size() - last.size(), last.size(), last) == 0);
-              unique.emplace(name, *std::move(r));
+              for (int variant = 0; variant < 4; ++variant) {  // plain, offset, residual, fp8 output
+                NormProblem p = Op(op, pass, 3, 5, in, wt, weight, bias);
+                p.output_dtype = out;
+                p.weight_offset = variant == 1;
+                p.residual = variant == 2;
+                if (variant == 3) p.output_dtype = DType::kFP8E4M3;
+                if (variant == 3 && out != in) continue;
+                if (!ValidateNormProblem(p).ok()) continue;
+                absl::StatusOr<LaunchRecipe> r = NormCheckRecipe(p, device);
+                REQUIRE(r.ok());
+                REQUIRE(r->kernels.size() == 1);
+                const std::string& name = r->kernels[0].name_expression;
+                // The bias enters only the forward's output (LayerNorm's); the
+                // residual only the backward's (the forward's is checked as h).
+                const bool has_b = pass == NormPass::kForward && op == NormOp::kLayerNorm && bias;
+                const bool res = pass == NormPass::kBackward && p.residual;
+                INFO(CanonicalKey(p) << " -> " << name);
+                const std::string last = absl::StrCat(
+                    has_b ? ", true" : ", false", p.weight_offset ? ", true" : ", false", res ? ", true>" : ", false>");
+                CHECK(name.compare(name.size() - last.size(), last.size(), last) == 0);
+                unique.emplace(name, *std::move(r));
+              }
             }
           }
         }
@@ -230,7 +265,7 @@ TEST_CASE("The device check's grid covers any problem with at most 8 blocks an S
     CHECK(k.grid[0] >= 1);
     CHECK(int64_t{k.grid[0]} <= std::max<int64_t>((m * n + 255) / 256, 1));
     CHECK(int64_t{k.grid[0]} <= 8 * device.sm_count);
-    CHECK(k.params.size() == 11);
+    CHECK(k.params.size() == 13);
   }
   NormProblem bad = Rms(0, 8, DType::kBF16, DType::kBF16, true);
   CHECK(NormCheckRecipe(bad, device).status().code() == absl::StatusCode::kInvalidArgument);
@@ -252,7 +287,7 @@ TEST_CASE("Compile reports errors as values with the NVRTC log", "[tuner][nvrtc]
   }
   SECTION("a bad instantiation fails with the static_assert in the log") {
     r->kernels[0].name_expression =
-        "ktune::rmsnorm_fwd<ktune::bf16, ktune::bf16, ktune::bf16, true, 4, 1, 16, 1, true, 1, "
+        "ktune::rmsnorm_fwd<ktune::bf16, ktune::bf16, ktune::bf16, true, false, false, 4, 1, 16, 1, true, 1, "
         "false, false, 1>";  // 32-byte bf16 vectors
     const CompileResult c = Compile(&*r);
     CHECK_FALSE(c.ok);

@@ -2,6 +2,8 @@
 // conversions of tuner/core/wire.h.
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <limits>
+#include <set>
 
 #include "absl/strings/str_format.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -200,6 +202,166 @@ TEST_CASE("norm problems and configs round-trip through the wire format", "[tune
   bad = NormConfigToProto(c);
   bad.set_cluster(-1);
   CHECK(NormConfigFromProto(bad).status().message().find("config.norm.cluster") != std::string::npos);
+}
+
+TEST_CASE("norm variants: a problem without them keeps its key, each one is in the key", "[tuner][problem][variants]") {
+  // The plain problem's key is byte for byte what stores hold (the format
+  // from before the variants existed), however it was decoded: an old
+  // message has none of the new fields, and setting them to their defaults
+  // changes nothing.
+  const std::string plain = "rmsnorm.fwd m=4096 n=4096 in=bf16 out=bf16 wt=bf16 w=1 b=0 eps=9.99999997e-07";
+  NormProblem base = Rms(4096, 4096);
+  CHECK(CanonicalKey(base) == plain);
+  v1::NormProblem old_wire;
+  old_wire.set_op(v1::RMSNORM);
+  old_wire.set_norm_pass(v1::FWD);
+  old_wire.set_m(4096);
+  old_wire.set_n(4096);
+  old_wire.set_input_dtype(v1::BF16);
+  old_wire.set_has_weight(true);
+  const std::string old_bytes = old_wire.SerializeAsString();
+  auto decoded = NormProblemFromProto(old_wire);
+  REQUIRE(decoded.ok());
+  CHECK(CanonicalKey(*decoded) == plain);
+  CHECK_FALSE(decoded->residual);
+  CHECK_FALSE(decoded->weight_offset);
+  CHECK(decoded->out_scale == 0.0f);
+  // Proto3 writes no default: the re-encoded plain problem is the old bytes.
+  v1::NormProblem reencoded = NormProblemToProto(*decoded);
+  reencoded.clear_output_dtype();
+  reencoded.clear_weight_dtype();
+  reencoded.clear_eps();
+  CHECK(reencoded.SerializeAsString() == old_bytes);
+
+  NormProblem res = base;
+  res.residual = true;
+  CHECK(CanonicalKey(res) == plain + " res=1");
+  NormProblem off = base;
+  off.weight_offset = true;
+  CHECK(CanonicalKey(off) == plain + " woff=1");
+  NormProblem both = res;
+  both.weight_offset = true;
+  CHECK(CanonicalKey(both) == plain + " res=1 woff=1");
+  NormProblem fp8 = base;
+  fp8.output_dtype = DType::kFP8E4M3;
+  CHECK(CanonicalKey(fp8) == "rmsnorm.fwd m=4096 n=4096 in=bf16 out=fp8e4m3 wt=bf16 w=1 b=0 eps=9.99999997e-07");
+  // The scale is the launch's (a pointer), not the problem's identity: one
+  // entry serves every layer's scale.
+  NormProblem scaled = fp8;
+  scaled.out_scale = 0.0125f;
+  CHECK(CanonicalKey(scaled) == CanonicalKey(fp8));
+  CHECK_FALSE(scaled == fp8);  // still carried as a value
+  CHECK(VerifyScale(fp8) == 1.0f);
+  CHECK(VerifyScale(scaled) == 0.0125f);
+  std::set<std::string> keys;
+  for (const NormProblem& p : {base, res, off, both, fp8}) keys.insert(CanonicalKey(p));
+  CHECK(keys.size() == 5);
+
+  // Bytes: the residual is read and written (forward) or dresidual read (backward).
+  CHECK(MinimumBytes(res) == MinimumBytes(base) + 2 * 4096LL * 4096 * 2);
+  NormProblem res_bwd = res;
+  res_bwd.pass = NormPass::kBackward;
+  NormProblem plain_bwd = base;
+  plain_bwd.pass = NormPass::kBackward;
+  CHECK(MinimumBytes(res_bwd) == MinimumBytes(plain_bwd) + 4096LL * 4096 * 2);
+  CHECK(MinimumBytes(fp8) == 4096LL * 4096 * 3 + 4096 * 2);
+}
+
+TEST_CASE("norm variants round-trip through the wire format", "[tuner][wire][variants]") {
+  for (int variant = 0; variant < 4; ++variant) {
+    NormProblem p = Rms(8192, 128);
+    p.residual = variant == 0 || variant == 3;
+    p.weight_offset = variant == 1 || variant == 3;
+    if (variant >= 2) {
+      p.output_dtype = DType::kFP8E4M3;
+      p.out_scale = variant == 2 ? 0.5f : 0.0f;
+    }
+    REQUIRE(ValidateNormProblem(p).ok());
+    const v1::NormProblem wire = NormProblemToProto(p);
+    CHECK(wire.residual() == p.residual);
+    CHECK(wire.weight_offset() == p.weight_offset);
+    CHECK(wire.out_scale() == p.out_scale);
+    auto back = NormProblemFromProto(wire);
+    REQUIRE(back.ok());
+    CHECK(*back == p);
+    CHECK(CanonicalKey(*back) == CanonicalKey(p));
+    if (p.output_dtype == DType::kFP8E4M3) CHECK(wire.output_dtype() == v1::FP8_E4M3);
+  }
+}
+
+TEST_CASE("norm variants: bad combinations are INVALID_ARGUMENT naming the field", "[tuner][problem][variants]") {
+  struct Case {
+    const char* what;
+    NormProblem problem;
+    const char* mentions;
+  };
+  auto with = [](auto edit) {
+    NormProblem p = Rms(64, 128);
+    edit(p);
+    return p;
+  };
+  const std::vector<Case> cases = {
+      {"fp8 output on a backward", with([](NormProblem& p) {
+         p.pass = NormPass::kBackward;
+         p.output_dtype = DType::kFP8E4M3;
+       }),
+       "problem.output_dtype"},
+      {"fp8 output on LayerNorm", with([](NormProblem& p) {
+         p.op = NormOp::kLayerNorm;
+         p.output_dtype = DType::kFP8E4M3;
+       }),
+       "problem.output_dtype"},
+      {"a negative scale", with([](NormProblem& p) {
+         p.output_dtype = DType::kFP8E4M3;
+         p.out_scale = -1.0f;
+       }),
+       "problem.out_scale"},
+      {"an infinite scale", with([](NormProblem& p) {
+         p.output_dtype = DType::kFP8E4M3;
+         p.out_scale = std::numeric_limits<float>::infinity();
+       }),
+       "problem.out_scale"},
+      {"a NaN scale", with([](NormProblem& p) {
+         p.output_dtype = DType::kFP8E4M3;
+         p.out_scale = std::nanf("");
+       }),
+       "problem.out_scale"},
+      {"a scale without fp8 output", with([](NormProblem& p) { p.out_scale = 2.0f; }), "problem.out_scale"},
+      {"a residual on LayerNorm", with([](NormProblem& p) {
+         p.op = NormOp::kLayerNorm;
+         p.residual = true;
+       }),
+       "problem.residual"},
+      {"a weight offset without a weight", with([](NormProblem& p) {
+         p.has_weight = false;
+         p.weight_offset = true;
+       }),
+       "problem.weight_offset"},
+      {"fp8 weights", with([](NormProblem& p) { p.weight_dtype = DType::kFP8E4M3; }), "problem.weight_dtype"},
+  };
+  for (const Case& c : cases) {
+    const absl::Status s = ValidateNormProblem(c.problem);
+    INFO(c.what << " -> " << s.ToString());
+    CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+    CHECK(s.message().find(c.mentions) != std::string::npos);
+  }
+  // And what is allowed: both variants on one RMSNorm backward, the offset on
+  // LayerNorm, fp8 output with the residual add.
+  CHECK(ValidateNormProblem(with([](NormProblem& p) {
+          p.pass = NormPass::kBackward;
+          p.residual = true;
+          p.weight_offset = true;
+        })).ok());
+  CHECK(ValidateNormProblem(with([](NormProblem& p) {
+          p.op = NormOp::kLayerNorm;
+          p.has_bias = true;
+          p.weight_offset = true;
+        })).ok());
+  CHECK(ValidateNormProblem(with([](NormProblem& p) {
+          p.output_dtype = DType::kFP8E4M3;
+          p.residual = true;
+          p.out_scale = 0.02f;
+        })).ok());
 }
 
 TEST_CASE("fingerprints and recipes round-trip, and keys separate environments", "[tuner][wire]") {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
+#include "tests/tuner/norm_variant_problems.h"
 #include "tuner/norm/norm_space.h"
 
 namespace ktune {
@@ -66,6 +67,18 @@ std::vector<NormProblem> Problems() {
               if (ValidateNormProblem(p).ok()) out.push_back(p);
             }
           }
+        }
+      }
+    }
+  }
+  // The variants (ktune.proto's NormProblem): the fused residual add (RMSNorm,
+  // both passes), the weight offset (both ops and passes), the fp8 output
+  // (RMSNorm forward, alone and with the residual add).
+  for (int64_t m : {1, 7, 4096, 65536}) {
+    for (int64_t n : {1, 3, 128, 1000, 3000, 4096, 8192, 262144}) {
+      for (DType d : {DType::kBF16, DType::kFP16, DType::kFP32}) {
+        for (const NormProblem& p : NormVariantsOf(m, n, d)) {
+          if (ValidateNormProblem(p).ok()) out.push_back(p);  // not past m * n's bound
         }
       }
     }
@@ -134,8 +147,9 @@ TEST_CASE("NormSearchSpace invariants over many problems", "[tuner][space]") {
           CHECK(c.split_size == 0);
           CHECK(k.grid[0] <= static_cast<uint32_t>((p.m + c.x_block - 1) / c.x_block));
           CHECK(r->workspace_bytes == 0);
-          CHECK(k.params == (ln ? std::vector<std::string>{"x", "w", "b", "y", "mean", "rstd", "M", "N", "eps"}
-                                : std::vector<std::string>{"x", "w", "y", "rstd", "M", "N", "eps"}));
+          CHECK(k.params ==
+                (ln ? std::vector<std::string>{"x", "w", "b", "y", "mean", "rstd", "M", "N", "eps"}
+                    : std::vector<std::string>{"x", "residual", "w", "y", "rstd", "scale", "M", "N", "eps"}));
         } else {
           // A CTA per split, padded to whole clusters; a workspace row per
           // cluster (per CTA without one), staged in the partials' layout.
@@ -151,7 +165,7 @@ TEST_CASE("NormSearchSpace invariants over many problems", "[tuner][space]") {
             CHECK(k.dynamic_smem_bytes == static_cast<uint32_t>(parts * c.r_block * sizeof(float)));
           }
           CHECK(k.params == (ln ? std::vector<std::string>{"x", "dy", "w", "mean", "rstd", "dx", "ws", "M", "N"}
-                                : std::vector<std::string>{"x", "dy", "w", "rstd", "dx", "ws", "M", "N"}));
+                                : std::vector<std::string>{"x", "dy", "dresidual", "w", "rstd", "dx", "ws", "M", "N"}));
           if (parts > 0) {
             const KernelLaunch& red = r->kernels[1];
             CHECK(red.name_expression.rfind("ktune::norm_bwd_reduce<", 0) == 0);

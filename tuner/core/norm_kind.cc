@@ -23,9 +23,10 @@ class NormKind final : public ProblemKind {
   std::string Describe(const v1::Problem& problem) const override {
     absl::StatusOr<NormProblem> p = NormProblemFromProto(problem.norm());
     if (!p.ok()) return "?";
-    return absl::StrFormat("%s %dx%d %s%s%s%s", OpName(*p), p->m, p->n, DTypeName(p->input_dtype),
+    return absl::StrFormat("%s %dx%d %s%s%s%s%s%s%s", OpName(*p), p->m, p->n, DTypeName(p->input_dtype),
                            p->weight_dtype != p->input_dtype ? " w:fp32" : "", p->has_weight ? "" : " no-weight",
-                           p->has_bias ? " bias" : "");
+                           p->has_bias ? " bias" : "", p->residual ? " +residual" : "", p->weight_offset ? " 1+w" : "",
+                           p->output_dtype == DType::kFP8E4M3 ? " out:fp8e4m3" : "");
   }
 
   std::string DescribeConfig(const v1::Config& config) const override {

@@ -14,7 +14,8 @@ namespace ktune {
 bool operator==(const NormProblem& a, const NormProblem& b) {
   return a.op == b.op && a.pass == b.pass && a.m == b.m && a.n == b.n && a.input_dtype == b.input_dtype &&
          a.output_dtype == b.output_dtype && a.weight_dtype == b.weight_dtype && a.has_weight == b.has_weight &&
-         a.has_bias == b.has_bias && a.eps == b.eps;
+         a.has_bias == b.has_bias && a.eps == b.eps && a.residual == b.residual && a.weight_offset == b.weight_offset &&
+         a.out_scale == b.out_scale;
 }
 
 std::string DTypeName(DType dtype) {
@@ -82,10 +83,24 @@ absl::Status ValidateNormProblem(const NormProblem& p) {
         absl::StrCat("problem: m * n = ", p.m * p.n, " elements exceeds the limit of ", kMaxNormElements));
   }
   for (auto [field, dtype] :
-       {std::pair{"problem.input_dtype", p.input_dtype}, std::pair{"problem.output_dtype", p.output_dtype},
-        std::pair{"problem.weight_dtype", p.weight_dtype}}) {
+       {std::pair{"problem.input_dtype", p.input_dtype}, std::pair{"problem.weight_dtype", p.weight_dtype}}) {
     if (dtype == DType::kFP8E4M3) {
       return absl::InvalidArgumentError(absl::StrCat(field, ": fp8e4m3 is not supported for norms (bf16, fp16, fp32)"));
+    }
+  }
+  const bool fp8_out = p.output_dtype == DType::kFP8E4M3;
+  if (fp8_out && (p.op != NormOp::kRMSNorm || p.pass != NormPass::kForward)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("problem.output_dtype: fp8e4m3 output is for the RMSNorm forward only (bf16, fp16 or fp32 for ",
+                     OpName(p), ")"));
+  }
+  if (p.out_scale != 0.0f) {
+    if (!fp8_out) {
+      return absl::InvalidArgumentError("problem.out_scale: a scale is for fp8e4m3 output only");
+    }
+    if (!std::isfinite(p.out_scale) || p.out_scale < 0.0f) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("problem.out_scale: must be finite and > 0 (0: 1), got %g", p.out_scale));
     }
   }
   if (!std::isfinite(p.eps) || p.eps <= 0.0f || p.eps > 1.0f) {
@@ -98,6 +113,12 @@ absl::Status ValidateNormProblem(const NormProblem& p) {
   }
   if (p.has_bias && p.op == NormOp::kRMSNorm) {
     return absl::InvalidArgumentError("problem.has_bias: RMSNorm has no bias");
+  }
+  if (p.residual && p.op != NormOp::kRMSNorm) {
+    return absl::InvalidArgumentError("problem.residual: the fused residual add is RMSNorm's only");
+  }
+  if (p.weight_offset && !p.has_weight) {
+    return absl::InvalidArgumentError("problem.weight_offset: (1 + w) needs a weight (has_weight)");
   }
   return absl::OkStatus();
 }
@@ -120,16 +141,19 @@ std::string CanonicalKey(const NormProblem& p) {
   }
   return absl::StrCat(OpName(p), " m=", p.m, " n=", p.n, " in=", DTypeName(p.input_dtype),
                       " out=", DTypeName(p.output_dtype), " wt=", DTypeName(p.weight_dtype),
-                      " w=", p.has_weight ? 1 : 0, " b=", p.has_bias ? 1 : 0, " eps=", eps);
+                      " w=", p.has_weight ? 1 : 0, " b=", p.has_bias ? 1 : 0, " eps=", eps, p.residual ? " res=1" : "",
+                      p.weight_offset ? " woff=1" : "");
 }
 
 int64_t MinimumBytes(const NormProblem& p) {
   const int64_t in = DTypeBytes(p.input_dtype), out = DTypeBytes(p.output_dtype);
   const int64_t w = p.has_weight ? p.n * DTypeBytes(p.weight_dtype) : 0;
   const int64_t b = p.has_bias ? p.n * DTypeBytes(p.weight_dtype) : 0;
-  if (p.pass == NormPass::kForward) return p.m * p.n * (in + out) + w + b;
-  // Backward: read x and dy, write dx; read w, write dw and db.
-  return p.m * p.n * (2 * in + out) + 2 * w + b;
+  const int64_t residual = p.residual ? p.m * p.n * in : 0;
+  // Forward: read x (and the residual), write y (and the residual).
+  if (p.pass == NormPass::kForward) return p.m * p.n * (in + out) + 2 * residual + w + b;
+  // Backward: read x and dy (and dresidual), write dx; read w, write dw and db.
+  return p.m * p.n * (2 * in + out) + residual + 2 * w + b;
 }
 
 }  // namespace ktune

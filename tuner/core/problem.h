@@ -39,7 +39,18 @@ struct NormProblem {
   bool has_weight = true;
   bool has_bias = false;
   float eps = kDefaultNormEps;
+  // The variants (ktune.proto's NormProblem has their full contract); the
+  // defaults are the plain norm, whose canonical key does not mention them.
+  bool residual = false;       // RMSNorm: fused residual add, in place on the residual
+  bool weight_offset = false;  // multiply by (1 + w): Gemma
+  // fp8 e4m3 output only: the static per-tensor scale the tuner verifies with
+  // (y = saturate(norm(x) * w / scale)); 0 means 1. Not part of the key: the
+  // kernel reads the scale from a pointer at launch.
+  float out_scale = 0.0f;
 };
+
+// The scale a problem's fp8 output is verified with: out_scale, or 1 when unset.
+inline float VerifyScale(const NormProblem& p) { return p.out_scale == 0.0f ? 1.0f : p.out_scale; }
 
 bool operator==(const NormProblem& a, const NormProblem& b);
 
@@ -56,11 +67,15 @@ absl::Status ParseNormOpName(absl::string_view name, NormOp* op, NormPass* pass)
 
 // OK, or INVALID_ARGUMENT naming the first field that is out of range or
 // unsupported (dtypes other than bf16/fp16/fp32, a weight dtype other than the
-// input's or fp32, a bias on RMSNorm).
+// input's or fp32, a bias on RMSNorm; fp8e4m3 output other than on the
+// RMSNorm forward, an out_scale that is not finite and > 0 or without fp8
+// output, a residual on LayerNorm, a weight offset without a weight).
 absl::Status ValidateNormProblem(const NormProblem& problem);
 
 // Stable text identifying the problem, e.g.
-// "rmsnorm.fwd m=4096 n=4096 in=bf16 out=bf16 wt=bf16 w=1 b=0 eps=1e-06".
+// "rmsnorm.fwd m=4096 n=4096 in=bf16 out=bf16 wt=bf16 w=1 b=0 eps=1e-06";
+// the variants append " res=1" and " woff=1" when set (so the plain
+// problem's key is what it was before they existed); out_scale is not in it.
 std::string CanonicalKey(const NormProblem& problem);
 
 // The fewest bytes the op must move through device memory. Forward: read x,

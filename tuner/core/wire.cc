@@ -100,6 +100,9 @@ absl::StatusOr<NormProblem> NormProblemFromProto(const v1::NormProblem& in) {
   p.has_weight = in.has_weight();
   p.has_bias = in.has_bias();
   p.eps = in.eps() == 0.0f ? kDefaultNormEps : in.eps();
+  p.residual = in.residual();
+  p.weight_offset = in.weight_offset();
+  p.out_scale = in.out_scale();
   return p;
 }
 
@@ -115,6 +118,9 @@ v1::NormProblem NormProblemToProto(const NormProblem& p) {
   out.set_has_weight(p.has_weight);
   out.set_has_bias(p.has_bias);
   out.set_eps(p.eps);
+  out.set_residual(p.residual);
+  out.set_weight_offset(p.weight_offset);
+  out.set_out_scale(p.out_scale);
   return out;
 }
 

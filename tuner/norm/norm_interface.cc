@@ -24,7 +24,8 @@ absl::Status WriteNormInterface(const NormProblem& p, const NormInterfaceFacts& 
     if (param == "N") return I32Arg(param, static_cast<int32_t>(n));
     if (param == "P") return I32Arg(param, static_cast<int32_t>(facts.partial_rows));
     if (param == "eps") return F32Arg(param, p.eps);
-    for (const char* tensor : {"x", "dy", "w", "b", "y", "dx", "mean", "rstd", "ws", "dw", "db"}) {
+    for (const char* tensor :
+         {"x", "dy", "w", "b", "y", "dx", "mean", "rstd", "ws", "dw", "db", "residual", "dresidual", "scale"}) {
       if (param == tensor) return TensorArg(param, param);
     }
     return absl::InvalidArgumentError("not a norm kernel parameter");
@@ -32,6 +33,18 @@ absl::Status WriteNormInterface(const NormProblem& p, const NormInterfaceFacts& 
   const SpecForTensor spec_for = [&](const std::string& t) -> absl::StatusOr<v1::TensorSpec> {
     if (t == "x" || t == "dy") return DenseTensorSpec(t, v1::ROLE_INPUT, in, {m, n}, row_alignment);
     if (t == "y" || t == "dx") return DenseTensorSpec(t, v1::ROLE_OUTPUT, out, {m, n}, vector_bytes(out));
+    if (t == "residual" || t == "dresidual") {
+      // Forward: read and written in place (h = x + residual); backward: the
+      // gradient of h from the residual stream, read.
+      const bool present = p.residual && (t == "residual") == fwd;
+      const v1::TensorRole role = t == "residual" ? v1::ROLE_INPUT_OUTPUT : v1::ROLE_INPUT;
+      if (!present) return AbsentTensorSpec(t, role, in);
+      return DenseTensorSpec(t, role, in, {m, n}, vector_bytes(in));
+    }
+    if (t == "scale") {  // fp8 output: y = saturate(norm * w / scale), one fp32 read at launch
+      if (p.output_dtype != DType::kFP8E4M3) return AbsentTensorSpec(t, v1::ROLE_SCALE, v1::FP32);
+      return DenseTensorSpec(t, v1::ROLE_SCALE, v1::FP32, {}, 4);
+    }
     if (t == "w" || t == "b") {
       const bool present = t == "w" ? p.has_weight : ln && p.has_bias;
       if (!present) return AbsentTensorSpec(t, v1::ROLE_INPUT, wt);

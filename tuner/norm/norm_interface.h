@@ -8,6 +8,10 @@
 // leave unbound; backward: the forward's, required); the backward's fp32
 // partials ws [parts, P, N], the launcher's workspace. A tensor the problem
 // lacks (no weight, no bias, no partials) is absent (AbsentTensorSpec).
+// The variants: residual [M, N] (input dtype, ROLE_INPUT_OUTPUT: the forward
+// adds x to it in place), dresidual [M, N] (input dtype, the backward's
+// gradient from the residual stream), scale (one fp32, ROLE_SCALE: the fp8
+// output's per-tensor scale); absent where the problem has no such variant.
 // Scalars: M, N, P (int), eps (float).
 // Thread-safe: pure functions.
 #pragma once

@@ -91,7 +91,7 @@ double Decode(DType dtype, const uint8_t* data, int64_t i) {
       return f;
     }
     case DType::kFP8E4M3:
-      break;
+      return E4m3ToFloat(data[i]);
   }
   return std::numeric_limits<double>::quiet_NaN();
 }
@@ -113,6 +113,7 @@ void Encode(DType dtype, float v, uint8_t* data, int64_t i) {
       std::memcpy(data + 4 * i, &v, 4);
       return;
     case DType::kFP8E4M3:
+      data[i] = FloatToE4m3(v);
       return;
   }
 }
@@ -152,10 +153,14 @@ constexpr uint64_t kStreamW = 2;
 constexpr uint64_t kStreamRowScale = 3;
 constexpr uint64_t kStreamDy = 4;
 constexpr uint64_t kStreamB = 5;
+constexpr uint64_t kStreamResidual = 6;
+constexpr uint64_t kStreamDResidual = 7;
 
 bool IsForward(const NormProblem& p) { return p.pass == NormPass::kForward; }
 bool IsLayerNorm(const NormProblem& p) { return p.op == NormOp::kLayerNorm; }
 bool HasBias(const NormProblem& p) { return IsLayerNorm(p) && p.has_bias; }
+bool IsFp8Output(const NormProblem& p) { return p.output_dtype == DType::kFP8E4M3; }
+constexpr double kE4m3Max = 448.0;  // the largest finite e4m3
 
 // Relative error of fp32 summation the weight-gradient check allows per
 // summed term: the kernels add M terms in fp32 in blocks (per CTA, then across
@@ -235,6 +240,14 @@ void NormBackwardReference(bool layernorm, const std::vector<double>& x, const s
   }
 }
 
+double ResidualAddReference(DType dtype, double x, double residual) {
+  uint8_t bytes[4];
+  Encode(dtype, static_cast<float>(x) + static_cast<float>(residual), bytes, 0);
+  return Decode(dtype, bytes, 0);
+}
+
+double Fp8OutputReference(double y, double scale) { return std::clamp(y / scale, -kE4m3Max, kE4m3Max); }
+
 Tolerance ToleranceFor(DType output_dtype) {
   switch (output_dtype) {
     case DType::kBF16:
@@ -244,7 +257,10 @@ Tolerance ToleranceFor(DType output_dtype) {
     case DType::kFP32:
       return {1e-6, 1e-5};  // fp32 accumulation over up to 2^18 elements
     case DType::kFP8E4M3:
-      return {1e-2, 0x1.0p-2};
+      // One ulp of a 4-bit significand (rounding to nearest is half of it,
+      // the margin covers the fp32 product landing across a rounding
+      // midpoint), and one step of the subnormals (2^-9) near zero.
+      return {0x1.0p-9, 0x1.0p-3};
   }
   return {0, 0};
 }
@@ -269,6 +285,8 @@ absl::StatusOr<LaunchRecipe> NormCheckRecipe(const NormProblem& p, const DeviceI
                                  .Bool("LAYERNORM", IsLayerNorm(p))
                                  .Bool("HAS_W", p.has_weight)
                                  .Bool("HAS_B", IsForward(p) && HasBias(p))
+                                 .Bool("WEIGHT_OFFSET", p.weight_offset)
+                                 .Bool("RESIDUAL", !IsForward(p) && p.residual)
                                  .NameInto(&k);
   if (!named.ok()) return named;
   constexpr int64_t kThreads = 256;  // norm_check's block
@@ -276,7 +294,7 @@ absl::StatusOr<LaunchRecipe> NormCheckRecipe(const NormProblem& p, const DeviceI
       std::min<int64_t>((p.m * p.n + kThreads - 1) / kThreads, int64_t{8} * std::max(device.sm_count, 1));
   k.grid = {static_cast<uint32_t>(blocks), 1, 1};
   k.block = {static_cast<uint32_t>(kThreads), 1, 1};
-  k.params = {"x", "dy", "w", "b", "out", "rows", "M", "N", "atol", "rtol", "verdict"};
+  k.params = {"x", "dy", "dres", "w", "b", "out", "rows", "M", "N", "atol", "rtol", "out_scale", "verdict"};
   recipe.kernels.push_back(std::move(k));
   return recipe;
 }
@@ -294,11 +312,18 @@ struct NormRunner::Impl {
   std::vector<DeviceBuffer> mean;  // (M) f32: forward output (LayerNorm), backward input
   std::vector<DeviceBuffer> rstd;  // (M) f32: forward output, backward input
   std::vector<DeviceBuffer> ws;    // backward workspace, recipe.workspace_bytes
+  std::vector<DeviceBuffer> res;   // (M, N) input dtype: forward residual (in place), backward dresidual
   uint64_t ws_bytes = 0;
+  DeviceBuffer h;       // (M, N) input dtype, forward residual: x + residual, the device check's x
+  DeviceBuffer scale;   // one f32, fp8 output: VerifyScale(problem)
   DeviceBuffer w, b;    // (N) weight dtype, shared by every set
   DeviceBuffer dw, db;  // (N) weight dtype, backward outputs
   // Host copies: raw inputs, references, read-back outputs.
   std::vector<uint8_t> host_x, host_dy, host_w, host_b;
+  // Residual (forward): its input, and h = x + residual rounded to the input
+  // dtype as the kernel rounds it (fp32 add), what the residual must hold
+  // afterwards and what is normalized. Backward: dresidual.
+  std::vector<uint8_t> host_res, host_h, host_res_out;
   std::vector<double> mean_ref, rstd_ref;  // (M) float64 statistics of x
   std::vector<float> mean_f, rstd_f;       // (M) the same rounded to f32 (backward inputs)
   std::vector<double> c1_ref, c2_ref;      // (M) backward: mean_j(g * xhat), mean_j(g)
@@ -323,9 +348,20 @@ struct NormRunner::Impl {
   int64_t out_bytes() const { return problem.m * problem.n * DTypeBytes(problem.output_dtype); }
   int64_t w_bytes() const { return problem.n * DTypeBytes(problem.weight_dtype); }
   int64_t stat_bytes() const { return problem.m * static_cast<int64_t>(sizeof(float)); }
-  double x_at(int64_t k) const { return Decode(problem.input_dtype, host_x.data(), k); }
+  bool fwd_residual() const { return IsForward(problem) && problem.residual; }
+  bool bwd_residual() const { return !IsForward(problem) && problem.residual; }
+  // The row the norm normalizes: x, or the forward's h = x + residual.
+  double x_at(int64_t k) const {
+    return Decode(problem.input_dtype, fwd_residual() ? host_h.data() : host_x.data(), k);
+  }
   double dy_at(int64_t k) const { return Decode(problem.input_dtype, host_dy.data(), k); }
-  double w_at(int64_t j) const { return problem.has_weight ? Decode(problem.weight_dtype, host_w.data(), j) : 1.0; }
+  double dres_at(int64_t k) const { return bwd_residual() ? Decode(problem.input_dtype, host_res.data(), k) : 0.0; }
+  // The weight as the norm applies it: w, or 1 + w with the weight offset.
+  double w_at(int64_t j) const {
+    if (!problem.has_weight) return 1.0;
+    const double w = Decode(problem.weight_dtype, host_w.data(), j);
+    return problem.weight_offset ? 1.0 + w : w;
+  }
   double b_at(int64_t j) const { return HasBias(problem) ? Decode(problem.weight_dtype, host_b.data(), j) : 0.0; }
 
   // Output element (i, j) (y, or dx) as the float64 reference has it, and
@@ -339,7 +375,9 @@ struct NormRunner::Impl {
     const int64_t k = i * problem.n + j;
     const double w = w_at(j);
     if (IsForward(problem)) {
-      const double want = (x_at(k) - mean_ref[i]) * rstd_ref[i] * w + b_at(j);
+      double want = (x_at(k) - mean_ref[i]) * rstd_ref[i] * w + b_at(j);
+      // fp8: quantized with the per-tensor scale, saturated.
+      if (IsFp8Output(problem)) want = Fp8OutputReference(want, VerifyScale(problem));
       // LayerNorm: the f32 mean's rounding moves y by up to ~rtol * |w|.
       return {want, tol.atol + tol.rtol * (std::fabs(want) + (IsLayerNorm(problem) ? std::fabs(w) : 0.0))};
     }
@@ -348,10 +386,11 @@ struct NormRunner::Impl {
     const double r = rstd_f[i];
     const double xh = (x_at(k) - mu) * r;
     const double g = dy_at(k) * w;
-    const double want = r * (g - c2_ref[i] - xh * c1_ref[i]);
+    const double d = dres_at(k);  // the residual stream's gradient (0 without)
+    const double want = r * (g - c2_ref[i] - xh * c1_ref[i]) + d;
     // dx is a difference of terms of size r * |g|: fp32 rounding of those
     // terms, not of the (possibly small) result, bounds the error.
-    return {want, tol.atol * r + tol.rtol * (std::fabs(want) + r * std::fabs(g))};
+    return {want, tol.atol * r + tol.rtol * (std::fabs(want) + r * std::fabs(g)) + tol.rtol * std::fabs(d)};
   }
 
   // The device addresses for input set `set`, one per tensor of the recipe
@@ -373,7 +412,10 @@ struct NormRunner::Impl {
                                                        {"rstd", stats ? rstd[set].get() : 0},
                                                        {"ws", ws.empty() ? 0 : ws[set].get()},
                                                        {"dw", problem.has_weight && !fwd ? dw.get() : 0},
-                                                       {"db", HasBias(problem) && !fwd ? db.get() : 0}};
+                                                       {"db", HasBias(problem) && !fwd ? db.get() : 0},
+                                                       {"residual", fwd_residual() ? res[set].get() : 0},
+                                                       {"dresidual", bwd_residual() ? res[set].get() : 0},
+                                                       {"scale", IsFp8Output(problem) ? scale.get() : 0}};
     std::vector<uint64_t> addresses;
     for (const v1::TensorSpec& t : recipe.tensors) {
       const auto* it = std::find_if(std::begin(known), std::end(known),
@@ -433,6 +475,9 @@ struct NormRunner::Impl {
   // statistics, or the backward's dw and db.
   absl::StatusOr<VerifyResult> CheckSmallOutputs();
   VerifyResult CheckStatistics() const;
+  // The forward's residual after the launch: exactly h, bit for bit (the
+  // kernel and the host both add in f32 and round once).
+  VerifyResult CheckUpdatedResidual() const;
   VerifyResult CheckWeightGradients() const;
 };
 
@@ -463,15 +508,22 @@ absl::StatusOr<std::unique_ptr<NormRunner>> NormRunner::Create(const NormProblem
   // [0.05, 2) * scale with random signs (never zero); LayerNorm rows also get
   // an offset of up to 4 * scale, so a kernel forgetting the mean, or one whose
   // variance cancels, fails. Weights and biases of magnitude [0.5, 1.5) with
-  // random signs; dy like x without the offset.
+  // random signs; dy like x without the offset. The residual (forward) and
+  // dresidual (backward) like dy, drawn from streams of their own.
   im.host_x.resize(im.x_bytes());
   if (!fwd) im.host_dy.resize(im.x_bytes());
+  if (problem.residual) im.host_res.resize(im.x_bytes());
+  if (im.fwd_residual()) {
+    im.host_h.resize(im.x_bytes());
+    im.host_res_out.resize(im.x_bytes());
+  }
   im.host_w.resize(im.w_bytes());
   im.host_b.resize(im.w_bytes());
   im.mean_ref.assign(m, 0.0);
   im.rstd_ref.assign(m, 0.0);
   const UniformStream row_scale(seed, kStreamRowScale), row_offset(seed + 1, kStreamRowScale);
   const UniformStream x_values(seed, kStreamX), dy_values(seed, kStreamDy);
+  const UniformStream res_values(seed, fwd ? kStreamResidual : kStreamDResidual);
   ParallelForRanges(m, std::max<int64_t>(1, (int64_t{1} << 16) / n), [&](int, int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const double scale = std::exp2(4.0 * row_scale(i) - 2.0);
@@ -480,6 +532,16 @@ absl::StatusOr<std::unique_ptr<NormRunner>> NormRunner::Create(const NormProblem
       for (int64_t j = 0; j < n; ++j) {
         const float v = static_cast<float>(offset + scale * SignedMagnitude(x_values(i * n + j), 0.05, 2.0));
         Encode(problem.input_dtype, v, im.host_x.data(), i * n + j);
+        if (problem.residual) {
+          const float r = static_cast<float>(scale * SignedMagnitude(res_values(i * n + j), 0.05, 2.0));
+          Encode(problem.input_dtype, r, im.host_res.data(), i * n + j);
+        }
+        if (im.fwd_residual()) {
+          const double sum =
+              ResidualAddReference(problem.input_dtype, Decode(problem.input_dtype, im.host_x.data(), i * n + j),
+                                   Decode(problem.input_dtype, im.host_res.data(), i * n + j));
+          Encode(problem.input_dtype, static_cast<float>(sum), im.host_h.data(), i * n + j);  // exact
+        }
         s += im.x_at(i * n + j);
         if (!fwd) {
           const float d = static_cast<float>(scale * SignedMagnitude(dy_values(i * n + j), 0.05, 2.0));
@@ -552,7 +614,7 @@ absl::StatusOr<std::unique_ptr<NormRunner>> NormRunner::Create(const NormProblem
   }
 
   // Device buffers: enough sets that one sweep moves >= 3x L2.
-  const int64_t per_set = im.x_bytes() * (fwd ? 1 : 2) + im.out_bytes();
+  const int64_t per_set = im.x_bytes() * (fwd ? 1 : 2) + im.out_bytes() + (problem.residual ? im.x_bytes() : 0);
   im.rotation = RotationCount(device->info(), per_set);
   for (int s = 0; s < im.rotation; ++s) {
     for (auto [list, bytes, host] :
@@ -560,7 +622,8 @@ absl::StatusOr<std::unique_ptr<NormRunner>> NormRunner::Create(const NormProblem
           std::tuple{&im.dy, fwd ? 0 : im.x_bytes(), static_cast<const void*>(im.host_dy.data())},
           std::tuple{&im.out, im.out_bytes(), static_cast<const void*>(nullptr)},
           std::tuple{&im.mean, im.stat_bytes(), static_cast<const void*>(im.mean_f.data())},
-          std::tuple{&im.rstd, im.stat_bytes(), static_cast<const void*>(im.rstd_f.data())}}) {
+          std::tuple{&im.rstd, im.stat_bytes(), static_cast<const void*>(im.rstd_f.data())},
+          std::tuple{&im.res, problem.residual ? im.x_bytes() : 0, static_cast<const void*>(im.host_res.data())}}) {
       if (bytes == 0) continue;
       absl::StatusOr<DeviceBuffer> buffer = DeviceBuffer::Create(device, bytes);
       if (!buffer.ok()) return buffer.status();
@@ -581,6 +644,20 @@ absl::StatusOr<std::unique_ptr<NormRunner>> NormRunner::Create(const NormProblem
       }
     }
     *buffer = *std::move(created);
+  }
+  // The forward residual's h, the device check's x; the fp8 output's scale.
+  if (im.fwd_residual()) {
+    absl::StatusOr<DeviceBuffer> created = DeviceBuffer::Create(device, im.x_bytes());
+    if (!created.ok()) return created.status();
+    if (absl::Status st = device->CopyToDevice(created->get(), im.host_h.data(), im.x_bytes()); !st.ok()) return st;
+    im.h = *std::move(created);
+  }
+  if (IsFp8Output(problem)) {
+    const float verify_scale = VerifyScale(problem);
+    absl::StatusOr<DeviceBuffer> created = DeviceBuffer::Create(device, sizeof(float));
+    if (!created.ok()) return created.status();
+    if (absl::Status st = device->CopyToDevice(created->get(), &verify_scale, sizeof(float)); !st.ok()) return st;
+    im.scale = *std::move(created);
   }
   im.host_out.resize(im.out_bytes());
   im.host_dw.resize(im.w_bytes());
@@ -640,6 +717,11 @@ absl::Status NormRunner::Impl::RunOnce(const LaunchRecipe& recipe) {
   for (auto [ptr, bytes] : poison) {
     if (absl::Status s = device->Fill(ptr, 0xFF, bytes); !s.ok()) return s;
   }
+  // The residual is updated in place (by every timed launch too): set 0
+  // gets its input back before the checked launch.
+  if (fwd_residual()) {
+    if (absl::Status s = device->CopyToDevice(res[0].get(), host_res.data(), x_bytes()); !s.ok()) return s;
+  }
   absl::StatusOr<std::vector<uint64_t>> bound = Bindings(recipe, 0, /*with_stats=*/true);
   if (!bound.ok()) return bound.status();
   absl::Status s = LaunchOn(**loaded, {*std::move(bound)}, 0);
@@ -657,8 +739,13 @@ absl::StatusOr<VerifyResult> NormRunner::Impl::CheckSmallOutputs() {
     back.push_back({host_dw.data(), dw.get(), w_bytes()});
     back.push_back({host_db.data(), db.get(), w_bytes()});
   }
+  if (fwd_residual()) back.push_back({host_res_out.data(), res[0].get(), static_cast<uint64_t>(x_bytes())});
   for (auto [host, dev, bytes] : back) {
     if (absl::Status s = device->CopyToHost(host, dev, bytes); !s.ok()) return s;
+  }
+  if (fwd_residual()) {
+    const VerifyResult updated = CheckUpdatedResidual();
+    if (!updated.ok) return updated;
   }
   return IsForward(problem) ? CheckStatistics() : CheckWeightGradients();
 }
@@ -804,15 +891,16 @@ absl::StatusOr<VerifyResult> NormRunner::Impl::CheckElementsOnDevice() {
   constexpr uint64_t kNoFailure = ~uint64_t{0};
   const uint64_t start[2] = {0, kNoFailure};
   if (absl::Status s = device->CopyToDevice(verdict.get(), start, sizeof(start)); !s.ok()) return s;
-  DevicePtr px = x[0].get(), pdy = IsForward(problem) ? 0 : dy[0].get();
+  DevicePtr px = fwd_residual() ? h.get() : x[0].get(), pdy = IsForward(problem) ? 0 : dy[0].get();
+  DevicePtr pdres = bwd_residual() ? res[0].get() : 0;
   DevicePtr pw = problem.has_weight ? w.get() : 0;
   DevicePtr pb = IsForward(problem) && HasBias(problem) ? b.get() : 0;
   DevicePtr pout = out[0].get(), prows = check_rows.get(), pverdict = verdict.get();
   int m = static_cast<int>(problem.m), n = static_cast<int>(problem.n);
   const Tolerance tol = ToleranceFor(problem.output_dtype);
-  double atol = tol.atol, rtol = tol.rtol;
-  void* args[] = {&px, &pdy, &pw, &pb, &pout, &prows, &m, &n, &atol, &rtol, &pverdict};
-  static_assert(sizeof(args) / sizeof(args[0]) == 11, "norm_check's parameters");
+  double atol = tol.atol, rtol = tol.rtol, out_scale = VerifyScale(problem);
+  void* args[] = {&px, &pdy, &pdres, &pw, &pb, &pout, &prows, &m, &n, &atol, &rtol, &out_scale, &pverdict};
+  static_assert(sizeof(args) / sizeof(args[0]) == 13, "norm_check's parameters");
   if (absl::Status s = device->Launch(check_kernel, check_recipe.kernels[0], args); !s.ok()) return s;
   if (absl::Status s = device->Synchronize(); !s.ok()) return s;
   uint64_t result[2];
@@ -842,6 +930,26 @@ absl::StatusOr<VerifyResult> NormRunner::Impl::CheckElementsOnDevice() {
   }
   r.ok = false;
   return r;
+}
+
+VerifyResult NormRunner::Impl::CheckUpdatedResidual() const {
+  VerifyResult result;
+  result.ok = true;
+  if (std::memcmp(host_res_out.data(), host_h.data(), host_h.size()) == 0) return result;
+  const int bytes = DTypeBytes(problem.input_dtype);
+  for (int64_t k = 0; k < problem.m * problem.n; ++k) {
+    if (std::memcmp(host_res_out.data() + k * bytes, host_h.data() + k * bytes, bytes) == 0) continue;
+    const double got = Decode(problem.input_dtype, host_res_out.data(), k);
+    const double want = Decode(problem.input_dtype, host_h.data(), k);
+    result.ok = false;
+    result.max_error = std::numeric_limits<double>::infinity();
+    result.detail = std::isnan(got) ? absl::StrFormat("residual[%d, %d] is NaN, expected x + residual = %.6g",
+                                                      k / problem.n, k % problem.n, want)
+                                    : absl::StrFormat("residual[%d, %d] = %.6g, expected x + residual = %.6g",
+                                                      k / problem.n, k % problem.n, got, want);
+    break;
+  }
+  return result;
 }
 
 VerifyResult NormRunner::Impl::CheckStatistics() const {

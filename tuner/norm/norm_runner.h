@@ -80,6 +80,18 @@ void NormBackwardReference(bool layernorm, const std::vector<double>& x, const s
                            const std::vector<double>& rstd, int64_t m, int64_t n, std::vector<double>* dx,
                            std::vector<double>* dw, std::vector<double>* db);
 
+// The variants' parts of the reference (ktune.proto's NormProblem); with them
+// the references above cover every variant: the forward residual normalizes
+// h = ResidualAddReference(x, residual), which is also what the residual must
+// hold afterwards, bit for bit; the weight offset passes 1 + w as w (dw is
+// unchanged); the backward residual adds dresidual to dx.
+//
+// x + residual as the kernels compute it: added in f32, rounded to `dtype`.
+double ResidualAddReference(DType dtype, double x, double residual);
+// What an fp8 e4m3 output element must be near: y / scale, saturated to
+// +-448 (the largest finite e4m3), before its rounding to e4m3.
+double Fp8OutputReference(double y, double scale);
+
 // The device check's recipe for `problem` (uncompiled): norm_check from
 // kernel_templates/norm/norm_check.cuh, instantiated for the problem's types
 // and op, a grid-stride grid of 256-thread blocks sized for `device`.

@@ -57,6 +57,9 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 bool IsNormDType(DType d) { return d == DType::kBF16 || d == DType::kFP16 || d == DType::kFP32; }
 
+// The fp8 e4m3 output of the RMSNorm forward (its conversion needs sm_89).
+bool IsFp8Output(const NormProblem& p) { return p.output_dtype == DType::kFP8E4M3; }
+
 // The widest vector (power of two, at most 16 bytes of input) dividing N.
 int MaxVec(const NormProblem& p) {
   int vec = 16 / DTypeBytes(p.input_dtype);
@@ -112,6 +115,18 @@ int LiveWordsWith(const NormProblem& p, const NormConfig& c, bool smem_partials)
   const int x_words = c.chunks() * WordsPerVector(p.input_dtype, c.vec, false);
   const int w_words = c.chunks() * WordsPerVector(p.weight_dtype, c.vec, false);
   const int params = (p.has_weight ? w_words : 0) + (ln_fwd && p.has_bias ? w_words : 0);
+  if (p.residual) {
+    // Forward: the residual's chunks are loaded beside x's (and the next row
+    // block's beside its x when pipelined) and added: at 1 word per x word
+    // ptxas spilled 4-12 bytes (compile-all test, 65536 x 2048 bf16, 8
+    // chunks), so persistent kernels count 2. Backward: dresidual's vectors,
+    // loaded as dx is stored, which ptxas hoists like w's (4 bytes spilled
+    // at 1000 x 3000, 3 chunks, pipelined, without them).
+    NormProblem plain = p;
+    plain.residual = false;
+    const int extra = IsForward(p) && c.persistent ? 2 * x_words : x_words;
+    return LiveWordsWith(plain, c, smem_partials) + extra;
+  }
   if (IsForward(p)) {
     if (c.persistent && c.pipeline_depth == 2) return 2 * x_words + params;  // w, b kept
     if (c.persistent) {
@@ -319,9 +334,15 @@ absl::Status CanImplement(const NormProblem& p, const NormConfig& c, const Devic
   auto fail = [&](const std::string& why) {
     return absl::FailedPreconditionError(absl::StrCat(ToString(c), ": ", why));
   };
-  if (!IsNormDType(p.input_dtype) || !IsNormDType(p.output_dtype) || !IsNormDType(p.weight_dtype)) {
-    return fail("dtypes must be bf16, fp16 or fp32");
+  if (!IsNormDType(p.input_dtype) || !(IsNormDType(p.output_dtype) || IsFp8Output(p)) || !IsNormDType(p.weight_dtype)) {
+    return fail("dtypes must be bf16, fp16 or fp32 (fp8e4m3 output: RMSNorm forward)");
   }
+  if (IsFp8Output(p) && (IsLayerNorm(p) || !IsForward(p))) return fail("fp8e4m3 output is the RMSNorm forward's");
+  if (IsFp8Output(p) && (d.cc_major * 10 + d.cc_minor) < 89) {
+    return fail(absl::StrCat("fp8e4m3 output needs sm_89 or newer, device is ", Arch(d)));
+  }
+  if (p.residual && IsLayerNorm(p)) return fail("the fused residual add is RMSNorm's");
+  if (p.weight_offset && !p.has_weight) return fail("the weight offset needs a weight");
   if (p.weight_dtype != p.input_dtype && p.weight_dtype != DType::kFP32) {
     return fail("the weight dtype must be the input's or fp32");
   }
@@ -569,7 +590,7 @@ std::string TemplateTypeName(DType d) {
     case DType::kFP32:
       return "float";
     case DType::kFP8E4M3:
-      break;
+      return "ktune::e4m3";  // an output only (RMSNorm forward)
   }
   return "<unsupported>";
 }
@@ -614,19 +635,25 @@ absl::StatusOr<LaunchRecipe> NormLaunchRecipe(const NormProblem& p, const NormCo
         .Int("PIPELINE", c.pipeline_depth)
         .Int("CTAS_PER_SM", CtasPerSm(p, c, d));
   };
+  // The variants' switches (ktune.proto's NormProblem): RMSNorm takes both,
+  // LayerNorm only the weight offset.
+  auto variants = [&](KernelInstance& t) -> KernelInstance& {
+    if (!ln) t.Bool("RESIDUAL", p.residual);
+    return t.Bool("WEIGHT_OFFSET", p.weight_offset);
+  };
   if (IsForward(p)) {
     KernelInstance t(ln ? "layernorm_fwd" : "rmsnorm_fwd");
-    common(t)
+    variants(common(t))
         .Int("XBLOCK", c.x_block)
         .Bool("PERSISTENT", c.persistent)
         .Bool("X_KEEP_L2", KeepXInL2(p, c))
         .Bool("FULL_TILES", FullTiles(p, c));
     if (ln) t.Bool("HAS_BIAS", p.has_bias);
     if (absl::Status s = t.NameInto(&k); !s.ok()) return s;
-    // Pointers x, w, (b,) y (16-byte aligned), (mean,) rstd (float*, may be
-    // null); int M, N; float eps.
+    // Pointers x, (residual,) w, (b,) y (16-byte aligned), (mean,) rstd
+    // (float*, may be null), (scale,); int M, N; float eps.
     k.params = ln ? std::vector<std::string>{"x", "w", "b", "y", "mean", "rstd", "M", "N", "eps"}
-                  : std::vector<std::string>{"x", "w", "y", "rstd", "M", "N", "eps"};
+                  : std::vector<std::string>{"x", "residual", "w", "y", "rstd", "scale", "M", "N", "eps"};
     recipe.kernels.push_back(std::move(k));
     recipe.workspace_bytes = 0;
     if (absl::Status s = WriteNormInterface(p, {c.vec, 0, 0}, &recipe); !s.ok()) return s;
@@ -636,7 +663,7 @@ absl::StatusOr<LaunchRecipe> NormLaunchRecipe(const NormProblem& p, const NormCo
   // Backward: the fused kernel, then the partials' reduction.
   // One fused kernel template per op, and a cluster variant of each.
   KernelInstance t(absl::StrCat(ln ? "layernorm" : "rmsnorm", c.cluster > 1 ? "_bwd_cluster" : "_bwd"));
-  common(t).Int("SPLIT_SIZE", c.split_size).Bool("SMEM_PARTIALS", SmemPartials(p, c, d));
+  variants(common(t)).Int("SPLIT_SIZE", c.split_size).Bool("SMEM_PARTIALS", SmemPartials(p, c, d));
   if (ln) t.Bool("HAS_BIAS", p.has_bias);
   if (c.cluster > 1) {
     t.Int("CLUSTER", c.cluster);
@@ -646,7 +673,7 @@ absl::StatusOr<LaunchRecipe> NormLaunchRecipe(const NormProblem& p, const NormCo
   }
   if (absl::Status s = t.NameInto(&k); !s.ok()) return s;
   k.params = ln ? std::vector<std::string>{"x", "dy", "w", "mean", "rstd", "dx", "ws", "M", "N"}
-                : std::vector<std::string>{"x", "dy", "w", "rstd", "dx", "ws", "M", "N"};
+                : std::vector<std::string>{"x", "dy", "dresidual", "w", "rstd", "dx", "ws", "M", "N"};
   k.dynamic_smem_bytes = static_cast<uint32_t>(PartialsSmemBytes(p, c, d));
   recipe.kernels.push_back(std::move(k));
   recipe.workspace_bytes = WorkspaceBytes(p, c);

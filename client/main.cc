@@ -47,6 +47,10 @@ struct ProblemFlags {
   bool bias = false;
   float eps = 0;
   std::string b_layout;  // gemm: "nk" (B is [N, K], nn.Linear) or "kn"
+  // The norm variants (ktune.proto's NormProblem).
+  bool residual = false;
+  bool weight_offset = false;
+  float scale = 0;  // fp8 output: the scale candidates are verified with (not part of the key)
 };
 
 void AddProblemFlags(CLI::App* cmd, ProblemFlags* f) {
@@ -60,6 +64,12 @@ void AddProblemFlags(CLI::App* cmd, ProblemFlags* f) {
   cmd->add_flag("--no-weight", f->no_weight, "the norm has no weight (gamma)");
   cmd->add_flag("--bias", f->bias, "LayerNorm has a bias (beta)");
   cmd->add_option("--eps", f->eps, "epsilon (default 1e-6)");
+  cmd->add_flag("--residual", f->residual,
+                "RMSNorm fused with the residual add: h = x + residual, written back to residual; y = norm(h)");
+  cmd->add_flag("--weight-offset", f->weight_offset, "the norm multiplies by (1 + w), as Gemma's do");
+  cmd->add_option("--scale", f->scale,
+                  "--out-dtype fp8e4m3 (RMSNorm forward): the static scale y = norm(x) * w / scale is verified with "
+                  "(default 1; the kernel reads it at launch, so one answer serves every scale)");
   cmd->add_option("--b-layout", f->b_layout,
                   "gemm: nk (B is [N, K], the nn.Linear weight; the default, as in shapes files and --from-model) "
                   "or kn")
@@ -109,6 +119,9 @@ absl::StatusOr<ktune::v1::Problem> BuildProblem(const ProblemFlags& f) {
   if (!weight.ok()) return weight.status();
   if (f.op == "gemm") {
     if (f.k == 0) return absl::InvalidArgumentError("--k: required for gemm");
+    if (f.residual || f.weight_offset || f.scale != 0) {
+      return absl::InvalidArgumentError("--residual, --weight-offset and --scale: norms only");
+    }
     ktune::v1::GemmProblem* g = problem.mutable_gemm();
     g->set_m(f.m);
     g->set_n(f.n);
@@ -138,6 +151,9 @@ absl::StatusOr<ktune::v1::Problem> BuildProblem(const ProblemFlags& f) {
   p.has_weight = !f.no_weight;
   p.has_bias = f.bias;
   p.eps = f.eps == 0 ? ktune::kDefaultNormEps : f.eps;
+  p.residual = f.residual;
+  p.weight_offset = f.weight_offset;
+  p.out_scale = f.scale;
   if (absl::Status s = ktune::ValidateNormProblem(p); !s.ok()) return s;
   *problem.mutable_norm() = ktune::NormProblemToProto(p);
   return problem;

@@ -94,7 +94,7 @@ absl::StatusOr<DType> TorchDType(const std::string& name, const ConfigReader& re
   return reader.Error(field, absl::StrCat("unsupported dtype '", name, "' (expected bfloat16, float16 or float32)"));
 }
 
-v1::Problem Norm(NormOp op, NormPass pass, int64_t m, int64_t n, const ModelConfig& c, DType dtype) {
+NormProblem Norm(NormOp op, NormPass pass, int64_t m, int64_t n, const ModelConfig& c, DType dtype) {
   NormProblem p;
   p.op = op;
   p.pass = pass;
@@ -104,8 +104,27 @@ v1::Problem Norm(NormOp op, NormPass pass, int64_t m, int64_t n, const ModelConf
   p.has_weight = true;
   p.has_bias = op == NormOp::kLayerNorm && c.norm_bias;
   p.eps = c.eps;
-  v1::Problem out;
-  *out.mutable_norm() = NormProblemToProto(p);
+  p.weight_offset = c.weight_offset;
+  return p;
+}
+
+// The hidden norms of one pass at one token count: the plain norm and the
+// variants the config says an engine calls (model_shapes.h).
+std::vector<NormProblem> HiddenNorms(NormPass pass, int64_t tokens, const ModelConfig& c, DType dtype) {
+  const NormProblem plain = Norm(c.norm, pass, tokens, c.hidden_size, c, dtype);
+  std::vector<NormProblem> out = {plain};
+  if (c.fused_residual) {
+    NormProblem residual = plain;
+    residual.residual = true;
+    out.push_back(residual);
+  }
+  if (c.fp8_static_activations && pass == NormPass::kForward && c.norm == NormOp::kRMSNorm) {
+    for (size_t i = 0, n = out.size(); i < n; ++i) {
+      NormProblem fp8 = out[i];
+      fp8.output_dtype = DType::kFP8E4M3;
+      out.push_back(fp8);
+    }
+  }
   return out;
 }
 
@@ -208,8 +227,23 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view text, const std::
   if (eps.has_value()) c.eps = static_cast<float>(*eps);
   // LayerNorm carries a bias unless the config turns biases off ("bias": false).
   c.norm_bias = c.norm == NormOp::kLayerNorm && r.Bool("bias").value_or(true);
+  // Gemma 3 normalizes q and k per head as Qwen3 does (Gemma 1 and 2 do not).
+  const bool gemma = absl::StartsWith(c.model_type, "gemma");
   c.qk_norm = r.Bool("qk_norm").value_or(false) || r.Bool("use_qk_norm").value_or(false) || c.model_type == "qwen3" ||
-              c.model_type == "qwen3_moe";
+              c.model_type == "qwen3_moe" || absl::StartsWith(c.model_type, "gemma3");
+  c.weight_offset = gemma;
+  // Every RMSNorm decoder here is pre-norm with a residual stream, which
+  // engines carry through the fused add; ktune's fused add is RMSNorm's only.
+  c.fused_residual = c.norm == NormOp::kRMSNorm;
+  const Json* quant = nullptr;
+  for (const Json* j : std::initializer_list<const Json*>{body, &root}) {
+    auto it = j->find("quantization_config");
+    if (it != j->end() && it->is_object()) quant = &*it;
+  }
+  if (quant != nullptr) {
+    const ConfigReader q(*quant, source);
+    c.fp8_static_activations = q.String("quant_method") == "fp8" && q.String("activation_scheme") == "static";
+  }
 
   // Newer transformers write "dtype", older "torch_dtype"; multimodal configs
   // keep it at the top level.
@@ -260,19 +294,18 @@ absl::StatusOr<std::vector<PrewarmProblem>> DeriveModelProblems(const ModelConfi
   ProblemList list;
   for (NormPass pass : passes) {
     for (int64_t t : options.tokens) {
-      v1::Problem hidden = Norm(c.norm, pass, t, c.hidden_size, c, dtype);
-      std::vector<v1::Problem> norms = {hidden};
+      std::vector<NormProblem> norms = HiddenNorms(pass, t, c, dtype);
       if (c.qk_norm) {
         norms.push_back(Norm(NormOp::kRMSNorm, pass, t * c.num_attention_heads, c.head_dim, c, dtype));
         norms.push_back(Norm(NormOp::kRMSNorm, pass, t * c.num_key_value_heads, c.head_dim, c, dtype));
       }
-      for (v1::Problem& p : norms) {
-        absl::StatusOr<NormProblem> norm = NormProblemFromProto(p.norm());
-        if (!norm.ok()) return norm.status();
-        if (absl::Status s = ValidateNormProblem(*norm); !s.ok()) {
-          return absl::InvalidArgumentError(absl::StrCat("--tokens ", t, ": ", OpName(*norm), " [", norm->m, ", ",
-                                                         norm->n, "] is out of bounds: ", s.message()));
+      for (const NormProblem& norm : norms) {
+        if (absl::Status s = ValidateNormProblem(norm); !s.ok()) {
+          return absl::InvalidArgumentError(absl::StrCat("--tokens ", t, ": ", OpName(norm), " [", norm.m, ", ",
+                                                         norm.n, "] is out of bounds: ", s.message()));
         }
+        v1::Problem p;
+        *p.mutable_norm() = NormProblemToProto(norm);
         list.Add(std::move(p));
       }
     }

@@ -9,6 +9,17 @@
 //          Qwen3-style q/k norms (model_type qwen3/qwen3_moe, or "qk_norm":
 //          true) add RMSNorm over each head: [T * heads, head_dim] and
 //          [T * kv_heads, head_dim].
+//          The variants an inference engine calls (ktune.proto's
+//          NormProblem): an RMSNorm decoder's hidden norm is also listed
+//          fused with the residual add (vLLM's fused_add_rms_norm: every
+//          layer's input norm but the first's, the post-attention norm and
+//          the final norm); Gemma's norms (model_type gemma*) multiply by
+//          (1 + w), the weight offset, q/k norms included; a model
+//          quantized to fp8 with static activation scales
+//          (quantization_config quant_method "fp8", activation_scheme
+//          "static") adds the forward hidden norms with fp8 e4m3 output, as
+//          vLLM's rms_norm_static_fp8_quant feeds its fp8 GEMMs (the GEMMs
+//          stay in the model dtype here).
 //   GEMMs  QKV [T, (heads + 2 kv_heads) * head_dim, hidden], O, fused
 //          gate/up [T, 2 * intermediate, hidden], down, lm_head
 //          [T, vocab, hidden]; backward adds each one's dgrad (not
@@ -48,6 +59,9 @@ struct ModelConfig {
   bool norm_bias = false;  // LayerNorm only
   float eps = kDefaultNormEps;
   bool qk_norm = false;
+  bool weight_offset = false;          // Gemma: the norms multiply by (1 + w)
+  bool fused_residual = false;         // RMSNorm decoders: engines fuse the residual add into the norm
+  bool fp8_static_activations = false;  // fp8 quantized with static activation scales
   DType dtype = DType::kBF16;
 };
 

@@ -3,9 +3,11 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "tuner/core/input_file.h"
 #include "tuner/core/problem.h"
 #include "tuner/core/wire.h"
@@ -14,16 +16,25 @@
 namespace ktune {
 namespace {
 
-const std::set<std::string> kEntryFields = {"op",           "m",      "n",    "k",  "dtype", "out_dtype",
-                                            "weight_dtype", "weight", "bias", "eps"};
-const std::set<std::string> kDefaultFields = {"dtype", "out_dtype", "weight_dtype", "weight", "bias", "eps"};
-const std::set<std::string> kNormOnlyFields = {"weight_dtype", "weight", "bias", "eps"};
+// In the order the errors list them.
+const std::vector<std::string> kEntryFieldOrder = {"op",           "m",      "n",    "k",   "dtype",
+                                                   "out_dtype",    "weight_dtype", "weight", "bias", "eps",
+                                                   "residual",     "weight_offset", "scale"};
+const std::vector<std::string> kDefaultFieldOrder = {"dtype", "out_dtype", "weight_dtype", "weight", "bias",
+                                                     "eps",   "residual",  "weight_offset", "scale"};
+const std::set<std::string> kEntryFields(kEntryFieldOrder.begin(), kEntryFieldOrder.end());
+const std::set<std::string> kDefaultFields(kDefaultFieldOrder.begin(), kDefaultFieldOrder.end());
+const std::set<std::string> kNormOnlyFields = {"weight_dtype", "weight",        "bias", "eps",
+                                               "residual",     "weight_offset", "scale"};
+
+std::string FieldList(const std::vector<std::string>& fields) { return absl::StrJoin(fields, ", "); }
 
 // ValidateNormProblem names NormProblem fields; a file's author knows the
 // file's names.
 std::string FileFieldName(const std::string& problem_field) {
   static const std::map<std::string, std::string> kNames = {
-      {"input_dtype", "dtype"}, {"output_dtype", "out_dtype"}, {"has_bias", "bias"}, {"has_weight", "weight"}};
+      {"input_dtype", "dtype"}, {"output_dtype", "out_dtype"}, {"has_bias", "bias"}, {"has_weight", "weight"},
+      {"out_scale", "scale"}};
   auto it = kNames.find(problem_field);
   return it == kNames.end() ? problem_field : it->second;
 }
@@ -67,7 +78,7 @@ class ShapesParser {
           const std::string key = kv.first.as<std::string>();
           if (kDefaultFields.count(key) == 0) {
             return Error(kv.first, "defaults." + key,
-                         "not a default (allowed: dtype, out_dtype, weight_dtype, weight, bias, eps)");
+                         absl::StrCat("not a default (allowed: ", FieldList(kDefaultFieldOrder), ")"));
           }
         }
       }
@@ -160,6 +171,14 @@ class ShapesParser {
     return Scalar<bool>(*node, where, "true or false");
   }
 
+  absl::StatusOr<double> NumberField(const YAML::Node& entry, const std::string& path, const std::string& field,
+                                     double fallback) const {
+    std::string where;
+    std::optional<YAML::Node> node = Lookup(entry, path, field, &where);
+    if (!node) return fallback;
+    return Scalar<double>(*node, where, "a number");
+  }
+
   absl::Status ParseEntry(const YAML::Node& entry, const std::string& path, ProblemList* out) {
     if (!entry.IsMap()) return Error(entry, path, "must be a mapping like {op: rmsnorm.fwd, m: 1024, n: 4096}");
     for (const auto& kv : entry) {
@@ -168,7 +187,7 @@ class ShapesParser {
       const std::string key = kv.first.as<std::string>();
       if (kEntryFields.count(key) == 0) {
         return Error(kv.first, path + "." + key,
-                     "unknown field (expected op, m, n, k, dtype, out_dtype, weight_dtype, weight, bias, eps)");
+                     absl::StrCat("unknown field (expected ", FieldList(kEntryFieldOrder), ")"));
       }
     }
     // op
@@ -254,20 +273,37 @@ class ShapesParser {
       bias = Scalar<bool>(entry["bias"], path + ".bias", "true or false");
     }
     if (!bias.ok()) return bias.status();
-    double eps = kDefaultNormEps;
-    std::string eps_where;
-    if (std::optional<YAML::Node> node = Lookup(entry, path, "eps", &eps_where)) {
-      absl::StatusOr<double> parsed = Scalar<double>(*node, eps_where, "a number");
-      if (!parsed.ok()) return parsed.status();
-      eps = *parsed;
+    // A default residual add is meant for the RMSNorm entries, as a default
+    // bias is for LayerNorm's.
+    absl::StatusOr<bool> residual = false;
+    if (norm.op == NormOp::kRMSNorm) {
+      residual = BoolField(entry, path, "residual", false);
+    } else if (entry["residual"]) {
+      residual = Scalar<bool>(entry["residual"], path + ".residual", "true or false");
     }
+    if (!residual.ok()) return residual.status();
+    absl::StatusOr<bool> weight_offset = BoolField(entry, path, "weight_offset", false);
+    if (!weight_offset.ok()) return weight_offset.status();
+    absl::StatusOr<double> eps = NumberField(entry, path, "eps", kDefaultNormEps);
+    if (!eps.ok()) return eps.status();
+    // A default scale is meant for the fp8-output entries.
+    absl::StatusOr<double> scale = 0.0;
+    if (*out_dtype == DType::kFP8E4M3) {
+      scale = NumberField(entry, path, "scale", 0.0);
+    } else if (entry["scale"]) {
+      scale = Scalar<double>(entry["scale"], path + ".scale", "a number");
+    }
+    if (!scale.ok()) return scale.status();
     norm.n = *n;
     norm.input_dtype = *dtype;
     norm.output_dtype = *out_dtype;
     norm.weight_dtype = *weight_dtype;
     norm.has_weight = *weight;
     norm.has_bias = *bias;
-    norm.eps = static_cast<float>(eps);
+    norm.eps = static_cast<float>(*eps);
+    norm.residual = *residual;
+    norm.weight_offset = *weight_offset;
+    norm.out_scale = static_cast<float>(*scale);
     for (const auto& [m, m_where] : ms) {
       norm.m = m;
       if (absl::Status s = ValidateNormProblem(norm); !s.ok()) {

@@ -26,10 +26,18 @@
 //   bias          LayerNorm: has a bias (beta); default false. A `bias` under
 //                 defaults applies to layernorm entries only.
 //   eps           norms: default 1e-6 (kDefaultNormEps)
+//   residual      RMSNorm: fused with the residual add (ktune.proto's
+//                 NormProblem.residual); default false. A `residual` under
+//                 defaults applies to rmsnorm entries only.
+//   weight_offset norms: multiply by (1 + w), as Gemma does; default false
+//   scale         fp8e4m3 output (RMSNorm forward): the scale candidates are
+//                 verified with (out_scale; not part of the key); default 1.
+//                 A `scale` under defaults applies to fp8-output entries only.
 // A gemm entry is D = A x B^T with A row-major and B column-major ([N, K],
 // as nn.Linear's weight), batch 1 and no C; an entry of its own may not set
-// weight_dtype, weight, bias or eps, and those defaults do not apply to it.
-// `defaults` may set dtype, out_dtype, weight_dtype, weight, bias and eps.
+// weight_dtype, weight, bias, eps, residual, weight_offset or scale, and
+// those defaults do not apply to it. `defaults` may set every field but op,
+// m, n and k.
 // Duplicate problems are dropped (first one kept, by ProblemKey). A file may
 // list at most kMaxShapesProblems problems, counting every m value (and every
 // use of an alias) before duplicates are dropped; a longer one is refused.

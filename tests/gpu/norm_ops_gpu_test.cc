@@ -26,6 +26,7 @@
 #include "absl/strings/str_split.h"
 #include "tests/gpu/gpu_env.h"
 #include "tests/gpu/tune_helpers.h"
+#include "tests/tuner/norm_variant_problems.h"
 #include "tuner/compile/nvrtc_compiler.h"
 #include "tuner/core/wire.h"
 #include "tuner/gpu/device.h"
@@ -119,6 +120,63 @@ TEST_CASE("TuneNorm: every op, every candidate correct on odd shapes, then winne
       REQUIRE(hv.ok());
       INFO(hv->detail);
       CHECK(hv->ok);
+    }
+  }
+}
+
+// The variants inference engines call (ktune.proto's NormProblem): the fused
+// residual add (in place on the residual; its backward adds dresidual), the
+// (1 + w) weight offset and the fp8 e4m3 output with a static scale. Every
+// candidate is checked against the float64 reference with poisoned outputs
+// (the residual's new value included), the winner relaunches from its wire
+// form, and Verify refuses the plain kernel for a variant: it would compute a
+// different function.
+TEST_CASE("TuneNorm: every norm variant, every candidate correct on odd shapes, then winners relaunch", "[gpu]") {
+  Device* device = testing::GpuDevice();
+  std::vector<NormProblem> problems = NormVariantsOf(1000, 3000, DType::kBF16);
+  for (NormProblem p : NormVariantsOf(7, 5120, DType::kFP16)) problems.push_back(p);
+  for (NormProblem p : NormVariantsOf(3, 40000, DType::kBF16)) problems.push_back(p);
+  for (NormProblem& p : problems) {
+    if (p.output_dtype == DType::kFP8E4M3) p.out_scale = 0.37f;  // not 1: a kernel ignoring the scale fails
+  }
+  for (const NormProblem& p : problems) {
+    DYNAMIC_SECTION(CanonicalKey(p) << " m=" << p.m) {
+      absl::StatusOr<TuneResult> r = TuneNorm(p, device, QuickOptions());
+      INFO(r.status().ToString());
+      REQUIRE(r.ok());
+      INFO(Failures(*r));
+      for (const CandidateOutcome& o : r->outcomes) CHECK(o.status == CandidateStatus::kOk);
+      CHECK(r->timing.median_us > 0);
+      std::printf("%-80s %3d candidates, winner %-48s %9.2f us, %.1f s\n", CanonicalKey(p).c_str(),
+                  r->candidates_generated, ToString(r->config).c_str(), r->timing.median_us, r->tune_seconds);
+
+      const LaunchRecipe stored = RecipeFromProto(RecipeToProto(r->recipe, true));
+      absl::StatusOr<std::unique_ptr<NormRunner>> fresh = NormRunner::Create(p, device, 11);
+      REQUIRE(fresh.ok());
+      absl::StatusOr<VerifyResult> v = (*fresh)->Verify(stored);
+      REQUIRE(v.ok());
+      INFO(v->detail);
+      CHECK(v->ok);
+
+      // The same config without the variant's switch: the kernel of the
+      // plain norm, launched on the variant's buffers, must be refused.
+      // (fp8 output alone has no switch to drop: the output dtype is the problem.)
+      if (!p.residual && !p.weight_offset) return;
+      NormProblem plain = p;
+      plain.residual = false;
+      plain.weight_offset = false;
+      if (!CanImplement(plain, r->config, device->info()).ok()) return;
+      absl::StatusOr<LaunchRecipe> other = NormLaunchRecipe(plain, r->config, device->info());
+      REQUIRE(other.ok());
+      REQUIRE(Compile(&*other).ok);
+      REQUIRE(other->kernels.size() == r->recipe.kernels.size());
+      LaunchRecipe swapped = r->recipe;  // the variant's tensors, the plain kernels
+      swapped.kernels = other->kernels;
+      swapped.cubin = other->cubin;
+      absl::StatusOr<VerifyResult> bad = (*fresh)->Verify(swapped);
+      REQUIRE(bad.ok());
+      INFO(bad->detail);
+      CHECK_FALSE(bad->ok);
     }
   }
 }

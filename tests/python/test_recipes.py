@@ -18,6 +18,27 @@ def norm_key(op, norm_pass, dtype, has_bias=False, m=512, n=2048):
     return d.key
 
 
+def variant_key(norm_pass="fwd", op="rmsnorm", residual=False, weight_offset=False, fp8=False, w="bfloat16",
+                m=512, n=2048):
+    r = dict(r_dtype="bfloat16", r_shape=(m, n), r_strides=(n, 1)) if residual else {}
+    s = dict(fp8_out=True, s_dtype="float32", s_shape=(1,)) if fp8 else {}
+    d = serving.decide_norm(op, norm_pass, "cuda", "bfloat16", (m, n), (n, 1), w, (n,), eps=1e-5,
+                            dy_dtype="bfloat16", weight_offset=weight_offset, **r, **s)
+    assert d.served, d.reason
+    return d.key
+
+
+VARIANTS = {"rmsnorm.fwd residual": variant_key(residual=True),
+            "rmsnorm.bwd residual": variant_key("bwd", residual=True),
+            "rmsnorm.fwd 1+w": variant_key(weight_offset=True),
+            "rmsnorm.bwd 1+w": variant_key("bwd", weight_offset=True),
+            "layernorm.fwd 1+w": variant_key(op="layernorm", weight_offset=True),
+            "layernorm.bwd 1+w": variant_key("bwd", op="layernorm", weight_offset=True),
+            "rmsnorm.fwd fp8": variant_key(fp8=True),
+            "rmsnorm.fwd fp8 fp32 weight": variant_key(fp8=True, w="float32"),
+            "rmsnorm.fwd residual 1+w fp8": variant_key(residual=True, weight_offset=True, fp8=True)}
+
+
 def linear_key(m, n, k, bias, activation=None):
     d = serving.decide_linear("cuda", "bfloat16", (m, k), (k, 1), "bfloat16", (n, k), (k, 1),
                               "bfloat16" if bias else None, (n,) if bias else None, activation)
@@ -31,6 +52,7 @@ CASES = [(f"{op}.{p} {dt}{' bias' if b else ''}", norm_key(op, p, dt, b), servin
 CASES += [(f"gemm {m}x{n}x{k} {epi or 'none'}", linear_key(m, n, k, epi is not None, act), serving.linear_layouts)
           for m, n, k, epi, act in ((2048, 1024, 512, None, None), (2048, 1024, 512, "bias", "gelu"),
                                     (8, 4096, 1024, "bias", "silu"), (256, 512, 256, "bias", None))]
+CASES += [(name, key, serving.norm_layouts) for name, key in VARIANTS.items()]
 
 
 @pytest.fixture(scope="module")
@@ -111,3 +133,30 @@ def test_binding_refuses_what_the_recipe_does_not_take():
         rc.plan_binding(pb.LaunchRecipe(), {})
     assert rc.describe(r)["tensors"][0] == {"name": "x", "role": "input", "dtype": "bf16", "shape": (4, 8),
                                            "strides": (8, 1), "alignment_bytes": 16, "optional": False, "bytes": 0}
+
+
+def _elements(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_variant_layouts_are_exactly_the_tensors_the_recipe_binds(answers, name):
+    """Every tensor this problem uses (not the workspace, nor an optional one the daemon sized 0) is one
+    norm_layouts binds, of its dtype and element count, and nothing else is bound: a misnamed residual,
+    dresidual or scale fails here, not at launch."""
+    key = VARIANTS[name]
+    recipe = _tensors_or_skip(answers.get(key))
+    used = {t.name: t for t in recipe.tensors
+            if t.role != pb.ROLE_WORKSPACE and not (t.optional and list(t.shape) == [0])}
+    bound = {n: layout for n, layout in serving.norm_layouts(key).items() if layout is not None}
+    assert set(bound) == set(used), f"binds {sorted(bound)}, the recipe uses {sorted(used)}"
+    for n, (dtype, shape, _) in bound.items():
+        assert used[n].dtype == dtype, f"{n}: {rc.DTYPE_NAMES.get(dtype)}, the recipe's is {rc.DTYPE_NAMES.get(used[n].dtype)}"
+        assert _elements(used[n].shape) == _elements(shape), f"{n}: {shape}, the recipe's is {tuple(used[n].shape)}"
+    roles = {"residual": pb.ROLE_INPUT_OUTPUT, "dresidual": pb.ROLE_INPUT, "scale": pb.ROLE_SCALE}
+    for n, role in roles.items():
+        if n in used:
+            assert used[n].role == role, f"{n}: role {rc.ROLE_NAMES.get(used[n].role)}"

@@ -142,3 +142,63 @@ def test_a_refused_problem_is_remembered_as_final(client):
     assert client.rpc_count == 1
     assert planner.cached(key, 0) == (None, reason)
     assert planner.cached(norm().key, 0) is None
+
+
+def test_plain_norm_keys_ask_the_problem_they_always_did():
+    # No variant field set: the daemon's canonical key is the plain norm's.
+    problem = ktune.problem_from_key(norm().key).norm
+    assert not problem.residual and not problem.weight_offset and problem.out_scale == 0
+    assert problem.SerializeToString() == pb.NormProblem(
+        op=pb.RMSNORM, norm_pass=pb.FWD, m=32, n=4096, input_dtype=pb.BF16, output_dtype=pb.BF16,
+        weight_dtype=pb.BF16, has_weight=True, eps=problem.eps).SerializeToString()
+
+
+R = dict(r_dtype="bfloat16", r_shape=X[0], r_strides=X[1])
+S = dict(fp8_out=True, s_dtype="float32", s_shape=(1,))
+
+
+@pytest.mark.parametrize("change, fields", [
+    (R, dict(residual=True, weight_offset=False, output_dtype=pb.BF16)),
+    (dict(norm_pass="bwd", dy_dtype="bfloat16", **R), dict(residual=True, norm_pass=pb.BWD)),
+    (dict(weight_offset=True), dict(weight_offset=True, residual=False)),
+    (dict(op="layernorm", norm_pass="bwd", weight_offset=True), dict(op=pb.LAYERNORM, weight_offset=True)),
+    (S, dict(output_dtype=pb.FP8_E4M3, weight_dtype=pb.BF16)),
+    (dict(w_dtype="float32", **S), dict(output_dtype=pb.FP8_E4M3, weight_dtype=pb.FP32)),
+    (dict(weight_offset=True, **R, **S), dict(output_dtype=pb.FP8_E4M3, residual=True, weight_offset=True)),
+])
+def test_variants_reach_the_problem_through_the_key(change, fields):
+    d = norm(**change)
+    assert d.served, d.reason
+    problem = ktune.problem_from_key(d.key).norm
+    for name, value in fields.items():
+        assert getattr(problem, name) == value, name
+    assert ktune.norm_problem(*d.key[1:]).norm == problem  # norm_key's arguments are the key's fields
+    assert problem.out_scale == 0  # not in the daemon's key: the op reads the scale tensor at launch
+
+
+@pytest.mark.parametrize("change, words", [
+    (dict(op="layernorm", **R), "RMSNorm only"),
+    (dict(r_dtype="float32", r_shape=X[0], r_strides=X[1]), "residual of dtype float32"),
+    (dict(r_dtype="bfloat16", r_shape=(32, 4096), r_strides=(4096, 1)), "input's dtype and shape"),
+    (dict(r_dtype="bfloat16", r_shape=X[0], r_strides=(4096, 16384, 1)), "contiguous"),
+    (dict(norm_pass="bwd", r_dtype="float16", r_shape=X[0], r_strides=X[1]), "dresidual of dtype float16"),
+    (dict(w_dtype=None, w_shape=None, weight_offset=True), "without a weight"),
+    (dict(op="layernorm", **S), "RMSNorm forward only"),
+    (dict(norm_pass="bwd", **S), "RMSNorm forward only"),
+    (dict(fp8_out=True, s_dtype="float16", s_shape=(1,)), "one float32"),
+    (dict(fp8_out=True, s_dtype="float32", s_shape=(2,)), "one float32"),
+])
+def test_variants_ktune_does_not_serve_fall_back_with_a_reason(change, words):
+    d = norm(**change)
+    assert not d.served and words in d.reason
+
+
+def test_variant_layouts_bind_residual_dresidual_and_scale():
+    fwd = serving.norm_layouts(norm(**R, **S).key)
+    assert fwd["residual"] == (pb.BF16, (32, 4096), (4096, 1))
+    assert fwd["y"] == (pb.FP8_E4M3, (32, 4096), (4096, 1)) and fwd["scale"] == (pb.FP32, (1,), (1,))
+    bwd = serving.norm_layouts(norm(norm_pass="bwd", **R).key)
+    assert bwd["dresidual"] == (pb.BF16, (32, 4096), (4096, 1))
+    plain = serving.norm_layouts(norm().key)
+    assert plain["residual"] is None and plain["scale"] is None
+    assert serving.norm_layouts(norm(norm_pass="bwd").key)["dresidual"] is None

@@ -228,3 +228,174 @@ def test_dispatch_modes_still_see_the_ops():
         y = kt.rms_norm(x, w, 1e-5)
     assert any(op.startswith("ktune.rms_norm_fwd") for op in mode.ops), mode.ops
     close(y, ref_rms(x, w, 1e-5), torch.bfloat16)
+
+
+# ---------------------------------------------------------------- the variants
+
+
+def ref_add(x, residual):
+    """h = x + residual in fp32, rounded to x's dtype (the kernel's and vLLM's order)."""
+    return (x.float() + residual.float()).to(x.dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_fused_add_rms_norm_updates_the_residual_in_place(dtype):
+    n = 4096
+    x = torch.randn(8, 64, n, device="cuda", dtype=dtype)
+    residual = torch.randn_like(x)
+    w = torch.randn(n, device="cuda", dtype=dtype)
+    h = ref_add(x, residual)
+    with torch.no_grad():
+        y, out = served(lambda: kt.fused_add_rms_norm(x, residual, w, 1e-5))
+    assert out is residual
+    torch.testing.assert_close(residual, h, atol=0, rtol=0)
+    close(y, ref_rms(h, w, 1e-5), dtype)
+    module = kt.FusedAddRMSNorm(w, 1e-5)
+    with torch.no_grad():
+        y2, _ = served(lambda: module(x, residual))
+    close(y2, ref_rms(ref_add(x, h), w, 1e-5), dtype)
+
+
+def test_fused_add_rms_norm_gradients_reach_x_the_old_residual_and_w():
+    n, dtype = 2048, torch.bfloat16
+    x = torch.randn(4, 128, n, device="cuda", dtype=dtype, requires_grad=True)
+    r0 = torch.randn(4, 128, n, device="cuda", dtype=dtype, requires_grad=True)
+    w = torch.randn(n, device="cuda", dtype=dtype, requires_grad=True)
+    dy, dres = torch.randn_like(x), torch.randn_like(x)
+
+    def run():
+        residual = r0 * 1  # the residual stream: not a leaf, so it may be updated in place
+        y, out = kt.fused_add_rms_norm(x, residual, w, 1e-5)
+        assert out is residual
+        return y, out, torch.autograd.grad((y, out), (x, r0, w), (dy, dres))
+
+    y, out, grads = served(run)
+    leaves = [t.detach().float().requires_grad_() for t in (x, r0, w)]
+    h = leaves[0] + leaves[1]
+    want = torch.autograd.grad((ref_rms(h, leaves[2], 1e-5), h), leaves, (dy.float(), dres.float()))
+    close(out, h, dtype)
+    close(y, ref_rms(h, leaves[2], 1e-5), dtype)
+    close(grads[0], want[0], dtype)
+    close(grads[1], want[1], dtype)
+    atol, rtol = TOL[dtype]
+    torch.testing.assert_close(grads[2].float(), want[2], atol=atol * 512 ** 0.5 * 4, rtol=rtol * 4)
+
+
+def test_fused_add_rms_norm_compiles_fullgraph():
+    n = 1024
+    x = torch.randn(16, n, device="cuda", dtype=torch.bfloat16)
+    residual = torch.randn_like(x)
+    w = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    h = ref_add(x, residual)
+    fn = torch.compile(lambda a, r, b: kt.fused_add_rms_norm(a, r, b, 1e-5), fullgraph=True)
+    with torch.no_grad():
+        y, _ = served(lambda: fn(x, residual, w))
+    torch.testing.assert_close(residual, h, atol=0, rtol=0)
+    close(y, ref_rms(h, w, 1e-5), torch.bfloat16)
+
+
+def ref_offset(x, w, eps, layernorm=False):
+    xf = x.float()
+    if layernorm:
+        return torch.nn.functional.layer_norm(xf, xf.shape[-1:], 1.0 + w.float(), None, eps)
+    return xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * (1.0 + w.float())
+
+
+@pytest.mark.parametrize("layernorm", [False, True])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_weight_offset_forward_and_backward(dtype, layernorm):
+    n = 2048
+    x = torch.randn(4, 256, n, device="cuda", dtype=dtype, requires_grad=True)
+    w = (0.1 * torch.randn(n, device="cuda", dtype=dtype)).requires_grad_()
+    dy = torch.randn_like(x)
+    op = (lambda: kt.layer_norm(x, w, None, 1e-5, weight_offset=True)) if layernorm else \
+        (lambda: kt.rms_norm(x, w, 1e-5, weight_offset=True))
+    y = served(op)
+    close(y, ref_offset(x, w, 1e-5, layernorm), dtype)
+    dx, dw = served(lambda: torch.autograd.grad(y, (x, w), dy))
+    xr, wr = x.detach().float().requires_grad_(), w.detach().float().requires_grad_()
+    rx, rw = torch.autograd.grad(ref_offset(xr, wr, 1e-5, layernorm), (xr, wr), dy.float())
+    close(dx, rx, dtype)
+    atol, rtol = TOL[dtype]
+    torch.testing.assert_close(dw.float(), rw, atol=atol * 1024 ** 0.5 * 4, rtol=rtol * 4)
+
+
+def e4m3_ulp(v):
+    """One e4m3 ulp at |v|: 3 mantissa bits, subnormals below 2^-6 (spacing 2^-9)."""
+    exponent = torch.floor(torch.log2(v.abs().clamp(min=2.0 ** -6)))
+    return torch.exp2(exponent - 3)
+
+
+@pytest.mark.parametrize("w_dtype", [torch.bfloat16, torch.float32])
+def test_rms_norm_fp8_matches_the_dequantized_reference(w_dtype):
+    n = 4096
+    x = torch.randn(64, n, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, device="cuda", dtype=w_dtype)
+    scale = torch.tensor([0.01], device="cuda", dtype=torch.float32)  # some values saturate at 448
+    with torch.no_grad():
+        q = served(lambda: kt.rms_norm_fp8(x, w, scale, 1e-5))
+    assert q.dtype == torch.float8_e4m3fn and q.shape == x.shape
+    want = (ref_rms(x, w, 1e-5) / scale).clamp(-448.0, 448.0)
+    assert (want.abs() == 448.0).any(), "the test means to cover saturation"
+    err = (q.float() - want).abs()
+    assert (err <= e4m3_ulp(want)).all(), f"max error {err.max().item()} beyond one e4m3 ulp"
+    # The scale is read at launch: a new value needs no new plan.
+    scale.fill_(1.0)
+    with torch.no_grad():
+        q1 = served(lambda: kt.rms_norm_fp8(x, w, scale, 1e-5))
+    want1 = ref_rms(x, w, 1e-5).clamp(-448.0, 448.0)
+    assert ((q1.float() - want1).abs() <= e4m3_ulp(want1)).all()
+
+
+def _gemma_rmsnorm_class():
+    try:
+        from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
+        return GemmaRMSNorm
+    except ImportError:
+        pass
+
+    class GemmaRMSNorm(torch.nn.Module):  # transformers' code, for a machine without it
+        def __init__(self, hidden_size, eps=1e-6):
+            super().__init__()
+            self.eps = eps
+            self.weight = torch.nn.Parameter(torch.zeros(hidden_size))
+
+        def _norm(self, x):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+
+        def forward(self, x):
+            output = self._norm(x.float())
+            output = output * (1.0 + self.weight.float())
+            return output.type_as(x)
+
+    return GemmaRMSNorm
+
+
+class MoshiRMSNorm(torch.nn.Module):
+    """`weight` and `eps` like Gemma's, but x * w: patch must leave it alone."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.eps = 1e-6
+        self.weight = torch.nn.Parameter(torch.ones(n))
+
+    def forward(self, x):
+        return (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps)
+                * self.weight.float()).type_as(x)
+
+
+def test_patch_swaps_a_gemma_norm_for_the_weight_offset():
+    n = 2048
+    model = torch.nn.Sequential()
+    model.add_module("norm", _gemma_rmsnorm_class()(n, eps=1e-6))
+    model.add_module("other", MoshiRMSNorm(n))
+    model = model.to(device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        model.norm.weight.normal_(0.0, 0.2)
+    x = torch.randn(4, 64, n, device="cuda", dtype=torch.bfloat16)
+    want = model.norm(x)
+    assert kt.patch(model) == {"norm": "GemmaRMSNorm"}
+    assert isinstance(model.norm, kt.GemmaRMSNorm) and isinstance(model.other, MoshiRMSNorm)
+    got = served(lambda: model.norm(x))
+    assert got.dtype == x.dtype
+    torch.testing.assert_close(got.float(), want.float(), atol=2e-2, rtol=2e-2)

@@ -25,10 +25,14 @@ def _enum(table, value, what):
         raise ValueError(f"{what} {value!r}: expected one of {sorted(k for k in table if k)}") from None
 
 
-def norm_key(op, norm_pass, m, n, dtype, output_dtype=0, weight_dtype=0, has_weight=True, has_bias=False, eps=0.0):
+def norm_key(op, norm_pass, m, n, dtype, output_dtype=0, weight_dtype=0, has_weight=True, has_bias=False, eps=0.0,
+             residual=False, weight_offset=False):
+    """A NormProblem's key. The variants (residual, weight_offset, output_dtype "fp8_e4m3") default to the
+    plain norm, whose problem, and so the daemon's canonical key, is the one it always was. out_scale is
+    not carried: the daemon's key ignores it and the fp8 op reads its scale at launch."""
     return ("norm", _enum(NORM_OPS, op, "op"), _enum(PASSES, norm_pass, "pass"), m, n,
             _enum(DTYPES, dtype, "dtype"), _enum(DTYPES, output_dtype, "output dtype"),
-            _enum(DTYPES, weight_dtype, "weight dtype"), has_weight, has_bias, eps)
+            _enum(DTYPES, weight_dtype, "weight dtype"), has_weight, has_bias, eps, residual, weight_offset)
 
 
 def gemm_key(m, n, k, a_dtype="bf16", b_dtype="bf16", d_dtype="bf16", c_dtype=0, b_layout=pb.COL_MAJOR,
@@ -41,10 +45,11 @@ def gemm_key(m, n, k, a_dtype="bf16", b_dtype="bf16", d_dtype="bf16", c_dtype=0,
 def problem_from_key(key):
     """The pb.Problem a norm_key or gemm_key tuple stands for."""
     if key[0] == "norm":
-        _, op, norm_pass, m, n, dtype, out, w, has_weight, has_bias, eps = key
+        _, op, norm_pass, m, n, dtype, out, w, has_weight, has_bias, eps, residual, weight_offset = key
         return pb.Problem(norm=pb.NormProblem(op=op, norm_pass=norm_pass, m=m, n=n, input_dtype=dtype,
                                               output_dtype=out, weight_dtype=w, has_weight=has_weight,
-                                              has_bias=has_bias, eps=eps))
+                                              has_bias=has_bias, eps=eps, residual=residual,
+                                              weight_offset=weight_offset))
     if key[0] == "gemm":
         _, m, n, k, a, b, d, c, b_layout, epilogue, batch = key
         return pb.Problem(gemm=pb.GemmProblem(m=m, n=n, k=k, a_dtype=a, b_dtype=b, d_dtype=d, c_dtype=c,

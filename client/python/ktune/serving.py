@@ -17,6 +17,7 @@ ktune does not serve is never an error.
 Thread-safety: Planner's lookups are lock-free; building a plan takes its lock.
 """
 import functools
+import math
 import threading
 import time
 import warnings
@@ -83,11 +84,15 @@ def _rows(shape):
 # of the arguments instead of the checks (the torch ops call these per call).
 @functools.lru_cache(maxsize=4096)
 def decide_norm(op, norm_pass, device_type, x_dtype, x_shape, x_strides, w_dtype=None, w_shape=None,
-                b_dtype=None, b_shape=None, eps=1e-6, dy_dtype=None):
+                b_dtype=None, b_shape=None, eps=1e-6, dy_dtype=None, r_dtype=None, r_shape=None, r_strides=None,
+                weight_offset=False, fp8_out=False, s_dtype=None, s_shape=None):
     """The norm problem key for one call over x's last dimension, or why ktune does not serve it.
 
     op "rmsnorm" or "layernorm"; norm_pass "fwd" or "bwd"; w_*/b_* None when
-    absent; dy_dtype the incoming gradient's dtype (backward).
+    absent; dy_dtype the incoming gradient's dtype (backward). The variants:
+    r_* the residual (forward) or dresidual (backward) of the fused residual
+    add, None without one; weight_offset for (1 + w); fp8_out for an e4m3 y
+    divided by the scale tensor s_* (forward).
     """
     if device_type != "cuda":
         return Decision(reason=f"{op}: tensors on {device_type}; ktune serves CUDA tensors")
@@ -117,14 +122,41 @@ def decide_norm(op, norm_pass, device_type, x_dtype, x_shape, x_strides, w_dtype
                                    "ktune takes the weight's dtype and shape")
     if not eps > 0.0:
         return Decision(reason=f"{op}: eps {eps}; ktune reads 0 as its default 1e-6")
+    reason = _variant_reason(op, norm_pass, x_dtype, x_shape, w_dtype, r_dtype, r_shape, r_strides, weight_offset,
+                             fp8_out, s_dtype, s_shape)
+    if reason is not None:
+        return Decision(reason=reason)
     # torch promotes: a float32 weight makes y float32; dx keeps x's dtype,
     # and the backward kernels read dy in x's dtype.
-    output_dtype = weight_dtype if norm_pass == "fwd" else dtype
+    output_dtype = pb.FP8_E4M3 if fp8_out else weight_dtype if norm_pass == "fwd" else dtype
     if norm_pass == "bwd" and dy_dtype is not None and dy_dtype != x_dtype:
         return Decision(reason=f"{op} backward: gradient dtype {dy_dtype} with input {x_dtype}; "
                                "ktune reads the gradient in the input's dtype")
     return Decision(key=norm_key(op, norm_pass, _rows(x_shape), n, dtype, output_dtype, weight_dtype,
-                                 w_dtype is not None, b_dtype is not None, float(eps)))
+                                 w_dtype is not None, b_dtype is not None, float(eps), r_dtype is not None,
+                                 bool(weight_offset)))
+
+
+def _variant_reason(op, norm_pass, x_dtype, x_shape, w_dtype, r_dtype, r_shape, r_strides, weight_offset, fp8_out,
+                    s_dtype, s_shape):
+    """Why ktune does not serve this call's variant (as the daemon validates NormProblem), or None."""
+    name = "dresidual" if norm_pass == "bwd" else "residual"
+    if r_dtype is not None:
+        if op != "rmsnorm":
+            return f"{op}: a fused residual add (RMSNorm only)"
+        # The kernel reads (and, forward, rewrites) the residual as dense rows of x's dtype.
+        if r_dtype != x_dtype or tuple(r_shape) != tuple(x_shape) or \
+                tuple(r_strides) != contiguous_strides(tuple(x_shape)):
+            return (f"{op}: a {name} of dtype {r_dtype}, shape {tuple(r_shape)}, strides {tuple(r_strides)}; "
+                    "ktune takes a contiguous one of the input's dtype and shape")
+    if weight_offset and w_dtype is None:
+        return f"{op}: a weight offset (1 + w) without a weight"
+    if fp8_out:
+        if op != "rmsnorm" or norm_pass != "fwd":
+            return f"{op} {norm_pass}: an fp8 output (the RMSNorm forward only)"
+        if s_dtype != "float32" or math.prod(s_shape) != 1:
+            return f"{op}: an fp8 scale of dtype {s_dtype}, shape {s_shape}; ktune reads one float32"
+    return None
 
 
 @functools.lru_cache(maxsize=4096)
@@ -156,8 +188,12 @@ def decide_linear(device_type, x_dtype, x_shape, x_strides, w_dtype, w_shape, w_
 
 
 def norm_layouts(key):
-    """What the norm ops bind for a decide_norm key: name -> (dtype, shape, strides), None if unbound."""
-    _, op, norm_pass, m, n, dtype, output_dtype, weight_dtype, has_weight, has_bias, _ = key
+    """What the norm ops bind for a decide_norm key: name -> (dtype, shape, strides), None if unbound.
+
+    The fused residual add binds `residual` (forward, updated in place) or
+    `dresidual` (backward); an fp8 output binds the one-element `scale`.
+    """
+    _, op, norm_pass, m, n, dtype, output_dtype, weight_dtype, has_weight, has_bias, _, residual, _ = key
     vec = (weight_dtype, (n,), (1,)) if has_weight else None
     stat = (pb.FP32, (m,), (1,))
     full = (dtype, (m, n), (n, 1))
@@ -166,10 +202,15 @@ def norm_layouts(key):
         out = {"x": full, "w": vec, "y": (output_dtype or dtype, (m, n), (n, 1)), "rstd": stat}
         if layernorm:
             out.update(mean=stat, b=vec if has_bias else None)
+        else:
+            out.update(residual=full if residual else None,
+                       scale=(pb.FP32, (1,), (1,)) if output_dtype == pb.FP8_E4M3 else None)
         return out
     out = {"x": full, "dy": full, "dx": full, "rstd": stat, "w": vec, "dw": vec}
     if layernorm:
         out.update(mean=stat, db=vec if has_bias else None)
+    else:
+        out.update(dresidual=full if residual else None)
     return out
 
 

@@ -140,8 +140,15 @@ def _run(key, x, buffers_fn, layouts_fn):
 
 # ---------------------------------------------------------------- torch's own computations
 
+E4M3_MAX = 448.0  # torch.finfo(torch.float8_e4m3fn).max: the kernel saturates there
 
-def _ref_norm_fwd(x, weight, bias, eps, layernorm, out_dtype):
+
+def _gain(weight, weight_offset):
+    """The factor the norm multiplies by, in fp32: w, or Gemma's (1 + w)."""
+    return weight.float() + 1.0 if weight_offset else weight.float()
+
+
+def _ref_norm_fwd(x, weight, bias, eps, layernorm, out_dtype, weight_offset=False):
     xf = x.float()
     if layernorm:
         mean = xf.mean(-1, keepdim=True)
@@ -151,7 +158,7 @@ def _ref_norm_fwd(x, weight, bias, eps, layernorm, out_dtype):
     rstd = torch.rsqrt(xc.pow(2).mean(-1, keepdim=True) + eps)
     y = xc * rstd
     if weight is not None:
-        y = y * weight.float()
+        y = y * _gain(weight, weight_offset)
     if bias is not None:
         y = y + bias.float()
     rows = x.numel() // x.shape[-1]
@@ -159,15 +166,28 @@ def _ref_norm_fwd(x, weight, bias, eps, layernorm, out_dtype):
     return y.to(out_dtype), mean, rstd.reshape(rows)
 
 
-def _ref_norm_bwd(dy, x, weight, mean, rstd, layernorm, has_bias):
+def _ref_add_residual(x, residual):
+    """h = x + residual in fp32, rounded to x's dtype, written into residual (as the kernel does)."""
+    residual.copy_((x.float() + residual.float()).to(x.dtype))
+    return residual
+
+
+def _ref_quantize(yf, scale):
+    # The kernel multiplies by 1 / scale (vLLM's convention) and saturates.
+    return (yf * scale.float().reciprocal()).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+
+
+def _ref_norm_bwd(dy, x, weight, mean, rstd, layernorm, has_bias, weight_offset=False, dresidual=None):
     n = x.shape[-1]
     xf = x.float().reshape(-1, n)
     dyf = dy.float().reshape(-1, n)
     r = rstd.reshape(-1, 1)
     xhat = ((xf - mean.reshape(-1, 1)) if layernorm else xf) * r
-    g = dyf * weight.float() if weight is not None else dyf
+    g = dyf * _gain(weight, weight_offset) if weight is not None else dyf
     inner = (g * xhat).mean(-1, keepdim=True)
     dx = r * (g - xhat * inner - (g.mean(-1, keepdim=True) if layernorm else 0.0))
+    if dresidual is not None:
+        dx = dx + dresidual.float().reshape(-1, n)
     dw = (dyf * xhat).sum(0).to(weight.dtype) if weight is not None else x.new_empty((0,))
     db = dyf.sum(0).to(weight.dtype) if has_bias else x.new_empty((0,))
     return dx.reshape(x.shape).to(x.dtype), dw, db
@@ -177,15 +197,28 @@ def _out_dtype(x, weight):
     return torch.promote_types(x.dtype, weight.dtype) if weight is not None else x.dtype
 
 
+def _shares_memory(a, b):
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
 # ---------------------------------------------------------------- norms
 
 
-def _norm_fwd(op, x, weight, bias, eps):
+def _norm_fwd(op, x, weight, bias, eps, weight_offset=False, residual=None, scale=None):
+    """(y, mean, rstd). residual: updated in place to h = x + residual, and normalized instead of x.
+    scale: y is e4m3, divided by it."""
     layernorm = op == "layernorm"
-    out_dtype = _out_dtype(x, weight)
+    out_dtype = torch.float8_e4m3fn if scale is not None else _out_dtype(x, weight)
+    # Positional: decide_norm is memoised on its arguments, and this is every call's path.
     d = decide_norm(op, "fwd", x.device.type, _name(x), tuple(x.shape), x.stride(), _name(weight),
-                    _shape(weight), _name(bias), _shape(bias), eps)
+                    _shape(weight), _name(bias), _shape(bias), eps, None, _name(residual), _shape(residual),
+                    residual.stride() if residual is not None else None, weight_offset, scale is not None,
+                    _name(scale), _shape(scale))
     reason = d.reason
+    if reason is None and residual is not None and _shares_memory(residual, x):
+        reason = f"{op}: the residual shares memory with x; the kernel rewrites it while reading x"
+    if reason is None and scale is not None and scale.device != x.device:
+        reason = f"{op}: the fp8 scale is on {scale.device}, x on {x.device}"
     if reason is None:
         key = d.key
         m, n = key[3], key[4]
@@ -201,21 +234,32 @@ def _norm_fwd(op, x, weight, bias, eps):
                     out["b"] = bias.data_ptr()
             if weight is not None:
                 out["w"] = weight.data_ptr()
+            if residual is not None:
+                out["residual"] = residual.data_ptr()
+            if scale is not None:
+                out["scale"] = scale.data_ptr()
             return out
 
         reason = _run(key, x, buffers, lambda: norm_layouts(key))
         if reason is None:
             return y, mean, rstd
     warn_once(reason)
-    return _ref_norm_fwd(x, weight, bias, eps, layernorm, out_dtype)
+    if residual is not None:
+        x = _ref_add_residual(x, residual)
+    y, mean, rstd = _ref_norm_fwd(x, weight, bias, eps, layernorm, torch.float32 if scale is not None else out_dtype,
+                                  weight_offset)
+    return (_ref_quantize(y, scale) if scale is not None else y), mean, rstd
 
 
-def _norm_bwd(op, dy, x, weight, has_bias, mean, rstd, eps):
+def _norm_bwd(op, dy, x, weight, has_bias, mean, rstd, eps, weight_offset=False, dresidual=None):
+    """(dx, dw, db). dresidual: the fused residual add's backward, x being its h; dx includes dresidual."""
     layernorm = op == "layernorm"
     dy = dy.contiguous()
+    dresidual = dresidual.contiguous() if dresidual is not None else None
     d = decide_norm(op, "bwd", x.device.type, _name(x), tuple(x.shape), x.stride(), _name(weight),
                     _shape(weight), _name(weight) if has_bias else None, _shape(weight) if has_bias else None, eps,
-                    dy_dtype=_name(dy))
+                    _name(dy), _name(dresidual), _shape(dresidual),
+                    dresidual.stride() if dresidual is not None else None, weight_offset)
     reason = d.reason
     if reason is None:
         key = d.key
@@ -234,62 +278,67 @@ def _norm_bwd(op, dy, x, weight, has_bias, mean, rstd, eps):
                 out["mean"] = mean.data_ptr()
             if has_bias:
                 out["db"] = db.data_ptr()
+            if dresidual is not None:
+                out["dresidual"] = dresidual.data_ptr()
             return out
 
         reason = _run(key, x, buffers, lambda: norm_layouts(key))
         if reason is None:
             return dx, dw, db
     warn_once(reason)
-    return _ref_norm_bwd(dy, x, weight, mean, rstd, layernorm, has_bias)
+    return _ref_norm_bwd(dy, x, weight, mean, rstd, layernorm, has_bias, weight_offset, dresidual)
 
 
 @torch.library.custom_op("ktune::rms_norm_fwd", mutates_args=())
-def _rms_norm_fwd(x: Tensor, weight: Optional[Tensor], eps: float) -> Tuple[Tensor, Tensor]:
-    y, _, rstd = _norm_fwd("rmsnorm", x, weight, None, eps)
+def _rms_norm_fwd(x: Tensor, weight: Optional[Tensor], eps: float,
+                  weight_offset: bool = False) -> Tuple[Tensor, Tensor]:
+    y, _, rstd = _norm_fwd("rmsnorm", x, weight, None, eps, weight_offset)
     return y, rstd
 
 
 @_rms_norm_fwd.register_fake
-def _(x, weight, eps):
+def _(x, weight, eps, weight_offset=False):
     rows = x.shape[:-1].numel()
     return x.new_empty(x.shape, dtype=_out_dtype(x, weight)), x.new_empty((rows,), dtype=torch.float32)
 
 
 @torch.library.custom_op("ktune::rms_norm_bwd", mutates_args=())
-def _rms_norm_bwd(dy: Tensor, x: Tensor, weight: Optional[Tensor], rstd: Tensor, eps: float) -> Tuple[Tensor, Tensor]:
-    dx, dw, _ = _norm_bwd("rmsnorm", dy, x, weight, False, rstd, rstd, eps)
+def _rms_norm_bwd(dy: Tensor, x: Tensor, weight: Optional[Tensor], rstd: Tensor, eps: float,
+                  weight_offset: bool = False) -> Tuple[Tensor, Tensor]:
+    dx, dw, _ = _norm_bwd("rmsnorm", dy, x, weight, False, rstd, rstd, eps, weight_offset)
     return dx, dw
 
 
 @_rms_norm_bwd.register_fake
-def _(dy, x, weight, rstd, eps):
+def _(dy, x, weight, rstd, eps, weight_offset=False):
     dw = weight.new_empty(weight.shape) if weight is not None else x.new_empty((0,))
     return x.new_empty(x.shape), dw
 
 
 def _rms_setup(ctx, inputs, output):
-    x, weight, eps = inputs
+    x, weight, eps, weight_offset = inputs
     ctx.save_for_backward(x, weight, output[1])
     ctx.eps = eps
+    ctx.weight_offset = weight_offset
 
 
 def _rms_backward(ctx, dy, _drstd):
     x, weight, rstd = ctx.saved_tensors
-    dx, dw = _rms_norm_bwd(dy, x, weight, rstd, ctx.eps)
-    return dx, (dw if weight is not None else None), None
+    dx, dw = _rms_norm_bwd(dy, x, weight, rstd, ctx.eps, ctx.weight_offset)
+    return dx, (dw if weight is not None else None), None, None
 
 
 _rms_norm_fwd.register_autograd(_rms_backward, setup_context=_rms_setup)
 
 
 @torch.library.custom_op("ktune::layer_norm_fwd", mutates_args=())
-def _layer_norm_fwd(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
-                    eps: float) -> Tuple[Tensor, Tensor, Tensor]:
-    return _norm_fwd("layernorm", x, weight, bias, eps)
+def _layer_norm_fwd(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps: float,
+                    weight_offset: bool = False) -> Tuple[Tensor, Tensor, Tensor]:
+    return _norm_fwd("layernorm", x, weight, bias, eps, weight_offset)
 
 
 @_layer_norm_fwd.register_fake
-def _(x, weight, bias, eps):
+def _(x, weight, bias, eps, weight_offset=False):
     rows = x.shape[:-1].numel()
     stat = x.new_empty((rows,), dtype=torch.float32)
     return x.new_empty(x.shape, dtype=_out_dtype(x, weight)), stat, stat.new_empty((rows,))
@@ -297,45 +346,157 @@ def _(x, weight, bias, eps):
 
 @torch.library.custom_op("ktune::layer_norm_bwd", mutates_args=())
 def _layer_norm_bwd(dy: Tensor, x: Tensor, weight: Optional[Tensor], has_bias: bool, mean: Tensor, rstd: Tensor,
-                    eps: float) -> Tuple[Tensor, Tensor, Tensor]:
-    return _norm_bwd("layernorm", dy, x, weight, has_bias, mean, rstd, eps)
+                    eps: float, weight_offset: bool = False) -> Tuple[Tensor, Tensor, Tensor]:
+    return _norm_bwd("layernorm", dy, x, weight, has_bias, mean, rstd, eps, weight_offset)
 
 
 @_layer_norm_bwd.register_fake
-def _(dy, x, weight, has_bias, mean, rstd, eps):
+def _(dy, x, weight, has_bias, mean, rstd, eps, weight_offset=False):
     dw = weight.new_empty(weight.shape) if weight is not None else x.new_empty((0,))
     db = weight.new_empty(weight.shape) if (weight is not None and has_bias) else x.new_empty((0,))
     return x.new_empty(x.shape), dw, db
 
 
 def _ln_setup(ctx, inputs, output):
-    x, weight, bias, eps = inputs
+    x, weight, bias, eps, weight_offset = inputs
     ctx.save_for_backward(x, weight, output[1], output[2])
     ctx.eps = eps
     ctx.has_bias = bias is not None
+    ctx.weight_offset = weight_offset
 
 
 def _ln_backward(ctx, dy, _dmean, _drstd):
     x, weight, mean, rstd = ctx.saved_tensors
-    dx, dw, db = _layer_norm_bwd(dy, x, weight, ctx.has_bias, mean, rstd, ctx.eps)
-    return dx, (dw if weight is not None else None), (db if ctx.has_bias else None), None
+    dx, dw, db = _layer_norm_bwd(dy, x, weight, ctx.has_bias, mean, rstd, ctx.eps, ctx.weight_offset)
+    return dx, (dw if weight is not None else None), (db if ctx.has_bias else None), None, None
 
 
 _layer_norm_fwd.register_autograd(_ln_backward, setup_context=_ln_setup)
 
 
-def rms_norm(x, weight=None, eps=1e-6):
-    """RMSNorm over x's last dimension: x * rsqrt(mean(x^2) + eps) * weight (computed in fp32)."""
+def rms_norm(x, weight=None, eps=1e-6, weight_offset=False):
+    """RMSNorm over x's last dimension: x * rsqrt(mean(x^2) + eps) * weight, or * (1 + weight) with
+    weight_offset (Gemma), computed in fp32; y takes torch's promotion of x's and weight's dtypes."""
     if _direct(x, weight):
-        return _norm_fwd("rmsnorm", x, weight, None, float(eps))[0]
-    return _rms_norm_fwd(x, weight, float(eps))[0]
+        return _norm_fwd("rmsnorm", x, weight, None, float(eps), bool(weight_offset))[0]
+    return _rms_norm_fwd(x, weight, float(eps), bool(weight_offset))[0]
 
 
-def layer_norm(x, weight=None, bias=None, eps=1e-5):
-    """LayerNorm over x's last dimension, as torch.nn.functional.layer_norm(x, x.shape[-1:], weight, bias, eps)."""
+def layer_norm(x, weight=None, bias=None, eps=1e-5, weight_offset=False):
+    """LayerNorm over x's last dimension, as torch.nn.functional.layer_norm(x, x.shape[-1:], weight, bias, eps);
+    weight_offset multiplies by (1 + weight) instead."""
     if _direct(x, weight, bias):
-        return _norm_fwd("layernorm", x, weight, bias, float(eps))[0]
-    return _layer_norm_fwd(x, weight, bias, float(eps))[0]
+        return _norm_fwd("layernorm", x, weight, bias, float(eps), bool(weight_offset))[0]
+    return _layer_norm_fwd(x, weight, bias, float(eps), bool(weight_offset))[0]
+
+
+# ---------------------------------------------------------------- fused residual add
+
+# Two ops, because torch.library registers autograd only for functional ops:
+# ktune::fused_add_rms_norm updates the residual in place (inference, and
+# torch.compile, which functionalizes it); ktune::add_rms_norm_fwd writes h
+# into a new tensor and has the variant's backward.
+
+
+@torch.library.custom_op("ktune::fused_add_rms_norm", mutates_args=("residual",))
+def _fused_add_rms_norm(x: Tensor, residual: Tensor, weight: Optional[Tensor], eps: float,
+                        weight_offset: bool = False) -> Tensor:
+    return _norm_fwd("rmsnorm", x, weight, None, eps, weight_offset, residual=residual)[0]
+
+
+@_fused_add_rms_norm.register_fake
+def _(x, residual, weight, eps, weight_offset=False):
+    return x.new_empty(x.shape, dtype=_out_dtype(x, weight))
+
+
+@torch.library.custom_op("ktune::add_rms_norm_fwd", mutates_args=())
+def _add_rms_norm_fwd(x: Tensor, residual: Tensor, weight: Optional[Tensor], eps: float,
+                      weight_offset: bool = False) -> Tuple[Tensor, Tensor, Tensor]:
+    h = residual.clone(memory_format=torch.contiguous_format)  # the kernel rewrites it into h
+    y, _, rstd = _norm_fwd("rmsnorm", x, weight, None, eps, weight_offset, residual=h)
+    return y, h, rstd
+
+
+@_add_rms_norm_fwd.register_fake
+def _(x, residual, weight, eps, weight_offset=False):
+    rows = x.shape[:-1].numel()
+    return (x.new_empty(x.shape, dtype=_out_dtype(x, weight)), x.new_empty(x.shape),
+            x.new_empty((rows,), dtype=torch.float32))
+
+
+@torch.library.custom_op("ktune::add_rms_norm_bwd", mutates_args=())
+def _add_rms_norm_bwd(dy: Tensor, dresidual: Tensor, h: Tensor, weight: Optional[Tensor], rstd: Tensor,
+                      eps: float, weight_offset: bool = False) -> Tuple[Tensor, Tensor]:
+    dx, dw, _ = _norm_bwd("rmsnorm", dy, h, weight, False, rstd, rstd, eps, weight_offset, dresidual)
+    return dx, dw
+
+
+@_add_rms_norm_bwd.register_fake
+def _(dy, dresidual, h, weight, rstd, eps, weight_offset=False):
+    dw = weight.new_empty(weight.shape) if weight is not None else h.new_empty((0,))
+    return h.new_empty(h.shape), dw
+
+
+def _add_setup(ctx, inputs, output):
+    _, _, weight, eps, weight_offset = inputs
+    ctx.save_for_backward(output[1], weight, output[2])
+    ctx.eps = eps
+    ctx.weight_offset = weight_offset
+
+
+def _add_backward(ctx, dy, dh, _drstd):
+    h, weight, rstd = ctx.saved_tensors
+    dx, dw = _add_rms_norm_bwd(dy, dh, h, weight, rstd, ctx.eps, ctx.weight_offset)
+    # h = x + residual: both receive h's whole gradient.
+    return dx, dx, (dw if weight is not None else None), None, None
+
+
+_add_rms_norm_fwd.register_autograd(_add_backward, setup_context=_add_setup)
+
+
+def _needs_grad(*tensors):
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def fused_add_rms_norm(x, residual, weight=None, eps=1e-6, weight_offset=False):
+    """vLLM's fused_add_rms_norm (FlashInfer's fused_add_rmsnorm): residual += x (in fp32, rounded to
+    x's dtype) in place, then y = rms_norm(residual, weight, eps, weight_offset). Returns (y, residual).
+
+    With autograd the op writes h into a new tensor, then copies it into residual (torch's copy_, so
+    the returned residual's gradient reaches the fused backward, and x and the old residual get
+    dx = norm_bwd(h, dy) + d(residual)): that costs two extra passes over the residual, and a residual
+    that is a leaf requiring grad cannot be updated in place (torch's error, as for any in-place op).
+    """
+    eps, weight_offset = float(eps), bool(weight_offset)
+    if _direct(x, residual, weight):
+        return _norm_fwd("rmsnorm", x, weight, None, eps, weight_offset, residual=residual)[0], residual
+    if not _needs_grad(x, residual, weight):
+        return _fused_add_rms_norm(x, residual, weight, eps, weight_offset), residual
+    y, h, _ = _add_rms_norm_fwd(x, residual, weight, eps, weight_offset)
+    residual.copy_(h)
+    return y, residual
+
+
+# ---------------------------------------------------------------- fp8 output
+
+
+@torch.library.custom_op("ktune::rms_norm_fp8", mutates_args=())
+def _rms_norm_fp8(x: Tensor, weight: Optional[Tensor], scale: Tensor, eps: float) -> Tensor:
+    return _norm_fwd("rmsnorm", x, weight, None, eps, scale=scale)[0]
+
+
+@_rms_norm_fp8.register_fake
+def _(x, weight, scale, eps):
+    return x.new_empty(x.shape, dtype=torch.float8_e4m3fn)
+
+
+def rms_norm_fp8(x, weight, scale, eps=1e-6):
+    """vLLM's rms_norm_static_fp8_quant: saturate_e4m3(rms_norm(x, weight, eps) * (1 / scale)), computed in
+    fp32, as a torch.float8_e4m3fn tensor; scale is a one-element float32 tensor on x's device, read at
+    launch (so a CUDA graph replays with its current value). Inference only: no autograd."""
+    if _direct(x, weight, scale):
+        return _norm_fwd("rmsnorm", x, weight, None, float(eps), scale=scale)[0]
+    return _rms_norm_fp8(x, weight, scale, float(eps))
 
 
 # ---------------------------------------------------------------- linear

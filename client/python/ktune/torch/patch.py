@@ -6,16 +6,29 @@ keys and tied weights are unchanged):
   Hugging Face style RMSNorms: LlamaRMSNorm, Qwen2RMSNorm, MistralRMSNorm, and
   any module whose class name ends in RMSNorm with `weight` and
   `variance_epsilon` (the Llama formula: y = w * x * rsqrt(mean(x^2) + eps));
+  Gemma-style RMSNorms, by class name (GEMMA_RMSNORMS: transformers' GemmaRMSNorm,
+  Gemma2RMSNorm, Gemma3RMSNorm and the others that compute
+  (x.float() * rsqrt(mean(x.float()^2) + eps) * (1 + w.float())).type_as(x)),
+  with `weight` and `eps`, for ktune.torch.GemmaRMSNorm (the weight offset);
   with linears=True, torch.nn.Linear too.
-Gemma-style norms (1 + w, attribute `eps`) do not match and are left alone.
+Gemma-style norms are matched by name, not by shape: other *RMSNorms with
+`weight` and `eps` compute x * w (MoshiRMSNorm) or scale before normalizing
+(MuseSparkTextInputScaledRMSNorm), and are left alone.
+The fused residual add is not patched: in Hugging Face models the add is a
+line of the decoder layer's forward, not a module. Engines that call their
+norm with the residual (vLLM's RMSNorm(x, residual)) can use
+ktune.torch.FusedAddRMSNorm, or call fused_add_rms_norm, themselves.
 A module shared by several parents is replaced by one module everywhere.
 Hooks registered on a replaced module are not carried over.
 """
 import torch
 
-from .modules import LayerNorm, Linear, RMSNorm
+from .modules import GemmaRMSNorm, LayerNorm, Linear, RMSNorm
 
 HF_RMSNORMS = ("LlamaRMSNorm", "Qwen2RMSNorm", "MistralRMSNorm")
+# transformers 5.25's classes with Gemma's formula, read from their source.
+GEMMA_RMSNORMS = ("GemmaRMSNorm", "Gemma2RMSNorm", "Gemma3RMSNorm", "RecurrentGemmaRMSNorm", "T5GemmaRMSNorm",
+                  "T5Gemma2RMSNorm", "VaultGemmaRMSNorm", "Qwen3NextRMSNorm", "Qwen3_5RMSNorm", "Qwen3_5MoeRMSNorm")
 
 
 def _is_hf_rmsnorm(module):
@@ -25,9 +38,14 @@ def _is_hf_rmsnorm(module):
                                    and isinstance(getattr(module, "variance_epsilon", None), float))
 
 
+def _is_gemma_rmsnorm(module):
+    return type(module).__name__ in GEMMA_RMSNORMS and isinstance(getattr(module, "weight", None), torch.Tensor) \
+        and isinstance(getattr(module, "eps", None), float)
+
+
 def replacement(module, linears=False):
     """The ktune module standing in for `module`, or None when it is not one patch() swaps."""
-    if isinstance(module, (RMSNorm, LayerNorm, Linear)):
+    if isinstance(module, (RMSNorm, GemmaRMSNorm, LayerNorm, Linear)):
         return None
     torch_rmsnorm = getattr(torch.nn, "RMSNorm", None)
     if torch_rmsnorm is not None and isinstance(module, torch_rmsnorm):
@@ -40,6 +58,8 @@ def replacement(module, linears=False):
         return LayerNorm(module.weight, module.bias, module.eps)
     if _is_hf_rmsnorm(module):
         return RMSNorm(module.weight, float(module.variance_epsilon))
+    if _is_gemma_rmsnorm(module):
+        return GemmaRMSNorm(module.weight, module.eps)
     if linears and type(module) is torch.nn.Linear:
         return Linear(module.weight, module.bias)
     return None

@@ -301,8 +301,8 @@ absl::StatusOr<std::vector<PrewarmProblem>> DeriveModelProblems(const ModelConfi
       }
       for (const NormProblem& norm : norms) {
         if (absl::Status s = ValidateNormProblem(norm); !s.ok()) {
-          return absl::InvalidArgumentError(absl::StrCat("--tokens ", t, ": ", OpName(norm), " [", norm.m, ", ",
-                                                         norm.n, "] is out of bounds: ", s.message()));
+          return absl::InvalidArgumentError(absl::StrCat("--tokens ", t, ": ", OpName(norm), " [", norm.m, ", ", norm.n,
+                                                         "] is out of bounds: ", s.message()));
         }
         v1::Problem p;
         *p.mutable_norm() = NormProblemToProto(norm);

@@ -59,8 +59,8 @@ struct ModelConfig {
   bool norm_bias = false;  // LayerNorm only
   float eps = kDefaultNormEps;
   bool qk_norm = false;
-  bool weight_offset = false;          // Gemma: the norms multiply by (1 + w)
-  bool fused_residual = false;         // RMSNorm decoders: engines fuse the residual add into the norm
+  bool weight_offset = false;           // Gemma: the norms multiply by (1 + w)
+  bool fused_residual = false;          // RMSNorm decoders: engines fuse the residual add into the norm
   bool fp8_static_activations = false;  // fp8 quantized with static activation scales
   DType dtype = DType::kBF16;
 };

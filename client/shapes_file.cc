@@ -17,10 +17,10 @@ namespace ktune {
 namespace {
 
 // In the order the errors list them.
-const std::vector<std::string> kEntryFieldOrder = {"op",           "m",      "n",    "k",   "dtype",
-                                                   "out_dtype",    "weight_dtype", "weight", "bias", "eps",
-                                                   "residual",     "weight_offset", "scale"};
-const std::vector<std::string> kDefaultFieldOrder = {"dtype", "out_dtype", "weight_dtype", "weight", "bias",
+const std::vector<std::string> kEntryFieldOrder = {"op",           "m",      "n",    "k",   "dtype",    "out_dtype",
+                                                   "weight_dtype", "weight", "bias", "eps", "residual", "weight_offset",
+                                                   "scale"};
+const std::vector<std::string> kDefaultFieldOrder = {"dtype", "out_dtype", "weight_dtype",  "weight", "bias",
                                                      "eps",   "residual",  "weight_offset", "scale"};
 const std::set<std::string> kEntryFields(kEntryFieldOrder.begin(), kEntryFieldOrder.end());
 const std::set<std::string> kDefaultFields(kDefaultFieldOrder.begin(), kDefaultFieldOrder.end());
@@ -32,9 +32,11 @@ std::string FieldList(const std::vector<std::string>& fields) { return absl::Str
 // ValidateNormProblem names NormProblem fields; a file's author knows the
 // file's names.
 std::string FileFieldName(const std::string& problem_field) {
-  static const std::map<std::string, std::string> kNames = {
-      {"input_dtype", "dtype"}, {"output_dtype", "out_dtype"}, {"has_bias", "bias"}, {"has_weight", "weight"},
-      {"out_scale", "scale"}};
+  static const std::map<std::string, std::string> kNames = {{"input_dtype", "dtype"},
+                                                            {"output_dtype", "out_dtype"},
+                                                            {"has_bias", "bias"},
+                                                            {"has_weight", "weight"},
+                                                            {"out_scale", "scale"}};
   auto it = kNames.find(problem_field);
   return it == kNames.end() ? problem_field : it->second;
 }

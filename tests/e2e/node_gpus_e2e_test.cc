@@ -227,8 +227,10 @@ TEST_CASE("one ktuned serves GPUs of two kinds: answers per kind, a tune runs on
   auto tuned_b = daemon.NewClient()->Tune(tune_b, nullptr);
   REQUIRE(tuned_b.ok());
   CHECK(tuned_b->device().name() == kB);
-  CHECK(TuneStartsOn(daemon.Log(), 1) == 1);
-  CHECK(TuneStartsOn(daemon.Log(), 2) == 0);
+  // A's tune took whichever A slot woke first (GPU 0 or 2); B's only GPU 1.
+  const std::string log = daemon.Log();
+  CHECK(TuneStartsOn(log, 1) == 1);
+  CHECK(TuneStartsOn(log, 0) + TuneStartsOn(log, 2) == 1);
 
   // Each kind has its own entry: GPU 2 is an A, so it is answered by A's.
   v1::GetConfigRequest get;

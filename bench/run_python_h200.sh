@@ -7,6 +7,7 @@
 #       --platform manylinux_2_28_x86_64 -d .wheels liger-kernel        # optional peer
 # then run:  [VARS] bash bench/run_python_h200.sh [llama_layer_bench.py args]
 #   PYTEST=1   the device pytest (tests/python, gpu tests included) first
+#   PYTEST_PATHS  what it runs (default tests/python; e.g. tests/python/test_torch_gpu.py)
 #   OVERHEAD=1 bench/torch_op_overhead.py: host microseconds per ktune.torch call (off by default)
 #   BENCH=1    bench/llama_layer_bench.py with the arguments given
 #   KTUNE_DB   a cache.db to start ktuned on (copied; e.g. one an earlier run brought back)
@@ -40,7 +41,7 @@ start_ktuned "$KTUNE_ADDRESS" 4
 
 if [ "${PYTEST:-1}" = 1 ]; then
   echo "== device pytest"
-  KTUNED=$bin/ktuned timeout 240 python3 -m pytest -q -rs -p no:cacheprovider tests/python 2>&1 |
+  KTUNED=$bin/ktuned timeout 240 python3 -m pytest -q -rs -p no:cacheprovider ${PYTEST_PATHS:-tests/python} 2>&1 |
     tee "$out/pytest.log" | tail -n 25
   summary+=("pytest exit: ${PIPESTATUS[0]}")
 fi

@@ -7,6 +7,7 @@
 #include <ctime>
 #include <filesystem>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "tuner/core/wire.h"
 
@@ -159,6 +160,147 @@ TEST_CASE("a list or mapping where a field name belongs is an error and not a cr
   CHECK(ErrorOf("defaults: {{dtype: bf16}: 1}\nproblems: [{op: rmsnorm.fwd, m: 1, n: 8}]\n")
             .find("defaults: a field name must be a plain word") != std::string::npos);
   CHECK(ErrorOf("? [problems]\n: 1\n").find("a top-level key must be a plain word") != std::string::npos);
+}
+
+TEST_CASE("entries take the norm variants: residual, weight_offset and an fp8 output's scale", "[client][shapes]") {
+  const char* text = R"(
+problems:
+  - {op: rmsnorm.fwd, m: 16, n: 4096, residual: true, weight_offset: true}
+  - {op: rmsnorm.fwd, m: 16, n: 4096}
+  - {op: rmsnorm.fwd, m: 16, n: 4096, out_dtype: fp8e4m3, scale: 0.5}
+  - {op: rmsnorm.fwd, m: 16, n: 4096, out_dtype: fp8e4m3, scale: 0.25}   # the scale is not in the key: dropped
+  - {op: rmsnorm.bwd, m: 16, n: 4096, residual: true}
+  - {op: layernorm.fwd, m: 16, n: 1024, bias: true, weight_offset: true}
+)";
+  auto parsed = ParseShapes(text, "shapes.yaml");
+  REQUIRE(parsed.ok());
+  REQUIRE(parsed->size() == 5);
+
+  const NormProblem both = NormOf((*parsed)[0]);
+  CHECK(both.residual);
+  CHECK(both.weight_offset);
+  CHECK(both.output_dtype == DType::kBF16);
+  CHECK(both.out_scale == 0.0f);
+  CHECK(absl::EndsWith((*parsed)[0].key, " res=1 woff=1"));
+
+  const NormProblem plain = NormOf((*parsed)[1]);
+  CHECK_FALSE(plain.residual);
+  CHECK_FALSE(plain.weight_offset);
+  // The plain key is what it was before the variants existed.
+  CHECK((*parsed)[1].key == CanonicalKey(plain));
+  CHECK((*parsed)[1].key.find("res=") == std::string::npos);
+  CHECK((*parsed)[1].key.find("woff=") == std::string::npos);
+
+  const NormProblem fp8 = NormOf((*parsed)[2]);
+  CHECK(fp8.output_dtype == DType::kFP8E4M3);
+  CHECK(fp8.input_dtype == DType::kBF16);
+  CHECK(fp8.out_scale == 0.5f);  // the first of the two entries is kept
+  CHECK_FALSE(fp8.residual);
+  CHECK((*parsed)[2].key.find(" out=fp8e4m3 ") != std::string::npos);
+
+  const NormProblem bwd = NormOf((*parsed)[3]);
+  CHECK(bwd.pass == NormPass::kBackward);
+  CHECK(bwd.residual);
+
+  const NormProblem ln = NormOf((*parsed)[4]);
+  CHECK(ln.op == NormOp::kLayerNorm);
+  CHECK(ln.weight_offset);
+  CHECK_FALSE(ln.residual);
+}
+
+TEST_CASE("a default residual is for rmsnorm entries and a default scale for fp8-output entries only",
+          "[client][shapes]") {
+  // As a default bias is for the layernorm entries: the other entries of
+  // the file take no such field, and are not refused for the default.
+  const char* text = R"(
+defaults:
+  residual: true
+  weight_offset: true
+  scale: 0.25
+problems:
+  - {op: rmsnorm.fwd, m: 8, n: 64}
+  - {op: rmsnorm.bwd, m: 8, n: 64}
+  - {op: layernorm.fwd, m: 8, n: 64}
+  - {op: rmsnorm.fwd, m: 8, n: 64, out_dtype: fp8e4m3}
+  - {op: rmsnorm.fwd, m: 8, n: 64, residual: false, weight_offset: false}
+  - {op: gemm, m: 8, n: 64, k: 64}
+)";
+  auto parsed = ParseShapes(text, "shapes.yaml");
+  REQUIRE(parsed.ok());
+  REQUIRE(parsed->size() == 6);
+
+  const NormProblem fwd = NormOf((*parsed)[0]);
+  CHECK(fwd.residual);
+  CHECK(fwd.weight_offset);
+  CHECK(fwd.out_scale == 0.0f);  // bf16 output: no scale
+  const NormProblem bwd = NormOf((*parsed)[1]);
+  CHECK(bwd.residual);
+  CHECK(bwd.weight_offset);
+  const NormProblem ln = NormOf((*parsed)[2]);
+  CHECK_FALSE(ln.residual);
+  CHECK(ln.weight_offset);  // every norm has a weight offset
+  CHECK(ln.out_scale == 0.0f);
+  const NormProblem fp8 = NormOf((*parsed)[3]);
+  CHECK(fp8.output_dtype == DType::kFP8E4M3);
+  CHECK(fp8.out_scale == 0.25f);
+  CHECK(fp8.residual);
+  const NormProblem own = NormOf((*parsed)[4]);  // an entry's own value wins
+  CHECK_FALSE(own.residual);
+  CHECK_FALSE(own.weight_offset);
+  CHECK((*parsed)[5].problem.has_gemm());
+}
+
+TEST_CASE("the norm variants where they do not apply are errors naming the field", "[client][shapes]") {
+  SECTION("a residual on a layernorm entry") {
+    CHECK(ErrorOf("- {op: layernorm.fwd, m: 1, n: 8}\n- {op: layernorm.bwd, m: 1, n: 8, residual: true}\n") ==
+          "shapes.yaml:2: problems[1].residual: the fused residual add is RMSNorm's only");
+  }
+  SECTION("a variant on a gemm entry") {
+    for (const char* field : {"residual: true", "weight_offset: true", "scale: 0.5"}) {
+      INFO(field);
+      const std::string name = std::string(field).substr(0, std::string(field).find(':'));
+      CHECK(ErrorOf(absl::StrCat("- {op: gemm, m: 8, n: 64, k: 64, ", field, "}\n")) ==
+            absl::StrCat("shapes.yaml:1: problems[0].", name, ": only norms take this field"));
+    }
+  }
+  SECTION("a scale without fp8 output") {
+    CHECK(ErrorOf("- {op: rmsnorm.fwd, m: 1, n: 8, scale: 0.5}\n") ==
+          "shapes.yaml:1: problems[0].scale: a scale is for fp8e4m3 output only");
+    CHECK(ErrorOf("- {op: rmsnorm.fwd, m: 1, n: 8, out_dtype: bf16, scale: 2}\n")
+              .find("problems[0].scale: a scale is for fp8e4m3 output only") != std::string::npos);
+  }
+  SECTION("a scale that is not a positive number") {
+    CHECK(ErrorOf("- {op: rmsnorm.fwd, m: 1, n: 8, out_dtype: fp8e4m3, scale: -1}\n") ==
+          "shapes.yaml:1: problems[0].scale: must be finite and > 0 (0: 1), got -1");
+    CHECK(ErrorOf("- {op: rmsnorm.fwd, m: 1, n: 8, out_dtype: fp8e4m3, scale: big}\n") ==
+          "shapes.yaml:1: problems[0].scale: must be a number, got 'big'");
+  }
+  SECTION("a residual or weight_offset that is not a boolean") {
+    CHECK(ErrorOf("- {op: rmsnorm.fwd, m: 1, n: 8, residual: maybe}\n") ==
+          "shapes.yaml:1: problems[0].residual: must be true or false, got 'maybe'");
+    // A layernorm entry's own residual is read, to be refused, too.
+    CHECK(ErrorOf("- {op: layernorm.fwd, m: 1, n: 8, residual: [1]}\n") ==
+          "shapes.yaml:1: problems[0].residual: must be true or false");
+    CHECK(ErrorOf("defaults:\n  residual: 2\nproblems:\n  - {op: rmsnorm.fwd, m: 1, n: 8}\n") ==
+          "shapes.yaml:2: defaults.residual: must be true or false, got '2'");
+    CHECK(ErrorOf("- {op: rmsnorm.fwd, m: 1, n: 8, weight_offset: maybe}\n") ==
+          "shapes.yaml:1: problems[0].weight_offset: must be true or false, got 'maybe'");
+  }
+  SECTION("a weight offset without a weight") {
+    CHECK(ErrorOf("- {op: rmsnorm.fwd, m: 1, n: 8, weight: false, weight_offset: true}\n")
+              .find("shapes.yaml:1: problems[0].weight_offset: (1 + w) needs a weight") == 0);
+  }
+  SECTION("fp8 output other than on the rmsnorm forward") {
+    CHECK(ErrorOf("- {op: rmsnorm.bwd, m: 1, n: 8, out_dtype: fp8e4m3}\n") ==
+          "shapes.yaml:1: problems[0].out_dtype: fp8e4m3 output is for the RMSNorm forward only (bf16, fp16 or fp32 "
+          "for rmsnorm.bwd)");
+    CHECK(ErrorOf("- {op: layernorm.fwd, m: 1, n: 8, out_dtype: fp8e4m3}\n") ==
+          "shapes.yaml:1: problems[0].out_dtype: fp8e4m3 output is for the RMSNorm forward only (bf16, fp16 or fp32 "
+          "for layernorm.fwd)");
+    // fp8 in is no norm at all.
+    CHECK(ErrorOf("- {op: rmsnorm.fwd, m: 1, n: 8, dtype: fp8e4m3}\n")
+              .find("shapes.yaml:1: problems[0].dtype: fp8e4m3 is not supported for norms") == 0);
+  }
 }
 
 TEST_CASE("an unreadable shapes file names the file", "[client][shapes]") {

@@ -5,6 +5,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "cache/bundle.h"
 #include "cache/recipe_check.h"
@@ -491,6 +493,79 @@ TEST_CASE("the ktune CLI drives a daemon and fails with one-line reasons", "[e2e
   CHECK(ls_after.out.find("2 entries") != std::string::npos);
 
   CHECK(daemon.Stop() == 0);
+}
+
+TEST_CASE("ktune get asks for the norm variants, and refuses them where they do not apply", "[e2e][cli]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.path(), dir.path() + "/cache.db");
+  REQUIRE(daemon.Start());  // at debug level: each GetConfig's problem key is logged
+  const std::string cli = Cli(daemon);
+
+  auto variant = RunCommand(
+      cli + "get rmsnorm.fwd --m 64 --n 4096 --residual --weight-offset --policy heuristic --brief", dir.path());
+  INFO(variant.err);
+  REQUIRE(variant.exit_code == 0);
+  CHECK(variant.out.rfind("rmsnorm.fwd 64x4096 bf16 +residual 1+w ", 0) == 0);
+  CHECK(variant.out.find(" HEURISTIC ") != std::string::npos);
+  auto fp8 = RunCommand(
+      cli + "get rmsnorm.fwd --m 64 --n 4096 --out-dtype fp8e4m3 --scale 0.5 --policy heuristic --brief", dir.path());
+  INFO(fp8.err);
+  REQUIRE(fp8.exit_code == 0);
+  CHECK(fp8.out.rfind("rmsnorm.fwd 64x4096 bf16 out:fp8e4m3 ", 0) == 0);
+  CHECK(fp8.out.find(" HEURISTIC ") != std::string::npos);
+
+  // Usage errors (2), each naming the flag or the problem field it set, and
+  // found before any call.
+  struct Case {
+    std::string args;
+    std::string message;  // in stderr
+  };
+  const std::vector<Case> usage = {
+      {"get gemm --m 64 --n 4096 --k 4096 --residual", "--residual"},
+      {"get gemm --m 64 --n 4096 --k 4096 --weight-offset", "--weight-offset"},
+      {"get gemm --m 64 --n 4096 --k 4096 --dtype fp8e4m3 --scale 0.5", "--scale"},
+      {"get layernorm.fwd --m 64 --n 4096 --residual", "problem.residual: the fused residual add is RMSNorm's only"},
+      {"get layernorm.bwd --m 64 --n 4096 --residual", "problem.residual"},
+      {"get rmsnorm.fwd --m 64 --n 4096 --scale 0.5", "problem.out_scale: a scale is for fp8e4m3 output only"},
+      {"get rmsnorm.fwd --m 64 --n 4096 --out-dtype fp8e4m3 --scale -1", "problem.out_scale: must be finite"},
+      {"get rmsnorm.bwd --m 64 --n 4096 --out-dtype fp8e4m3", "problem.output_dtype"},
+      {"get rmsnorm.fwd --m 64 --n 4096 --no-weight --weight-offset", "problem.weight_offset"},
+      {"tune gemm --m 64 --n 4096 --k 4096 --residual", "--residual"},
+      {"tune layernorm.fwd --m 64 --n 4096 --residual", "problem.residual"},
+  };
+  for (const Case& c : usage) {
+    INFO(c.args);
+    const auto r = RunCommand(cli + c.args, dir.path());
+    INFO(r.err);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find(c.message) != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  }
+
+  CHECK(daemon.Stop() == 0);
+  // The daemon was asked for the variants themselves: the problem keys it
+  // logged carry them (the scale is not part of a key), and no refused
+  // command reached it.
+  std::vector<std::string> lines;
+  for (absl::string_view line : absl::StrSplit(daemon.Log(), '\n')) {
+    if (absl::StrContains(line, "event=request op=GetConfig")) lines.emplace_back(line);
+  }
+  NormProblem residual;
+  residual.m = 64;
+  residual.n = 4096;
+  residual.residual = true;
+  residual.weight_offset = true;
+  NormProblem fp8_out;
+  fp8_out.m = 64;
+  fp8_out.n = 4096;
+  fp8_out.output_dtype = DType::kFP8E4M3;
+  REQUIRE(lines.size() == 2);
+  CHECK(absl::StrContains(lines[0], "problem=\"" + CanonicalKey(residual) + "\""));
+  CHECK(absl::StrContains(lines[0], " res=1 woff=1\""));
+  CHECK(absl::StrContains(lines[0], "source=HEURISTIC"));
+  CHECK(absl::StrContains(lines[1], "problem=\"" + CanonicalKey(fp8_out) + "\""));
+  CHECK(absl::StrContains(lines[1], " out=fp8e4m3 "));
+  CHECK(absl::StrContains(lines[1], "source=HEURISTIC"));
 }
 
 TEST_CASE("a second ktuned on a live socket refuses to start", "[e2e]") {

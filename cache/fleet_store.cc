@@ -402,10 +402,13 @@ struct FleetStore::Impl {
         }
         session = *std::move(s);
         backoff = options.retry_min;
-        NoteSuccess();
       }
       const bool need_request = Reconnect(request);
       const bool need_locks = Reconnect(locks);
+      // Reachable only once lookups can run too: a caller told the store is
+      // reachable may look up at once (it found "not connected" when this was
+      // said on the LISTEN session alone).
+      if (!need_request) NoteSuccess();
       std::optional<Pending> next;
       {
         absl::MutexLock lock(&mu);

@@ -195,7 +195,7 @@ constexpr char kGemma2Config[] = R"({
   "vocab_size": 256000
 })";
 
-TEST_CASE("Gemma 2: every norm multiplies by (1 + w), plain and fused with the residual add; no q/k norms",
+TEST_CASE("Gemma 2: every norm multiplies by (1 + w), plain and fused with the residual add, and no q/k norms",
           "[client][model]") {
   auto config = ParseModelConfig(kGemma2Config, "gemma-2-9b.json");
   REQUIRE(config.ok());

@@ -19,7 +19,7 @@
 //   backward: xhat = (x - mean) * rstd, g = dy * w,
 //             want = rstd * (g - c2 - xhat * c1)
 //             allowed = atol * rstd + rtol * (|want| + rstd * |g|)
-//             (RESIDUAL: want += dres, allowed += rtol * |dres|)
+//             (RESIDUAL: want += dres first, then allowed += rtol * |dres|)
 //   error = |got - want| / allowed; the element fails unless error <= 1
 //   (so NaN, what a never-written element holds after the poisoning, fails).
 //
@@ -76,12 +76,14 @@ __global__ void __launch_bounds__(256)
       const double xhat = (value(x[k]) - mean) * rstd;
       const double g = value(dy[k]) * wj;
       want = rstd * (g - rows[3 * M + i] - xhat * rows[2 * M + i]);
-      allowed = atol * rstd + rtol * (fabs(want) + rstd * fabs(g));
+      double dres_abs = 0.0;
       if (RESIDUAL) {
         const double d = value(dres[k]);
         want += d;
-        allowed += rtol * fabs(d);
+        dres_abs = fabs(d);
       }
+      // |want| includes dres, as in the host check (NormRunner's ExpectedAt).
+      allowed = atol * rstd + rtol * (fabs(want) + rstd * fabs(g)) + rtol * dres_abs;
     } else {
       want = (value(x[k]) - mean) * rstd * wj + (HAS_B ? value(b[j]) : 0.0);
       if (IsE4m3<TOut>::value) {

@@ -76,13 +76,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return std::nullopt;
   };
   ktune::MergeTarget gpu;
-  gpu.device = H200();
+  gpu.devices = {H200()};
   gpu.software_for = [](const ktune::v1::Entry& e) -> absl::StatusOr<ktune::v1::SoftwareFingerprint> {
     if (e.software().nvrtc_version() % 2 == 1) return absl::NotFoundError("not served here");
     return e.software();
   };
+  // A node of two GPU kinds: each entry is judged against both.
+  ktune::MergeTarget two_kinds = gpu;
+  ktune::v1::DeviceFingerprint other = H200();
+  other.set_name("NVIDIA H100 80GB HBM3");
+  other.set_memory_bytes(uint64_t{85045870592});
+  two_kinds.devices.push_back(other);
   ktune::MergeTarget compile_only;
-  for (const ktune::MergeTarget* target : {&gpu, &compile_only}) {
+  for (const ktune::MergeTarget* target : {&gpu, &two_kinds, &compile_only}) {
     for (ktune::v1::MergePolicy policy :
          {ktune::v1::KEEP_FASTER, ktune::v1::PREFER_INCOMING, ktune::v1::PREFER_EXISTING}) {
       absl::StatusOr<ktune::MergePlan> plan = ktune::PlanMerge(ktune::BuiltinOps(), entries, policy, *target, existing);

@@ -158,6 +158,18 @@ void AddLinear(int64_t tokens, int64_t out_features, int64_t in_features, bool b
   list->Add(Gemm(tokens, in_features, out_features, v1::ROW_MAJOR, v1::ROW_MAJOR, dtype));
 }
 
+// transformers fills a field a config.json leaves out from its config
+// class's default, and released Gemma 3 configs rely on it: the text_config
+// of google/gemma-3-27b-it has no vocab_size or rms_norm_eps, gemma-3-4b-it's
+// no head counts either. These are Gemma3TextConfig's defaults for the fields
+// read here.
+const Json& Gemma3TextDefaults() {
+  static const Json* const kDefaults = new Json{
+      {"vocab_size", 262208},     {"hidden_size", 2304}, {"intermediate_size", 9216}, {"num_attention_heads", 8},
+      {"num_key_value_heads", 4}, {"head_dim", 256},     {"rms_norm_eps", 1e-6}};
+  return *kDefaults;
+}
+
 }  // namespace
 
 absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view text, const std::string& source) {
@@ -172,6 +184,15 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view text, const std::
   if (!root.contains("hidden_size") && !root.contains("n_embd") && root.contains("text_config") &&
       root["text_config"].is_object()) {
     body = &root["text_config"];
+  }
+  Json gemma3_text;  // Gemma 3's text model: the config's fields over the class defaults
+  if (ConfigReader(*body, source).String("model_type") == "gemma3_text" ||
+      (body != &root && ConfigReader(root, source).String("model_type") == "gemma3")) {
+    gemma3_text = Gemma3TextDefaults();
+    for (auto it = body->begin(); it != body->end(); ++it) {
+      if (!it->is_null()) gemma3_text[it.key()] = *it;
+    }
+    body = &gemma3_text;
   }
   ConfigReader r(*body, source);
   ModelConfig c;

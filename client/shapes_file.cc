@@ -296,6 +296,12 @@ class ShapesParser {
       scale = Scalar<double>(entry["scale"], path + ".scale", "a number");
     }
     if (!scale.ok()) return scale.status();
+    // 0 means "unset" (1) to the problem: a scale that rounds to a float 0
+    // must not silently become 1.
+    if (*scale != 0.0 && static_cast<float>(*scale) == 0.0f) {
+      return Error(entry["scale"] ? entry["scale"] : entry, path + ".scale",
+                   absl::StrCat(*scale, " is below the smallest float32 scale"));
+    }
     norm.n = *n;
     norm.input_dtype = *dtype;
     norm.output_dtype = *out_dtype;

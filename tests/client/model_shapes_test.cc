@@ -229,9 +229,9 @@ TEST_CASE("Gemma 2: every norm multiplies by (1 + w), plain and fused with the r
 
 TEST_CASE("Gemma 3: q/k RMSNorm per head, with (1 + w) like every Gemma norm", "[client][model]") {
   SECTION("a multimodal config: the text model under text_config") {
-    // google/gemma-3-27b-it's layout. Its text_config leaves vocab_size and
-    // rms_norm_eps to transformers' defaults (262208, 1e-6), which ktune
-    // does not know, so they are written out here.
+    // google/gemma-3-27b-it's config as released: its text_config leaves
+    // vocab_size and rms_norm_eps to Gemma3TextConfig's defaults (262208,
+    // 1e-6), which ParseModelConfig fills in as transformers does.
     const char* gemma3 = R"({
       "architectures": ["Gemma3ForConditionalGeneration"],
       "model_type": "gemma3",
@@ -243,9 +243,8 @@ TEST_CASE("Gemma 3: q/k RMSNorm per head, with (1 + w) like every Gemma norm", "
         "num_attention_heads": 32,
         "num_hidden_layers": 62,
         "num_key_value_heads": 16,
-        "rms_norm_eps": 1e-06,
-        "sliding_window": 1024,
-        "vocab_size": 262208
+        "query_pre_attn_scalar": 168,
+        "sliding_window": 1024
       },
       "torch_dtype": "bfloat16",
       "vision_config": {"hidden_size": 1152, "model_type": "siglip_vision_model"}
@@ -257,6 +256,7 @@ TEST_CASE("Gemma 3: q/k RMSNorm per head, with (1 + w) like every Gemma norm", "
     CHECK(config->qk_norm);
     CHECK(config->weight_offset);
     CHECK(config->dtype == DType::kBF16);  // from the top level
+    CHECK(config->vocab_size == 262208);   // Gemma3TextConfig's default
     auto problems = DeriveModelProblems(*config, {{1, 16}, false, std::nullopt});
     REQUIRE(problems.ok());
     const std::vector<NormProblem> norms = Norms(*problems);
@@ -265,6 +265,38 @@ TEST_CASE("Gemma 3: q/k RMSNorm per head, with (1 + w) like every Gemma norm", "
                                                     "rmsnorm.fwd 16x5376 woff", "rmsnorm.fwd 16x5376 res woff",  //
                                                     "rmsnorm.fwd 512x128 woff", "rmsnorm.fwd 256x128 woff"});
     for (const NormProblem& n : norms) CHECK(n.eps == 1e-6f);
+  }
+  SECTION("a multimodal config whose text_config leaves out the head counts") {
+    // google/gemma-3-4b-it as released: 8 heads, 4 kv heads of 256, all defaults.
+    const char* gemma3 = R"({
+      "architectures": ["Gemma3ForConditionalGeneration"],
+      "model_type": "gemma3",
+      "text_config": {"hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text",
+                      "num_hidden_layers": 34, "sliding_window": 1024},
+      "torch_dtype": "bfloat16"
+    })";
+    auto config = ParseModelConfig(gemma3, "gemma-3-4b-it.json");
+    REQUIRE(config.ok());
+    CHECK(config->num_attention_heads == 8);
+    CHECK(config->num_key_value_heads == 4);
+    CHECK(config->head_dim == 256);
+    CHECK(config->eps == 1e-6f);
+    auto problems = DeriveModelProblems(*config, {{2}, false, std::nullopt});
+    REQUIRE(problems.ok());
+    CHECK(Labels(Norms(*problems)) == std::vector<std::string>{"rmsnorm.fwd 2x2560 woff", "rmsnorm.fwd 2x2560 res woff",
+                                                               "rmsnorm.fwd 16x256 woff", "rmsnorm.fwd 8x256 woff"});
+    CHECK(GemmShapes(*problems).count({2, (8 + 2 * 4) * 256, 2560}) == 1);  // QKV
+    CHECK(GemmShapes(*problems).count({2, 262208, 2560}) == 1);             // lm_head
+  }
+  SECTION("a config's own value wins over the default, and a bad one is still refused") {
+    auto config = ParseModelConfig(
+        R"({"model_type": "gemma3_text", "hidden_size": 1152, "vocab_size": 1000, "rms_norm_eps": 1e-5})", "g.json");
+    REQUIRE(config.ok());
+    CHECK(config->vocab_size == 1000);
+    CHECK(config->eps == 1e-5f);
+    auto bad = ParseModelConfig(R"({"model_type": "gemma3_text", "hidden_size": 1152, "head_dim": -4})", "g.json");
+    REQUIRE_FALSE(bad.ok());
+    CHECK(std::string(bad.status().message()).find("head_dim") != std::string::npos);
   }
   SECTION("a text-only config: model_type gemma3_text") {
     // google/gemma-3-1b-it: one kv head.

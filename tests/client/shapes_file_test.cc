@@ -274,6 +274,9 @@ TEST_CASE("the norm variants where they do not apply are errors naming the field
           "shapes.yaml:1: problems[0].scale: must be finite and > 0 (0: 1), got -1");
     CHECK(ErrorOf("- {op: rmsnorm.fwd, m: 1, n: 8, out_dtype: fp8e4m3, scale: big}\n") ==
           "shapes.yaml:1: problems[0].scale: must be a number, got 'big'");
+    // Below float32's range: it would round to 0, the problem's "unset" (1).
+    CHECK(ErrorOf("- {op: rmsnorm.fwd, m: 1, n: 8, out_dtype: fp8e4m3, scale: 1.0e-50}\n") ==
+          "shapes.yaml:1: problems[0].scale: 1e-50 is below the smallest float32 scale");
   }
   SECTION("a residual or weight_offset that is not a boolean") {
     CHECK(ErrorOf("- {op: rmsnorm.fwd, m: 1, n: 8, residual: maybe}\n") ==

@@ -18,7 +18,8 @@
 # .wheels-2, .wheels-3 (38 MiB, 38 MiB, 12 MiB). Carry them over consecutive calls while the machine is
 # warm, e.g.  1: carry .gpu,.wheels-3  PART=cliff   2: carry .wheels,.wheels-1  PART=stage
 #             3: carry .wheels-2  PART=rms   4: PART=ln   5: PART=variants   6: PART=decode
-# Every part keeps what earlier calls brought in .bench-state/ (ignored; kept on a warm machine): the
+# Every part keeps what earlier calls brought in .bench-state/ (ignored by .gitignore, so a warm machine
+# keeps it; ignored only in .git/info/exclude it was cleared between calls on 2026-12-07): the
 # parts and the reassembled wheel, the installed peers, ktuned's store (so no part re-tunes what another
 # tuned) and each part's JSON (so a part run again resumes where a cut-short call stopped; FRESH=1
 # starts it over). Without the Quack parts the run goes on and Quack's columns are n/a, with the reason.

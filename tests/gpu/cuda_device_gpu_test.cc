@@ -1,5 +1,6 @@
 // The driver-API Device on a real GPU: what it reports, memory round trips,
 // kernel loading errors and event timing.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <vector>
@@ -76,6 +77,22 @@ TEST_CASE("CudaDevice loads kernels, reports bad ones and times launches", "[gpu
     CHECK(t > 0);
     CHECK(t < 100);
   }
+  // The same kernel replayed from a graph: every launch captured, a time
+  // per launch that is no more than the events' around one (which add the
+  // host's enqueue), and a stream that takes work again afterwards.
+  absl::StatusOr<std::vector<float>> replayed =
+      device->TimeReplays([&](int) { return device->Launch(*k, r->kernels[0], args); }, 50, 25);
+  REQUIRE(replayed.ok());
+  REQUIRE(replayed->size() == 25);
+  std::vector<float> by_events = *ms, by_replay = *replayed;
+  std::sort(by_events.begin(), by_events.end());
+  std::sort(by_replay.begin(), by_replay.end());
+  CHECK(by_replay[12] > 0);
+  CHECK(by_replay[12] <= by_events[12] * 1.05f);
+  // A launch made off the stream is not in the graph: refused, not timed.
+  absl::StatusOr<std::vector<float>> missed = device->TimeReplays([](int) { return absl::OkStatus(); }, 4, 20);
+  CHECK(missed.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(device->Fill(y->get(), 0, p.m * p.n * 2).ok());
   CHECK(device->Synchronize().ok());
   device->UnloadKernel(*k);
 }

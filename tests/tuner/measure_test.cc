@@ -78,11 +78,30 @@ class FakeDevice : public Device {
     return ms;
   }
 
+  // Unless `replay_status` is an error: records the capture (the launches made
+  // inside it) and answers each replay with replay_ms / per_replay.
+  absl::StatusOr<std::vector<float>> TimeReplays(const std::function<absl::Status(int)>& launch, int per_replay,
+                                                 int repetitions) override {
+    ++replays;
+    if (!replay_status.ok()) return replay_status;
+    captured.clear();
+    for (int i = 0; i < per_replay; ++i) {
+      const size_t before = launched.size();
+      if (absl::Status s = launch(i); !s.ok()) return s;
+      for (size_t j = before; j < launched.size(); ++j) captured.push_back(launched[j]);
+    }
+    return std::vector<float>(static_cast<size_t>(repetitions), replay_ms / static_cast<float>(per_replay));
+  }
+
   DeviceInfo info_;
   std::vector<int> launched;
   int timed_from = -1;
   int syncs = 0;
   float sample_ms = 0.01f;
+  absl::Status replay_status = absl::UnimplementedError("no graphs");
+  int replays = 0;
+  std::vector<int> captured;
+  float replay_ms = 0.1f;
 };
 
 TEST_CASE("Measure warms up, rotates input sets and times every repetition", "[tuner][measure]") {
@@ -128,6 +147,68 @@ TEST_CASE("Measure refuses too few repetitions and passes launch errors on", "[t
   CHECK_FALSE(Measure(
                   &device, [](int) { return absl::OkStatus(); }, 1, options)
                   .ok());
+}
+
+TEST_CASE("a latency-bound kernel is timed from graph replays of whole sweeps over the sets", "[tuner][measure]") {
+  FakeDevice device;
+  device.replay_status = absl::OkStatus();
+  device.sample_ms = 0.007f;  // 7 us by events: under the 20 us threshold
+  device.replay_ms = 0.1f;    // each replay of the graph: 100 us
+  auto launch = [&](int set) {
+    device.launched.push_back(set);
+    return absl::OkStatus();
+  };
+  MeasureOptions options;
+  options.repetitions = 20;
+
+  absl::StatusOr<Timing> t = Measure(&device, launch, 3, options);
+  REQUIRE(t.ok());
+  CHECK(device.replays == 1);
+  // ceil(400 us / 7 us / 3 sets) = 20 sweeps of 3 sets: 60 launches a replay.
+  CHECK(ReplayLength(7.0, 3) == 60);
+  CHECK(t->launches_per_sample == 60);
+  CHECK(t->median_us == Approx(100.0 / 60));  // the replay's time per launch, not the events' 7 us
+  CHECK(t->repetitions == 20);
+  REQUIRE(device.captured.size() == 60);
+  for (int i = 0; i < 60; ++i) CHECK(device.captured[static_cast<size_t>(i)] == i % 3);
+
+  SECTION("above the threshold, or with replays turned off, events stand") {
+    device.sample_ms = 0.025f;
+    absl::StatusOr<Timing> slow = Measure(&device, launch, 3, options);
+    REQUIRE(slow.ok());
+    CHECK(slow->median_us == Approx(25));
+    CHECK(slow->launches_per_sample == 1);
+    device.sample_ms = 0.007f;
+    options.replay_below_us = 0;
+    absl::StatusOr<Timing> off = Measure(&device, launch, 3, options);
+    REQUIRE(off.ok());
+    CHECK(off->median_us == Approx(7));
+    CHECK(device.replays == 1);  // neither measurement asked for replays
+  }
+  SECTION("a device that cannot replay, or a capture that missed a launch, leaves the events' timing") {
+    for (absl::Status why : {absl::UnimplementedError("no graphs"), absl::FailedPreconditionError("2 nodes")}) {
+      device.replay_status = why;
+      absl::StatusOr<Timing> events = Measure(&device, launch, 3, options);
+      REQUIRE(events.ok());
+      CHECK(events->median_us == Approx(7));
+      CHECK(events->launches_per_sample == 1);
+    }
+  }
+  SECTION("a fault while replaying is returned") {
+    device.replay_status = absl::AbortedError("illegal address");
+    CHECK(Measure(&device, launch, 3, options).status().code() == absl::StatusCode::kAborted);
+  }
+}
+
+TEST_CASE("a replay is whole sweeps over the sets, about 400 us of events' time", "[tuner][measure]") {
+  CHECK(ReplayLength(4.0, 1) == 100);
+  CHECK(ReplayLength(4.0, 64) == 128);  // 400 / 4 / 64 rounds up to 2 sweeps
+  CHECK(ReplayLength(19.0, 64) == 64);  // at least one sweep
+  CHECK(ReplayLength(0.0, 1) == 800);   // a zero median reads as 0.5 us
+  CHECK(ReplayLength(0.1, 1) == 800);
+  CHECK(ReplayLength(0.5, 3) == 801);      // 267 sweeps of 3
+  CHECK(ReplayLength(2.0, 2000) == 2000);  // a sweep longer than the cap is still one sweep
+  CHECK(ReplayLength(2.0, 0) == 200);      // no rotation reads as one set
 }
 
 TEST_CASE("the tie window is the best's variability, held between 1% and 3% of its median", "[tuner][measure]") {

@@ -28,37 +28,44 @@ namespace {
 
 // Every driver function ktune uses. X(name) with `name` the unversioned API
 // name; the member is name##_, its type the versioned prototype's.
-#define KTUNE_CUDA_FUNCTIONS(X) \
-  X(cuInit)                     \
-  X(cuDriverGetVersion)         \
-  X(cuGetErrorName)             \
-  X(cuGetErrorString)           \
-  X(cuDeviceGetCount)           \
-  X(cuDeviceGet)                \
-  X(cuDeviceGetName)            \
-  X(cuDeviceGetAttribute)       \
-  X(cuDeviceTotalMem)           \
-  X(cuDevicePrimaryCtxRetain)   \
-  X(cuDevicePrimaryCtxRelease)  \
-  X(cuCtxSetCurrent)            \
-  X(cuMemAlloc)                 \
-  X(cuMemFree)                  \
-  X(cuMemcpyHtoDAsync)          \
-  X(cuMemcpyDtoHAsync)          \
-  X(cuMemsetD8Async)            \
-  X(cuModuleLoadData)           \
-  X(cuModuleUnload)             \
-  X(cuModuleGetFunction)        \
-  X(cuFuncSetAttribute)         \
-  X(cuLaunchKernel)             \
-  X(cuLaunchKernelEx)           \
-  X(cuStreamCreate)             \
-  X(cuStreamDestroy)            \
-  X(cuStreamSynchronize)        \
-  X(cuEventCreate)              \
-  X(cuEventDestroy)             \
-  X(cuEventRecord)              \
-  X(cuEventElapsedTime)         \
+#define KTUNE_CUDA_FUNCTIONS(X)  \
+  X(cuInit)                      \
+  X(cuDriverGetVersion)          \
+  X(cuGetErrorName)              \
+  X(cuGetErrorString)            \
+  X(cuDeviceGetCount)            \
+  X(cuDeviceGet)                 \
+  X(cuDeviceGetName)             \
+  X(cuDeviceGetAttribute)        \
+  X(cuDeviceTotalMem)            \
+  X(cuDevicePrimaryCtxRetain)    \
+  X(cuDevicePrimaryCtxRelease)   \
+  X(cuCtxSetCurrent)             \
+  X(cuMemAlloc)                  \
+  X(cuMemFree)                   \
+  X(cuMemcpyHtoDAsync)           \
+  X(cuMemcpyDtoHAsync)           \
+  X(cuMemsetD8Async)             \
+  X(cuModuleLoadData)            \
+  X(cuModuleUnload)              \
+  X(cuModuleGetFunction)         \
+  X(cuFuncSetAttribute)          \
+  X(cuLaunchKernel)              \
+  X(cuLaunchKernelEx)            \
+  X(cuStreamCreate)              \
+  X(cuStreamDestroy)             \
+  X(cuStreamSynchronize)         \
+  X(cuEventCreate)               \
+  X(cuEventDestroy)              \
+  X(cuEventRecord)               \
+  X(cuEventElapsedTime)          \
+  X(cuStreamBeginCapture)        \
+  X(cuStreamEndCapture)          \
+  X(cuGraphGetNodes)             \
+  X(cuGraphInstantiateWithFlags) \
+  X(cuGraphLaunch)               \
+  X(cuGraphExecDestroy)          \
+  X(cuGraphDestroy)              \
   X(cuTensorMapEncodeTiled)
 
 struct DriverApi {
@@ -315,7 +322,65 @@ class CudaDevice final : public Device {
     return ms;
   }
 
+  absl::StatusOr<std::vector<float>> TimeReplays(const std::function<absl::Status(int)>& launch, int per_replay,
+                                                 int repetitions) override {
+    MakeCurrent();
+    if (per_replay <= 0 || repetitions <= 0) return std::vector<float>();
+    // Relaxed: the launches may touch what global mode forbids during a
+    // capture (a kernel attribute set at first launch, cuBLASLt's own calls).
+    KTUNE_CU_RETURN(api_->cuStreamBeginCapture_(stream_, CU_STREAM_CAPTURE_MODE_RELAXED), "cuStreamBeginCapture");
+    absl::Status captured = absl::OkStatus();
+    for (int i = 0; i < per_replay && captured.ok(); ++i) captured = launch(i);
+    Graph graph(api_);
+    // Ended whatever happened, so the stream takes work again.
+    const absl::Status ended = KTUNE_CU(api_->cuStreamEndCapture_(stream_, &graph.graph), "cuStreamEndCapture");
+    if (!captured.ok()) return captured;
+    if (!ended.ok()) return ended;
+    size_t nodes = 0;
+    KTUNE_CU_RETURN(api_->cuGraphGetNodes_(graph.graph, nullptr, &nodes), "cuGraphGetNodes");
+    if (nodes < static_cast<size_t>(per_replay)) {
+      // A launch went to another stream and ran at once: timing this graph
+      // would time less than the candidate.
+      return absl::FailedPreconditionError(
+          absl::StrCat("TimeReplays: the graph holds ", nodes, " nodes for ", per_replay, " launches"));
+    }
+    KTUNE_CU_RETURN(api_->cuGraphInstantiateWithFlags_(&graph.exec, graph.graph, 0), "cuGraphInstantiateWithFlags");
+    // The first replay uploads the graph; it stays out of the samples.
+    KTUNE_CU_RETURN(api_->cuGraphLaunch_(graph.exec, stream_), "cuGraphLaunch");
+    while (static_cast<int>(events_.size()) < 2 * repetitions) {
+      CUevent e = nullptr;
+      KTUNE_CU_RETURN(api_->cuEventCreate_(&e, CU_EVENT_DEFAULT), "cuEventCreate");
+      events_.push_back(e);
+    }
+    for (int i = 0; i < repetitions; ++i) {
+      KTUNE_CU_RETURN(api_->cuEventRecord_(events_[2 * i], stream_), "cuEventRecord");
+      KTUNE_CU_RETURN(api_->cuGraphLaunch_(graph.exec, stream_), "cuGraphLaunch");
+      KTUNE_CU_RETURN(api_->cuEventRecord_(events_[2 * i + 1], stream_), "cuEventRecord");
+    }
+    KTUNE_CU_RETURN(api_->cuStreamSynchronize_(stream_), "cuStreamSynchronize");
+    std::vector<float> ms(repetitions);
+    for (int i = 0; i < repetitions; ++i) {
+      KTUNE_CU_RETURN(api_->cuEventElapsedTime_(&ms[i], events_[2 * i], events_[2 * i + 1]), "cuEventElapsedTime");
+      ms[i] /= static_cast<float>(per_replay);
+    }
+    return ms;
+  }
+
  private:
+  // A captured graph and its executable instance, destroyed together.
+  struct Graph {
+    explicit Graph(const DriverApi* api) : api(api) {}
+    ~Graph() {
+      if (exec != nullptr) api->cuGraphExecDestroy_(exec);
+      if (graph != nullptr) api->cuGraphDestroy_(graph);
+    }
+    Graph(const Graph&) = delete;
+    Graph& operator=(const Graph&) = delete;
+    const DriverApi* api;
+    CUgraph graph = nullptr;
+    CUgraphExec exec = nullptr;
+  };
+
   // The primary context must be current on whichever thread uses the device.
   void MakeCurrent() { api_->cuCtxSetCurrent_(context_); }
 

@@ -90,6 +90,19 @@ class Device {
   // each call; returns the elapsed milliseconds of each. `launch` enqueues work.
   virtual absl::StatusOr<std::vector<float>> TimeEach(const std::function<absl::Status(int)>& launch,
                                                       int repetitions) = 0;
+  // Captures `launch(i)` for i in [0, per_replay) into one CUDA graph, replays
+  // it once untimed, then `repetitions` times with a pair of events around
+  // each replay; returns each replay's elapsed milliseconds / per_replay. What
+  // a caller launching from a graph (a decode loop) sees: no host enqueue
+  // between kernels. FAILED_PRECONDITION when the capture misses a launch (one
+  // not made on stream()); UNIMPLEMENTED where the device cannot capture.
+  virtual absl::StatusOr<std::vector<float>> TimeReplays(const std::function<absl::Status(int)>& launch, int per_replay,
+                                                         int repetitions) {
+    (void)launch;
+    (void)per_replay;
+    (void)repetitions;
+    return absl::UnimplementedError("this device cannot replay graphs");
+  }
 };
 
 // Opens GPU `ordinal` through the CUDA driver API, loaded at run time.

@@ -22,6 +22,15 @@ double Quantile(const std::vector<float>& sorted, double q) {
   return sorted[lo] + (static_cast<double>(sorted[hi]) - sorted[lo]) * frac;
 }
 
+absl::Status CheckSamples(const std::vector<float>& samples_ms) {
+  for (float ms : samples_ms) {
+    if (!std::isfinite(ms) || ms < 0) {
+      return absl::InternalError(absl::StrCat("Measure: event timing returned ", ms, " ms"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int RotationCount(const DeviceInfo& device, int64_t bytes_per_set) {
@@ -60,12 +69,31 @@ absl::StatusOr<Timing> Measure(Device* device, const std::function<absl::Status(
   absl::StatusOr<std::vector<float>> samples =
       device->TimeEach([&](int i) { return launch(i % rotation); }, options.repetitions);
   if (!samples.ok()) return samples.status();
-  for (float ms : *samples) {
-    if (!std::isfinite(ms) || ms < 0) {
-      return absl::InternalError(absl::StrCat("Measure: event timing returned ", ms, " ms"));
-    }
+  if (absl::Status s = CheckSamples(*samples); !s.ok()) return s;
+  Timing by_events = Summarize(*std::move(samples));
+  if (!(by_events.median_us < options.replay_below_us)) return by_events;
+
+  const int length = ReplayLength(by_events.median_us, rotation);
+  absl::StatusOr<std::vector<float>> replays =
+      device->TimeReplays([&](int i) { return launch(i % rotation); }, length, options.repetitions);
+  if (!replays.ok()) {
+    // A fault leaves the context unusable: the caller must see it. Anything
+    // else (no graphs here, a launch the capture missed) leaves the events'.
+    if (absl::IsAborted(replays.status())) return replays.status();
+    return by_events;
   }
-  return Summarize(*std::move(samples));
+  if (absl::Status s = CheckSamples(*replays); !s.ok()) return s;
+  Timing by_replay = Summarize(*std::move(replays));
+  by_replay.launches_per_sample = length;
+  return by_replay;
+}
+
+int ReplayLength(double event_median_us, int rotation) {
+  rotation = std::max(rotation, 1);
+  const double per_launch = std::max(event_median_us, 0.5);
+  const int sweeps = static_cast<int>(std::ceil(kReplayTargetUs / per_launch / rotation));
+  const int max_sweeps = std::max(1, kMaxReplayLength / rotation);
+  return rotation * std::clamp(sweeps, 1, max_sweeps);
 }
 
 double TieWindowUs(double variability, double median_us) {

@@ -347,22 +347,10 @@ class CudaDevice final : public Device {
     KTUNE_CU_RETURN(api_->cuGraphInstantiateWithFlags_(&graph.exec, graph.graph, 0), "cuGraphInstantiateWithFlags");
     // The first replay uploads the graph; it stays out of the samples.
     KTUNE_CU_RETURN(api_->cuGraphLaunch_(graph.exec, stream_), "cuGraphLaunch");
-    while (static_cast<int>(events_.size()) < 2 * repetitions) {
-      CUevent e = nullptr;
-      KTUNE_CU_RETURN(api_->cuEventCreate_(&e, CU_EVENT_DEFAULT), "cuEventCreate");
-      events_.push_back(e);
-    }
-    for (int i = 0; i < repetitions; ++i) {
-      KTUNE_CU_RETURN(api_->cuEventRecord_(events_[2 * i], stream_), "cuEventRecord");
-      KTUNE_CU_RETURN(api_->cuGraphLaunch_(graph.exec, stream_), "cuGraphLaunch");
-      KTUNE_CU_RETURN(api_->cuEventRecord_(events_[2 * i + 1], stream_), "cuEventRecord");
-    }
-    KTUNE_CU_RETURN(api_->cuStreamSynchronize_(stream_), "cuStreamSynchronize");
-    std::vector<float> ms(repetitions);
-    for (int i = 0; i < repetitions; ++i) {
-      KTUNE_CU_RETURN(api_->cuEventElapsedTime_(&ms[i], events_[2 * i], events_[2 * i + 1]), "cuEventElapsedTime");
-      ms[i] /= static_cast<float>(per_replay);
-    }
+    absl::StatusOr<std::vector<float>> ms = TimeEach(
+        [&](int) { return KTUNE_CU(api_->cuGraphLaunch_(graph.exec, stream_), "cuGraphLaunch"); }, repetitions);
+    if (!ms.ok()) return ms.status();
+    for (float& t : *ms) t /= static_cast<float>(per_replay);
     return ms;
   }
 

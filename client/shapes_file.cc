@@ -173,6 +173,24 @@ class ShapesParser {
     return Scalar<bool>(*node, where, "true or false");
   }
 
+  // A field whose default is meant for some entries only (a default bias for
+  // LayerNorm's): where `defaults_apply`, the entry's value or the default's;
+  // elsewhere only the entry's own (so that the problem's check can refuse
+  // it), else `fallback`.
+  template <typename T>
+  absl::StatusOr<T> ScopedField(const YAML::Node& entry, const std::string& path, const std::string& field,
+                                bool defaults_apply, T fallback, const char* expected) const {
+    std::string where = path + "." + field;
+    std::optional<YAML::Node> node;
+    if (defaults_apply) {
+      node = Lookup(entry, path, field, &where);
+    } else if (entry[field]) {
+      node = entry[field];
+    }
+    if (!node) return fallback;
+    return Scalar<T>(*node, where, expected);
+  }
+
   absl::StatusOr<double> NumberField(const YAML::Node& entry, const std::string& path, const std::string& field,
                                      double fallback) const {
     std::string where;
@@ -268,33 +286,21 @@ class ShapesParser {
     if (!weight.ok()) return weight.status();
     // A default bias is meant for the LayerNorm entries; RMSNorm has none,
     // and only an RMSNorm entry's own `bias: true` is an error.
-    absl::StatusOr<bool> bias = false;
-    if (norm.op == NormOp::kLayerNorm) {
-      bias = BoolField(entry, path, "bias", false);
-    } else if (entry["bias"]) {
-      bias = Scalar<bool>(entry["bias"], path + ".bias", "true or false");
-    }
+    absl::StatusOr<bool> bias =
+        ScopedField<bool>(entry, path, "bias", norm.op == NormOp::kLayerNorm, false, "true or false");
     if (!bias.ok()) return bias.status();
     // A default residual add is meant for the RMSNorm entries, as a default
     // bias is for LayerNorm's.
-    absl::StatusOr<bool> residual = false;
-    if (norm.op == NormOp::kRMSNorm) {
-      residual = BoolField(entry, path, "residual", false);
-    } else if (entry["residual"]) {
-      residual = Scalar<bool>(entry["residual"], path + ".residual", "true or false");
-    }
+    absl::StatusOr<bool> residual =
+        ScopedField<bool>(entry, path, "residual", norm.op == NormOp::kRMSNorm, false, "true or false");
     if (!residual.ok()) return residual.status();
     absl::StatusOr<bool> weight_offset = BoolField(entry, path, "weight_offset", false);
     if (!weight_offset.ok()) return weight_offset.status();
     absl::StatusOr<double> eps = NumberField(entry, path, "eps", kDefaultNormEps);
     if (!eps.ok()) return eps.status();
     // A default scale is meant for the fp8-output entries.
-    absl::StatusOr<double> scale = 0.0;
-    if (*out_dtype == DType::kFP8E4M3) {
-      scale = NumberField(entry, path, "scale", 0.0);
-    } else if (entry["scale"]) {
-      scale = Scalar<double>(entry["scale"], path + ".scale", "a number");
-    }
+    absl::StatusOr<double> scale =
+        ScopedField<double>(entry, path, "scale", *out_dtype == DType::kFP8E4M3, 0.0, "a number");
     if (!scale.ok()) return scale.status();
     // 0 means "unset" (1) to the problem: a scale that rounds to a float 0
     // must not silently become 1.

@@ -165,14 +165,6 @@ class ShapesParser {
     return dtype;
   }
 
-  absl::StatusOr<bool> BoolField(const YAML::Node& entry, const std::string& path, const std::string& field,
-                                 bool fallback) const {
-    std::string where;
-    std::optional<YAML::Node> node = Lookup(entry, path, field, &where);
-    if (!node) return fallback;
-    return Scalar<bool>(*node, where, "true or false");
-  }
-
   // A field whose default is meant for some entries only (a default bias for
   // LayerNorm's): where `defaults_apply`, the entry's value or the default's;
   // elsewhere only the entry's own (so that the problem's check can refuse
@@ -191,12 +183,14 @@ class ShapesParser {
     return Scalar<T>(*node, where, expected);
   }
 
+  absl::StatusOr<bool> BoolField(const YAML::Node& entry, const std::string& path, const std::string& field,
+                                 bool fallback) const {
+    return ScopedField<bool>(entry, path, field, /*defaults_apply=*/true, fallback, "true or false");
+  }
+
   absl::StatusOr<double> NumberField(const YAML::Node& entry, const std::string& path, const std::string& field,
                                      double fallback) const {
-    std::string where;
-    std::optional<YAML::Node> node = Lookup(entry, path, field, &where);
-    if (!node) return fallback;
-    return Scalar<double>(*node, where, "a number");
+    return ScopedField<double>(entry, path, field, /*defaults_apply=*/true, fallback, "a number");
   }
 
   absl::Status ParseEntry(const YAML::Node& entry, const std::string& path, ProblemList* out) {

@@ -64,6 +64,15 @@
 //     tuner offers them only in its unpruned space
 //     (tuner/norm/norm_space.cc has the measurement).
 //     Why: bench/results/decisions/norm-bwd-clusters.md
+//   DIRECT_GRADS (PERSISTENT, CLUSTER == 1; the *_bwd_single_cta entry
+//     points): one CTA walks every row (SPLIT_SIZE >= M, a grid of one), so
+//     its partials are the whole sums: it writes dw and db itself (grad_w,
+//     grad_b), converted to TW, and the recipe has no workspace and no
+//     reduce kernel. For the few rows of a decode step the second launch
+//     cost more than the sums (bench/results/2026-12-07-norm-issue34-h100-03cafc9.md:
+//     a 1 x 4096 backward read 3.4 us where an empty launch reads 0.6).
+//     The stores are one element each: dw and db keep the element alignment
+//     every recipe states for them.
 //   looped (XBLOCK == 1, any N): pass 1 over R_BLOCK chunks forms the row sums,
 //     pass 2 reads the row again (from L2) and writes dx; the partials then
 //     cannot live in registers and are accumulated in the CTA's own workspace
@@ -237,15 +246,40 @@ __device__ __forceinline__ void cluster_sum_partials(const float* slots, float* 
   }
 }
 
+// One gradient element, converted to TW.
+template <typename TW>
+__device__ __forceinline__ void store_grad_element(TW* dst, float value) {
+  float one[1] = {value};
+  Packed<TW, 1> v;
+  v.set(one);
+  store_packed(dst, v);
+}
+
+// This thread's VEC column sums at `col`: as fp32 partials into the CTA's
+// workspace row, or (DIRECT_GRADS: they are the whole sums) as the gradient
+// itself, one element at a time.
+template <bool DIRECT_GRADS, int VEC, typename TW>
+__device__ __forceinline__ void store_partials(const float (&a)[VEC], float* ws_row, TW* grad, int col) {
+  if constexpr (DIRECT_GRADS) {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) store_grad_element(grad + col + i, a[i]);
+  } else {
+    Packed<float, VEC> v;
+    v.set(a);
+    store_packed(ws_row + col, v);
+  }
+}
+
 template <bool LN, typename TIn, typename TOut, typename TW, bool HAS_WEIGHT, bool HAS_BIAS,
           int NUM_WARPS, int XBLOCK, int VEC, int CHUNKS, bool PERSISTENT, int PIPELINE,
           int SPLIT_SIZE, bool SMEM_PARTIALS, bool PREFETCH_L2, bool WEIGHT_OFFSET, bool RESIDUAL,
-          int CLUSTER = 1>
+          int CLUSTER = 1, bool DIRECT_GRADS = false>
 __device__ __forceinline__ void fused_bwd(const TIn* __restrict__ x, const TIn* __restrict__ dy,
                                           const TIn* __restrict__ dres, const TW* __restrict__ w,
                                           const float* __restrict__ mean,
                                           const float* __restrict__ rstd, TOut* __restrict__ dx,
-                                          float* __restrict__ ws, int M, int N) {
+                                          float* __restrict__ ws, int M, int N,
+                                          TW* __restrict__ grad_w = nullptr, TW* __restrict__ grad_b = nullptr) {
   constexpr int kThreads = NUM_WARPS * 32;
   constexpr int kTpr = kThreads / XBLOCK;       // threads per row
   constexpr int kRBlock = kTpr * VEC * CHUNKS;  // row elements per pass
@@ -272,6 +306,8 @@ __device__ __forceinline__ void fused_bwd(const TIn* __restrict__ x, const TIn* 
   static_assert(CLUSTER == 1 || (PERSISTENT && XBLOCK == 1 && (kAccW || kAccB) && CLUSTER <= 8 &&
                                  (CLUSTER & (CLUSTER - 1)) == 0),
                 "clusters of 2, 4 or 8 sum the partials of persistent, one-row-per-CTA kernels");
+  static_assert(!DIRECT_GRADS || (PERSISTENT && CLUSTER == 1 && (kAccW || kAccB)),
+                "one CTA writing dw and db itself is persistent, has partials and no cluster");
   using XVec = Packed<TIn, VEC>;
   using WVec = Packed<TW, VEC>;
 
@@ -295,8 +331,9 @@ __device__ __forceinline__ void fused_bwd(const TIn* __restrict__ x, const TIn* 
   const int row_end = min(M, row_begin + SPLIT_SIZE);                    // one past its last
   const long long parts_rows =                                           // P
       CLUSTER > 1 ? static_cast<long long>(gridDim.x) / CLUSTER : (M + SPLIT_SIZE - 1) / SPLIT_SIZE;
-  float* ws_w = ws + static_cast<long long>(blockIdx.x / CLUSTER) * N;   // (N) f32 dw partial
-  float* ws_b = ws_w + (kAccW ? parts_rows * N : 0);                     // (N) f32 db partial
+  // (N) f32 dw and db partials of this CTA; DIRECT_GRADS has no workspace.
+  float* ws_w = DIRECT_GRADS ? nullptr : ws + static_cast<long long>(blockIdx.x / CLUSTER) * N;
+  float* ws_b = DIRECT_GRADS ? nullptr : ws_w + (kAccW ? parts_rows * N : 0);
   const float inv_n = 1.0f / static_cast<float>(N);
   int parity = 0;  // alternates the cross-warp scratch slot
 
@@ -425,16 +462,13 @@ __device__ __forceinline__ void fused_bwd(const TIn* __restrict__ x, const TIn* 
         const int col = (c * kTpr + lane) * VEC;  // element column
         if (col < N) {
           float a[VEC];  // (VEC) f32
-          Packed<float, VEC> v;
           if constexpr (kAccW) {
             smem_partials_load<VEC, kThreads>(smem_w + c * kSlot, a);
-            v.set(a);
-            store_packed(ws_w + col, v);
+            store_partials<DIRECT_GRADS>(a, ws_w, grad_w, col);
           }
           if constexpr (kAccB) {
             smem_partials_load<VEC, kThreads>(smem_b + c * kSlot, a);
-            v.set(a);
-            store_packed(ws_b + col, v);
+            store_partials<DIRECT_GRADS>(a, ws_b, grad_b, col);
           }
         }
       }
@@ -443,15 +477,8 @@ __device__ __forceinline__ void fused_bwd(const TIn* __restrict__ x, const TIn* 
       for (int c = 0; c < CHUNKS; ++c) {
         const int col = (c * kTpr + lane) * VEC;  // element column
         if (col < N) {
-          Packed<float, VEC> v;
-          if constexpr (kAccW) {
-            v.set(acc_w[c]);
-            store_packed(ws_w + col, v);
-          }
-          if constexpr (kAccB) {
-            v.set(acc_b[c]);
-            store_packed(ws_b + col, v);
-          }
+          if constexpr (kAccW) store_partials<DIRECT_GRADS>(acc_w[c], ws_w, grad_w, col);
+          if constexpr (kAccB) store_partials<DIRECT_GRADS>(acc_b[c], ws_b, grad_b, col);
         }
       }
     } else if constexpr (kAccW || kAccB) {
@@ -460,7 +487,8 @@ __device__ __forceinline__ void fused_bwd(const TIn* __restrict__ x, const TIn* 
 #pragma unroll
       for (int part = 0; part < 2; ++part) {
         if ((part == 0 && !kAccW) || (part == 1 && !kAccB)) continue;
-        float* out = part == 0 ? ws_w : ws_b;  // (N) f32
+        float* out = part == 0 ? ws_w : ws_b;      // (N) f32 (DIRECT_GRADS: unused)
+        TW* grad = part == 0 ? grad_w : grad_b;  // (N) TW, DIRECT_GRADS
 #pragma unroll
         for (int c = 0; c < CHUNKS; ++c) {
 #pragma unroll
@@ -473,7 +501,13 @@ __device__ __forceinline__ void fused_bwd(const TIn* __restrict__ x, const TIn* 
 #pragma unroll
             for (int g = 0; g < XBLOCK; ++g) s += red[g * kPass + k];
             const int col = c * kPass + k;  // element column
-            if (col < N) out[col] = s;
+            if (col < N) {
+              if constexpr (DIRECT_GRADS) {
+                store_grad_element(grad + col, s);
+              } else {
+                out[col] = s;
+              }
+            }
           }
           __syncthreads();
         }

@@ -71,6 +71,12 @@ TEST_CASE("TuneNorm: every op, every candidate correct on odd shapes, then winne
       Op(kRms, kBwd, 257, 1000, fp16, fp16, false, false),
       Op(kRms, kBwd, 1000, 5120, bf16, fp32, true, false),
       Op(kRms, kBwd, 7, 3, fp32, fp32, true, false),
+      // A decode step's few rows: the space adds one CTA over all of them,
+      // which writes dw (and db) itself (the *_bwd_single_cta kernels): fp32
+      // weight and rows enough to pipeline; LayerNorm with a bias only.
+      Op(kRms, kBwd, 48, 1000, bf16, fp32, true, false),
+      Op(kLn, kBwd, 5, 3000, bf16, bf16, false, true),
+      Op(kLn, kBwd, 64, 4096, bf16, bf16, true, true),
       // LayerNorm forward.
       Op(kLn, kFwd, 1, 1, bf16, bf16, true, true),
       Op(kLn, kFwd, 1, 3000, bf16, bf16, true, true),

@@ -121,15 +121,19 @@ TEST_CASE("NormSearchSpace invariants over many problems", "[tuner][space]") {
         const bool fwd = p.pass == NormPass::kForward;
         const bool ln = p.op == NormOp::kLayerNorm;
         const int parts = fwd ? 0 : (p.has_weight ? 1 : 0) + (ln && p.has_bias ? 1 : 0);
-        REQUIRE(r->kernels.size() == (parts > 0 ? 2u : 1u));
+        // One persistent CTA over every row with partials writes dw and db
+        // itself: no workspace, no reduce kernel.
+        const bool single_cta = parts > 0 && c.persistent && c.cluster == 1 && c.split_size >= p.m;
+        REQUIRE(r->kernels.size() == (parts > 0 && !single_cta ? 2u : 1u));
         const KernelLaunch& k = r->kernels[0];
         CHECK(r->template_id == NormTemplateId(p));
         CHECK(r->template_hash.size() == 64);
         CHECK(r->arch == Arch(device));
         CHECK(r->cubin.empty());
         CHECK(k.lowered_name.empty());
-        // rmsnorm_bwd<, or rmsnorm_bwd_cluster< for a cluster.
-        const std::string entry = "ktune::" + r->template_id.substr(5) + (c.cluster > 1 ? "_cluster<" : "<");
+        // rmsnorm_bwd<, rmsnorm_bwd_cluster< for a cluster, rmsnorm_bwd_single_cta< for one CTA.
+        const std::string entry =
+            "ktune::" + r->template_id.substr(5) + (c.cluster > 1 ? "_cluster<" : (single_cta ? "_single_cta<" : "<"));
         CHECK(k.name_expression.rfind(entry, 0) == 0);
         CHECK(k.block[0] == static_cast<uint32_t>(c.threads()));
         CHECK(k.block[0] <= 1024);
@@ -157,16 +161,27 @@ TEST_CASE("NormSearchSpace invariants over many problems", "[tuner][space]") {
           const int64_t partial_rows = (ctas + c.cluster - 1) / c.cluster;
           CHECK(c.split_size % c.x_block == 0);
           CHECK(k.grid[0] == static_cast<uint32_t>(partial_rows * c.cluster));
-          CHECK(r->workspace_bytes == static_cast<uint64_t>(parts) * partial_rows * p.n * sizeof(float));
+          CHECK(r->workspace_bytes ==
+                (single_cta ? 0u : static_cast<uint64_t>(parts) * partial_rows * p.n * sizeof(float)));
+          if (single_cta) CHECK(k.grid[0] == 1u);
           if (c.cluster > 1) {
             ++clustered;
             CHECK((c.persistent && c.x_block == 1 && parts > 0));
             CHECK(ctas >= 2 * c.cluster);  // the space's floor: at least two clusters of work
             CHECK(k.dynamic_smem_bytes == static_cast<uint32_t>(parts * c.r_block * sizeof(float)));
           }
-          CHECK(k.params == (ln ? std::vector<std::string>{"x", "dy", "w", "mean", "rstd", "dx", "ws", "M", "N"}
-                                : std::vector<std::string>{"x", "dy", "dresidual", "w", "rstd", "dx", "ws", "M", "N"}));
-          if (parts > 0) {
+          if (single_cta) {
+            CHECK(k.params ==
+                  (ln ? std::vector<std::string>{"x", "dy", "w", "mean", "rstd", "dx", "dw", "db", "M", "N"}
+                      : std::vector<std::string>{"x", "dy", "dresidual", "w", "rstd", "dx", "dw", "M", "N"}));
+            CHECK(c.reduce_rows == 0);
+            CHECK(ReduceRowsCandidates(p, c).empty());
+          } else {
+            CHECK(k.params ==
+                  (ln ? std::vector<std::string>{"x", "dy", "w", "mean", "rstd", "dx", "ws", "M", "N"}
+                      : std::vector<std::string>{"x", "dy", "dresidual", "w", "rstd", "dx", "ws", "M", "N"}));
+          }
+          if (parts > 0 && !single_cta) {
             const KernelLaunch& red = r->kernels[1];
             CHECK(red.name_expression.rfind("ktune::norm_bwd_reduce<", 0) == 0);
             CHECK(red.params == std::vector<std::string>{"ws", "dw", "db", "P", "N"});
@@ -323,6 +338,51 @@ TEST_CASE("norm kernels may be launched as programmatic dependents on sm_90 only
     REQUIRE(old.ok());
     CHECK_FALSE(old->kernels[0].programmatic_dependent);
   }
+}
+
+TEST_CASE("a backward over a few rows offers one CTA that writes dw and db itself", "[tuner][space]") {
+  const DeviceInfo device = H200();
+  for (NormOp op : {NormOp::kRMSNorm, NormOp::kLayerNorm}) {
+    const bool ln = op == NormOp::kLayerNorm;
+    for (int64_t m : {1, 4, 16, 64, 128}) {
+      INFO((ln ? "layernorm " : "rmsnorm ") << m << " x 4096");
+      const NormProblem p = Op(op, NormPass::kBackward, m, 4096, DType::kBF16, DType::kBF16, true, ln);
+      int single = 0;
+      for (const NormConfig& c : NormSearchSpace(p, device)) {
+        if (c.split_size < p.m) continue;
+        INFO(ToString(c));
+        ++single;
+        auto r = NormLaunchRecipe(p, c, device);
+        REQUIRE(r.ok());
+        REQUIRE(r->kernels.size() == 1);  // no reduce kernel
+        CHECK(r->kernels[0].grid[0] == 1u);
+        CHECK(r->workspace_bytes == 0u);
+        CHECK_THAT(r->kernels[0].name_expression,
+                   Catch::StartsWith(ln ? "ktune::layernorm_bwd_single_cta<" : "ktune::rmsnorm_bwd_single_cta<"));
+        NormConfig tuned_reduce = c;
+        tuned_reduce.reduce_rows = 2;  // nothing to reduce
+        CHECK_THAT(std::string(CanImplement(p, tuned_reduce, device).message()), Catch::Contains("reduce_rows"));
+      }
+      // Up to 64 rows (kSingleCtaMaxRows) the space holds single-CTA configs; beyond, one SM's bandwidth bounds it.
+      if (m <= 64) {
+        CHECK(single > 0);
+      } else {
+        CHECK(single == 0);
+      }
+    }
+  }
+  // A LayerNorm with a bias and no weight: the single CTA writes db alone.
+  const NormProblem bias_only =
+      Op(NormOp::kLayerNorm, NormPass::kBackward, 4, 4096, DType::kBF16, DType::kBF16, false, true);
+  bool found = false;
+  for (const NormConfig& c : NormSearchSpace(bias_only, device)) {
+    if (c.split_size < bias_only.m) continue;
+    found = true;
+    auto r = NormLaunchRecipe(bias_only, c, device);
+    REQUIRE(r.ok());
+    CHECK(r->kernels.size() == 1u);
+  }
+  CHECK(found);
 }
 
 TEST_CASE("the backward's reduce kernel rows are a knob of their own", "[tuner][space]") {

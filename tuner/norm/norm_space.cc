@@ -43,6 +43,9 @@ constexpr int kSmSubPartitions = 4;  // register file split across 4 schedulers
 constexpr int kMaxRegistersPerThread = 255;
 constexpr int kMinThreadsPerRow = 4;
 constexpr int64_t kMaxSplitSize = 4096;  // rows per backward CTA
+// The most rows for which the pruned backward space offers one CTA over all
+// of them (SplitSizes). At 64 x 4096 bf16 one SM moves 1.5 MiB.
+constexpr int64_t kSingleCtaMaxRows = 64;
 constexpr int kWarpSizeT = 32;
 
 bool IsPowerOfTwo(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
@@ -235,6 +238,14 @@ int64_t PartialRows(const NormProblem& p, const NormConfig& c) {
   return CeilDiv(CeilDiv(p.m, c.split_size), std::max(c.cluster, 1));
 }
 
+// Backward: one persistent CTA over every row (SPLIT_SIZE >= M) with partials
+// to sum holds the whole sums, so it writes dw and db itself: the
+// *_bwd_single_cta kernels, no workspace and no reduce kernel
+// (norm/norm_bwd.cuh, DIRECT_GRADS).
+bool SingleCtaBackward(const NormProblem& p, const NormConfig& c) {
+  return !IsForward(p) && GradientParts(p) > 0 && c.persistent && c.cluster <= 1 && c.split_size >= p.m;
+}
+
 int64_t GridSize(const NormProblem& p, const NormConfig& c, const DeviceInfo& d) {
   // Backward: one CTA per SPLIT_SIZE rows, padded to whole clusters.
   if (!IsForward(p)) return PartialRows(p, c) * std::max(c.cluster, 1);
@@ -244,7 +255,7 @@ int64_t GridSize(const NormProblem& p, const NormConfig& c, const DeviceInfo& d)
 }
 
 uint64_t WorkspaceBytes(const NormProblem& p, const NormConfig& c) {
-  if (IsForward(p) || GradientParts(p) == 0) return 0;
+  if (IsForward(p) || GradientParts(p) == 0 || SingleCtaBackward(p, c)) return 0;
   return static_cast<uint64_t>(GradientParts(p)) * PartialRows(p, c) * p.n * sizeof(float);
 }
 
@@ -325,6 +336,13 @@ std::vector<int> SplitSizes(const NormProblem& p, const NormConfig& c, const Dev
       std::find(out.begin(), out.end(), twice) == out.end()) {
     out.insert(out.begin(), twice);
   }
+  // A few rows (a decode step's backward): also one CTA over all of them,
+  // which writes the gradients itself (SingleCtaBackward), first, so the
+  // one-wave split stays last (the heuristic's pick; add_backward pipelines
+  // both). Beyond kSingleCtaMaxRows rows one SM's bandwidth is the bound.
+  if (all.back() >= p.m && p.m <= kSingleCtaMaxRows && std::find(out.begin(), out.end(), all.back()) == out.end()) {
+    out.insert(out.begin(), all.back());
+  }
   return out;
 }
 
@@ -372,6 +390,9 @@ absl::Status CanImplement(const NormProblem& p, const NormConfig& c, const Devic
   if (c.reduce_rows != 0 &&
       (IsForward(p) || GradientParts(p) == 0 || !IsPowerOfTwo(c.reduce_rows) || c.reduce_rows > 32)) {
     return fail("reduce_rows is 0, or a power of two <= 32 for a backward with a weight or bias");
+  }
+  if (c.reduce_rows != 0 && SingleCtaBackward(p, c)) {
+    return fail("reduce_rows is 0 for one CTA over every row: it writes the gradients, no reduce kernel runs");
   }
   if (IsForward(p)) {
     if (c.split_size != 0) return fail("split_size is for the backward pass");
@@ -455,9 +476,10 @@ std::vector<NormConfig> NormSearchSpace(const NormProblem& p, const DeviceInfo& 
       c.split_size = split;
       c.pipeline_depth = 1;
       add_with_clusters(c);
-      // Pipelined at the one-wave split only (the last): the largest of the
-      // usual candidates, where the CTA walks the most row blocks.
-      if (pipelined && (split == splits.back() || !pruned) && split >= 2 * c.x_block && p.m > c.x_block) {
+      // Pipelined at the one-wave split (the last) and a single CTA's: the
+      // candidates where a CTA walks the most row blocks.
+      if (pipelined && (split == splits.back() || split >= p.m || !pruned) && split >= 2 * c.x_block &&
+          p.m > c.x_block) {
         c.pipeline_depth = 2;
         add_with_clusters(c);
       }
@@ -572,7 +594,7 @@ NormConfig HeuristicNormConfig(const NormProblem& p, const DeviceInfo& d) {
 }
 
 std::vector<int> ReduceRowsCandidates(const NormProblem& p, const NormConfig& c) {
-  if (IsForward(p) || GradientParts(p) == 0 || c.split_size < 1) return {};
+  if (IsForward(p) || GradientParts(p) == 0 || c.split_size < 1 || SingleCtaBackward(p, c)) return {};
   const int derived = ReduceGeometryFor(PartialRows(p, c)).threads_y;
   std::vector<int> out;
   for (int rows : {derived / 2, derived * 2}) {
@@ -660,25 +682,31 @@ absl::StatusOr<LaunchRecipe> NormLaunchRecipe(const NormProblem& p, const NormCo
     return recipe;
   }
 
-  // Backward: the fused kernel, then the partials' reduction.
-  // One fused kernel template per op, and a cluster variant of each.
-  KernelInstance t(absl::StrCat(ln ? "layernorm" : "rmsnorm", c.cluster > 1 ? "_bwd_cluster" : "_bwd"));
+  // Backward: the fused kernel, then the partials' reduction. One fused
+  // kernel template per op, a cluster variant of each, and a single-CTA one
+  // that writes the gradients itself (no reduction).
+  const bool single_cta = SingleCtaBackward(p, c);
+  KernelInstance t(absl::StrCat(ln ? "layernorm" : "rmsnorm",
+                                c.cluster > 1 ? "_bwd_cluster" : (single_cta ? "_bwd_single_cta" : "_bwd")));
   variants(common(t)).Int("SPLIT_SIZE", c.split_size).Bool("SMEM_PARTIALS", SmemPartials(p, c, d));
   if (ln) t.Bool("HAS_BIAS", p.has_bias);
   if (c.cluster > 1) {
     t.Int("CLUSTER", c.cluster);
     if (ln) t.Bool("PREFETCH_L2", PrefetchNextRowsToL2(p, c, d));  // the RMSNorm cluster kernel takes none
   } else {
-    t.Int("XBLOCK", c.x_block).Bool("PERSISTENT", c.persistent).Bool("PREFETCH_L2", PrefetchNextRowsToL2(p, c, d));
+    t.Int("XBLOCK", c.x_block).Bool("PREFETCH_L2", PrefetchNextRowsToL2(p, c, d));
+    if (!single_cta) t.Bool("PERSISTENT", c.persistent);  // the single-CTA kernel is persistent
   }
   if (absl::Status s = t.NameInto(&k); !s.ok()) return s;
-  k.params = ln ? std::vector<std::string>{"x", "dy", "w", "mean", "rstd", "dx", "ws", "M", "N"}
-                : std::vector<std::string>{"x", "dy", "dresidual", "w", "rstd", "dx", "ws", "M", "N"};
+  const char* grads = single_cta ? "dw" : "ws";  // the single-CTA kernel writes dw where the others write ws
+  k.params = ln ? (single_cta ? std::vector<std::string>{"x", "dy", "w", "mean", "rstd", "dx", "dw", "db", "M", "N"}
+                              : std::vector<std::string>{"x", "dy", "w", "mean", "rstd", "dx", "ws", "M", "N"})
+                : std::vector<std::string>{"x", "dy", "dresidual", "w", "rstd", "dx", grads, "M", "N"};
   k.dynamic_smem_bytes = static_cast<uint32_t>(PartialsSmemBytes(p, c, d));
   recipe.kernels.push_back(std::move(k));
   recipe.workspace_bytes = WorkspaceBytes(p, c);
   const int parts = GradientParts(p);
-  if (parts > 0) {
+  if (parts > 0 && !single_cta) {
     ReduceGeometry g = ReduceGeometryFor(PartialRows(p, c));
     if (c.reduce_rows > 0) g.threads_y = c.reduce_rows;  // tuned
     KernelLaunch r;

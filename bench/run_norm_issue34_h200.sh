@@ -13,7 +13,8 @@
 #              at M = 4096 and 256, heuristic and a tuned subset, on a fresh store (~300-400 s)
 # Build and pack here (README "Getting work to the GPU machine"):
 #   ../shared/device/pack.sh .gpu build/daemon/ktuned build/client/ktune && strip --strip-debug .gpu/bin/*
-# The peers travel as wheels (see the report in bench/README.md): .wheels holds the small ones and
+# The peers travel as wheels (see the report in bench/README.md): .wheels holds the small ones (Quack's
+# nvidia-cutlass-dsl-libs-core among them: without it `cutlass` has no cutlass_dsl and Quack does not import) and
 # NAME.whl.sha256 of the 92 MB nvidia-cutlass-dsl-libs-cu13 wheel, whose split parts lie in .wheels-1,
 # .wheels-2, .wheels-3 (38 MiB, 38 MiB, 12 MiB). Carry them over consecutive calls while the machine is
 # warm, e.g.  1: carry .gpu,.wheels-3  PART=cliff   2: carry .wheels,.wheels-1  PART=stage

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "tests/gpu/gpu_env.h"
@@ -65,12 +66,15 @@ TEST_CASE("CudaDevice loads kernels, reports bad ones and times launches", "[gpu
   REQUIRE((x.ok() && y.ok() && w.ok()));
   REQUIRE(device->Fill(x->get(), 0x3f, p.m * p.n * 2).ok());  // bf16 0x3f3f: 0.75
   REQUIRE(device->Fill(w->get(), 0x3f, p.n * 2).ok());
-  DevicePtr xp = x->get(), wp = w->get(), yp = y->get(), rp = 0;
+  DevicePtr xp = x->get(), wp = w->get(), yp = y->get(), rp = 0, no_residual = 0, no_scale = 0;
   int m = static_cast<int>(p.m), n = static_cast<int>(p.n);
   float eps = p.eps;
-  void* args[] = {&xp, &wp, &yp, &rp, &m, &n, &eps};
+  REQUIRE(r->kernels[0].params ==
+          std::vector<std::string>{"x", "residual", "w", "y", "rstd", "scale", "M", "N", "eps"});
+  void* args[] = {&xp, &no_residual, &wp, &yp, &rp, &no_scale, &m, &n, &eps};
   absl::StatusOr<std::vector<float>> ms =
       device->TimeEach([&](int) { return device->Launch(*k, r->kernels[0], args); }, 25);
+  INFO(ms.status().ToString());
   REQUIRE(ms.ok());
   REQUIRE(ms->size() == 25);
   for (float t : *ms) {
@@ -82,6 +86,7 @@ TEST_CASE("CudaDevice loads kernels, reports bad ones and times launches", "[gpu
   // host's enqueue), and a stream that takes work again afterwards.
   absl::StatusOr<std::vector<float>> replayed =
       device->TimeReplays([&](int) { return device->Launch(*k, r->kernels[0], args); }, 50, 25);
+  INFO(replayed.status().ToString());
   REQUIRE(replayed.ok());
   REQUIRE(replayed->size() == 25);
   std::vector<float> by_events = *ms, by_replay = *replayed;

@@ -26,14 +26,15 @@ namespace {
 constexpr int64_t kM = 333, kN = 1000;
 
 // The recipe's interface, written by hand from the template's signature
-// (kernel_templates/norm/rmsnorm_fwd.cuh: x, w, y, rstd, int M, int N, float
-// eps; rstd may be null): the norm writer's own args and tensors are tested
-// where they are written, and this test must not depend on them.
+// (kernel_templates/norm/rmsnorm_fwd.cuh: x, residual, w, y, rstd, scale,
+// int M, int N, float eps; residual and scale absent for a plain norm, rstd
+// may be null): the norm writer's own args and tensors are tested where they
+// are written, and this test must not depend on them.
 void DescribeByHand(const NormProblem& p, v1::LaunchRecipe* r) {
   REQUIRE(r->kernels_size() == 1);
   v1::KernelLaunch* k = r->mutable_kernels(0);
   REQUIRE(std::vector<std::string>(k->params().begin(), k->params().end()) ==
-          std::vector<std::string>{"x", "w", "y", "rstd", "M", "N", "eps"});
+          std::vector<std::string>{"x", "residual", "w", "y", "rstd", "scale", "M", "N", "eps"});
   r->clear_tensors();
   k->clear_args();
   auto tensor = [&](const char* name, v1::TensorRole role, std::vector<int64_t> shape, bool optional) {
@@ -57,10 +58,27 @@ void DescribeByHand(const NormProblem& p, v1::LaunchRecipe* r) {
     a->set_name(name);
     a->set_tensor(name);
   };
+  // A tensor the problem lacks: optional, empty, bound to null.
+  auto absent = [&](const char* name, v1::TensorRole role) {
+    v1::TensorSpec* t = r->add_tensors();
+    t->set_name(name);
+    t->set_role(role);
+    t->set_dtype(v1::FP32);
+    t->add_shape(0);
+    t->add_strides(1);
+    t->set_alignment_bytes(1);
+    t->set_optional(true);
+    t->set_bytes(0);
+    v1::KernelArg* a = k->add_args();
+    a->set_name(name);
+    a->set_tensor(name);
+  };
   tensor("x", v1::ROLE_INPUT, {p.m, p.n}, false);
+  absent("residual", v1::ROLE_INPUT_OUTPUT);
   tensor("w", v1::ROLE_INPUT, {p.n}, false);
   tensor("y", v1::ROLE_OUTPUT, {p.m, p.n}, false);
   tensor("rstd", v1::ROLE_OUTPUT, {p.m}, true);
+  absent("scale", v1::ROLE_SCALE);
   v1::KernelArg* m = k->add_args();
   m->set_name("M");
   m->set_i32(static_cast<int32_t>(p.m));
@@ -152,7 +170,7 @@ TEST_CASE("Launcher: an RMSNorm forward recipe launched from its fields computes
 
   SECTION("with every tensor bound") {
     Buffers b = MakeBuffers(device);
-    const uint64_t addresses[] = {b.x.get(), b.w.get(), b.y.get(), b.rstd.get()};
+    const uint64_t addresses[] = {b.x.get(), 0, b.w.get(), b.y.get(), b.rstd.get(), 0};
     const absl::Status s = (*launcher)->Launch(**loaded, addresses, device->stream());
     INFO(s.ToString());
     REQUIRE(s.ok());
@@ -160,7 +178,7 @@ TEST_CASE("Launcher: an RMSNorm forward recipe launched from its fields computes
   }
   SECTION("with the optional rstd unbound") {
     Buffers b = MakeBuffers(device);
-    const uint64_t addresses[] = {b.x.get(), b.w.get(), b.y.get(), 0};
+    const uint64_t addresses[] = {b.x.get(), 0, b.w.get(), b.y.get(), 0, 0};
     REQUIRE((*launcher)->Launch(**loaded, addresses, device->stream()).ok());
     CheckAgainstHost(device, b, p.eps, /*check_rstd=*/false);
   }
@@ -177,8 +195,8 @@ TEST_CASE("C ABI: the same recipe through ktune_recipe_load and ktune_recipe_lau
   INFO(ktune_last_error());
   REQUIRE(loaded == 0);
   Buffers b = MakeBuffers(device);
-  const uint64_t addresses[] = {b.x.get(), b.w.get(), b.y.get(), b.rstd.get()};
-  REQUIRE(ktune_recipe_launch(recipe, addresses, 4, device->stream()) == 0);
+  const uint64_t addresses[] = {b.x.get(), 0, b.w.get(), b.y.get(), b.rstd.get(), 0};
+  REQUIRE(ktune_recipe_launch(recipe, addresses, 6, device->stream()) == 0);
   CheckAgainstHost(device, b, p.eps, /*check_rstd=*/true);
   REQUIRE(device->Synchronize().ok());
   ktune_launcher_destroy(launcher);

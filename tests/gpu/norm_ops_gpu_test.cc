@@ -260,12 +260,16 @@ TEST_CASE("a programmatically dependent forward reads what the kernel before it 
   REQUIRE(device->Fill(w->get(), 0x40, p.n * 2).ok());  // bf16 0x4040: 3.0, so y differs from x
   int m = static_cast<int>(p.m), n = static_cast<int>(p.n);
   float eps = p.eps;
-  DevicePtr wp = w->get(), no_rstd = 0;
+  DevicePtr wp = w->get(), no_rstd = 0, no_residual = 0, no_scale = 0;
+  REQUIRE(recipe->kernels[0].params ==
+          std::vector<std::string>{"x", "residual", "w", "y", "rstd", "scale", "M", "N", "eps"});
   auto launch = [&](DevicePtr src, DevicePtr dst, bool dependent) {
     KernelLaunch geometry = recipe->kernels[0];
     geometry.programmatic_dependent = dependent;
-    void* args[] = {&src, &wp, &dst, &no_rstd, &m, &n, &eps};  // x, w, y, rstd, M, N, eps
-    return device->Launch(*kernel, geometry, args);
+    void* args[] = {&src, &no_residual, &wp, &dst, &no_rstd, &no_scale, &m, &n, &eps};
+    const absl::Status s = device->Launch(*kernel, geometry, args);
+    if (!s.ok()) UNSCOPED_INFO(s.ToString());
+    return s;
   };
   auto chain = [&](bool dependent) -> std::vector<uint16_t> {
     REQUIRE(device->Fill(mid->get(), 0xFF, bytes).ok());  // NaN until the first kernel writes it

@@ -1,6 +1,7 @@
 #include "tuner/norm/norm_runner.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -432,7 +433,13 @@ struct NormRunner::Impl {
   // The recipe as the device's launcher loaded it (client/launch.h: the
   // launcher callers use), with its workspace sized.
   absl::StatusOr<const LoadedRecipe*> Load(const LaunchRecipe& recipe) {
-    const size_t expected = IsForward(problem) ? 1 : (problem.has_weight || HasBias(problem)) ? 2 : 1;
+    // A backward with partials is the fused kernel and its reduce, or the
+    // single-CTA kernel alone (a grid of one, no workspace: it writes dw and
+    // db itself). What the kernels compute is Verify's to prove.
+    const bool partials = !IsForward(problem) && (problem.has_weight || HasBias(problem));
+    const bool single_cta = partials && recipe.kernels.size() == 1 && recipe.workspace_bytes == 0 &&
+                            recipe.kernels[0].grid == std::array<uint32_t, 3>{1, 1, 1};
+    const size_t expected = partials && !single_cta ? 2 : 1;
     if (recipe.kernels.size() != expected) {
       return absl::InvalidArgumentError(
           absl::StrCat(OpName(problem), " recipes here have ", expected, " kernel(s), got ", recipe.kernels.size()));

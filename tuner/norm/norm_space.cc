@@ -44,7 +44,11 @@ constexpr int kMaxRegistersPerThread = 255;
 constexpr int kMinThreadsPerRow = 4;
 constexpr int64_t kMaxSplitSize = 4096;  // rows per backward CTA
 // The most rows for which the pruned backward space offers one CTA over all
-// of them (SplitSizes). At 64 x 4096 bf16 one SM moves 1.5 MiB.
+// of them (SplitSizes). On an H100 (bench/results/2026-12-07-norm-issue34-h100-a4086b4.md)
+// the single CTA won at 1 and 4 rows x 4096 (2.9 and 4.0 us, one launch) and
+// a split grid with the reduce at 16 (4.3 us); at 64 x 4096 bf16 one SM moves
+// 1.5 MiB and is not expected to win, but the tuner, not this bound, decides
+// (the bound only keeps the space small).
 constexpr int64_t kSingleCtaMaxRows = 64;
 constexpr int kWarpSizeT = 32;
 

@@ -702,10 +702,13 @@ absl::StatusOr<LaunchRecipe> NormLaunchRecipe(const NormProblem& p, const NormCo
     if (!single_cta) t.Bool("PERSISTENT", c.persistent);  // the single-CTA kernel is persistent
   }
   if (absl::Status s = t.NameInto(&k); !s.ok()) return s;
-  const char* grads = single_cta ? "dw" : "ws";  // the single-CTA kernel writes dw where the others write ws
-  k.params = ln ? (single_cta ? std::vector<std::string>{"x", "dy", "w", "mean", "rstd", "dx", "dw", "db", "M", "N"}
-                              : std::vector<std::string>{"x", "dy", "w", "mean", "rstd", "dx", "ws", "M", "N"})
-                : std::vector<std::string>{"x", "dy", "dresidual", "w", "rstd", "dx", grads, "M", "N"};
+  k.params = ln ? std::vector<std::string>{"x", "dy", "w", "mean", "rstd", "dx", "ws", "M", "N"}
+                : std::vector<std::string>{"x", "dy", "dresidual", "w", "rstd", "dx", "ws", "M", "N"};
+  if (single_cta) {  // it writes the gradients where the others write their partials
+    auto ws = std::find(k.params.begin(), k.params.end(), "ws");
+    *ws = "dw";
+    if (ln) k.params.insert(ws + 1, "db");
+  }
   k.dynamic_smem_bytes = static_cast<uint32_t>(PartialsSmemBytes(p, c, d));
   recipe.kernels.push_back(std::move(k));
   recipe.workspace_bytes = WorkspaceBytes(p, c);

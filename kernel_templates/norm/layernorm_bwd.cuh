@@ -2,8 +2,9 @@
 // dw/db partials in one pass over x and dy) and, with a weight or a bias,
 // norm_bwd_reduce (also there) summing the partials. The recipe launches them
 // in that order: kernels[0] layernorm_bwd (or layernorm_bwd_cluster), kernels[1]
-// norm_bwd_reduce. For a few rows, layernorm_bwd_single_cta alone: one CTA,
-// which writes dw and db itself.
+// norm_bwd_reduce. For a few rows, layernorm_bwd_single_cta alone (one CTA,
+// which writes dw and db itself) or layernorm_bwd_single_cluster (one
+// cluster, which does).
 //
 //   xhat = (x - mean) * rstd,  g = dy * w
 //   dx   = rstd * (g - mean_j(g) - xhat * mean_j(g * xhat))
@@ -84,6 +85,30 @@ __global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM)
   norm_bwd_detail::fused_bwd</*LN=*/true, TIn, TOut, TW, HAS_WEIGHT, HAS_BIAS, NUM_WARPS, XBLOCK, VEC,
                              CHUNKS, /*PERSISTENT=*/true, PIPELINE, SPLIT_SIZE, SMEM_PARTIALS, PREFETCH_L2,
                              WEIGHT_OFFSET, /*RESIDUAL=*/false, /*CLUSTER=*/1, /*DIRECT_GRADS=*/true>(
+      x, dy, nullptr, w, mean, rstd, dx, nullptr, M, N, dw, db);
+}
+
+// One cluster of CLUSTER CTAs (2, 4 or 8; sm_90) over all M rows (CLUSTER *
+// SPLIT_SIZE >= M; the recipe launches a grid of CLUSTER, a weight or a bias,
+// no reduce kernel): the partials, summed over the cluster as in
+// layernorm_bwd_cluster, are the whole sums, so it writes dw and db itself
+// (norm/norm_bwd.cuh, DIRECT_GRADS). Arguments as layernorm_bwd_single_cta's:
+// x, dy, w, mean, rstd, dx, dw, db, M, N; dynamic shared memory as
+// layernorm_bwd_cluster's.
+template <typename TIn, typename TOut, typename TW, bool HAS_WEIGHT, bool HAS_BIAS, bool WEIGHT_OFFSET,
+          int NUM_WARPS, int VEC, int CHUNKS, int PIPELINE, int SPLIT_SIZE, int CTAS_PER_SM, bool SMEM_PARTIALS,
+          bool PREFETCH_L2, int CLUSTER>
+__global__ void __launch_bounds__(NUM_WARPS * 32, CTAS_PER_SM) __cluster_dims__(CLUSTER, 1, 1)
+    layernorm_bwd_single_cluster(const TIn* __restrict__ x, const TIn* __restrict__ dy, const TW* __restrict__ w,
+                                 const float* __restrict__ mean, const float* __restrict__ rstd,
+                                 TOut* __restrict__ dx, TW* __restrict__ dw, TW* __restrict__ db, int M,
+                                 int N) {
+  static_assert(HAS_WEIGHT || HAS_BIAS, "without a weight or bias layernorm_bwd is one launch already");
+  static_assert(CTAS_PER_SM >= 1 && CTAS_PER_SM * NUM_WARPS * 32 <= 2048,
+                "occupancy target out of range");
+  norm_bwd_detail::fused_bwd</*LN=*/true, TIn, TOut, TW, HAS_WEIGHT, HAS_BIAS, NUM_WARPS, /*XBLOCK=*/1, VEC,
+                             CHUNKS, /*PERSISTENT=*/true, PIPELINE, SPLIT_SIZE, SMEM_PARTIALS, PREFETCH_L2,
+                             WEIGHT_OFFSET, /*RESIDUAL=*/false, CLUSTER, /*DIRECT_GRADS=*/true>(
       x, dy, nullptr, w, mean, rstd, dx, nullptr, M, N, dw, db);
 }
 

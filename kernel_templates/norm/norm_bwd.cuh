@@ -64,13 +64,18 @@
 //     tuner offers them only in its unpruned space
 //     (tuner/norm/norm_space.cc has the measurement).
 //     Why: bench/results/decisions/norm-bwd-clusters.md
-//   DIRECT_GRADS (PERSISTENT, CLUSTER == 1; the *_bwd_single_cta entry
-//     points): one CTA walks every row (SPLIT_SIZE >= M, a grid of one), so
-//     its partials are the whole sums: it writes dw and db itself (grad_w,
-//     grad_b), converted to TW, and the recipe has no workspace and no
-//     reduce kernel. For the few rows of a decode step the second launch
-//     cost more than the sums (bench/results/2026-12-07-norm-issue34-h100-03cafc9.md:
-//     a 1 x 4096 backward read 3.4 us where an empty launch reads 0.6).
+//   DIRECT_GRADS (PERSISTENT; the *_bwd_single_cta and *_bwd_single_cluster
+//     entry points): the grid is one CTA that walks every row (SPLIT_SIZE >=
+//     M), or one cluster whose CTAs together do (CLUSTER * SPLIT_SIZE >= M),
+//     so the partials, summed over the cluster, are the whole sums: the
+//     kernel writes dw and db itself (grad_w, grad_b), converted to TW, and
+//     the recipe has no workspace and no reduce kernel. For the few rows of a
+//     decode step the second launch cost more than the sums
+//     (bench/results/2026-12-07-norm-issue34-h100-03cafc9.md: a 1 x 4096
+//     backward read 3.4 us where an empty launch reads 0.6); one cluster
+//     spreads the rows over up to 8 SMs where one CTA would walk them alone
+//     (a split grid with the reduce still beat one CTA at 16 x 4096,
+//     bench/results/2026-12-07-norm-issue34-h100-a4086b4.md).
 //     The stores are one element each: dw and db keep the element alignment
 //     every recipe states for them.
 //   looped (XBLOCK == 1, any N): pass 1 over R_BLOCK chunks forms the row sums,
@@ -214,38 +219,6 @@ __device__ __forceinline__ void add_from_cluster_rank(const float* local, unsign
   for (int i = 0; i < kW; ++i) sum[i] += v[i];
 }
 
-// CLUSTER > 1: the cluster's partials, summed over its CTAs, into this
-// cluster's workspace rows. `slots` are this CTA's (PARTS, CHUNKS, VEC / kW,
-// THREADS) staged vectors (the SMEM_PARTIALS layout), complete on every CTA
-// of the cluster (the caller's cluster_sync). Rank r takes every
-// CLUSTER-th of this thread's PARTS * CHUNKS * VEC / kW vectors.
-template <int CLUSTER, int PARTS, int CHUNKS, int VEC, int THREADS>
-__device__ __forceinline__ void cluster_sum_partials(const float* slots, float* ws_row, long long part_stride,
-                                                     int N) {
-  constexpr int kW = VEC < 4 ? VEC : 4;  // floats per access
-  constexpr int kPerChunk = VEC / kW;    // vectors per chunk
-  constexpr int kSlot = VEC * THREADS;   // floats of one (part, chunk) slot
-  const unsigned int rank = cluster_rank();
-#pragma unroll
-  for (int v = 0; v < PARTS * CHUNKS * kPerChunk; ++v) {
-    if (v % CLUSTER != static_cast<int>(rank)) continue;
-    const int part = v / (CHUNKS * kPerChunk);
-    const int c = v / kPerChunk % CHUNKS;
-    const int q = v % kPerChunk;
-    const int col = (c * THREADS + static_cast<int>(threadIdx.x)) * VEC + q * kW;  // element column
-    if (col >= N) continue;  // N % VEC == 0: a vector is all in or all out
-    const float* local = slots + (part * CHUNKS + c) * kSlot + (q * THREADS + static_cast<int>(threadIdx.x)) * kW;
-    float sum[kW];
-#pragma unroll
-    for (int i = 0; i < kW; ++i) sum[i] = 0.0f;
-#pragma unroll
-    for (int r = 0; r < CLUSTER; ++r) add_from_cluster_rank<kW>(local, r, sum);
-    Packed<float, kW> out;
-    out.set(sum);
-    store_packed(ws_row + part * part_stride + col, out);
-  }
-}
-
 // One gradient element, converted to TW.
 template <typename TW>
 __device__ __forceinline__ void store_grad_element(TW* dst, float value) {
@@ -267,6 +240,37 @@ __device__ __forceinline__ void store_partials(const float (&a)[VEC], float* ws_
     Packed<float, VEC> v;
     v.set(a);
     store_packed(ws_row + col, v);
+  }
+}
+
+// CLUSTER > 1: the cluster's partials, summed over its CTAs, into this
+// cluster's workspace rows, or (DIRECT_GRADS: the grid is this one cluster)
+// into the gradients, grads[part]. `slots` are this CTA's (PARTS, CHUNKS,
+// VEC / kW, THREADS) staged vectors (the SMEM_PARTIALS layout), complete on
+// every CTA of the cluster (the caller's cluster_sync). Rank r takes every
+// CLUSTER-th of this thread's PARTS * CHUNKS * VEC / kW vectors.
+template <int CLUSTER, int PARTS, int CHUNKS, int VEC, int THREADS, bool DIRECT_GRADS, typename TW>
+__device__ __forceinline__ void cluster_sum_partials(const float* slots, float* ws_row, long long part_stride,
+                                                     TW* const (&grads)[2], int N) {
+  constexpr int kW = VEC < 4 ? VEC : 4;  // floats per access
+  constexpr int kPerChunk = VEC / kW;    // vectors per chunk
+  constexpr int kSlot = VEC * THREADS;   // floats of one (part, chunk) slot
+  const unsigned int rank = cluster_rank();
+#pragma unroll
+  for (int v = 0; v < PARTS * CHUNKS * kPerChunk; ++v) {
+    if (v % CLUSTER != static_cast<int>(rank)) continue;
+    const int part = v / (CHUNKS * kPerChunk);
+    const int c = v / kPerChunk % CHUNKS;
+    const int q = v % kPerChunk;
+    const int col = (c * THREADS + static_cast<int>(threadIdx.x)) * VEC + q * kW;  // element column
+    if (col >= N) continue;  // N % VEC == 0: a vector is all in or all out
+    const float* local = slots + (part * CHUNKS + c) * kSlot + (q * THREADS + static_cast<int>(threadIdx.x)) * kW;
+    float sum[kW];
+#pragma unroll
+    for (int i = 0; i < kW; ++i) sum[i] = 0.0f;
+#pragma unroll
+    for (int r = 0; r < CLUSTER; ++r) add_from_cluster_rank<kW>(local, r, sum);
+    store_partials<DIRECT_GRADS>(sum, DIRECT_GRADS ? nullptr : ws_row + part * part_stride, grads[part], col);
   }
 }
 
@@ -306,8 +310,8 @@ __device__ __forceinline__ void fused_bwd(const TIn* __restrict__ x, const TIn* 
   static_assert(CLUSTER == 1 || (PERSISTENT && XBLOCK == 1 && (kAccW || kAccB) && CLUSTER <= 8 &&
                                  (CLUSTER & (CLUSTER - 1)) == 0),
                 "clusters of 2, 4 or 8 sum the partials of persistent, one-row-per-CTA kernels");
-  static_assert(!DIRECT_GRADS || (PERSISTENT && CLUSTER == 1 && (kAccW || kAccB)),
-                "one CTA writing dw and db itself is persistent, has partials and no cluster");
+  static_assert(!DIRECT_GRADS || (PERSISTENT && (kAccW || kAccB)),
+                "one CTA or cluster writing dw and db itself is persistent and has partials");
   using XVec = Packed<TIn, VEC>;
   using WVec = Packed<TW, VEC>;
 
@@ -453,8 +457,9 @@ __device__ __forceinline__ void fused_bwd(const TIn* __restrict__ x, const TIn* 
         }
       }
       cluster_sync();  // every CTA's partials staged
-      cluster_sum_partials<CLUSTER, int{kAccW} + int{kAccB}, CHUNKS, VEC, kThreads>(smem_partials, ws_w,
-                                                                                   parts_rows * N, N);
+      TW* const grads[2] = {kAccW ? grad_w : grad_b, grad_b};  // (N) TW each, DIRECT_GRADS: part 0, part 1
+      cluster_sum_partials<CLUSTER, int{kAccW} + int{kAccB}, CHUNKS, VEC, kThreads, DIRECT_GRADS>(
+          smem_partials, ws_w, parts_rows * N, grads, N);
       cluster_sync();  // no CTA leaves while a peer may still read its shared memory
     } else if constexpr (SMEM_PARTIALS) {
 #pragma unroll
@@ -627,10 +632,7 @@ __global__ void __launch_bounds__(THREADS_X * THREADS_Y)
     float s = 0.0f;
 #pragma unroll
     for (int t = 0; t < THREADS_Y; ++t) s += red[t * THREADS_X + threadIdx.x];
-    float one[1] = {s};
-    Packed<TW, 1> v;
-    v.set(one);
-    store_packed(dst + col, v);
+    norm_bwd_detail::store_grad_element(dst + col, s);
   }
 }
 

@@ -56,6 +56,22 @@ NormProblem Op(NormOp op, NormPass pass, int64_t m, int64_t n, DType d, DType wt
   return p;
 }
 
+// The recipe of (p, c), compiled, after `runner` checked it against the
+// float64 reference with poisoned outputs.
+LaunchRecipe CompiledAndVerified(NormRunner& runner, const NormProblem& p, const NormConfig& c, Device* device) {
+  INFO(ToString(c));
+  absl::StatusOr<LaunchRecipe> r = NormLaunchRecipe(p, c, device->info());
+  REQUIRE(r.ok());
+  const CompileResult compiled = Compile(&*r);
+  INFO(compiled.log);
+  REQUIRE(compiled.ok);
+  absl::StatusOr<VerifyResult> v = runner.Verify(*r);
+  REQUIRE(v.ok());
+  INFO(v->detail);
+  CHECK(v->ok);
+  return *std::move(r);
+}
+
 using testing::Failures;
 using testing::QuickOptions;
 
@@ -72,8 +88,9 @@ TEST_CASE("TuneNorm: every op, every candidate correct on odd shapes, then winne
       Op(kRms, kBwd, 1000, 5120, bf16, fp32, true, false),
       Op(kRms, kBwd, 7, 3, fp32, fp32, true, false),
       // A decode step's few rows: the space adds one CTA over all of them,
-      // which writes dw (and db) itself (the *_bwd_single_cta kernels): fp32
-      // weight and rows enough to pipeline; LayerNorm with a bias only.
+      // and on sm_90 one cluster, which write dw (and db) themselves (the
+      // *_bwd_single_cta and *_bwd_single_cluster kernels): fp32 weight and
+      // rows enough to pipeline; LayerNorm with a bias only.
       Op(kRms, kBwd, 48, 1000, bf16, fp32, true, false),
       Op(kLn, kBwd, 5, 3000, bf16, bf16, false, true),
       Op(kLn, kBwd, 64, 4096, bf16, bf16, true, true),
@@ -303,7 +320,8 @@ TEST_CASE("a programmatically dependent forward reads what the kernel before it 
 // from registers or already in shared memory (LayerNorm N = 16384), with and
 // without a bias, fp32 weights. Each persistent one-row-per-CTA config of
 // the (pruned) space in clusters of 2, 4 and 8, where its CTAs make two
-// clusters or more (clusters are in the unpruned space only).
+// clusters or more (the pruned space holds clusters only as a decode step's
+// single cluster, the next test case).
 TEST_CASE("clustered backwards sum their partials right", "[gpu]") {
   Device* device = testing::GpuDevice();
   const DType bf16 = DType::kBF16;
@@ -333,25 +351,60 @@ TEST_CASE("clustered backwards sum their partials right", "[gpu]") {
     INFO(CanonicalKey(p));
     CHECK(configs.size() >= 3);
     for (const NormConfig& c : configs) {
-      INFO(ToString(c));
-      absl::StatusOr<LaunchRecipe> r = NormLaunchRecipe(p, c, device->info());
-      REQUIRE(r.ok());
-      const CompileResult compiled = Compile(&*r);
-      INFO(compiled.log);
-      REQUIRE(compiled.ok);
-      absl::StatusOr<VerifyResult> v = (*runner)->Verify(*r);
-      REQUIRE(v.ok());
-      INFO(v->detail);
-      CHECK(v->ok);
+      const LaunchRecipe r = CompiledAndVerified(**runner, p, c, device);
       ++verified;
-      padded += r->kernels[0].grid[0] * c.split_size >= p.m + c.split_size;  // a CTA with no rows
-      const std::vector<std::string> args = absl::StrSplit(r->kernels[0].name_expression, ", ");
+      padded += r.kernels[0].grid[0] * c.split_size >= p.m + c.split_size;  // a CTA with no rows
+      const std::vector<std::string> args = absl::StrSplit(r.kernels[0].name_expression, ", ");
       staged_in_smem_already += args[args.size() - (p.op == kLn ? 3 : 2)] == "true";
     }
   }
   CHECK(verified >= 15);
   CHECK(padded > 0);
   CHECK(staged_in_smem_already > 0);
+}
+
+// One cluster over a decode step's rows (the *_bwd_single_cluster kernels):
+// its CTAs add up their partials through distributed shared memory and write
+// dw and db themselves, with no workspace and no reduce kernel. Every such
+// config of the pruned space, against the float64 reference with poisoned
+// outputs: a CTA with no rows (5 rows in a cluster of 4, 2 rows each),
+// partials already in shared memory (LayerNorm N = 8192 at few threads), a
+// bias alone, fp32 and fp16 weights, the residual add with the weight offset.
+TEST_CASE("one cluster over a decode step's rows writes dw and db right", "[gpu]") {
+  Device* device = testing::GpuDevice();
+  REQUIRE(device->info().cc_major >= 9);  // clusters
+  const DType bf16 = DType::kBF16;
+  NormProblem residual = Op(kRms, kBwd, 16, 4096, bf16, bf16, true, false);
+  residual.residual = true;
+  residual.weight_offset = true;
+  const NormProblem problems[] = {
+      Op(kRms, kBwd, 48, 1000, bf16, DType::kFP32, true, false),
+      residual,
+      Op(kRms, kBwd, 256, 4096, bf16, bf16, true, false),
+      Op(kLn, kBwd, 5, 3000, bf16, bf16, false, true),
+      Op(kLn, kBwd, 64, 8192, bf16, bf16, true, true),
+      Op(kLn, kBwd, 2, 1000, DType::kFP16, DType::kFP16, true, false),
+  };
+  int verified = 0;
+  int idle_cta = 0;
+  for (const NormProblem& p : problems) {
+    absl::StatusOr<std::unique_ptr<NormRunner>> runner = NormRunner::Create(p, device);
+    REQUIRE(runner.ok());
+    INFO(CanonicalKey(p) << " m=" << p.m);
+    int configs = 0;
+    for (const NormConfig& c : NormSearchSpace(p, device->info())) {
+      if (c.cluster <= 1) continue;
+      ++configs;
+      const LaunchRecipe r = CompiledAndVerified(**runner, p, c, device);
+      CHECK(r.kernels.size() == 1);
+      CHECK(r.workspace_bytes == 0);
+      ++verified;
+      idle_cta += static_cast<int64_t>(c.cluster - 1) * c.split_size >= p.m;  // the last CTA has no rows
+    }
+    CHECK(configs >= 1);
+  }
+  CHECK(verified >= 6);
+  CHECK(idle_cta > 0);
 }
 
 TEST_CASE("Verify rejects backward recipes that drop work", "[gpu]") {

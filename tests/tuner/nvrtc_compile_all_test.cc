@@ -100,6 +100,10 @@ std::vector<NormProblem> OtherOpProblems() {
     out.push_back(Op(op, pass, 4096, 4096, bf16, DType::kFP32, true, ln));
     out.push_back(Op(op, pass, 4096, 3000, bf16, bf16, false, false));
     out.push_back(Op(op, pass, 7, 3, DType::kFP16, DType::kFP32, true, false));
+    if (pass == NormPass::kBackward) {  // decode steps: the single-CTA and single-cluster kernels
+      out.push_back(Op(op, pass, 16, 4096, bf16, bf16, true, ln));
+      out.push_back(Op(op, pass, 64, 8192, bf16, bf16, true, ln));
+    }
   }
   return out;
 }

@@ -121,19 +121,22 @@ TEST_CASE("NormSearchSpace invariants over many problems", "[tuner][space]") {
         const bool fwd = p.pass == NormPass::kForward;
         const bool ln = p.op == NormOp::kLayerNorm;
         const int parts = fwd ? 0 : (p.has_weight ? 1 : 0) + (ln && p.has_bias ? 1 : 0);
-        // One persistent CTA over every row with partials writes dw and db
-        // itself: no workspace, no reduce kernel.
-        const bool single_cta = parts > 0 && c.persistent && c.cluster == 1 && c.split_size >= p.m;
-        REQUIRE(r->kernels.size() == (parts > 0 && !single_cta ? 2u : 1u));
+        // A persistent grid of one CTA, or of one cluster, over every row
+        // with partials writes dw and db itself: no workspace, no reduce kernel.
+        const bool direct =
+            parts > 0 && c.persistent && c.split_size >= 1 && (p.m + c.split_size - 1) / c.split_size <= c.cluster;
+        REQUIRE(r->kernels.size() == (parts > 0 && !direct ? 2u : 1u));
         const KernelLaunch& k = r->kernels[0];
         CHECK(r->template_id == NormTemplateId(p));
         CHECK(r->template_hash.size() == 64);
         CHECK(r->arch == Arch(device));
         CHECK(r->cubin.empty());
         CHECK(k.lowered_name.empty());
-        // rmsnorm_bwd<, rmsnorm_bwd_cluster< for a cluster, rmsnorm_bwd_single_cta< for one CTA.
+        // rmsnorm_bwd<, rmsnorm_bwd_cluster< for a cluster, rmsnorm_bwd_single_cta< for one CTA,
+        // rmsnorm_bwd_single_cluster< for one cluster.
         const std::string entry =
-            "ktune::" + r->template_id.substr(5) + (c.cluster > 1 ? "_cluster<" : (single_cta ? "_single_cta<" : "<"));
+            "ktune::" + r->template_id.substr(5) +
+            (c.cluster > 1 ? (direct ? "_single_cluster<" : "_cluster<") : (direct ? "_single_cta<" : "<"));
         CHECK(k.name_expression.rfind(entry, 0) == 0);
         CHECK(k.block[0] == static_cast<uint32_t>(c.threads()));
         CHECK(k.block[0] <= 1024);
@@ -162,15 +165,21 @@ TEST_CASE("NormSearchSpace invariants over many problems", "[tuner][space]") {
           CHECK(c.split_size % c.x_block == 0);
           CHECK(k.grid[0] == static_cast<uint32_t>(partial_rows * c.cluster));
           CHECK(r->workspace_bytes ==
-                (single_cta ? 0u : static_cast<uint64_t>(parts) * partial_rows * p.n * sizeof(float)));
-          if (single_cta) CHECK(k.grid[0] == 1u);
+                (direct ? 0u : static_cast<uint64_t>(parts) * partial_rows * p.n * sizeof(float)));
+          if (direct) CHECK(k.grid[0] == static_cast<uint32_t>(c.cluster));  // one CTA or one cluster
           if (c.cluster > 1) {
             ++clustered;
             CHECK((c.persistent && c.x_block == 1 && parts > 0));
-            CHECK(ctas >= 2 * c.cluster);  // the space's floor: at least two clusters of work
+            // The space's floor: at least two clusters of work, or one cluster
+            // whose CTAs more than half of have rows.
+            if (direct) {
+              CHECK(2 * ctas > c.cluster);
+            } else {
+              CHECK(ctas >= 2 * c.cluster);
+            }
             CHECK(k.dynamic_smem_bytes == static_cast<uint32_t>(parts * c.r_block * sizeof(float)));
           }
-          if (single_cta) {
+          if (direct) {
             CHECK(k.params ==
                   (ln ? std::vector<std::string>{"x", "dy", "w", "mean", "rstd", "dx", "dw", "db", "M", "N"}
                       : std::vector<std::string>{"x", "dy", "dresidual", "w", "rstd", "dx", "dw", "M", "N"}));
@@ -181,7 +190,7 @@ TEST_CASE("NormSearchSpace invariants over many problems", "[tuner][space]") {
                   (ln ? std::vector<std::string>{"x", "dy", "w", "mean", "rstd", "dx", "ws", "M", "N"}
                       : std::vector<std::string>{"x", "dy", "dresidual", "w", "rstd", "dx", "ws", "M", "N"}));
           }
-          if (parts > 0 && !single_cta) {
+          if (parts > 0 && !direct) {
             const KernelLaunch& red = r->kernels[1];
             CHECK(red.name_expression.rfind("ktune::norm_bwd_reduce<", 0) == 0);
             CHECK(red.params == std::vector<std::string>{"ws", "dw", "db", "P", "N"});
@@ -349,7 +358,7 @@ TEST_CASE("a backward over a few rows offers one CTA that writes dw and db itsel
       const NormProblem p = Op(op, NormPass::kBackward, m, 4096, DType::kBF16, DType::kBF16, true, ln);
       int single = 0;
       for (const NormConfig& c : NormSearchSpace(p, device)) {
-        if (c.split_size < p.m) continue;
+        if (c.split_size < p.m || c.cluster > 1) continue;
         INFO(ToString(c));
         ++single;
         auto r = NormLaunchRecipe(p, c, device);
@@ -372,6 +381,7 @@ TEST_CASE("a backward over a few rows offers one CTA that writes dw and db itsel
     }
   }
   // A LayerNorm with a bias and no weight: the single CTA writes db alone.
+  // (Single clusters: the next test case.)
   const NormProblem bias_only =
       Op(NormOp::kLayerNorm, NormPass::kBackward, 4, 4096, DType::kBF16, DType::kBF16, false, true);
   bool found = false;
@@ -383,6 +393,45 @@ TEST_CASE("a backward over a few rows offers one CTA that writes dw and db itsel
     CHECK(r->kernels.size() == 1u);
   }
   CHECK(found);
+}
+
+TEST_CASE("a backward over a few rows on sm_90 offers one cluster that writes dw and db itself", "[tuner][space]") {
+  for (NormOp op : {NormOp::kRMSNorm, NormOp::kLayerNorm}) {
+    const bool ln = op == NormOp::kLayerNorm;
+    // (rows, the cluster: as many CTAs as rows up to 8, the fewest rows each)
+    for (const auto& [m, cluster, split] : std::vector<std::tuple<int64_t, int, int>>{
+             {1, 0, 0}, {2, 2, 1}, {5, 4, 2}, {16, 8, 2}, {48, 8, 8}, {256, 8, 32}, {257, 0, 0}}) {
+      INFO((ln ? "layernorm " : "rmsnorm ") << m << " x 4096");
+      const NormProblem p = Op(op, NormPass::kBackward, m, 4096, DType::kBF16, DType::kBF16, true, ln);
+      int found = 0;
+      for (const NormConfig& c : NormSearchSpace(p, H200())) {
+        if (c.cluster <= 1) continue;
+        INFO(ToString(c));
+        ++found;
+        CHECK(c.cluster == cluster);
+        CHECK(c.split_size == split);
+        CHECK(c.x_block == 1);
+        auto r = NormLaunchRecipe(p, c, H200());
+        REQUIRE(r.ok());
+        REQUIRE(r->kernels.size() == 1);  // no reduce kernel
+        CHECK(r->kernels[0].grid[0] == static_cast<uint32_t>(cluster));
+        CHECK(r->workspace_bytes == 0u);
+        CHECK_THAT(r->kernels[0].name_expression, Catch::StartsWith(ln ? "ktune::layernorm_bwd_single_cluster<"
+                                                                       : "ktune::rmsnorm_bwd_single_cluster<"));
+        CHECK_THAT(r->kernels[0].name_expression, Catch::Contains(", " + std::to_string(cluster) + ">"));
+        CHECK(ReduceRowsCandidates(p, c).empty());
+      }
+      if (cluster > 0) {
+        CHECK(found >= 1);
+      } else {
+        CHECK(found == 0);  // one row has nothing to spread; past 256 rows a split grid
+      }
+      // Clusters are sm_90's: an sm_80 device gets none.
+      DeviceInfo ampere = H200();
+      ampere.cc_major = 8;
+      for (const NormConfig& c : NormSearchSpace(p, ampere)) CHECK(c.cluster == 1);
+    }
+  }
 }
 
 TEST_CASE("the backward's reduce kernel rows are a knob of their own", "[tuner][space]") {

@@ -434,12 +434,17 @@ struct NormRunner::Impl {
   // launcher callers use), with its workspace sized.
   absl::StatusOr<const LoadedRecipe*> Load(const LaunchRecipe& recipe) {
     // A backward with partials is the fused kernel and its reduce, or the
-    // single-CTA kernel alone (a grid of one, no workspace: it writes dw and
-    // db itself). What the kernels compute is Verify's to prove.
+    // single-CTA or single-cluster kernel alone (no workspace: it takes dw
+    // and db and writes them itself). What the kernels compute is Verify's
+    // to prove.
     const bool partials = !IsForward(problem) && (problem.has_weight || HasBias(problem));
-    const bool single_cta = partials && recipe.kernels.size() == 1 && recipe.workspace_bytes == 0 &&
-                            recipe.kernels[0].grid == std::array<uint32_t, 3>{1, 1, 1};
-    const size_t expected = partials && !single_cta ? 2 : 1;
+    auto takes = [&](const char* name) {
+      const std::vector<std::string>& params = recipe.kernels[0].params;
+      return std::find(params.begin(), params.end(), name) != params.end();
+    };
+    const bool writes_gradients = partials && recipe.kernels.size() == 1 && recipe.workspace_bytes == 0 &&
+                                  !takes("ws") && (takes("dw") || takes("db"));
+    const size_t expected = partials && !writes_gradients ? 2 : 1;
     if (recipe.kernels.size() != expected) {
       return absl::InvalidArgumentError(
           absl::StrCat(OpName(problem), " recipes here have ", expected, " kernel(s), got ", recipe.kernels.size()));

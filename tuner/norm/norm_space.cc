@@ -50,6 +50,14 @@ constexpr int64_t kMaxSplitSize = 4096;  // rows per backward CTA
 // 1.5 MiB and is not expected to win, but the tuner, not this bound, decides
 // (the bound only keeps the space small).
 constexpr int64_t kSingleCtaMaxRows = 64;
+// The most rows for which the pruned backward space (on sm_90) also offers
+// one cluster over all of them, up to 8 CTAs of a row or more each
+// (SingleClusterConfig): a decode step's rows on 8 SMs in one launch. At 256
+// rows a split grid with the reduce ran 1.6x torch.compile on an H100
+// (bench/results/2026-12-07-norm-issue34-h100-a4086b4.md); beyond, a CTA's
+// 32 rows are a longer walk than a second launch costs.
+constexpr int64_t kSingleClusterMaxRows = 256;
+constexpr int kMaxCluster = 8;  // portable cluster size (norm/*_bwd.cuh take 2, 4 or 8)
 constexpr int kWarpSizeT = 32;
 
 bool IsPowerOfTwo(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
@@ -242,12 +250,14 @@ int64_t PartialRows(const NormProblem& p, const NormConfig& c) {
   return CeilDiv(CeilDiv(p.m, c.split_size), std::max(c.cluster, 1));
 }
 
-// Backward: one persistent CTA over every row (SPLIT_SIZE >= M) with partials
-// to sum holds the whole sums, so it writes dw and db itself: the
-// *_bwd_single_cta kernels, no workspace and no reduce kernel
-// (norm/norm_bwd.cuh, DIRECT_GRADS).
-bool SingleCtaBackward(const NormProblem& p, const NormConfig& c) {
-  return !IsForward(p) && GradientParts(p) > 0 && c.persistent && c.cluster <= 1 && c.split_size >= p.m;
+// Backward: a persistent grid of one CTA over every row (SPLIT_SIZE >= M), or
+// of one cluster whose CTAs cover every row (CLUSTER * SPLIT_SIZE >= M), with
+// partials to sum holds the whole sums, so it writes dw and db itself: the
+// *_bwd_single_cta and *_bwd_single_cluster kernels, no workspace and no
+// reduce kernel (norm/norm_bwd.cuh, DIRECT_GRADS).
+bool WritesGradientsItself(const NormProblem& p, const NormConfig& c) {
+  return !IsForward(p) && GradientParts(p) > 0 && c.persistent && c.split_size >= 1 &&
+         CeilDiv(p.m, c.split_size) <= std::max(c.cluster, 1);
 }
 
 int64_t GridSize(const NormProblem& p, const NormConfig& c, const DeviceInfo& d) {
@@ -259,7 +269,7 @@ int64_t GridSize(const NormProblem& p, const NormConfig& c, const DeviceInfo& d)
 }
 
 uint64_t WorkspaceBytes(const NormProblem& p, const NormConfig& c) {
-  if (IsForward(p) || GradientParts(p) == 0 || SingleCtaBackward(p, c)) return 0;
+  if (IsForward(p) || GradientParts(p) == 0 || WritesGradientsItself(p, c)) return 0;
   return static_cast<uint64_t>(GradientParts(p)) * PartialRows(p, c) * p.n * sizeof(float);
 }
 
@@ -341,13 +351,30 @@ std::vector<int> SplitSizes(const NormProblem& p, const NormConfig& c, const Dev
     out.insert(out.begin(), twice);
   }
   // A few rows (a decode step's backward): also one CTA over all of them,
-  // which writes the gradients itself (SingleCtaBackward), first, so the
+  // which writes the gradients itself (WritesGradientsItself), first, so the
   // one-wave split stays last (the heuristic's pick; add_backward pipelines
   // both). Beyond kSingleCtaMaxRows rows one SM's bandwidth is the bound.
   if (all.back() >= p.m && p.m <= kSingleCtaMaxRows && std::find(out.begin(), out.end(), all.back()) == out.end()) {
     out.insert(out.begin(), all.back());
   }
   return out;
+}
+
+// A few rows on sm_90 (2..kSingleClusterMaxRows): `c`, one row per CTA, as
+// one cluster over every row (WritesGradientsItself), as many CTAs as rows up
+// to kMaxCluster, SPLIT_SIZE the fewest rows per CTA that cover M. Otherwise
+// cluster 0 (none).
+NormConfig SingleClusterConfig(const NormProblem& p, NormConfig c, const DeviceInfo& d) {
+  c.cluster = 0;
+  if (IsForward(p) || GradientParts(p) == 0 || !c.persistent || c.x_block != 1 || d.cc_major < 9 || p.m < 2 ||
+      p.m > kSingleClusterMaxRows) {
+    return c;
+  }
+  int cluster = 1;
+  while (cluster * 2 <= std::min<int64_t>(p.m, kMaxCluster)) cluster *= 2;
+  c.cluster = cluster;
+  c.split_size = static_cast<int>(NextPowerOfTwo(CeilDiv(p.m, cluster)));
+  return c;
 }
 
 }  // namespace
@@ -395,7 +422,7 @@ absl::Status CanImplement(const NormProblem& p, const NormConfig& c, const Devic
       (IsForward(p) || GradientParts(p) == 0 || !IsPowerOfTwo(c.reduce_rows) || c.reduce_rows > 32)) {
     return fail("reduce_rows is 0, or a power of two <= 32 for a backward with a weight or bias");
   }
-  if (c.reduce_rows != 0 && SingleCtaBackward(p, c)) {
+  if (c.reduce_rows != 0 && WritesGradientsItself(p, c)) {
     return fail("reduce_rows is 0 for one CTA over every row: it writes the gradients, no reduce kernel runs");
   }
   if (IsForward(p)) {
@@ -408,7 +435,9 @@ absl::Status CanImplement(const NormProblem& p, const NormConfig& c, const Devic
     if (c.split_size % c.x_block != 0) return fail("split_size must be a multiple of x_block");
     if (!c.persistent && c.x_block != 1) return fail("the looped backward is one row at a time");
     if (c.cluster != 1) {
-      if (c.cluster < 1 || c.cluster > 8 || !IsPowerOfTwo(c.cluster)) return fail("cluster must be 1, 2, 4 or 8");
+      if (c.cluster < 1 || c.cluster > kMaxCluster || !IsPowerOfTwo(c.cluster)) {
+        return fail("cluster must be 1, 2, 4 or 8");
+      }
       if (d.cc_major < 9) return fail(absl::StrCat("clusters need sm_90 or newer, device is ", Arch(d)));
       if (GradientParts(p) == 0) return fail("a cluster sums partials: this backward has no weight or bias");
       if (!c.persistent || c.x_block != 1) return fail("clusters are for persistent kernels of one row per CTA");
@@ -455,7 +484,8 @@ std::vector<NormConfig> NormSearchSpace(const NormProblem& p, const DeviceInfo& 
   // Backward: each geometry with its SPLIT_SIZEs; pipelining only where a CTA
   // walks at least two row blocks. Unpruned, each persistent one-row-per-CTA
   // config also in clusters of 2, 4 and 8 (sm_90), where its CTAs make at
-  // least two of them. Pruned, none: on the H200
+  // least two of them. Pruned, none (but a decode step's single cluster,
+  // add_backward): on the H200
   // (bench/results/2026-11-30-wgmma-kn-norm-clusters-c3fea25.md, "Norm backward in
   // thread-block clusters", 025dee3) a
   // cluster of 4 ran at 0.60-0.97x its twin at 38 of 44 configs of five
@@ -487,6 +517,15 @@ std::vector<NormConfig> NormSearchSpace(const NormProblem& p, const DeviceInfo& 
         c.pipeline_depth = 2;
         add_with_clusters(c);
       }
+    }
+    // A decode step's few rows: also one cluster over all of them, pruned or
+    // not (a cluster normally sums the partials of a larger grid, which the
+    // pruned space leaves out; here it saves the reduce's launch).
+    if (NormConfig one = SingleClusterConfig(p, c, d); one.cluster > 1) {
+      one.pipeline_depth = 1;
+      add(one);
+      one.pipeline_depth = 2;
+      if (pipelined && one.split_size >= 2) add(one);
     }
   };
   const int vec = MaxVec(p);
@@ -598,7 +637,7 @@ NormConfig HeuristicNormConfig(const NormProblem& p, const DeviceInfo& d) {
 }
 
 std::vector<int> ReduceRowsCandidates(const NormProblem& p, const NormConfig& c) {
-  if (IsForward(p) || GradientParts(p) == 0 || c.split_size < 1 || SingleCtaBackward(p, c)) return {};
+  if (IsForward(p) || GradientParts(p) == 0 || c.split_size < 1 || WritesGradientsItself(p, c)) return {};
   const int derived = ReduceGeometryFor(PartialRows(p, c)).threads_y;
   std::vector<int> out;
   for (int rows : {derived / 2, derived * 2}) {
@@ -687,11 +726,12 @@ absl::StatusOr<LaunchRecipe> NormLaunchRecipe(const NormProblem& p, const NormCo
   }
 
   // Backward: the fused kernel, then the partials' reduction. One fused
-  // kernel template per op, a cluster variant of each, and a single-CTA one
-  // that writes the gradients itself (no reduction).
-  const bool single_cta = SingleCtaBackward(p, c);
-  KernelInstance t(absl::StrCat(ln ? "layernorm" : "rmsnorm",
-                                c.cluster > 1 ? "_bwd_cluster" : (single_cta ? "_bwd_single_cta" : "_bwd")));
+  // kernel template per op, a cluster variant of each, and a single-CTA and a
+  // single-cluster one that write the gradients themselves (no reduction).
+  const bool direct = WritesGradientsItself(p, c);
+  const char* form =
+      c.cluster > 1 ? (direct ? "_bwd_single_cluster" : "_bwd_cluster") : (direct ? "_bwd_single_cta" : "_bwd");
+  KernelInstance t(absl::StrCat(ln ? "layernorm" : "rmsnorm", form));
   variants(common(t)).Int("SPLIT_SIZE", c.split_size).Bool("SMEM_PARTIALS", SmemPartials(p, c, d));
   if (ln) t.Bool("HAS_BIAS", p.has_bias);
   if (c.cluster > 1) {
@@ -699,12 +739,12 @@ absl::StatusOr<LaunchRecipe> NormLaunchRecipe(const NormProblem& p, const NormCo
     if (ln) t.Bool("PREFETCH_L2", PrefetchNextRowsToL2(p, c, d));  // the RMSNorm cluster kernel takes none
   } else {
     t.Int("XBLOCK", c.x_block).Bool("PREFETCH_L2", PrefetchNextRowsToL2(p, c, d));
-    if (!single_cta) t.Bool("PERSISTENT", c.persistent);  // the single-CTA kernel is persistent
+    if (!direct) t.Bool("PERSISTENT", c.persistent);  // the single-CTA kernel is persistent
   }
   if (absl::Status s = t.NameInto(&k); !s.ok()) return s;
   k.params = ln ? std::vector<std::string>{"x", "dy", "w", "mean", "rstd", "dx", "ws", "M", "N"}
                 : std::vector<std::string>{"x", "dy", "dresidual", "w", "rstd", "dx", "ws", "M", "N"};
-  if (single_cta) {  // it writes the gradients where the others write their partials
+  if (direct) {  // it writes the gradients where the others write their partials
     auto ws = std::find(k.params.begin(), k.params.end(), "ws");
     *ws = "dw";
     if (ln) k.params.insert(ws + 1, "db");
@@ -713,7 +753,7 @@ absl::StatusOr<LaunchRecipe> NormLaunchRecipe(const NormProblem& p, const NormCo
   recipe.kernels.push_back(std::move(k));
   recipe.workspace_bytes = WorkspaceBytes(p, c);
   const int parts = GradientParts(p);
-  if (parts > 0 && !single_cta) {
+  if (parts > 0 && !direct) {
     ReduceGeometry g = ReduceGeometryFor(PartialRows(p, c));
     if (c.reduce_rows > 0) g.threads_y = c.reduce_rows;  // tuned
     KernelLaunch r;

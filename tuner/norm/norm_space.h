@@ -60,8 +60,9 @@ std::string TemplateTypeName(DType dtype);
 // Backward: kernels[0] the fused kernel, then, when there is a weight (or a
 // LayerNorm bias), kernels[1] norm_bwd_reduce, which sums the fused kernel's
 // fp32 partials (workspace_bytes of them; the caller allocates the workspace,
-// "ws", with 16-byte alignment; it needs no initialization). A single CTA
-// over every row (split_size >= M, persistent, no cluster) is one kernel that
+// "ws", with 16-byte alignment; it needs no initialization). A grid of one
+// CTA over every row (split_size >= M, persistent, no cluster) or of one
+// cluster over every row (cluster * split_size >= M) is one kernel that
 // writes dw and db itself: no reduce kernel, no workspace. The interface
 // (args and tensors) is written too (norm_interface.h).
 // REQUIRES: CanImplement(problem, config, device).

@@ -230,12 +230,24 @@ __device__ __forceinline__ void store_grad_element(TW* dst, float value) {
 
 // This thread's VEC column sums at `col`: as fp32 partials into the CTA's
 // workspace row, or (DIRECT_GRADS: they are the whole sums) as the gradient
-// itself, one element at a time.
+// itself: one vector where the gradient is aligned for it (a fresh
+// allocation is), else one element at a time (the recipe promises dw and db
+// only element alignment: a caller's may be a view into a flat buffer). The
+// test is the same for every thread of the grid, so no warp diverges.
 template <bool DIRECT_GRADS, int VEC, typename TW>
 __device__ __forceinline__ void store_partials(const float (&a)[VEC], float* ws_row, TW* grad, int col) {
   if constexpr (DIRECT_GRADS) {
+    constexpr int kBytes = Packed<TW, VEC>::kBytes;
+    constexpr unsigned long long kAlign = kBytes < 16 ? kBytes : 16;  // 32 bytes go as two 16-byte stores
+    TW* dst = grad + col;
+    if (reinterpret_cast<unsigned long long>(dst) % kAlign == 0) {
+      Packed<TW, VEC> v;
+      v.set(a);
+      store_packed(dst, v);
+    } else {
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) store_grad_element(grad + col + i, a[i]);
+      for (int i = 0; i < VEC; ++i) store_grad_element(dst + i, a[i]);
+    }
   } else {
     Packed<float, VEC> v;
     v.set(a);

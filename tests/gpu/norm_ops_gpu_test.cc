@@ -13,6 +13,7 @@
 // fastest configs.
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -24,12 +25,14 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "client/launch.h"
 #include "tests/gpu/gpu_env.h"
 #include "tests/gpu/tune_helpers.h"
 #include "tests/tuner/norm_variant_problems.h"
 #include "tuner/compile/nvrtc_compiler.h"
 #include "tuner/core/wire.h"
 #include "tuner/gpu/device.h"
+#include "tuner/gpu/host_float.h"
 #include "tuner/norm/norm_runner.h"
 #include "tuner/norm/norm_space.h"
 #include "tuner/norm/norm_tuner.h"
@@ -405,6 +408,78 @@ TEST_CASE("one cluster over a decode step's rows writes dw and db right", "[gpu]
   }
   CHECK(verified >= 6);
   CHECK(idle_cta > 0);
+}
+
+// A backward that writes dw itself (one CTA, one cluster) stores whole
+// vectors where dw is aligned for them, the usual case, and one element at a
+// time where it is not: the recipe promises dw only element alignment, and a
+// caller's dw may be a view into a flat gradient buffer at any element. The
+// aligned stores are Verify's (above); here dw one element past an aligned
+// address must come out the same, bit for bit.
+TEST_CASE("a backward that writes dw itself stores it right at any element offset", "[gpu]") {
+  Device* device = testing::GpuDevice();
+  REQUIRE(device->info().cc_major >= 9);  // the single cluster
+  const NormProblem p = Op(kRms, kBwd, 16, 4096, DType::kBF16, DType::kBF16, true, false);
+  absl::StatusOr<std::unique_ptr<NormRunner>> runner = NormRunner::Create(p, device);
+  REQUIRE(runner.ok());
+  absl::StatusOr<Launcher*> launcher = device->launcher();
+  REQUIRE(launcher.ok());
+
+  auto make = [&](size_t bytes) {
+    absl::StatusOr<DeviceBuffer> b = DeviceBuffer::Create(device, bytes);
+    REQUIRE(b.ok());
+    return *std::move(b);
+  };
+  const size_t elements = static_cast<size_t>(p.m * p.n);
+  DeviceBuffer x = make(elements * 2), dy = make(elements * 2), w = make(p.n * 2), rstd = make(p.m * 4),
+               dx = make(elements * 2), dw = make((p.n + 8) * 2);
+  std::vector<uint16_t> host(elements);
+  for (size_t i = 0; i < elements; ++i) host[i] = FloatToBf16(static_cast<float>((i * 37 % 101) - 50) / 25.0f);
+  REQUIRE(device->CopyToDevice(x.get(), host.data(), elements * 2).ok());
+  for (size_t i = 0; i < elements; ++i) host[i] = FloatToBf16(static_cast<float>((i * 53 % 89) - 44) / 22.0f);
+  REQUIRE(device->CopyToDevice(dy.get(), host.data(), elements * 2).ok());
+  REQUIRE(device->CopyToDevice(w.get(), host.data(), p.n * 2).ok());
+  const std::vector<float> r(p.m, 0.75f);
+  REQUIRE(device->CopyToDevice(rstd.get(), r.data(), p.m * 4).ok());
+
+  int forms = 0;  // single CTA, single cluster
+  for (bool cluster : {false, true}) {
+    const std::vector<NormConfig> space = NormSearchSpace(p, device->info());
+    const auto it = std::find_if(space.begin(), space.end(), [&](const NormConfig& c) {
+      return c.persistent && (cluster ? c.cluster > 1 : c.cluster <= 1 && c.split_size >= p.m);
+    });
+    REQUIRE(it != space.end());
+    ++forms;
+    const LaunchRecipe recipe = CompiledAndVerified(**runner, p, *it, device);
+    absl::StatusOr<const LoadedRecipe*> loaded = (*launcher)->Load(RecipeToProto(recipe, /*include_cubin=*/true));
+    REQUIRE(loaded.ok());
+    std::vector<std::vector<uint16_t>> grads;
+    for (int offset : {0, 1}) {  // elements past dw's 16-byte aligned start
+      INFO(ToString(*it) << ", dw offset " << offset);
+      const DevicePtr dw_at = dw.get() + offset * 2;
+      REQUIRE(device->Fill(dw.get(), 0xFF, (p.n + 8) * 2).ok());  // NaN: an unwritten element cannot pass
+      std::vector<uint64_t> addresses;
+      for (const v1::TensorSpec& t : (*loaded)->recipe().tensors()) {
+        const std::string& n = t.name();
+        addresses.push_back(n == "x"      ? x.get()
+                            : n == "dy"   ? dy.get()
+                            : n == "w"    ? w.get()
+                            : n == "rstd" ? rstd.get()
+                            : n == "dx"   ? dx.get()
+                            : n == "dw"   ? dw_at
+                                          : 0);
+      }
+      REQUIRE((*launcher)->Launch(**loaded, addresses, device->stream()).ok());
+      REQUIRE(device->Synchronize().ok());
+      std::vector<uint16_t> g(p.n);
+      REQUIRE(device->CopyToHost(g.data(), dw_at, p.n * 2).ok());
+      CHECK(std::none_of(g.begin(), g.end(), [](uint16_t v) { return std::isnan(Bf16ToFloat(v)); }));
+      grads.push_back(std::move(g));
+    }
+    CHECK(grads[0] == grads[1]);
+    (*launcher)->Release(*loaded);
+  }
+  CHECK(forms == 2);
 }
 
 TEST_CASE("Verify rejects backward recipes that drop work", "[gpu]") {

@@ -45,17 +45,20 @@ constexpr int kMinThreadsPerRow = 4;
 constexpr int64_t kMaxSplitSize = 4096;  // rows per backward CTA
 // The most rows for which the pruned backward space offers one CTA over all
 // of them (SplitSizes). On an H100 (bench/results/2026-12-07-norm-issue34-h100-a4086b4.md)
-// the single CTA won at 1 and 4 rows x 4096 (2.9 and 4.0 us, one launch) and
-// a split grid with the reduce at 16 (4.3 us); at 64 x 4096 bf16 one SM moves
+// the single CTA won at 1 and 4 rows x 4096 (2.9 and 4.0 us, one launch; 1.8 us
+// at 1 row once dw was stored in vectors, bench/results/2026-12-08-norm-issue34-h100-44b385d.md)
+// and a split grid with the reduce at 16 (4.3 us); at 64 x 4096 bf16 one SM moves
 // 1.5 MiB and is not expected to win, but the tuner, not this bound, decides
 // (the bound only keeps the space small).
 constexpr int64_t kSingleCtaMaxRows = 64;
 // The most rows for which the pruned backward space (on sm_90) also offers
 // one cluster over all of them, up to 8 CTAs of a row or more each
-// (SingleClusterConfig): a decode step's rows on 8 SMs in one launch. At 256
-// rows a split grid with the reduce ran 1.6x torch.compile on an H100
-// (bench/results/2026-12-07-norm-issue34-h100-a4086b4.md); beyond, a CTA's
-// 32 rows are a longer walk than a second launch costs.
+// (SingleClusterConfig): a decode step's rows on 8 SMs in one launch. On an
+// H100 (bench/results/2026-12-08-norm-issue34-h100-44b385d.md) it won at 4
+// rows (RMSNorm 3.45 us at 4 x 4096, where one CTA had taken 3.96) and at
+// LayerNorm 16 x 4096; at 16-256 rows otherwise a split grid with the reduce
+// won. Past 256 rows (32 per CTA) it is not offered; below, the tuner decides
+// (up to 8 candidates more per tune).
 constexpr int64_t kSingleClusterMaxRows = 256;
 constexpr int kMaxCluster = 8;  // portable cluster size (norm/*_bwd.cuh take 2, 4 or 8)
 constexpr int kWarpSizeT = 32;

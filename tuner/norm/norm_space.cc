@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -365,13 +366,12 @@ std::vector<int> SplitSizes(const NormProblem& p, const NormConfig& c, const Dev
 
 // A few rows on sm_90 (2..kSingleClusterMaxRows): `c`, one row per CTA, as
 // one cluster over every row (WritesGradientsItself), as many CTAs as rows up
-// to kMaxCluster, SPLIT_SIZE the fewest rows per CTA that cover M. Otherwise
-// cluster 0 (none).
-NormConfig SingleClusterConfig(const NormProblem& p, NormConfig c, const DeviceInfo& d) {
-  c.cluster = 0;
+// to kMaxCluster, SPLIT_SIZE the fewest rows per CTA that cover M. Nothing
+// for other problems, devices or configs.
+std::optional<NormConfig> SingleClusterConfig(const NormProblem& p, NormConfig c, const DeviceInfo& d) {
   if (IsForward(p) || GradientParts(p) == 0 || !c.persistent || c.x_block != 1 || d.cc_major < 9 || p.m < 2 ||
       p.m > kSingleClusterMaxRows) {
-    return c;
+    return std::nullopt;
   }
   int cluster = 1;
   while (cluster * 2 <= std::min<int64_t>(p.m, kMaxCluster)) cluster *= 2;
@@ -426,7 +426,8 @@ absl::Status CanImplement(const NormProblem& p, const NormConfig& c, const Devic
     return fail("reduce_rows is 0, or a power of two <= 32 for a backward with a weight or bias");
   }
   if (c.reduce_rows != 0 && WritesGradientsItself(p, c)) {
-    return fail("reduce_rows is 0 for one CTA over every row: it writes the gradients, no reduce kernel runs");
+    return fail(
+        "reduce_rows is 0 for one CTA or cluster over every row: it writes the gradients, no reduce kernel runs");
   }
   if (IsForward(p)) {
     if (c.split_size != 0) return fail("split_size is for the backward pass");
@@ -524,11 +525,11 @@ std::vector<NormConfig> NormSearchSpace(const NormProblem& p, const DeviceInfo& 
     // A decode step's few rows: also one cluster over all of them, pruned or
     // not (a cluster normally sums the partials of a larger grid, which the
     // pruned space leaves out; here it saves the reduce's launch).
-    if (NormConfig one = SingleClusterConfig(p, c, d); one.cluster > 1) {
-      one.pipeline_depth = 1;
-      add(one);
-      one.pipeline_depth = 2;
-      if (pipelined && one.split_size >= 2) add(one);
+    if (std::optional<NormConfig> one = SingleClusterConfig(p, c, d)) {
+      one->pipeline_depth = 1;
+      add(*one);
+      one->pipeline_depth = 2;
+      if (pipelined && one->split_size >= 2) add(*one);
     }
   };
   const int vec = MaxVec(p);

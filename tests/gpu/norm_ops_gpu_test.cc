@@ -442,9 +442,9 @@ TEST_CASE("a backward that writes dw itself stores it right at any element offse
   const std::vector<float> r(p.m, 0.75f);
   REQUIRE(device->CopyToDevice(rstd.get(), r.data(), p.m * 4).ok());
 
+  const std::vector<NormConfig> space = NormSearchSpace(p, device->info());
   int forms = 0;  // single CTA, single cluster
   for (bool cluster : {false, true}) {
-    const std::vector<NormConfig> space = NormSearchSpace(p, device->info());
     const auto it = std::find_if(space.begin(), space.end(), [&](const NormConfig& c) {
       return c.persistent && (cluster ? c.cluster > 1 : c.cluster <= 1 && c.split_size >= p.m);
     });
